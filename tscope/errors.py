@@ -1,0 +1,31 @@
+"""One error hierarchy: the CLI turns a TscopeError into one line on stderr and exit code 2.
+
+Anything that is not a TscopeError is a bug in tscope and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TscopeError(Exception):
+    """A problem with the user's input or arguments, explained so the user can act on it."""
+
+
+class UnreadableInput(TscopeError):
+    """One file could not be read. Raised by readers; the pipeline records it as partial."""
+
+    def __init__(self, path: str, problem: str, hint: str = "") -> None:
+        self.path = path
+        self.problem = problem
+        self.hint = hint
+        message = f"Cannot read {path}: {problem}"
+        if hint:
+            message += f". {hint}"
+        super().__init__(message)
+
+
+class NothingToAnalyze(TscopeError):
+    """No input yielded anything analyzable."""
+
+
+class UsageError(TscopeError):
+    """Arguments that do not make sense together (bad --format, missing path, ...)."""

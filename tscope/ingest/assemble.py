@@ -1,0 +1,181 @@
+"""Merge the readers' fragments into one Run: pick a source per metric, resolve resumes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tscope.ingest.registry import READERS
+from tscope.model import Caveat, LogRead, PartialInput, Run, RunEvent, Source, empty_metric_table
+
+_READER_PRIORITY = {reader.name: rank for rank, reader in enumerate(READERS)}
+
+
+def assemble_run(
+    name: str, path: str, reads: list[LogRead], partial: list[PartialInput]
+) -> Run:
+    reads = _drop_superseded(reads)
+    chosen_tables: list[pd.DataFrame] = []
+    events: list[RunEvent] = [event for read in reads for event in read.events]
+    caveats: list[Caveat] = []
+
+    for metric, candidates in _reads_by_metric(reads).items():
+        kind = _preferred_kind(metric, candidates)
+        ordered = _file_order([read for read in candidates if read.kind == kind])
+        table, resume_events = _resolve_segments(metric, ordered)
+        chosen_tables.append(table)
+        events.extend(resume_events)
+        if any(read.kind != kind for read in candidates):
+            others = sorted({read.kind for read in candidates if read.kind != kind})
+            caveats.append(
+                Caveat(
+                    "source_choice",
+                    f"{metric} is logged by several formats; the {kind} series is used "
+                    f"(most points); also seen in {', '.join(others)}.",
+                    kind,
+                )
+            )
+
+    for read in reads:
+        caveats.extend(read.caveats)
+    metrics = (
+        pd.concat(chosen_tables, ignore_index=True) if chosen_tables else empty_metric_table()
+    )
+    metrics = metrics.sort_values(["metric", "step"], kind="stable").reset_index(drop=True)
+
+    config: dict[str, Any] = {}
+    for read in sorted(reads, key=lambda r: (_READER_PRIORITY.get(r.kind, 99), r.path)):
+        for key, value in read.config.items():
+            config.setdefault(key, value)
+
+    return Run(
+        name=name,
+        path=path,
+        sources=tuple(sorted({Source(read.kind, read.path) for read in reads}, key=_source_key)),
+        metrics=metrics,
+        events=tuple(_unique_events(events)),
+        caveats=tuple(_unique_caveats(caveats)),
+        config=config,
+        partial=tuple(partial) + tuple(p for read in reads for p in read.partial),
+    )
+
+
+def _source_key(source: Source) -> tuple[str, str]:
+    return (source.path, source.kind)
+
+
+def _drop_superseded(reads: list[LogRead]) -> list[LogRead]:
+    """Readers with `newest_only` (every checkpoint keeps a copy): keep the newest file only."""
+    kept: list[LogRead] = []
+    newest: dict[str, LogRead] = {}
+    newest_only = {r.name for r in READERS if getattr(r, "newest_only", False)}
+    for read in reads:
+        if read.kind not in newest_only:
+            kept.append(read)
+            continue
+        current = newest.get(read.kind)
+        if current is None or (read.started_at or 0.0, read.path) > (
+            current.started_at or 0.0,
+            current.path,
+        ):
+            newest[read.kind] = read
+    return kept + list(newest.values())
+
+
+def _reads_by_metric(reads: list[LogRead]) -> dict[str, list[LogRead]]:
+    by_metric: dict[str, list[LogRead]] = {}
+    for read in reads:
+        for metric in read.metrics["metric"].unique():
+            by_metric.setdefault(str(metric), []).append(read)
+    return by_metric
+
+
+def _preferred_kind(metric: str, candidates: list[LogRead]) -> str:
+    """The format whose files hold the most points of this metric; registry order breaks ties."""
+    counts: dict[str, int] = {}
+    for read in candidates:
+        counts[read.kind] = counts.get(read.kind, 0) + int((read.metrics["metric"] == metric).sum())
+    return min(counts, key=lambda kind: (-counts[kind], _READER_PRIORITY.get(kind, 99), kind))
+
+
+def _file_order(reads: list[LogRead]) -> list[LogRead]:
+    """Files of one format in the order they were written: wall time if known, else first step."""
+
+    def key(read: LogRead) -> tuple[float, float, str]:
+        first_step = float(read.metrics["step"].min()) if not read.metrics.empty else 0.0
+        started = read.started_at if read.started_at is not None else first_step
+        return (started, first_step, read.path)
+
+    return sorted(reads, key=key)
+
+
+def _resolve_segments(metric: str, reads: list[LogRead]) -> tuple[pd.DataFrame, list[RunEvent]]:
+    """Concatenate files in write order; a step that goes backwards starts a new segment.
+
+    The latest segment wins for every step it covers (a resumed run re-logs the steps after its
+    checkpoint), and each rewind becomes a `resume` event.
+    """
+    parts = [read.metrics[read.metrics["metric"] == metric].sort_values("order") for read in reads]
+    table = pd.concat(parts, ignore_index=True)
+    steps = table["step"].to_numpy(np.int64)
+    events: list[RunEvent] = []
+    if len(steps) > 1:
+        running_max = np.maximum.accumulate(steps)
+        rewinds = np.flatnonzero(steps[1:] < running_max[:-1]) + 1
+        for index in rewinds:
+            events.append(
+                RunEvent(
+                    "resume",
+                    int(steps[index]),
+                    f"steps go back from {int(running_max[index - 1])} to {int(steps[index])}: "
+                    "the run was resumed from an earlier point and re-logged these steps",
+                    str(table["source"].iat[int(index)]),
+                    {"from_step": float(running_max[index - 1]), "to_step": float(steps[index])},
+                )
+            )
+        # A later file that starts after the previous one ends is a resume with no overlap.
+        sizes = np.cumsum([len(part) for part in parts])[:-1]
+        for boundary in sizes:
+            if 0 < boundary < len(steps) and steps[boundary] > running_max[boundary - 1]:
+                events.append(
+                    RunEvent(
+                        "resume",
+                        int(steps[boundary]),
+                        f"a new log file starts at step {int(steps[boundary])} after the previous "
+                        f"one ended at {int(running_max[boundary - 1])}",
+                        str(table["source"].iat[int(boundary)]),
+                        {
+                            "from_step": float(running_max[boundary - 1]),
+                            "to_step": float(steps[boundary]),
+                        },
+                    )
+                )
+    # Last logged value wins per step: unique over the reversed sequence keeps the latest row.
+    reversed_steps = steps[::-1]
+    _, first_in_reversed = np.unique(reversed_steps, return_index=True)
+    keep = np.sort(len(steps) - 1 - first_in_reversed)
+    return table.iloc[keep].reset_index(drop=True), events
+
+
+def _unique_events(events: list[RunEvent]) -> list[RunEvent]:
+    seen: set[tuple[str, int]] = set()
+    unique = []
+    for event in sorted(events, key=lambda e: (e.step, e.kind, e.source)):
+        if (event.kind, event.step) in seen:
+            continue
+        seen.add((event.kind, event.step))
+        unique.append(event)
+    return unique
+
+
+def _unique_caveats(caveats: list[Caveat]) -> list[Caveat]:
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for caveat in caveats:
+        if (caveat.kind, caveat.message) in seen:
+            continue
+        seen.add((caveat.kind, caveat.message))
+        unique.append(caveat)
+    return unique

@@ -1,0 +1,142 @@
+"""A training run as the readers found it: one long-form metric table plus events and caveats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# The one normalized shape every reader produces (after tbparse): one row per logged point.
+#   step           int64   optimizer step as the run logged it
+#   metric         str     canonical name, e.g. "train/loss"
+#   value          float64 NaN/Inf kept as logged; never filled
+#   source         str     path of the file the row came from (relative to the run root)
+#   original_name  str     the name the producer used, e.g. "lm loss"
+#   order          int64   position of the row within its source, so "last logged wins" is exact
+METRIC_COLUMNS = ("step", "metric", "value", "source", "original_name", "order")
+
+
+def empty_metric_table() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "step": pd.Series(dtype="int64"),
+            "metric": pd.Series(dtype="object"),
+            "value": pd.Series(dtype="float64"),
+            "source": pd.Series(dtype="object"),
+            "original_name": pd.Series(dtype="object"),
+            "order": pd.Series(dtype="int64"),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file that was read, and the format it was read as."""
+
+    kind: str
+    path: str
+
+
+@dataclass(frozen=True)
+class PartialInput:
+    """An input that could not be read, or only in part, and why."""
+
+    path: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Something that happened to the run rather than to a metric: a resume, a skipped step."""
+
+    kind: str  # "resume", "skipped_step", "overflow", "restart_note"
+    step: int
+    detail: str
+    source: str
+    numbers: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """A limit of the evidence that the report must state (e.g. loss averaged over a window)."""
+
+    kind: str
+    message: str
+    source: str
+
+
+@dataclass
+class LogRead:
+    """What one reader extracted from one file: a fragment of a Run."""
+
+    kind: str
+    path: str
+    metrics: pd.DataFrame = field(default_factory=empty_metric_table)
+    events: list[RunEvent] = field(default_factory=list)
+    caveats: list[Caveat] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    partial: list[PartialInput] = field(default_factory=list)
+    # Ordering hint when several files of one kind cover the same steps: later wins.
+    # Readers set it from the producer's wall time when they have one.
+    started_at: float | None = None
+
+    @staticmethod
+    def rows_to_table(
+        rows: list[tuple[int, str, float, str]], source: str
+    ) -> pd.DataFrame:
+        """Build the long-form table from (step, canonical_name, value, original_name) rows."""
+        if not rows:
+            return empty_metric_table()
+        steps, names, values, originals = zip(*rows, strict=True)
+        return pd.DataFrame(
+            {
+                "step": np.asarray(steps, dtype=np.int64),
+                "metric": list(names),
+                "value": np.asarray(values, dtype=np.float64),
+                "source": source,
+                "original_name": list(originals),
+                "order": np.arange(len(rows), dtype=np.int64),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    """A normalized run: every metric series, de-duplicated so the latest logged segment wins."""
+
+    name: str
+    path: str
+    sources: tuple[Source, ...]
+    metrics: pd.DataFrame  # METRIC_COLUMNS, one row per (metric, step) after resolution
+    events: tuple[RunEvent, ...] = ()
+    caveats: tuple[Caveat, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    partial: tuple[PartialInput, ...] = ()
+
+    @property
+    def metric_names(self) -> list[str]:
+        return sorted(self.metrics["metric"].unique().tolist())
+
+    def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of one metric, sorted by step, one value per step. Empty if absent."""
+        rows = self.metrics[self.metrics["metric"] == metric]
+        if rows.empty:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        rows = rows.sort_values("step", kind="stable")
+        return rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
+
+    def has(self, metric: str) -> bool:
+        return bool((self.metrics["metric"] == metric).any())
+
+    @property
+    def first_step(self) -> int | None:
+        return int(self.metrics["step"].min()) if not self.metrics.empty else None
+
+    @property
+    def last_step(self) -> int | None:
+        return int(self.metrics["step"].max()) if not self.metrics.empty else None
+
+    def events_of(self, kind: str) -> list[RunEvent]:
+        return [event for event in self.events if event.kind == kind]
