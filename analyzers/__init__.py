@@ -1,1 +1,39 @@
+"""Analyzers: pure functions of the run model. Installed as `tscope.analyzers`.
 
+The registries are literal tuples; add a new explainer module to EXPLAINERS here.
+"""
+
+from __future__ import annotations
+
+from tscope.analyzers.base import Evidence, Explainer
+from tscope.analyzers.explainers.divergence import DivergenceExplainer
+from tscope.analyzers.explainers.learning_rate import LearningRateExplainer
+from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
+from tscope.analyzers.explainers.resume import ResumeExplainer
+from tscope.analyzers.explainers.spikes import SpikeExplainer
+
+from tscope.errors import UsageError
+from tscope.model import Finding
+
+EXPLAINERS: tuple[Explainer, ...] = (
+    SpikeExplainer(),
+    DivergenceExplainer(),
+    LearningRateExplainer(),
+    ResumeExplainer(),
+    LossScaleExplainer(),
+)
+
+
+def explainer_named(name: str) -> Explainer:
+    for explainer in EXPLAINERS:
+        if explainer.name == name:
+            return explainer
+    valid = ", ".join(explainer.name for explainer in EXPLAINERS)
+    raise UsageError(f"Unknown explainer {name!r}; valid explainers: {valid}")
+
+
+def explain(evidence: Evidence) -> list[Finding]:
+    return [finding for explainer in EXPLAINERS for finding in explainer.run(evidence)]
+
+
+__all__ = ["EXPLAINERS", "Evidence", "explain", "explainer_named"]

@@ -13,9 +13,7 @@ from tscope.model import Caveat, LogRead, PartialInput, Run, RunEvent, Source, e
 _READER_PRIORITY = {reader.name: rank for rank, reader in enumerate(READERS)}
 
 
-def assemble_run(
-    name: str, path: str, reads: list[LogRead], partial: list[PartialInput]
-) -> Run:
+def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[PartialInput]) -> Run:
     reads = _drop_superseded(reads)
     chosen_tables: list[pd.DataFrame] = []
     events: list[RunEvent] = [event for read in reads for event in read.events]
@@ -40,9 +38,7 @@ def assemble_run(
 
     for read in reads:
         caveats.extend(read.caveats)
-    metrics = (
-        pd.concat(chosen_tables, ignore_index=True) if chosen_tables else empty_metric_table()
-    )
+    metrics = pd.concat(chosen_tables, ignore_index=True) if chosen_tables else empty_metric_table()
     metrics = metrics.sort_values(["metric", "step"], kind="stable").reset_index(drop=True)
 
     config: dict[str, Any] = {}

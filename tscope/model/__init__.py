@@ -4,7 +4,15 @@ Nothing in this package imports from the rest of tscope; readers produce it, ana
 renderers print it.
 """
 
-from tscope.model.case import Case, ChangePoint, CheckpointInfo, Finding, Spike, StoryEvent
+from tscope.model.case import (
+    Alternative,
+    Case,
+    ChangePoint,
+    CheckpointInfo,
+    Finding,
+    Spike,
+    StoryEvent,
+)
 from tscope.model.run import (
     METRIC_COLUMNS,
     Caveat,
@@ -18,6 +26,7 @@ from tscope.model.run import (
 
 __all__ = [
     "METRIC_COLUMNS",
+    "Alternative",
     "Case",
     "Caveat",
     "ChangePoint",

@@ -83,9 +83,7 @@ class LogRead:
     started_at: float | None = None
 
     @staticmethod
-    def rows_to_table(
-        rows: list[tuple[int, str, float, str]], source: str
-    ) -> pd.DataFrame:
+    def rows_to_table(rows: list[tuple[int, str, float, str]], source: str) -> pd.DataFrame:
         """Build the long-form table from (step, canonical_name, value, original_name) rows."""
         if not rows:
             return empty_metric_table()

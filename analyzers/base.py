@@ -1,0 +1,28 @@
+"""The analyzer interface: pure functions of the model. No I/O, no printing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tscope.model import ChangePoint, Finding, Run, Spike
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What explainers see: the normalized run and what the detectors found in it."""
+
+    run: Run
+    spikes: list[Spike] = field(default_factory=list)
+    change_points: list[ChangePoint] = field(default_factory=list)
+
+    def spikes_on(self, metric: str) -> list[Spike]:
+        return [spike for spike in self.spikes if spike.metric == metric]
+
+
+class Explainer(Protocol):
+    """Turns evidence into findings of one category (or a closely related few)."""
+
+    name: str
+
+    def run(self, evidence: Evidence) -> list[Finding]: ...

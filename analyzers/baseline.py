@@ -1,0 +1,68 @@
+"""Robust trailing baselines shared by the detectors and explainers.
+
+Everything here works on one series at a time: `values` is a float64 array in step order, NaN/Inf
+kept. Windows are counted in points, not steps, so sparse series (eval every 500 steps) work too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+# 1.4826 * MAD estimates sigma for Gaussian noise (the constant the contract defines magnitude by).
+MAD_TO_SIGMA = 1.4826
+# Trailing window for the robust baseline: long enough to average out per-batch noise, short
+# enough to follow the normal downward trend of a loss curve. Measured on the fixtures and the
+# real logs in shared/realdata: 32–64 points give the same alarms; 50 is the middle.
+BASELINE_WINDOW_POINTS = 50
+# A baseline needs this many earlier finite points before any alarm can be raised.
+MIN_BASELINE_POINTS = 8
+
+
+@dataclass(frozen=True)
+class RobustBaseline:
+    """Per point: the median and robust sigma of the points before it (the point excluded)."""
+
+    median: np.ndarray  # (n,) NaN where there is not enough history
+    sigma: np.ndarray  # (n,) 1.4826 * rolling median absolute deviation, floored
+
+    def zscores(self, values: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (values - self.median) / self.sigma
+
+
+def robust_baseline(values: np.ndarray, window: int = BASELINE_WINDOW_POINTS) -> RobustBaseline:
+    """Trailing rolling median and MAD-based sigma, excluding the current point.
+
+    The MAD is taken as the rolling median of |x - local median| (two rolling medians, both in
+    pandas' C code), which is O(n log w) and stays under a second for 10^6 points; it matches the
+    exact windowed MAD within a few percent on stationary noise.
+    """
+    finite = np.where(np.isfinite(values), values, np.nan)
+    series = pd.Series(finite)
+    min_periods = min(MIN_BASELINE_POINTS, window)
+    median = series.rolling(window, min_periods=min_periods).median().shift(1)
+    deviation = (series - median).abs()
+    mad = deviation.rolling(window, min_periods=min_periods).median().shift(1)
+    sigma = MAD_TO_SIGMA * mad.to_numpy()
+    median_array = median.to_numpy()
+    return RobustBaseline(median_array, _floor_sigma(sigma, median_array))
+
+
+def _floor_sigma(sigma: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """A perfectly flat stretch has MAD 0; floor sigma at 0.1% of the level so z stays finite."""
+    floor = np.maximum(np.abs(median) * 1e-3, 1e-12)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(sigma), np.nan, np.maximum(sigma, floor))
+
+
+def window_stats(values: np.ndarray) -> tuple[float, float]:
+    """(median, robust sigma) of a window of points, ignoring non-finite ones."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return float("nan"), float("nan")
+    median = float(np.median(finite))
+    sigma = MAD_TO_SIGMA * float(np.median(np.abs(finite - median)))
+    return median, max(sigma, abs(median) * 1e-3, 1e-12)

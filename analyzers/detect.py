@@ -1,0 +1,82 @@
+"""Run every registered detector over the series that can spike, and build spikes/change points."""
+
+from __future__ import annotations
+
+import numpy as np
+from tscope.analyzers.baseline import robust_baseline
+from tscope.analyzers.detectors.base import Detection, Detector
+from tscope.analyzers.detectors.cusum import CusumDetector
+from tscope.analyzers.detectors.merge import merge_alarms
+from tscope.analyzers.detectors.pelt import PeltDetector
+from tscope.analyzers.detectors.robust_z import RobustZDetector
+from tscope.analyzers.detectors.spike_score import SpikeScoreDetector
+
+from tscope.model import ChangePoint, Run, Spike
+from tscope.model.metric_names import GRAD_NORM, is_loss_like
+
+DETECTORS: tuple[Detector, ...] = (
+    RobustZDetector(),
+    SpikeScoreDetector(),
+    CusumDetector(),
+    PeltDetector(),
+)
+
+
+def scanned_metrics(run: Run) -> list[str]:
+    """Loss-like series and the gradient norm: the series whose upward spikes are incidents."""
+    return [m for m in run.metric_names if is_loss_like(m) or m == GRAD_NORM]
+
+
+def detect(run: Run) -> tuple[list[Spike], list[ChangePoint]]:
+    spikes: list[Spike] = []
+    change_points: list[ChangePoint] = []
+    for metric in scanned_metrics(run):
+        steps, values = run.series(metric)
+        if steps.size == 0:
+            continue
+        baseline = robust_baseline(values)
+        detections = [detector.detect(values, baseline) for detector in DETECTORS]
+        spikes.extend(_spikes(metric, steps, values, detections))
+        change_points.extend(_change_points(metric, steps, detections))
+    spikes.sort(key=lambda spike: (spike.peak_step, spike.metric))
+    spikes = [_with_id(spike, f"S{number}") for number, spike in enumerate(spikes, start=1)]
+    change_points.sort(key=lambda cp: (cp.step, cp.metric, cp.detector))
+    return spikes, change_points
+
+
+def _spikes(
+    metric: str, steps: np.ndarray, values: np.ndarray, detections: list[Detection]
+) -> list[Spike]:
+    return [
+        Spike(
+            id="",
+            metric=metric,
+            onset_step=int(steps[candidate.onset]),
+            peak_step=int(steps[candidate.peak]),
+            end_step=int(steps[candidate.end]) if candidate.end is not None else None,
+            magnitude=float(candidate.magnitude),
+            detectors=candidate.detectors,
+            baseline=float(candidate.baseline),
+            peak_value=float(candidate.peak_value),
+            nonfinite=candidate.nonfinite,
+        )
+        for candidate in merge_alarms(values, detections)
+    ]
+
+
+def _change_points(
+    metric: str, steps: np.ndarray, detections: list[Detection]
+) -> list[ChangePoint]:
+    return [
+        ChangePoint(
+            metric, int(steps[shift.index]), detection.detector, shift.before_mean, shift.after_mean
+        )
+        for detection in detections
+        for shift in detection.shifts
+    ]
+
+
+def _with_id(spike: Spike, spike_id: str) -> Spike:
+    from dataclasses import replace
+
+    return replace(spike, id=spike_id)

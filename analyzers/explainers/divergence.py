@@ -1,0 +1,156 @@
+"""loss_divergence and eval_divergence: the loss leaves its best level and does not come back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.signals import fmt, primary_loss
+
+from tscope.model import Finding
+from tscope.model.metric_names import EVAL_LOSS
+
+# Sustained above 1.5× the best smoothed loss so far: a healthy LM loss can bump by that much for
+# a step or two (see spikes.TRANSIENT_MAX_RATIO) but never stays there; a run that does has lost
+# what it learned. Wortsman et al. 2023 score LR sensitivity with min(loss, loss at init) for the
+# same reason: past that level, training has diverged.
+DIVERGENCE_RATIO = 1.5
+# "Sustained": at least this many consecutive logged points, and this fraction of the run's points.
+DIVERGENCE_MIN_POINTS = 5
+DIVERGENCE_MIN_FRACTION = 0.03
+# Smoothing before comparing with the best level, so one noisy point cannot set the best.
+SMOOTHING_POINTS = 5
+# Eval loss: a rise of 10% over its best, on at least two consecutive evals at the end of the run.
+EVAL_RISE_RATIO = 1.10
+EVAL_MIN_RISING_POINTS = 2
+
+
+class DivergenceExplainer:
+    name = "divergence"
+
+    def run(self, evidence: Evidence) -> list[Finding]:
+        findings = []
+        loss = primary_loss(evidence.run)
+        if loss is not None:
+            steps, values = evidence.run.series(loss)
+            finding = _divergence(loss, steps, values, evidence)
+            if finding is not None:
+                findings.append(finding)
+        if evidence.run.has(EVAL_LOSS) and loss != EVAL_LOSS:
+            steps, values = evidence.run.series(EVAL_LOSS)
+            eval_finding = _eval_divergence(steps, values)
+            if eval_finding is not None:
+                findings.append(eval_finding)
+        return findings
+
+
+def smoothed(values: np.ndarray) -> np.ndarray:
+    """Rolling median; non-finite values count as +inf (the worst possible loss)."""
+    worst = np.where(np.isfinite(values), values, np.inf)
+    return pd.Series(worst).rolling(SMOOTHING_POINTS, min_periods=1).median().to_numpy()
+
+
+def divergence_onset(values: np.ndarray) -> tuple[int, float] | None:
+    """(index where the final sustained excursion began, best level before it), or None."""
+    if values.size < 2 * DIVERGENCE_MIN_POINTS:
+        return None
+    level = smoothed(values)
+    best = np.minimum.accumulate(np.where(np.isfinite(level), level, np.inf))
+    above = level > DIVERGENCE_RATIO * best
+    if not above[-1]:
+        return None
+    # The excursion that reaches the end of the log: walk back to its first point.
+    below = np.flatnonzero(~above)
+    onset = int(below[-1]) + 1 if below.size else 0
+    length = values.size - onset
+    if length < max(DIVERGENCE_MIN_POINTS, DIVERGENCE_MIN_FRACTION * values.size) or onset == 0:
+        return None
+    return onset, float(best[onset - 1])
+
+
+def _divergence(
+    loss: str, steps: np.ndarray, values: np.ndarray, evidence: Evidence
+) -> Finding | None:
+    found = divergence_onset(values)
+    if found is None:
+        return None
+    onset, best = found
+    tail = values[onset:]
+    nonfinite = int((~np.isfinite(tail)).sum())
+    finite_tail = tail[np.isfinite(tail)]
+    final = float(values[-1])
+    linked = [
+        s
+        for s in evidence.spikes
+        if s.metric == loss
+        and s.onset_step <= int(steps[-1])
+        and (s.end_step is None or s.end_step >= int(steps[onset]))
+    ]
+    message = (
+        f"{loss} diverged from step {int(steps[onset])}: it rose above {DIVERGENCE_RATIO}× its "
+        f"best level ({fmt(best)}) and stayed there for the remaining {tail.size} logged points "
+        f"(last value {fmt(final)}" + (f"; {nonfinite} non-finite" if nonfinite else "") + ")."
+    )
+    return Finding(
+        category="loss_divergence",
+        severity="critical",
+        confidence=0.9 if tail.size >= 2 * DIVERGENCE_MIN_POINTS else 0.75,
+        step=int(steps[onset]),
+        layer=None,
+        message=message,
+        evidence={
+            "best_smoothed_loss": best,
+            "onset_step": int(steps[onset]),
+            "points_above": int(tail.size),
+            "median_after_onset": float(np.median(finite_tail)) if finite_tail.size else None,
+            "max_after_onset": float(finite_tail.max()) if finite_tail.size else None,
+            "final_value": final,
+            "nonfinite_points": nonfinite,
+        },
+        suggestion=(
+            "Restart from the last checkpoint before the onset with a lower peak learning rate, a "
+            "longer warm-up or tighter clipping; the LR findings and the story show what moved "
+            "first."
+        ),
+        spike_id=linked[0].id if linked else None,
+        threshold=(
+            f"smoothed loss > {DIVERGENCE_RATIO}× its best so far for ≥ {DIVERGENCE_MIN_POINTS} "
+            f"points and ≥ {DIVERGENCE_MIN_FRACTION:.0%} of the run, through the end of the log"
+        ),
+    )
+
+
+def _eval_divergence(steps: np.ndarray, values: np.ndarray) -> Finding | None:
+    if values.size < EVAL_MIN_RISING_POINTS + 2:
+        return None
+    nonfinite = ~np.isfinite(values)
+    best_index = int(np.argmin(np.where(nonfinite, np.inf, values)))
+    best = float(values[best_index])
+    tail = values[-EVAL_MIN_RISING_POINTS:]
+    rising = bool(np.all(~np.isfinite(tail) | (tail > EVAL_RISE_RATIO * best)))
+    if best_index >= values.size - EVAL_MIN_RISING_POINTS or not rising:
+        return None
+    severity = "critical" if nonfinite[-1] else "warning"
+    return Finding(
+        category="eval_divergence",
+        severity=severity,
+        confidence=0.7,
+        step=int(steps[best_index + 1]),
+        layer=None,
+        message=(
+            f"eval/loss reached its best {fmt(best)} at step {int(steps[best_index])} and the last "
+            f"{EVAL_MIN_RISING_POINTS} evaluations are above {EVAL_RISE_RATIO}× that (last "
+            f"{fmt(float(values[-1]))})."
+        ),
+        evidence={
+            "best_eval_loss": best,
+            "best_step": int(steps[best_index]),
+            "last_eval_loss": float(values[-1]),
+            "evaluations": int(values.size),
+        },
+        suggestion=(
+            "If the training loss kept falling, this is overfitting (more data or regularization, "
+            "or keep the best checkpoint); if it rose too, see loss_divergence."
+        ),
+        threshold=f"last {EVAL_MIN_RISING_POINTS} evals > {EVAL_RISE_RATIO}× the best eval loss",
+    )

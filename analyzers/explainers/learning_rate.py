@@ -1,0 +1,243 @@
+"""lr_schedule_jump, lr_too_high, warmup_too_short: what the logged learning rate says."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.explainers.divergence import divergence_onset
+from tscope.analyzers.explainers.spikes import is_transient
+from tscope.analyzers.signals import fmt, primary_loss
+
+from tscope.model import Finding, Run, Spike
+from tscope.model.metric_names import LEARNING_RATE
+
+# A jump is a change the schedule's local shape does not predict: the residual against a linear
+# extrapolation of the previous points exceeds this multiple of the schedule's recent per-point
+# change (so the end of a linear warm-up, whose kink equals one step of the slope, is not a jump)...
+LR_JUMP_SLOPE_MULTIPLE = 3.0
+# ...and the LR moves by at least 25% in one logged interval (logged LRs are rounded, e.g. to
+# four digits by Megatron, and smooth schedules move far less per step than this).
+LR_JUMP_MIN_RELATIVE = 0.25
+# A loss incident whose onset falls within this many logged points after an LR event is linked
+# to it (the story reports the exact lead).
+LR_EFFECT_WINDOW_POINTS = 20
+# Warm-up is "too short" when an instability starts within this multiple of the warm-up length
+# after warm-up ends (Wortsman et al. 2023: longer warm-up lowers LR sensitivity).
+WARMUP_AFTERSHOCK_FACTOR = 2.0
+# With no warm-up at all, instabilities in this first fraction of the run count against it.
+NO_WARMUP_EARLY_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class LrJump:
+    index: int
+    step: int
+    before: float
+    after: float
+
+    @property
+    def factor(self) -> float:
+        return self.after / self.before if self.before else float("inf")
+
+
+def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
+    jumps = []
+    for i in range(2, lrs.size):
+        previous, earlier = lrs[i - 1], lrs[i - 2]
+        if not (np.isfinite(lrs[i]) and np.isfinite(previous) and np.isfinite(earlier)):
+            continue
+        gap = (steps[i] - steps[i - 1]) / max(steps[i - 1] - steps[i - 2], 1)
+        predicted = previous + (previous - earlier) * gap
+        slopes = np.abs(np.diff(lrs[max(0, i - 4) : i]))
+        typical = float(slopes.max()) * max(gap, 1.0) if slopes.size else 0.0
+        relative = abs(lrs[i] / previous - 1.0) if previous else float("inf")
+        residual = abs(lrs[i] - predicted)
+        if relative >= LR_JUMP_MIN_RELATIVE and residual > LR_JUMP_SLOPE_MULTIPLE * typical:
+            jumps.append(LrJump(i, int(steps[i]), float(previous), float(lrs[i])))
+    return jumps
+
+
+def warmup_end(steps: np.ndarray, lrs: np.ndarray) -> int | None:
+    """Index where the LR first reaches its peak after rising from the start; None if no rise."""
+    finite = np.isfinite(lrs)
+    if lrs.size < 3 or not finite.all():
+        return None
+    peak_index = int(np.argmax(lrs))
+    rising = np.diff(lrs[: peak_index + 1]) >= 0
+    if peak_index == 0 or not rising.all() or lrs[0] >= lrs[peak_index] * 0.99:
+        return None
+    return peak_index
+
+
+class LearningRateExplainer:
+    name = "learning_rate"
+
+    def run(self, evidence: Evidence) -> list[Finding]:
+        run = evidence.run
+        if not run.has(LEARNING_RATE):
+            return []
+        steps, lrs = run.series(LEARNING_RATE)
+        resume_steps = {event.step for event in run.events_of("resume")}
+        findings = [
+            _jump_finding(run, jump, evidence.spikes)
+            for jump in lr_jumps(steps, lrs)
+            if jump.step not in resume_steps  # reported as resume_discontinuity instead
+        ]
+        findings.extend(_too_high(run, steps, lrs))
+        findings.extend(_warmup_too_short(run, steps, lrs, evidence.spikes))
+        return findings
+
+
+def incidents_after(run: Run, spikes: list[Spike], step: int) -> list[Spike]:
+    """Non-transient loss spikes starting at or within the effect window after `step`."""
+    loss = primary_loss(run)
+    if loss is None:
+        return []
+    loss_steps, _ = run.series(loss)
+    position = int(np.searchsorted(loss_steps, step))
+    last = loss_steps[min(position + LR_EFFECT_WINDOW_POINTS, loss_steps.size - 1)]
+    return [
+        s
+        for s in spikes
+        if s.metric == loss and step <= s.onset_step <= last and not is_transient(run, s)
+    ]
+
+
+def _jump_finding(run: Run, jump: LrJump, spikes: list[Spike]) -> Finding:
+    followed = incidents_after(run, spikes, jump.step) if jump.factor > 1 else []
+    upward = jump.factor > 1
+    direction = "up" if upward else "down"
+    message = (
+        f"The learning rate jumped {direction} ×{fmt(jump.factor)} at step {jump.step} "
+        f"({fmt(jump.before)} → {fmt(jump.after)}), a change the schedule's shape does not explain."
+    )
+    if followed:
+        message += (
+            f" The loss spiked {followed[0].onset_step - jump.step} steps later "
+            f"(step {followed[0].peak_step})."
+        )
+    return Finding(
+        category="lr_schedule_jump",
+        severity="warning" if upward else "info",
+        confidence=0.85 if followed else (0.6 if upward else 0.4),
+        step=jump.step,
+        layer=None,
+        message=message,
+        evidence={
+            "lr_before": jump.before,
+            "lr_after": jump.after,
+            "factor": jump.factor,
+            "followed_by_spike": followed[0].id if followed else None,
+        },
+        suggestion=(
+            "Check the scheduler (a custom lambda, a restart or a mis-set milestone) and the "
+            "resume logic; restart from the checkpoint before this step with the intended LR."
+            if upward
+            else "A step decay is fine if intended; otherwise check the scheduler's milestones."
+        ),
+        spike_id=followed[0].id if followed else None,
+        threshold=(
+            f"≥ {LR_JUMP_MIN_RELATIVE:.0%} change in one logged interval and > "
+            f"{LR_JUMP_SLOPE_MULTIPLE}× the schedule's recent per-step change"
+        ),
+    )
+
+
+def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray) -> list[Finding]:
+    loss = primary_loss(run)
+    if loss is None:
+        return []
+    loss_steps, loss_values = run.series(loss)
+    found = divergence_onset(loss_values)
+    if found is None:
+        return []
+    onset_step = int(loss_steps[found[0]])
+    before = lrs[steps <= onset_step]
+    if before.size < 2 or not np.isfinite(before).all():
+        return []
+    lr_at_onset = float(before[-1])
+    peak_so_far = float(before.max())
+    lookback = before[-min(LR_EFFECT_WINDOW_POINTS, before.size)]
+    climbing = lr_at_onset > lookback * (1 + 1e-9)
+    if lr_at_onset < 0.95 * peak_so_far:
+        return []
+    state = "still climbing" if climbing else "at its peak"
+    return [
+        Finding(
+            category="lr_too_high",
+            severity="warning",
+            confidence=0.75 if climbing else 0.55,
+            step=onset_step,
+            layer=None,
+            message=(
+                f"The loss blew up at step {onset_step} while the learning rate was {state} "
+                f"({fmt(lr_at_onset)}, ×{fmt(lr_at_onset / float(before[0]) if before[0] else None)}"
+                " its first logged value): the run did not tolerate this LR."
+            ),
+            evidence={
+                "lr_at_divergence": lr_at_onset,
+                "max_lr_before": peak_so_far,
+                "first_lr": float(before[0]),
+                "lr_climbing": bool(climbing),
+                "divergence_step": onset_step,
+            },
+            suggestion=(
+                "Lower the peak learning rate (e.g. halve it) or cap the schedule; restart from a "
+                "checkpoint before the onset."
+            ),
+            threshold="divergence while the LR is ≥ 95% of its maximum so far",
+        )
+    ]
+
+
+def _warmup_too_short(
+    run: Run, steps: np.ndarray, lrs: np.ndarray, spikes: list[Spike]
+) -> list[Finding]:
+    loss = primary_loss(run)
+    if loss is None:
+        return []
+    end_index = warmup_end(steps, lrs)
+    loss_steps, loss_values = run.series(loss)
+    onsets = [s.onset_step for s in spikes if s.metric == loss and not is_transient(run, s)]
+    found = divergence_onset(loss_values)
+    if found is not None:
+        onsets.append(int(loss_steps[found[0]]))
+    if not onsets or loss_steps.size == 0:
+        return []
+    first_step = int(steps[0])
+    if end_index is None:
+        if lrs.size and np.isfinite(lrs).all() and lrs[0] < lrs.max() * 0.99:
+            return []  # the LR rises but not monotonically: no clear warm-up shape to judge
+        warmup_steps = 0
+        horizon = first_step + NO_WARMUP_EARLY_FRACTION * (int(loss_steps[-1]) - first_step)
+    else:
+        warmup_steps = int(steps[end_index]) - first_step
+        horizon = int(steps[end_index]) + WARMUP_AFTERSHOCK_FACTOR * max(warmup_steps, 1)
+    early = sorted(step for step in onsets if step <= horizon)
+    if not early:
+        return []
+    return [
+        Finding(
+            category="warmup_too_short",
+            severity="warning",
+            confidence=0.5,
+            step=early[0],
+            layer=None,
+            message=(
+                f"The first instability (step {early[0]}) came "
+                + (
+                    "with no learning-rate warm-up at all."
+                    if warmup_steps == 0
+                    else f"right after a {warmup_steps}-step warm-up ended at step "
+                    f"{int(steps[end_index])}."
+                )
+            ),
+            evidence={"warmup_steps": warmup_steps, "instability_step": early[0]},
+            suggestion="Lengthen the warm-up (e.g. 2–5× longer) or lower the peak learning rate.",
+            threshold=(
+                f"instability within {WARMUP_AFTERSHOCK_FACTOR}× the warm-up length after it ends"
+            ),
+        )
+    ]

@@ -1,0 +1,77 @@
+"""loss_scale_collapse: fp16 dynamic loss scaling halving again and again, skipping steps."""
+
+from __future__ import annotations
+
+import numpy as np
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.signals import fmt
+
+from tscope.model import Finding
+from tscope.model.metric_names import LOSS_SCALE
+
+# GradScaler halves the scale on every overflow and doubles it after 2,000 clean steps (PyTorch
+# amp/grad_scaler.py defaults; DeepSpeed: loss_scale_window 1000). Healthy fp16 runs halve now and
+# then and grow back. This many halvings in a row without any growth is a collapse in progress...
+CONSECUTIVE_HALVINGS = 5
+# ...and a scale at or below 1 means fp16 gradients underflow: training has effectively stopped.
+MIN_HEALTHY_SCALE = 1.0
+# Overflow/skip events (DeepSpeed OVERFLOW lines, Megatron skipped iterations) in one run.
+MANY_SKIPPED_STEPS = 10
+
+
+class LossScaleExplainer:
+    name = "loss_scale"
+
+    def run(self, evidence: Evidence) -> list[Finding]:
+        run = evidence.run
+        skipped = run.events_of("skipped_step") + run.events_of("overflow")
+        if not run.has(LOSS_SCALE) and len(skipped) < MANY_SKIPPED_STEPS:
+            return []
+        steps, scales = run.series(LOSS_SCALE)
+        finite = np.isfinite(scales) & (scales > 0)
+        steps, scales = steps[finite], scales[finite]
+        ratios = scales[1:] / scales[:-1] if scales.size > 1 else np.empty(0)
+        streak, longest, streak_end = 0, 0, 0
+        for index, ratio in enumerate(ratios):
+            if ratio < 1.0:
+                streak += 1
+                if streak > longest:
+                    longest, streak_end = streak, index + 1
+            elif ratio > 1.0:
+                streak = 0
+        minimum = float(scales.min()) if scales.size else None
+        collapsed = minimum is not None and minimum <= MIN_HEALTHY_SCALE
+        if not (collapsed or longest >= CONSECUTIVE_HALVINGS or len(skipped) >= MANY_SKIPPED_STEPS):
+            return []
+        first_skip = min((event.step for event in skipped), default=None)
+        step = int(steps[streak_end]) if longest else first_skip
+        return [
+            Finding(
+                category="loss_scale_collapse",
+                severity="critical" if collapsed else "warning",
+                confidence=0.85 if collapsed else 0.7,
+                step=step,
+                layer=None,
+                message=(
+                    f"The fp16 loss scale fell {longest} times in a row (to {fmt(minimum)})"
+                    f" and {len(skipped)} steps were skipped for overflow: gradients overflow fp16 "
+                    "persistently."
+                ),
+                evidence={
+                    "consecutive_reductions": longest,
+                    "min_loss_scale": minimum,
+                    "max_loss_scale": float(scales.max()) if scales.size else None,
+                    "skipped_or_overflow_steps": len(skipped),
+                    "first_skipped_step": first_skip,
+                },
+                suggestion=(
+                    "Switch to bf16 if the hardware allows (BLOOM-176B did after failed fp16 runs), "
+                    "or lower the LR / add an embedding LayerNorm; find the overflowing layer with "
+                    "`tscope replay`."
+                ),
+                threshold=(
+                    f"≥ {CONSECUTIVE_HALVINGS} reductions without growth, scale ≤ "
+                    f"{MIN_HEALTHY_SCALE}, or ≥ {MANY_SKIPPED_STEPS} skipped steps"
+                ),
+            )
+        ]

@@ -1,0 +1,105 @@
+"""resume_discontinuity: a loss or learning-rate jump right at a point where the run resumed."""
+
+from __future__ import annotations
+
+import numpy as np
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, window_stats
+from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
+from tscope.analyzers.signals import fmt, primary_loss
+
+from tscope.model import Finding, Run, RunEvent
+from tscope.model.metric_names import LEARNING_RATE
+
+# The loss right after a resume is compared with the points before it; the same bar as a spike.
+RESUME_LOSS_SIGMA = 6.0
+# Points after the resume that are checked (the first steps after a bad load are the telling ones).
+RESUME_CHECK_POINTS = 3
+
+
+class ResumeExplainer:
+    name = "resume"
+
+    def run(self, evidence: Evidence) -> list[Finding]:
+        return [_check(evidence.run, event) for event in evidence.run.events_of("resume")]
+
+
+def _lr_change(run: Run, step: int) -> tuple[float, float] | None:
+    steps, lrs = run.series(LEARNING_RATE)
+    before = lrs[steps < step]
+    after = lrs[steps >= step]
+    if before.size == 0 or after.size == 0:
+        return None
+    return float(before[-1]), float(after[0])
+
+
+def _loss_jump(run: Run, step: int) -> tuple[float, float, float] | None:
+    """(baseline, max after resume, robust sigmas) for the loss around the resume step."""
+    loss = primary_loss(run)
+    if loss is None:
+        return None
+    steps, values = run.series(loss)
+    before = values[steps < step][-BASELINE_WINDOW_POINTS:]
+    after = values[steps >= step][:RESUME_CHECK_POINTS]
+    if before.size < 3 or after.size == 0:
+        return None
+    baseline, sigma = window_stats(before)
+    worst = float(np.max(np.where(np.isfinite(after), after, np.inf)))
+    return baseline, worst, (worst - baseline) / sigma
+
+
+def _check(run: Run, event: RunEvent) -> Finding:
+    lr = _lr_change(run, event.step)
+    loss = _loss_jump(run, event.step)
+    problems = []
+    evidence: dict[str, object] = {"resume_step": event.step, **event.numbers}
+    if lr is not None:
+        evidence.update(lr_before=lr[0], lr_after=lr[1])
+        if lr[0] > 0 and abs(lr[1] / lr[0] - 1.0) >= LR_JUMP_MIN_RELATIVE:
+            problems.append(
+                f"the learning rate changes from {fmt(lr[0])} to {fmt(lr[1])} (×{fmt(lr[1] / lr[0])})"
+                " across the resume — the scheduler state was probably not restored"
+            )
+    if loss is not None:
+        evidence.update(loss_baseline=loss[0], loss_after=loss[1], loss_jump_sigma=loss[2])
+        if loss[2] >= RESUME_LOSS_SIGMA:
+            problems.append(
+                f"the loss jumps from {fmt(loss[0])} to {fmt(loss[1])} ({fmt(loss[2])} robust σ) "
+                "in the first steps after it — weights, optimizer state or data position differ "
+                "from the original run"
+            )
+    if problems:
+        return Finding(
+            category="resume_discontinuity",
+            severity="warning",
+            confidence=0.8 if len(problems) == 2 else 0.7,
+            step=event.step,
+            layer=None,
+            message=f"The run resumed at step {event.step} ({event.detail}); "
+            + "; ".join(problems)
+            + ".",
+            evidence=evidence,
+            suggestion=(
+                "Check that the resume restored optimizer.pt, scheduler.pt, scaler.pt and the RNG "
+                "state (tscope analyze on the checkpoint lists what it holds); replay the first "
+                f"steps after it: `tscope replay RUN --check-resume --around {event.step}`."
+            ),
+            threshold=(
+                f"LR change ≥ {LR_JUMP_MIN_RELATIVE:.0%} or loss ≥ {RESUME_LOSS_SIGMA} robust σ "
+                f"within {RESUME_CHECK_POINTS} points of the resume"
+            ),
+        )
+    return Finding(
+        category="resume_discontinuity",
+        severity="info",
+        confidence=0.6,
+        step=event.step,
+        layer=None,
+        message=(
+            f"The run resumed at step {event.step} ({event.detail}); the learning rate and loss "
+            "continue smoothly across it."
+        ),
+        evidence=evidence,
+        suggestion="Nothing to do: a benign resume, listed so the timeline is complete.",
+        threshold="no LR or loss discontinuity at the resume",
+    )

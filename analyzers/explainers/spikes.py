@@ -1,0 +1,188 @@
+"""loss_spike, grad_norm_spike and nan_loss: the incidents themselves, one finding each."""
+
+from __future__ import annotations
+
+import numpy as np
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.signals import fmt, primary_loss
+
+from tscope.model import Finding, Run, Spike
+from tscope.model.metric_names import GRAD_NORM, is_loss_like
+
+# A spike back within the baseline band after at most this many points is transient; a lone
+# transient bump needs a peak ≥ TRANSIENT_MAX_RATIO × baseline to be worth a warning (the
+# REPORT.md example, a corrupted batch, is 1.57×; healthy modded-nanogpt runs show data-driven
+# one-step bumps of +21–40% that recur at the same steps in every run).
+TRANSIENT_MAX_POINTS = 2
+TRANSIENT_MAX_RATIO = 1.5
+# Some runs bump all the time (tiny batches, repeated data): when transient spikes occur more than
+# once per 1,000 logged points they are the run's texture, and only one that stands out from them
+# (magnitude ≥ 3× their median) deserves attention. Measured on shared/realdata: the baize LoRA
+# run (batch 2) has 5 per 1,000 and modded-nanogpt 5 per 1,000; pythia has 0.01 per 1,000.
+TEXTURE_SPIKES_PER_1000 = 1.0
+TEXTURE_OUTLIER_FACTOR = 3.0
+# Below a 10% excess over the baseline a bump is within what engineers read as noise on a loss
+# dashboard, whatever its sigma (a judgment call, not a literature value).
+MIN_WARNING_EXCESS = 0.10
+SPIKE_THRESHOLD_TEXT = (
+    "≥ 6 robust σ above the median of the previous 50 points (robust_z) and/or ≥ 7σ from the mean "
+    "of the previous 1,000 (OLMo 2 spike score)"
+)
+
+
+class SpikeExplainer:
+    name = "spikes"
+
+    def run(self, evidence: Evidence) -> list[Finding]:
+        findings = []
+        for spike in evidence.spikes:
+            notable = is_notable(evidence.run, spike, evidence.spikes)
+            if is_loss_like(spike.metric):
+                findings.append(_loss_spike(evidence.run, spike, notable))
+            elif spike.metric == GRAD_NORM:
+                findings.append(_grad_norm_spike(evidence.run, spike, notable))
+        findings.extend(_nan_losses(evidence.run))
+        return findings
+
+
+def spike_points(run: Run, spike: Spike) -> int:
+    """How many logged points the excursion lasted (onset to recovery, or to the end)."""
+    steps, _ = run.series(spike.metric)
+    last = spike.end_step if spike.end_step is not None else int(steps[-1])
+    return int(((steps >= spike.onset_step) & (steps < max(last, spike.onset_step + 1))).sum())
+
+
+def is_transient(run: Run, spike: Spike) -> bool:
+    if spike.nonfinite or spike.end_step is None:
+        return False
+    return spike_points(run, spike) <= TRANSIENT_MAX_POINTS
+
+
+def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
+    """Worth a warning: not a small bump, and not one of this run's routine bumps."""
+    if spike.nonfinite or spike.end_step is None:
+        return True
+    ratio = spike.peak_value / spike.baseline if spike.baseline > 0 else float("inf")
+    if ratio < 1 + MIN_WARNING_EXCESS:
+        return False
+    same_series = [s for s in spikes if s.metric == spike.metric]
+    points = run.series(spike.metric)[0].size
+    if len(same_series) >= 3 and len(same_series) * 1000 / max(points, 1) > TEXTURE_SPIKES_PER_1000:
+        typical = float(np.median([s.magnitude for s in same_series]))
+        return spike.magnitude >= TEXTURE_OUTLIER_FACTOR * typical
+    if is_transient(run, spike):
+        return ratio >= TRANSIENT_MAX_RATIO
+    return True
+
+
+def spike_confidence(spike: Spike) -> float:
+    """More detectors agreeing and a larger magnitude make the alarm more certain."""
+    agreement = 0.15 * len(spike.detectors)
+    size = 0.1 * min(spike.magnitude / 10.0, 2.0) if np.isfinite(spike.magnitude) else 0.2
+    return round(min(0.95, 0.45 + agreement + size), 2)
+
+
+def _evidence(run: Run, spike: Spike) -> dict[str, object]:
+    return {
+        "baseline": spike.baseline,
+        "peak_value": spike.peak_value,
+        "peak_to_baseline": spike.peak_value / spike.baseline if spike.baseline else None,
+        "magnitude_robust_sigma": spike.magnitude,
+        "onset_step": spike.onset_step,
+        "peak_step": spike.peak_step,
+        "end_step": spike.end_step,
+        "points_above_baseline": spike_points(run, spike),
+        "detectors": list(spike.detectors),
+    }
+
+
+def _recovery_text(spike: Spike) -> str:
+    if spike.end_step is None:
+        return "and has not recovered by the end of the log"
+    return f"and recovered by step {spike.end_step}"
+
+
+def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
+    transient = is_transient(run, spike)
+    peak = "a non-finite value" if spike.nonfinite else fmt(spike.peak_value)
+    message = (
+        f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
+        f"({fmt(spike.magnitude)} robust σ) {_recovery_text(spike)}."
+    )
+    if transient:
+        message += " A transient bump: back to baseline within two logged points."
+    return Finding(
+        category="loss_spike",
+        severity="warning" if notable else "info",
+        confidence=spike_confidence(spike),
+        step=spike.peak_step,
+        layer=None,
+        message=message,
+        evidence=_evidence(run, spike),
+        suggestion=(
+            "Find what changed at the onset: the story shows which signal moved first. If nothing "
+            "else moved, replay the spike's batches to name the samples: "
+            f"`tscope replay RUN --around {spike.peak_step}`."
+        ),
+        spike_id=spike.id,
+        threshold=SPIKE_THRESHOLD_TEXT,
+    )
+
+
+def _grad_norm_spike(run: Run, spike: Spike, notable: bool) -> Finding:
+    return Finding(
+        category="grad_norm_spike",
+        severity="warning" if notable else "info",
+        confidence=spike_confidence(spike),
+        step=spike.peak_step,
+        layer=None,
+        message=(
+            f"The gradient norm jumped from {fmt(spike.baseline)} to {fmt(spike.peak_value)} at "
+            f"step {spike.peak_step} ({fmt(spike.magnitude)} robust σ) {_recovery_text(spike)}."
+        ),
+        evidence=_evidence(run, spike),
+        suggestion=(
+            "Gradient-norm spikes often precede loss spikes (OLMo 2). Check that clipping is on "
+            "(max_grad_norm) and which layers carry the norm: `tscope replay RUN --around "
+            f"{spike.peak_step}`."
+        ),
+        spike_id=spike.id,
+        threshold=SPIKE_THRESHOLD_TEXT,
+    )
+
+
+def _nan_losses(run: Run) -> list[Finding]:
+    loss = primary_loss(run)
+    if loss is None:
+        return []
+    steps, values = run.series(loss)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size == 0:
+        return []
+    first = int(bad[0])
+    finite_before = values[:first][np.isfinite(values[:first])]
+    return [
+        Finding(
+            category="nan_loss",
+            severity="critical",
+            confidence=0.99,
+            step=int(steps[first]),
+            layer=None,
+            message=(
+                f"{loss} became non-finite ({values[first]}) at step {int(steps[first])}; "
+                f"{bad.size} of {values.size} logged values are NaN/Inf."
+            ),
+            evidence={
+                "first_nonfinite_step": int(steps[first]),
+                "nonfinite_points": int(bad.size),
+                "logged_points": int(values.size),
+                "last_finite_value": float(finite_before[-1]) if finite_before.size else None,
+            },
+            suggestion=(
+                "Restart from the last checkpoint before this step with a lower learning rate or "
+                "clipping; find the first module that produced NaN with `tscope replay RUN "
+                f"--around {int(steps[first])}`."
+            ),
+            threshold="any NaN/Inf in the logged loss",
+        )
+    ]

@@ -1,0 +1,57 @@
+"""Incidents: the loss spikes and divergence that a reader cares about, biggest first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.explainers.divergence import divergence_onset
+from tscope.analyzers.explainers.spikes import is_transient
+from tscope.analyzers.signals import primary_loss
+
+from tscope.model import Spike
+
+
+@dataclass(frozen=True)
+class Incident:
+    kind: str  # "divergence" | "spike"
+    metric: str
+    onset_step: int
+    peak_step: int
+    end_step: int | None
+    severity_rank: float  # larger = worse; orders incidents
+    spike: Spike | None = None
+
+
+def incidents(evidence: Evidence) -> list[Incident]:
+    """Divergence first, then non-finite spikes, then spikes by magnitude; transient bumps last."""
+    run = evidence.run
+    loss = primary_loss(run)
+    found: list[Incident] = []
+    if loss is not None:
+        steps, values = run.series(loss)
+        onset = divergence_onset(values)
+        if onset is not None:
+            index = onset[0]
+            found.append(Incident("divergence", loss, int(steps[index]), int(steps[-1]), None, 1e9))
+    for spike in evidence.spikes:
+        if loss is not None and spike.metric != loss:
+            continue
+        rank = spike.magnitude if spike.magnitude == spike.magnitude else 0.0
+        if spike.nonfinite:
+            rank = 1e8
+        elif is_transient(run, spike):
+            rank = rank * 1e-3
+        found.append(
+            Incident(
+                "spike",
+                spike.metric,
+                spike.onset_step,
+                spike.peak_step,
+                spike.end_step,
+                rank,
+                spike,
+            )
+        )
+    found.sort(key=lambda incident: (-incident.severity_rank, incident.onset_step))
+    return found

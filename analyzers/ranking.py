@@ -1,0 +1,63 @@
+"""Order findings so the first is the best explanation of the biggest incident."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tscope.analyzers.incidents import Incident
+
+from tscope.model import Finding
+
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+# Causes explain an incident; symptoms describe it. At equal severity a cause linked to the
+# incident ranks above the incident's own description.
+CAUSE_CATEGORIES = (
+    "lr_schedule_jump",
+    "resume_discontinuity",
+    "lr_too_high",
+    "loss_scale_collapse",
+    "warmup_too_short",
+)
+# Within the symptoms of one incident, this order: the most severe description first.
+_SYMPTOM_ORDER = ("loss_divergence", "nan_loss", "loss_spike", "grad_norm_spike", "eval_divergence")
+
+
+def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Finding]:
+    incident_rank = {}
+    for position, incident in enumerate(incidents):
+        if incident.spike is not None:
+            incident_rank.setdefault(incident.spike.id, position)
+
+    def linked_incident(finding: Finding) -> int:
+        if finding.spike_id in incident_rank:
+            return incident_rank[finding.spike_id]
+        if finding.step is None:
+            return len(incidents)
+        for position, incident in enumerate(incidents):
+            end = incident.end_step if incident.end_step is not None else incident.peak_step
+            if incident.onset_step <= finding.step <= end or (
+                finding.category in CAUSE_CATEGORIES
+                and finding.step <= incident.onset_step
+                and incident.onset_step - finding.step <= 50
+            ):
+                return position
+        return len(incidents)
+
+    def key(finding: Finding) -> tuple[int, int, int, float, int, str]:
+        if finding.category in CAUSE_CATEGORIES:
+            role = 0
+        elif finding.category in _SYMPTOM_ORDER:
+            role = 1 + _SYMPTOM_ORDER.index(finding.category)
+        else:
+            role = 1 + len(_SYMPTOM_ORDER)
+        return (
+            _SEVERITY_ORDER[finding.severity],
+            linked_incident(finding),
+            role,
+            -finding.confidence,
+            finding.step if finding.step is not None else -1,
+            finding.category,
+        )
+
+    ordered = sorted(findings, key=key)
+    return [replace(finding, id=f"F{number}") for number, finding in enumerate(ordered, start=1)]

@@ -1,0 +1,40 @@
+"""Small read-only views of a Run that several explainers need (values at a step, the loss)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tscope.model import Run
+from tscope.model.metric_names import EVAL_LOSS, LOSS, is_loss_like
+
+
+def primary_loss(run: Run) -> str | None:
+    """The training loss series: train/loss when logged, else the first other loss-like series."""
+    if run.has(LOSS):
+        return LOSS
+    candidates = [m for m in run.metric_names if is_loss_like(m) and m != EVAL_LOSS]
+    return candidates[0] if candidates else (EVAL_LOSS if run.has(EVAL_LOSS) else None)
+
+
+def value_at_or_before(run: Run, metric: str, step: int) -> float | None:
+    steps, values = run.series(metric)
+    position = int(np.searchsorted(steps, step, side="right")) - 1
+    if position < 0:
+        return None
+    return float(values[position])
+
+
+def window(run: Run, metric: str, first_step: int, last_step: int) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) with first_step <= step <= last_step."""
+    steps, values = run.series(metric)
+    keep = (steps >= first_step) & (steps <= last_step)
+    return steps[keep], values[keep]
+
+
+def fmt(number: float | None) -> str:
+    """Three significant digits, the report's precision; 'n/a' for missing."""
+    if number is None:
+        return "n/a"
+    if not np.isfinite(number):
+        return str(number)
+    return f"{number:.3g}"

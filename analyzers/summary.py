@@ -1,0 +1,245 @@
+"""The first screen: a one-sentence verdict, what to do next, what was ruled out, what is unknown."""
+
+from __future__ import annotations
+
+import numpy as np
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.incidents import Incident
+from tscope.analyzers.ranking import CAUSE_CATEGORIES
+from tscope.analyzers.signals import fmt, primary_loss, window
+
+from tscope.model import Alternative, Finding
+from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
+
+# Over the incident's lookback, an LR that moved less than this is "did not change".
+LR_STEADY_RELATIVE = 0.05
+_ALERT_SEVERITIES = ("critical", "warning")
+
+
+def summarize(
+    evidence: Evidence, incidents: list[Incident], findings: list[Finding]
+) -> dict[str, object]:
+    alerts = [f for f in findings if f.severity in _ALERT_SEVERITIES]
+    if not alerts:
+        return {
+            "status": "healthy",
+            "verdict": _healthy_verdict(evidence, findings),
+            "next_steps": [],
+            "headline_finding": None,
+        }
+    headline = alerts[0]
+    incident = _incident_of(headline, incidents)
+    return {
+        "status": "incident",
+        "verdict": _incident_verdict(evidence, headline, incident, findings),
+        "next_steps": _next_steps(evidence, headline, incident),
+        "headline_finding": headline.id,
+    }
+
+
+def _incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None:
+    for incident in incidents:
+        if incident.spike is not None and incident.spike.id == finding.spike_id:
+            return incident
+    if finding.step is not None:
+        for incident in incidents:
+            end = incident.end_step if incident.end_step is not None else incident.peak_step
+            if incident.onset_step - 50 <= finding.step <= end:
+                return incident
+    return incidents[0] if incidents else None
+
+
+def _healthy_verdict(evidence: Evidence, findings: list[Finding]) -> str:
+    run = evidence.run
+    loss = primary_loss(run)
+    if loss is None:
+        return "No loss series was found, so no incident could be judged."
+    steps, values = run.series(loss)
+    notes = len(findings)
+    return (
+        f"No incident: {steps.size} points of {loss} from step {int(steps[0])} to "
+        f"{int(steps[-1])} ({fmt(float(values[0]))} → {fmt(float(values[-1]))}); no spike, "
+        "divergence or schedule anomaly crossed its threshold"
+        + (f" ({notes} informational notes below)." if notes else ".")
+    )
+
+
+def _describe_incident(incident: Incident | None) -> str:
+    if incident is None:
+        return ""
+    if incident.kind == "divergence":
+        return f"{incident.metric} diverged from step {incident.onset_step}"
+    spike = incident.spike
+    assert spike is not None
+    peak = "NaN/Inf" if spike.nonfinite else fmt(spike.peak_value)
+    recovery = (
+        f" and recovered by step {spike.end_step}"
+        if spike.end_step is not None
+        else " and did not recover"
+    )
+    return (
+        f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
+        f"({fmt(spike.magnitude)} robust σ){recovery}"
+    )
+
+
+def _incident_verdict(
+    evidence: Evidence, headline: Finding, incident: Incident | None, findings: list[Finding]
+) -> str:
+    what = _describe_incident(incident) or headline.message.rstrip(".")
+    causes = [
+        f
+        for f in findings
+        if f.category in CAUSE_CATEGORIES
+        and f.severity in _ALERT_SEVERITIES
+        and incident is not None
+        and f.step is not None
+        and f.step <= (incident.end_step or incident.peak_step)
+    ]
+    if causes:
+        cause = causes[0]
+        because = (
+            f"most likely {cause.category} (confidence {cause.confidence:.2f}): {cause.message}"
+        )
+    elif incident is not None and incident.kind == "spike":
+        because = (
+            f"most likely a bad batch (confidence {headline.confidence * 0.8:.2f}): "
+            + _bad_batch_reasons(evidence, incident)
+        )
+    else:
+        because = f"see {headline.id}: {headline.message}"
+    return f"{what[0].upper()}{what[1:]}; {because}"
+
+
+def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:
+    reasons = []
+    lr_note = _lr_change_note(evidence, incident)
+    if lr_note is not None:
+        reasons.append(lr_note)
+    if evidence.run.has(GRAD_NORM):
+        _, grads = window(evidence.run, GRAD_NORM, incident.onset_step, incident.peak_step)
+        if grads.size:
+            reasons.append(f"the gradient norm reached {fmt(float(np.nanmax(grads)))} at the spike")
+    if incident.end_step is not None:
+        reasons.append(f"the loss was back to baseline by step {incident.end_step}")
+    reasons.append("no resume, schedule jump or drift preceded it")
+    return ", ".join(reasons) + "."
+
+
+def _lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
+    if not evidence.run.has(LEARNING_RATE):
+        return None
+    _, lrs = window(evidence.run, LEARNING_RATE, incident.onset_step - 50, incident.peak_step)
+    if lrs.size == 0 or not np.isfinite(lrs).all() or lrs.max() <= 0:
+        return None
+    change = float((lrs.max() - lrs.min()) / lrs.max())
+    if change < LR_STEADY_RELATIVE:
+        return f"the learning rate was steady at {fmt(float(lrs[-1]))}"
+    return None
+
+
+def _next_steps(evidence: Evidence, headline: Finding, incident: Incident | None) -> list[str]:
+    step = incident.peak_step if incident is not None else headline.step
+    steps = [headline.suggestion]
+    if step is not None:
+        steps.append(
+            f"Replay the steps around the incident to see per-layer statistics and name the "
+            f"samples: `tscope replay {evidence.run.name} --around {step} --entry replay_entry.py`"
+        )
+    return steps
+
+
+def alternatives(
+    evidence: Evidence, incidents: list[Incident], findings: list[Finding]
+) -> list[Alternative]:
+    """Explanations the evidence argues against for the biggest incident, with the reason."""
+    if not incidents or not any(f.severity in _ALERT_SEVERITIES for f in findings):
+        return []
+    incident = incidents[0]
+    spike_id = incident.spike.id if incident.spike else None
+    categories = {f.category for f in findings if f.severity in _ALERT_SEVERITIES}
+    ruled_out = []
+    lr_note = _lr_change_note(evidence, incident)
+    if lr_note is not None and not categories & {"lr_schedule_jump", "lr_too_high"}:
+        ruled_out.append(
+            Alternative(
+                "lr_schedule_jump",
+                f"not an LR schedule problem: {lr_note} through the incident",
+                spike_id,
+            )
+        )
+    resumes = [
+        e for e in evidence.run.events_of("resume") if abs(e.step - incident.onset_step) <= 100
+    ]
+    if not resumes:
+        ruled_out.append(
+            Alternative(
+                "resume_discontinuity",
+                "not a resume: no resume point within 100 steps of the onset",
+                spike_id,
+            )
+        )
+    if evidence.run.has(LOSS_SCALE) and "loss_scale_collapse" not in categories:
+        ruled_out.append(
+            Alternative(
+                "loss_scale_collapse",
+                "not fp16 overflow: the loss scale did not collapse",
+                spike_id,
+            )
+        )
+    if incident.kind == "spike" and incident.end_step is not None:
+        ruled_out.append(
+            Alternative(
+                "loss_divergence",
+                f"not a divergence: the loss was back to baseline by step {incident.end_step}",
+                spike_id,
+            )
+        )
+    drifts = [
+        cp
+        for cp in evidence.change_points
+        if cp.metric == incident.metric
+        and cp.step < incident.onset_step
+        and cp.after_mean > cp.before_mean
+        and incident.onset_step - cp.step <= 200
+    ]
+    if not drifts:
+        ruled_out.append(
+            Alternative(
+                "slow_drift",
+                "not a slow drift: no upward regime shift in the "
+                "loss before the onset (CUSUM, PELT)",
+                spike_id,
+            )
+        )
+    if categories & set(CAUSE_CATEGORIES) and incident.kind == "spike":
+        ruled_out.append(
+            Alternative(
+                "bad_batch",
+                "not a bad batch alone: a logged cause precedes the spike (see the story)",
+                spike_id,
+            )
+        )
+    return ruled_out
+
+
+def limits(evidence: Evidence, has_checkpoints: bool) -> list[str]:
+    """What the evidence cannot show, in the reader's words."""
+    run = evidence.run
+    notes = []
+    if not has_checkpoints:
+        notes.append(
+            "Logs only: which layer started the incident needs checkpoints (weights, optimizer "
+            "state) or a replay (`tscope replay`)."
+        )
+    for metric, consequence in (
+        (GRAD_NORM, "whether gradients moved before the loss cannot be told"),
+        (LEARNING_RATE, "schedule problems cannot be ruled in or out"),
+    ):
+        if not run.has(metric):
+            notes.append(f"{metric} was not logged: {consequence}.")
+    if run.partial:
+        notes.append(
+            f"{len(run.partial)} input(s) could not be fully read (see Inputs): the case is partial."
+        )
+    return notes

@@ -1,0 +1,213 @@
+"""The command line: parses arguments and delegates to the library. Nothing else lives here.
+
+`tscope --help` must stay fast: torch, scikit-learn and pandas are imported only by the commands
+that need them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from tscope.errors import TscopeError, UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Offline post-mortem analyzer for LLM training runs: what happened, when, where, why.",
+)
+
+FORMATS = ("html", "md", "json")
+SEVERITY_ORDER = ("info", "warning", "critical")
+EXIT_FINDINGS = 1  # only with --fail-on
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"tscope: error: {message}", err=True)
+    raise typer.Exit(code=EXIT_BAD_INPUT)
+
+
+def _parse_formats(text: str) -> tuple[str, ...]:
+    formats = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise UsageError(
+            f"Unknown format {', '.join(unknown) or text!r}; use any of html, md, json."
+        )
+    return formats
+
+
+def _check_output_outside_inputs(out: Path, inputs: list[Path]) -> None:
+    resolved = out.resolve()
+    for path in inputs:
+        root = path.resolve()
+        root = root if root.is_dir() else root.parent
+        if resolved == root or root in resolved.parents:
+            raise UsageError(
+                f"--out {out} is inside the input {path}; tscope never writes into an input. "
+                "Choose an output directory elsewhere."
+            )
+
+
+def _progress_enabled(quiet: bool) -> bool:
+    return not quiet and sys.stderr.isatty()
+
+
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress or warnings on stderr.")
+]
+
+
+@app.command()
+def analyze(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Run directory (searched recursively), checkpoint or log file."),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
+    ] = None,
+    formats: Annotated[
+        str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
+    ] = "html,md,json",
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when a finding at or above this severity exists: info|warning|critical.",
+        ),
+    ] = None,
+    quiet: QuietOption = False,
+) -> None:
+    """Analyze what a run left behind and write case.html, case.md and case.json."""
+    from tscope.pipeline import analyze as analyze_run
+    from tscope.render import render_case
+
+    try:
+        chosen = _parse_formats(formats)
+        if fail_on is not None and fail_on not in SEVERITY_ORDER:
+            raise UsageError(
+                f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}, not {fail_on!r}"
+            )
+        with _Progress(_progress_enabled(quiet), "reading") as progress:
+            case = analyze_run(*paths, on_file=progress.update)
+        target = out or Path(f"tscope-case-{case.run['name']}")
+        _check_output_outside_inputs(target, list(paths))
+        written = render_case(case, target, chosen)
+    except TscopeError as error:
+        _fail(str(error))
+    if not quiet:
+        for item in case.partial:
+            typer.echo(
+                f"tscope: warning: partial input {item['path']}: {item['problem']}", err=True
+            )
+    typer.echo(str(_main_file(written)))
+    if fail_on is not None:
+        threshold = SEVERITY_ORDER.index(fail_on)
+        if any(SEVERITY_ORDER.index(f.severity) >= threshold for f in case.findings):
+            raise typer.Exit(code=EXIT_FINDINGS)
+
+
+@app.command()
+def report(
+    case_dir: Annotated[Path, typer.Argument(help="A case directory (or its case.json).")],
+    formats: Annotated[
+        str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
+    ] = "html,md,json",
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Where to write (default: the case dir).")
+    ] = None,
+) -> None:
+    """Re-render a case from its case.json, with no recomputation."""
+    from tscope.render import load_case_payload, render_case
+
+    try:
+        chosen = _parse_formats(formats)
+        payload = load_case_payload(case_dir)
+        target = out or (case_dir if case_dir.is_dir() else case_dir.parent)
+        written = render_case(payload, target, chosen)
+    except TscopeError as error:
+        _fail(str(error))
+    for path in written:
+        typer.echo(str(path))
+
+
+@app.command()
+def demo(
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Where to write the demo run and its case.")
+    ] = Path("tscope-demo"),
+    quiet: QuietOption = False,
+) -> None:
+    """Train a tiny GPT on CPU with a planted LR jump, analyze the run, print the case path."""
+    from tscope.demo.train import make_demo_run
+    from tscope.pipeline import analyze as analyze_run
+    from tscope.render import render_case
+
+    try:
+        with _Progress(_progress_enabled(quiet), "training demo") as progress:
+            demo_run = make_demo_run(out / "run", progress=progress.advance)
+        case = analyze_run(demo_run.run_dir)
+        written = render_case(case, out / "case", FORMATS)
+    except TscopeError as error:
+        _fail(str(error))
+    if not quiet:
+        typer.echo(
+            f"Planted: learning rate ×{demo_run.factor:g} at step {demo_run.planted_step} for "
+            f"{demo_run.window} steps. Verdict: {case.summary.get('verdict', '')}",
+            err=True,
+        )
+    typer.echo(str(_main_file(written)))
+
+
+def _main_file(written: list[Path]) -> Path:
+    for suffix in (".html", ".md", ".json"):
+        for path in written:
+            if path.suffix == suffix:
+                return path
+    return written[0]
+
+
+class _Progress:
+    """A rich progress line on a terminal; silent when piped or with --quiet."""
+
+    def __init__(self, enabled: bool, label: str) -> None:
+        self.enabled = enabled
+        self.label = label
+        self._progress: object | None = None
+        self._task: object | None = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.progress import Progress
+
+            progress = Progress(transient=True)
+            progress.start()
+            self._task = progress.add_task(self.label, total=None)
+            self._progress = progress
+        return self
+
+    def update(self, description: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{self.label} {description}")  # type: ignore[attr-defined]
+
+    def advance(self, done: int, total: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, total=total)  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
