@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import CAUSE_CATEGORIES
 from tscope.analyzers.signals import fmt, primary_loss, window
@@ -127,15 +128,21 @@ def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:
 
 
 def _lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
+    """'steady' or 'smooth' description of the LR through the incident; None if it jumped."""
     if not evidence.run.has(LEARNING_RATE):
         return None
-    _, lrs = window(evidence.run, LEARNING_RATE, incident.onset_step - 50, incident.peak_step)
+    steps, lrs = window(evidence.run, LEARNING_RATE, incident.onset_step - 50, incident.peak_step)
     if lrs.size == 0 or not np.isfinite(lrs).all() or lrs.max() <= 0:
+        return None
+    if lr_jumps(steps, lrs):
         return None
     change = float((lrs.max() - lrs.min()) / lrs.max())
     if change < LR_STEADY_RELATIVE:
         return f"the learning rate was steady at {fmt(float(lrs[-1]))}"
-    return None
+    return (
+        f"the learning rate followed its schedule smoothly ({fmt(float(lrs[0]))} → "
+        f"{fmt(float(lrs[-1]))}, no jump)"
+    )
 
 
 def _next_steps(evidence: Evidence, headline: Finding, incident: Incident | None) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from tscope.analyzers.baseline import RobustBaseline, window_stats
+from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, RobustBaseline, window_stats
 from tscope.analyzers.detectors.base import Alarm, Detection, RegimeShift
 
 # Page's CUSUM with reference k = 0.5σ and decision interval h = 5σ: the textbook design for a
@@ -13,9 +13,10 @@ CUSUM_DECISION_SIGMA = 5.0
 # Residuals are clipped so that one huge point cannot trip the CUSUM alone: it is the spike
 # detectors' job; CUSUM answers "did the level move and stay".
 CUSUM_RESIDUAL_CLIP_SIGMA = 3.0
-# A drift is reported as a regime shift only when the level moved by this many robust sigmas;
-# smaller CUSUM alarms still corroborate spikes but would flood the change-point list.
-CUSUM_MIN_SHIFT_SIGMA = 3.0
+# A drift is reported as a regime shift only when the median of the window after its start moved
+# by this many robust sigmas (the CUSUM design shift is 1σ); noise-driven alarms, whose window
+# median stays put, still corroborate spikes but stay out of the change-point list.
+CUSUM_MIN_SHIFT_SIGMA = 1.5
 
 
 class CusumDetector:
@@ -28,6 +29,7 @@ class CusumDetector:
     ) -> None:
         self.reference_sigma = reference_sigma
         self.decision_sigma = decision_sigma
+        self.after_points = BASELINE_WINDOW_POINTS
 
     def detect(self, values: np.ndarray, baseline: RobustBaseline) -> Detection:
         # Freeze the reference at the start of each excursion: a trailing median would otherwise
@@ -58,7 +60,7 @@ class CusumDetector:
         before, sigma = baseline.median[start], baseline.sigma[start]
         if not np.isfinite(before):
             return None
-        after, _ = window_stats(values[start : alarm_index + 1])
+        after, _ = window_stats(values[start : max(alarm_index + 1, start + self.after_points)])
         if abs(after - before) < CUSUM_MIN_SHIFT_SIGMA * sigma:
             return None
         return RegimeShift(start, float(before), after)

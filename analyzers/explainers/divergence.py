@@ -45,9 +45,11 @@ class DivergenceExplainer:
 
 
 def smoothed(values: np.ndarray) -> np.ndarray:
-    """Rolling median; non-finite values count as +inf (the worst possible loss)."""
-    worst = np.where(np.isfinite(values), values, np.inf)
-    return pd.Series(worst).rolling(SMOOTHING_POINTS, min_periods=1).median().to_numpy()
+    """Rolling median of the finite values; a non-finite point is +inf (the worst possible loss)."""
+    finite = np.where(np.isfinite(values), values, np.nan)
+    level = pd.Series(finite).rolling(SMOOTHING_POINTS, min_periods=1).median().to_numpy().copy()
+    level[~np.isfinite(values)] = np.inf
+    return np.where(np.isnan(level), np.inf, level)
 
 
 def divergence_onset(values: np.ndarray) -> tuple[int, float] | None:
