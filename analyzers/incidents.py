@@ -30,7 +30,7 @@ def incidents(evidence: Evidence) -> list[Incident]:
     found: list[Incident] = []
     if loss is not None:
         steps, values = run.series(loss)
-        onset = divergence_onset(values)
+        onset = divergence_onset(steps, values)
         if onset is not None:
             index = onset[0]
             found.append(Incident("divergence", loss, int(steps[index]), int(steps[-1]), None, 1e9))

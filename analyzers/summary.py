@@ -95,7 +95,7 @@ def _incident_verdict(
         and f.severity in _ALERT_SEVERITIES
         and incident is not None
         and f.step is not None
-        and f.step <= (incident.end_step or incident.peak_step)
+        and (incident.end_step is None or f.step <= incident.end_step)
     ]
     if causes:
         cause = causes[0]

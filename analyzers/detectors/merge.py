@@ -61,8 +61,8 @@ def merge_alarms(values: np.ndarray, detections: list[Detection]) -> list[SpikeC
 def _describe(values: np.ndarray, group: list[int], names: set[str]) -> SpikeCandidate | None:
     first, last = group[0], group[-1]
     baseline, sigma = window_stats(values[max(0, first - BASELINE_WINDOW_POINTS) : first])
-    if not np.isfinite(baseline):
-        return None
+    if not np.isfinite(baseline) or (baseline == 0.0 and sigma <= 1e-12):
+        return None  # no baseline, or a metric logged as a constant 0 (not measured)
     onset = first
     while onset > 0 and values[onset - 1] > baseline + ONSET_SIGMA * sigma:
         onset -= 1

@@ -15,7 +15,7 @@ from tscope.model.metric_names import EVAL_LOSS
 # what it learned. Wortsman et al. 2023 score LR sensitivity with min(loss, loss at init) for the
 # same reason: past that level, training has diverged.
 DIVERGENCE_RATIO = 1.5
-# "Sustained": at least this many consecutive logged points, and this fraction of the run's points.
+# "Sustained": at least this many consecutive logged points, spanning this fraction of the logged steps.
 DIVERGENCE_MIN_POINTS = 5
 DIVERGENCE_MIN_FRACTION = 0.03
 # Smoothing before comparing with the best level, so one noisy point cannot set the best.
@@ -52,20 +52,29 @@ def smoothed(values: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(level), np.inf, level)
 
 
-def divergence_onset(values: np.ndarray) -> tuple[int, float] | None:
-    """(index where the final sustained excursion began, best level before it), or None."""
+def divergence_onset(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | None:
+    """(index where the final sustained excursion began, best level before it), or None.
+
+    The excursion must reach the end of the log in the raw values too (a smoothed tail lags a
+    recovery), and last DIVERGENCE_MIN_FRACTION of the logged steps: a log excerpt that ends a few
+    steps into a spike shows a spike that has not recovered yet, not a divergence.
+    """
     if values.size < 2 * DIVERGENCE_MIN_POINTS:
         return None
     level = smoothed(values)
     best = np.minimum.accumulate(np.where(np.isfinite(level), level, np.inf))
-    above = level > DIVERGENCE_RATIO * best
+    raw_above = ~np.isfinite(values) | (values > DIVERGENCE_RATIO * best)
+    above = (level > DIVERGENCE_RATIO * best) & raw_above
     if not above[-1]:
         return None
     # The excursion that reaches the end of the log: walk back to its first point.
     below = np.flatnonzero(~above)
     onset = int(below[-1]) + 1 if below.size else 0
-    length = values.size - onset
-    if length < max(DIVERGENCE_MIN_POINTS, DIVERGENCE_MIN_FRACTION * values.size) or onset == 0:
+    span_steps = int(steps[-1] - steps[onset])
+    total_steps = max(int(steps[-1] - steps[0]), 1)
+    if onset == 0 or values.size - onset < DIVERGENCE_MIN_POINTS:
+        return None
+    if span_steps < DIVERGENCE_MIN_FRACTION * total_steps:
         return None
     return onset, float(best[onset - 1])
 
@@ -73,7 +82,7 @@ def divergence_onset(values: np.ndarray) -> tuple[int, float] | None:
 def _divergence(
     loss: str, steps: np.ndarray, values: np.ndarray, evidence: Evidence
 ) -> Finding | None:
-    found = divergence_onset(values)
+    found = divergence_onset(steps, values)
     if found is None:
         return None
     onset, best = found
@@ -117,7 +126,7 @@ def _divergence(
         spike_id=linked[0].id if linked else None,
         threshold=(
             f"smoothed loss > {DIVERGENCE_RATIO}× its best so far for ≥ {DIVERGENCE_MIN_POINTS} "
-            f"points and ≥ {DIVERGENCE_MIN_FRACTION:.0%} of the run, through the end of the log"
+            f"points spanning ≥ {DIVERGENCE_MIN_FRACTION:.0%} of the logged steps, through the end of the log"
         ),
     )
 

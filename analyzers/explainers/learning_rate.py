@@ -150,7 +150,7 @@ def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray) -> list[Finding]:
     if loss is None:
         return []
     loss_steps, loss_values = run.series(loss)
-    found = divergence_onset(loss_values)
+    found = divergence_onset(loss_steps, loss_values)
     if found is None:
         return []
     onset_step = int(loss_steps[found[0]])
@@ -201,7 +201,7 @@ def _warmup_too_short(
     end_index = warmup_end(steps, lrs)
     loss_steps, loss_values = run.series(loss)
     onsets = [s.onset_step for s in spikes if s.metric == loss and not is_transient(run, s)]
-    found = divergence_onset(loss_values)
+    found = divergence_onset(loss_steps, loss_values)
     if found is not None:
         onsets.append(int(loss_steps[found[0]]))
     if not onsets or loss_steps.size == 0:

@@ -40,7 +40,10 @@ class LossScaleExplainer:
             elif ratio > 1.0:
                 streak = 0
         minimum = float(scales.min()) if scales.size else None
-        collapsed = minimum is not None and minimum <= MIN_HEALTHY_SCALE
+        # A scale that is 1 from the start is bf16/fp32 (no dynamic scaling), not a collapse.
+        collapsed = (
+            minimum is not None and minimum <= MIN_HEALTHY_SCALE and float(scales.max()) > minimum
+        )
         if not (collapsed or longest >= CONSECUTIVE_HALVINGS or len(skipped) >= MANY_SKIPPED_STEPS):
             return []
         first_skip = min((event.step for event in skipped), default=None)
