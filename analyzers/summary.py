@@ -14,6 +14,9 @@ from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
 
 # Over the incident's lookback, an LR that moved less than this is "did not change".
 LR_STEADY_RELATIVE = 0.05
+# A cause is credited to an incident when it lies at most this many steps before the onset (the
+# story gives the exact lead; an LR jump or bad resume acts within a few optimizer steps).
+CAUSE_LOOKBACK_STEPS = 100
 _ALERT_SEVERITIES = ("critical", "warning")
 
 
@@ -95,6 +98,7 @@ def _incident_verdict(
         and f.severity in _ALERT_SEVERITIES
         and incident is not None
         and f.step is not None
+        and f.step >= incident.onset_step - CAUSE_LOOKBACK_STEPS
         and (incident.end_step is None or f.step <= incident.end_step)
     ]
     if causes:
