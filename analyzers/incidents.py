@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import divergence_onset
 from tscope.analyzers.explainers.spikes import is_transient
-from tscope.analyzers.signals import primary_loss
+from tscope.analyzers.signals import loss_series, primary_loss
 
 from tscope.model import Spike
 
@@ -29,7 +29,7 @@ def incidents(evidence: Evidence) -> list[Incident]:
     loss = primary_loss(run)
     found: list[Incident] = []
     if loss is not None:
-        steps, values = run.series(loss)
+        steps, values = loss_series(run, loss)
         onset = divergence_onset(steps, values)
         if onset is not None:
             index = onset[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.model import Run
-from tscope.model.metric_names import EVAL_LOSS, LOSS, is_loss_like
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS, is_loss_like
 
 
 def primary_loss(run: Run) -> str | None:
@@ -38,3 +38,19 @@ def fmt(number: float | None) -> str:
     if not np.isfinite(number):
         return str(number)
     return f"{number:.3g}"
+
+
+def loss_series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """The loss with NaNs the producer hid put back: where the gradient norm logged at the same
+    step is non-finite, the loss is too (the Trainer's logging_nan_inf_filter logs a running mean
+    or 0.0 instead of NaN)."""
+    steps, values = run.series(metric)
+    grad_steps, grads = run.series(GRAD_NORM)
+    if grad_steps.size == 0:
+        return steps, values
+    hidden = np.isin(steps, grad_steps[~np.isfinite(grads)])
+    if not hidden.any():
+        return steps, values
+    values = values.copy()
+    values[hidden] = np.nan
+    return steps, values

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.signals import fmt, primary_loss
+from tscope.analyzers.signals import fmt, loss_series, primary_loss
 
 from tscope.model import Finding
 from tscope.model.metric_names import EVAL_LOSS
@@ -32,7 +32,7 @@ class DivergenceExplainer:
         findings = []
         loss = primary_loss(evidence.run)
         if loss is not None:
-            steps, values = evidence.run.series(loss)
+            steps, values = loss_series(evidence.run, loss)
             finding = _divergence(loss, steps, values, evidence)
             if finding is not None:
                 findings.append(finding)

@@ -8,7 +8,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import divergence_onset
 from tscope.analyzers.explainers.spikes import is_transient
-from tscope.analyzers.signals import fmt, primary_loss
+from tscope.analyzers.signals import fmt, loss_series, primary_loss
 
 from tscope.model import Finding, Run, Spike
 from tscope.model.metric_names import LEARNING_RATE
@@ -149,7 +149,7 @@ def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray) -> list[Finding]:
     loss = primary_loss(run)
     if loss is None:
         return []
-    loss_steps, loss_values = run.series(loss)
+    loss_steps, loss_values = loss_series(run, loss)
     found = divergence_onset(loss_steps, loss_values)
     if found is None:
         return []
@@ -199,7 +199,7 @@ def _warmup_too_short(
     if loss is None:
         return []
     end_index = warmup_end(steps, lrs)
-    loss_steps, loss_values = run.series(loss)
+    loss_steps, loss_values = loss_series(run, loss)
     onsets = [s.onset_step for s in spikes if s.metric == loss and not is_transient(run, s)]
     found = divergence_onset(loss_steps, loss_values)
     if found is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.signals import fmt, primary_loss
+from tscope.analyzers.signals import fmt, loss_series, primary_loss
 
 from tscope.model import Finding, Run, Spike
 from tscope.model.metric_names import GRAD_NORM, is_loss_like
@@ -38,9 +38,13 @@ class SpikeExplainer:
         for spike in evidence.spikes:
             notable = is_notable(evidence.run, spike, evidence.spikes)
             if is_loss_like(spike.metric):
+                notable = notable or _corroborated(evidence.run, spike, evidence.spikes)
                 findings.append(_loss_spike(evidence.run, spike, notable))
             elif spike.metric == GRAD_NORM:
-                findings.append(_grad_norm_spike(evidence.run, spike, notable))
+                # A gradient-norm jump matters when the loss reacts or it goes non-finite; a
+                # level that rises and stays is growth (context, OLMo 2), not an incident.
+                linked = spike.nonfinite or _loss_reacts(evidence.run, spike, evidence.spikes)
+                findings.append(_grad_norm_spike(evidence.run, spike, notable and linked))
         findings.extend(_nan_losses(evidence.run))
         return findings
 
@@ -73,6 +77,55 @@ def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
     if is_transient(run, spike):
         return ratio >= TRANSIENT_MAX_RATIO
     return True
+
+
+# Spikes on two series count as one event when their peaks are at most this many points apart.
+COINCIDENCE_POINTS = 2
+# A gradient-norm jump "makes the loss react" when a loss spike starts within this many points.
+LOSS_REACTION_POINTS = 20
+
+
+def _points_between(run: Run, metric: str, first: int, second: int) -> int:
+    steps, _ = run.series(metric)
+    low, high = sorted((first, second))
+    return int(((steps > low) & (steps <= high)).sum())
+
+
+def _corroborated(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
+    """A lone loss bump confirmed by a simultaneous gradient-norm spike (two signals agree)."""
+    if not is_transient(run, spike) or spike.peak_value < (1 + MIN_WARNING_EXCESS) * spike.baseline:
+        return False
+    return any(
+        other.metric == GRAD_NORM
+        and _points_between(run, spike.metric, other.peak_step, spike.peak_step)
+        <= COINCIDENCE_POINTS
+        for other in spikes
+    )
+
+
+def _loss_reacts(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
+    loss = primary_loss(run)
+    return any(
+        other.metric == loss
+        and other.onset_step >= spike.onset_step - 1
+        and _points_between(run, other.metric, spike.onset_step, other.onset_step)
+        <= LOSS_REACTION_POINTS
+        for other in spikes
+    ) or _loss_rises_after(run, spike)
+
+
+def _loss_rises_after(run: Run, spike: Spike) -> bool:
+    """The loss's median over the excursion is ≥ MIN_WARNING_EXCESS above its level before it."""
+    loss = primary_loss(run)
+    if loss is None:
+        return False
+    steps, values = run.series(loss)
+    before = values[(steps < spike.onset_step)][-20:]
+    end = spike.end_step if spike.end_step is not None else spike.onset_step + 1
+    during = values[(steps >= spike.onset_step) & (steps <= max(end, spike.peak_step + 3))]
+    if before.size < 3 or during.size == 0:
+        return False
+    return bool(np.nanmax(during) >= (1 + MIN_WARNING_EXCESS / 2) * np.nanmedian(before))
 
 
 def spike_confidence(spike: Spike) -> float:
@@ -155,7 +208,7 @@ def _nan_losses(run: Run) -> list[Finding]:
     loss = primary_loss(run)
     if loss is None:
         return []
-    steps, values = run.series(loss)
+    steps, values = loss_series(run, loss)
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size == 0:
         return []
@@ -169,7 +222,7 @@ def _nan_losses(run: Run) -> list[Finding]:
             step=int(steps[first]),
             layer=None,
             message=(
-                f"{loss} became non-finite ({values[first]}) at step {int(steps[first])}; "
+                f"{loss} became non-finite at step {int(steps[first])}{_hidden_note(run, loss, first)}; "
                 f"{bad.size} of {values.size} logged values are NaN/Inf."
             ),
             evidence={
@@ -186,3 +239,13 @@ def _nan_losses(run: Run) -> list[Finding]:
             threshold="any NaN/Inf in the logged loss",
         )
     ]
+
+
+def _hidden_note(run: Run, loss: str, index: int) -> str:
+    logged = float(run.series(loss)[1][index])
+    if np.isfinite(logged):
+        return (
+            f" (logged as {fmt(logged)}, but the gradient norm of that step is non-finite: the "
+            "Trainer's logging_nan_inf_filter hid the NaN)"
+        )
+    return ""

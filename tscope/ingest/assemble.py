@@ -119,7 +119,7 @@ def _resolve_segments(metric: str, reads: list[LogRead]) -> tuple[pd.DataFrame, 
     events: list[RunEvent] = []
     if len(steps) > 1:
         running_max = np.maximum.accumulate(steps)
-        rewinds = np.flatnonzero(steps[1:] < running_max[:-1]) + 1
+        rewinds = np.flatnonzero(steps[1:] < steps[:-1]) + 1
         for index in rewinds:
             events.append(
                 RunEvent(

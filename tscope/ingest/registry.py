@@ -4,9 +4,29 @@ from __future__ import annotations
 
 from tscope.errors import UsageError
 from tscope.ingest.base import Reader
+from tscope.ingest.readers.megatron_log import MegatronLogReader
+from tscope.ingest.readers.metrics_table import MetricsTableReader
+from tscope.ingest.readers.nanogpt_log import ModdedNanoGPTLogReader, NanoGPTLogReader
+from tscope.ingest.readers.tensorboard import TensorBoardReader
 from tscope.ingest.readers.trainer_state import TrainerStateReader
+from tscope.ingest.readers.trainer_stdout import TrainerStdoutReader
+from tscope.ingest.readers.wandb_export import WandbExportReader
+from tscope.ingest.readers.wandb_history import WandbHistoryReader
+from tscope.ingest.readers.wandb_offline import WandbOfflineReader
 
-READERS: tuple[Reader, ...] = (TrainerStateReader(),)
+READERS: tuple[Reader, ...] = (
+    TrainerStateReader(),
+    TensorBoardReader(),
+    WandbOfflineReader(),
+    WandbExportReader(),
+    WandbHistoryReader(),
+    MegatronLogReader(),
+    ModdedNanoGPTLogReader(),
+    NanoGPTLogReader(),
+    TrainerStdoutReader(),
+    # Last: it claims any table with a step column, so every specific reader asks first.
+    MetricsTableReader(),
+)
 
 
 def reader_named(name: str) -> Reader:

@@ -138,7 +138,8 @@ class Case:
             "summary": self.summary,
             "chart_series": self.chart_series,
         }
-        return json_safe(payload)
+        result: dict[str, Any] = json_safe(payload)
+        return result
 
 
 def _spike_dict(spike: Spike) -> dict[str, Any]:

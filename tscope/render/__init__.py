@@ -1,1 +1,123 @@
+"""Renderers: case.json (the source of truth), case.html, and case.md with its SVG charts.
 
+    render_case(case, "out/")                                   # after an analysis
+    render_case(load_case_payload("out/"), "out/", ("html",))   # `tscope report`: no recomputation
+
+Both calls go through the payload exactly as case.json holds it, so a report re-rendered from
+case.json is byte-identical to the one written at analysis time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tscope.errors import UnreadableInput, UsageError
+from tscope.model.case import SCHEMA_VERSION, Case
+from tscope.render.charts import Chart, incident_chart, other_metrics_chart
+from tscope.render.heatmap import layers_heatmap
+from tscope.render.html import render_html
+from tscope.render.json_file import case_json_text, normalized_payload
+from tscope.render.markdown import render_markdown
+
+FORMATS = ("html", "md", "json")
+CASE_JSON = "case.json"
+CASE_HTML = "case.html"
+CASE_MD = "case.md"
+# The charts case.md links as images; case.html inlines the same SVG text.
+CHART_FILES = {
+    "chart": "case-chart.svg",
+    "metrics": "case-metrics.svg",
+    "layers": "case-layers.svg",
+}
+REANALYZE_HINT = "Re-run `tscope analyze` to write it again"
+
+__all__ = ["CASE_JSON", "CHART_FILES", "FORMATS", "load_case_payload", "render_case"]
+
+
+def render_case(
+    case_or_payload: Case | dict[str, Any],
+    out_dir: str | os.PathLike[str],
+    formats: Sequence[str] = FORMATS,
+) -> list[Path]:
+    """Write the requested renderings into out_dir and return the paths written, in order."""
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown:
+        raise UsageError(
+            f"Unknown report format {', '.join(map(repr, unknown))}: choose from {', '.join(FORMATS)}."
+        )
+    raw = case_or_payload.to_dict() if isinstance(case_or_payload, Case) else case_or_payload
+    payload = normalized_payload(raw)
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(
+            f"Cannot write the case into {directory}: {error.strerror or error}. "
+            "Pass --out with a folder you can write to."
+        ) from error
+    charts = draw_charts(payload) if {"html", "md"} & set(formats) else {}
+    written: list[Path] = []
+    for name in dict.fromkeys(formats):  # each format once, in the order asked
+        if name == "json":
+            written.append(_write(directory / CASE_JSON, case_json_text(payload)))
+        elif name == "html":
+            written.append(_write(directory / CASE_HTML, render_html(payload, charts)))
+        else:
+            for chart_name, chart in charts.items():
+                written.append(_write(directory / CHART_FILES[chart_name], chart.svg + "\n"))
+            markdown = render_markdown(payload, charts, CHART_FILES)
+            written.append(_write(directory / CASE_MD, markdown))
+    return written
+
+
+def draw_charts(payload: dict[str, Any]) -> dict[str, Chart]:
+    """Every chart the payload has data for, keyed as in CHART_FILES."""
+    drawn = {
+        "chart": incident_chart(payload),
+        "metrics": other_metrics_chart(payload),
+        "layers": layers_heatmap(payload),
+    }
+    return {name: chart for name, chart in drawn.items() if chart is not None}
+
+
+def load_case_payload(case_dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:
+    """case.json from a case folder (or the file itself), checked enough to render."""
+    path = Path(case_dir_or_file)
+    file = path / CASE_JSON if path.is_dir() else path
+    if not file.is_file():
+        raise UnreadableInput(
+            str(file),
+            "no such file",
+            "Point at the folder `tscope analyze --out` wrote, or at its case.json",
+        )
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UnreadableInput(str(file), "not UTF-8 text", REANALYZE_HINT) from error
+    except OSError as error:
+        raise UnreadableInput(str(file), str(error.strerror or error), REANALYZE_HINT) from error
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as error:
+        problem = f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        raise UnreadableInput(str(file), problem, REANALYZE_HINT) from error
+    if not isinstance(payload, dict) or "schema_version" not in payload:
+        raise UnreadableInput(str(file), "not a tscope case file (no schema_version)", "")
+    major = str(payload["schema_version"]).split(".")[0]
+    if major != SCHEMA_VERSION.split(".")[0]:
+        raise UnreadableInput(
+            str(file),
+            f"case schema {payload['schema_version']} is not schema {SCHEMA_VERSION}, "
+            "the one this tscope reads",
+            "Re-render it with the tscope that wrote it, or re-run `tscope analyze`",
+        )
+    return payload
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8", newline="\n")
+    return path

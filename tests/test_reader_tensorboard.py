@@ -1,0 +1,639 @@
+"""TensorBoard event files, written at test time by the real writers.
+
+torch's SummaryWriter writes the scalars (plain `simple_value` and `new_style` tensors), the
+HF Trainer's own TensorBoardCallback writes a tiny GPT-2 run, and tensorboard's EventFileWriter
+writes the events SummaryWriter cannot (TF2-style tensors, negative steps, several values per
+event). TensorBoard's EventAccumulator, told to keep every point, is the oracle for values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.discover import discover
+from tscope.ingest.readers import tfrecord
+from tscope.ingest.readers.tensorboard import TensorBoardReader
+from tscope.ingest.registry import reader_named
+from tscope.model import METRIC_COLUMNS, LogRead
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS, LOSS_SCALE
+
+torch_tensorboard = pytest.importorskip("torch.utils.tensorboard")
+event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
+summary_pb2 = pytest.importorskip("tensorboard.compat.proto.summary_pb2")
+tensor_pb2 = pytest.importorskip("tensorboard.compat.proto.tensor_pb2")
+from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
+    EventAccumulator,
+)
+from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
+from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
+from tensorboard.util import tensor_util  # noqa: E402
+
+READER = TensorBoardReader()
+CHECKING_READER = TensorBoardReader(verify_checksums=True)
+SPIKE_STEP, NAN_STEP, INF_STEP = 120, 150, 151
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def the_event_file(directory: Path) -> Path:
+    files = sorted(directory.glob("events.out.tfevents.*"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def write_with_summary_writer(directory: Path, log: Callable[[object], None]) -> Path:
+    writer = torch_tensorboard.SummaryWriter(log_dir=str(directory))
+    log(writer)
+    writer.close()
+    return the_event_file(directory)
+
+
+def write_events(directory: Path, events: list[object]) -> Path:
+    writer = EventFileWriter(str(directory))
+    for event in events:
+        writer.add_event(event)
+    writer.close()
+    return the_event_file(directory)
+
+
+def scalar_event(step: int, *values: tuple[str, float]) -> object:
+    summary = summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag=tag, simple_value=value) for tag, value in values]
+    )
+    return event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
+
+
+def tensor_event(step: int, tag: str, value: float, with_metadata: bool) -> object:
+    """A TF2-style scalar: DT_FLOAT tensor_content, plugin metadata on the tag's first value only."""
+    tensor = tensor_pb2.TensorProto(dtype=1, tensor_content=struct.pack("<f", value))
+    summary_value = summary_pb2.Summary.Value(tag=tag, tensor=tensor)
+    if with_metadata:
+        summary_value.metadata.plugin_data.plugin_name = "scalars"
+    summary = summary_pb2.Summary(value=[summary_value])
+    return event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
+
+
+def record_offsets(data: bytes) -> list[tuple[int, int]]:
+    """(header offset, total record bytes) of each record, walked independently of tscope."""
+    offsets = []
+    position = 0
+    while position + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, position)
+        offsets.append((position, length + 16))
+        position += length + 16
+    return offsets
+
+
+def series(read: LogRead, metric: str) -> tuple[list[int], np.ndarray]:
+    rows = read.metrics[read.metrics["metric"] == metric].sort_values("order")
+    return rows["step"].tolist(), rows["value"].to_numpy(np.float64)
+
+
+def oracle(path: Path) -> dict[str, tuple[list[int], np.ndarray]]:
+    """Every scalar as TensorBoard itself reads it, nothing sampled away.
+
+    EventAccumulator files `simple_value` under scalars and `new_style` ones under tensors.
+    """
+    accumulator = EventAccumulator(str(path), size_guidance={"scalars": 0, "tensors": 0})
+    accumulator.Reload()
+    points = {}
+    for tag in accumulator.Tags()["scalars"]:
+        events = accumulator.Scalars(tag)
+        points[tag] = ([e.step for e in events], np.asarray([e.value for e in events], np.float64))
+    for tag in accumulator.Tags()["tensors"]:
+        if accumulator.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
+            continue
+        events = accumulator.Tensors(tag)
+        values = [tensor_util.make_ndarray(e.tensor_proto).item() for e in events]
+        points[tag] = ([e.step for e in events], np.asarray(values, np.float64))
+    return points
+
+
+def by_original_name(read: LogRead) -> dict[str, tuple[list[int], np.ndarray]]:
+    table = read.metrics.sort_values("order")
+    return {
+        str(tag): (rows["step"].tolist(), rows["value"].to_numpy(np.float64))
+        for tag, rows in table.groupby("original_name", sort=False)
+    }
+
+
+def f32(value: float) -> float:
+    return float(np.float32(value))
+
+
+def trend(step: int) -> float:
+    return 4.0 * math.exp(-step / 80) + 2.0
+
+
+def log_incident_run(writer: object, new_style: bool) -> None:
+    """300 steps: a 3x loss spike at 120 with the grad norm jumping, NaN at 150, Inf at 151."""
+    writer.add_text("args", '{"learning_rate": 0.0003, "logging_steps": 1, "optim": {"b": 2}}')
+    for step in range(300):
+        loss = trend(step) * (3.0 if step == SPIKE_STEP else 1.0)
+        loss = math.nan if step == NAN_STEP else math.inf if step == INF_STEP else loss
+        writer.add_scalar("train/loss", loss, step, new_style=new_style)
+        grad_norm = 25.0 if step == SPIKE_STEP else 1.0
+        writer.add_scalar("train/grad_norm", grad_norm, step, new_style=new_style)
+        writer.add_scalar("train/learning_rate", 3e-4, step, new_style=new_style)
+        if step % 50 == 0:
+            writer.add_scalar("eval/loss", trend(step) + 0.1, step, new_style=new_style)
+
+
+@pytest.fixture(scope="module")
+def incident_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    files = {}
+    for new_style in (False, True):
+        directory = tmp_path_factory.mktemp(f"incident_new_style_{new_style}")
+        files[f"new_style={new_style}"] = write_with_summary_writer(
+            directory, lambda writer, new_style=new_style: log_incident_run(writer, new_style)
+        )
+    return files
+
+
+@pytest.fixture(scope="module")
+def small_file_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    def log(writer: object) -> None:
+        writer.add_text("args", '{"seed": 1}')
+        for step in range(40):
+            writer.add_scalar("train/loss", 2.0 + step / 10, step)
+            writer.add_scalar("lr", 1e-3, step, new_style=step % 2 == 0)
+
+    return write_with_summary_writer(tmp_path_factory.mktemp("small"), log).read_bytes()
+
+
+# --- what a healthy file yields ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("style", ["new_style=False", "new_style=True"])
+def test_every_point_kept_with_the_spike_nan_and_inf(
+    incident_files: dict[str, Path], style: str
+) -> None:
+    read = READER.read(incident_files[style], "runs/x/events.out.tfevents.1")
+
+    steps, loss = series(read, LOSS)
+    assert steps == list(range(300))
+    assert loss[SPIKE_STEP] == f32(3 * trend(SPIKE_STEP))
+    assert loss[SPIKE_STEP - 1] == f32(trend(SPIKE_STEP - 1))
+    assert math.isnan(loss[NAN_STEP])
+    assert loss[INF_STEP] == math.inf
+    steps, grad_norm = series(read, GRAD_NORM)
+    assert steps == list(range(300))
+    assert grad_norm[SPIKE_STEP] == 25.0 and grad_norm[SPIKE_STEP - 1] == 1.0
+    assert series(read, LEARNING_RATE)[0] == list(range(300))
+    assert series(read, EVAL_LOSS)[0] == [0, 50, 100, 150, 200, 250]
+    assert read.partial == []
+    assert read.kind == "tensorboard"
+    assert list(read.metrics.columns) == list(METRIC_COLUMNS)
+    assert read.metrics["order"].tolist() == list(range(len(read.metrics)))
+    assert set(read.metrics["source"]) == {"runs/x/events.out.tfevents.1"}
+    assert read.config == {"learning_rate": 0.0003, "logging_steps": 1, "optim.b": 2}
+
+
+@pytest.mark.parametrize("style", ["new_style=False", "new_style=True"])
+def test_values_match_tensorboards_own_reader(incident_files: dict[str, Path], style: str) -> None:
+    read = READER.read(incident_files[style], "events.out.tfevents.1")
+    expected = oracle(incident_files[style])
+    got = by_original_name(read)
+    assert got.keys() == expected.keys()
+    for tag, (steps, values) in expected.items():
+        assert got[tag][0] == steps, tag
+        np.testing.assert_array_equal(got[tag][1], values)
+
+
+def test_double_precision_new_style_values_are_exact(tmp_path: Path) -> None:
+    def log(writer: object) -> None:
+        for step in range(5):
+            writer.add_scalar(
+                "train/loss", 1 / 3 + step, step, new_style=True, double_precision=True
+            )
+
+    read = READER.read(write_with_summary_writer(tmp_path, log), "e.tfevents")
+    assert series(read, LOSS)[1].tolist() == [1 / 3 + step for step in range(5)]
+
+
+def test_irregular_layouts_and_long_step_numbers_match_the_oracle(tmp_path: Path) -> None:
+    """Tags of many lengths, logged irregularly, with steps whose varints take 1 to 4 bytes."""
+    steps = [*range(0, 300), *range(16_300, 16_500), *range(2_097_100, 2_097_200)]
+
+    def log(writer: object) -> None:
+        for index, step in enumerate(steps):
+            writer.add_scalar("train/loss", 1.0 + index / 1000, step)
+            if index % 7 == 0:
+                writer.add_scalar("eval/loss", 2.0 + index, step, new_style=True)
+            if index % 3 == 0:
+                writer.add_scalar("layers." + "x" * (index % 40) + "/grad_norm", index, step)
+            if index % 11 == 0:
+                writer.add_scalar("train/learning_rate", 1e-4, step, double_precision=True)
+
+    path = write_with_summary_writer(tmp_path, log)
+    read = READER.read(path, "e.tfevents")
+    expected = oracle(path)
+    got = by_original_name(read)
+    assert got.keys() == expected.keys()
+    for tag, (tag_steps, values) in expected.items():
+        assert got[tag][0] == tag_steps, tag
+        np.testing.assert_array_equal(got[tag][1], values)
+    assert series(read, LOSS)[0] == steps
+
+
+def test_more_points_than_eventaccumulator_keeps_by_default(tmp_path: Path) -> None:
+    points = 12_000  # the default reservoir keeps 10,000 per tag (DOMAIN.md §3)
+
+    def log(writer: object) -> None:
+        for step in range(points):
+            writer.add_scalar("train/loss", step / points, step)
+
+    path = write_with_summary_writer(tmp_path, log)
+    default = EventAccumulator(str(path))
+    default.Reload()
+    assert len(default.Scalars("train/loss")) == 10_000
+    steps, values = series(READER.read(path, "e.tfevents"), LOSS)
+    assert steps == list(range(points))
+    np.testing.assert_array_equal(values, np.float32(np.arange(points) / points))
+
+
+def test_duplicate_and_backward_steps_are_kept_as_logged(tmp_path: Path) -> None:
+    """A resumed run re-logs steps 5-9: both segments stay, in file order, for assembly."""
+
+    def log(writer: object) -> None:
+        for step in [*range(10), *range(5, 15), 14]:
+            writer.add_scalar("train/loss", float(step), step)
+
+    read = READER.read(write_with_summary_writer(tmp_path, log), "e.tfevents")
+    assert series(read, LOSS)[0] == [*range(10), *range(5, 15), 14]
+
+
+def test_started_at_is_the_first_events_wall_time(tmp_path: Path) -> None:
+    before = time.time()
+    first = write_with_summary_writer(
+        tmp_path / "a", lambda writer: writer.add_scalar("loss", 1.0, 0)
+    )
+    time.sleep(0.01)
+    second = write_with_summary_writer(
+        tmp_path / "b", lambda writer: writer.add_scalar("loss", 1.0, 0)
+    )
+    started = READER.read(first, "a").started_at
+    later = READER.read(second, "b").started_at
+    assert started is not None and later is not None
+    assert before - 1 <= started < later <= time.time()
+
+
+# --- producers' tag names, config and the other value kinds -----------------------------------
+
+
+def test_megatron_tags_are_canonical_and_sample_axes_left_out(tmp_path: Path) -> None:
+    tags = {
+        "lm loss": LOSS,
+        "learning-rate": LEARNING_RATE,
+        "loss-scale": LOSS_SCALE,
+        "grad-norm": GRAD_NORM,
+        "lm loss validation": EVAL_LOSS,
+        "lm-loss-training/lm loss": LOSS,
+        "grad-norm/grad-norm": GRAD_NORM,
+        "lm-loss-validation/lm loss validation ppl": "lm-loss-validation/lm loss validation ppl",
+    }
+
+    def log(writer: object) -> None:
+        for step in (1, 2):
+            for tag in tags:
+                writer.add_scalar(tag, 1.0, step)
+            writer.add_scalar("lm loss vs samples", 1.0, step * 512)
+            writer.add_scalar("lm-loss-training/lm loss vs tokens", 1.0, step * 2**20)
+            writer.add_scalar("steps-vs-samples/y=steps,x=samples", step, step * 512)
+
+    read = READER.read(write_with_summary_writer(tmp_path, log), "e.tfevents")
+    pairs = set(zip(read.metrics["original_name"], read.metrics["metric"], strict=True))
+    assert pairs == set(tags.items())
+    assert read.metrics["step"].max() == 2
+
+
+def test_text_and_hparams_become_config(tmp_path: Path) -> None:
+    def log(writer: object) -> None:
+        writer.add_text("args", "not json: --lr 3e-4")
+        writer.add_text("model_config", '{"n_layer": 2, "rope": {"theta": 10000}}')
+        writer.add_text("notes", '{"ignored": true}')  # only known config tags become config
+        writer.add_scalar("loss", 1.0, 0)
+
+    read = READER.read(write_with_summary_writer(tmp_path, log), "e.tfevents")
+    assert read.config == {
+        "args": "not json: --lr 3e-4",
+        "model_config.n_layer": 2,
+        "model_config.rope.theta": 10000,
+    }
+
+    directory = tmp_path / "hparams"
+    writer = torch_tensorboard.SummaryWriter(log_dir=str(directory))
+    writer.add_hparams({"lr": 0.1, "optimizer": "adamw"}, {"hparam/loss": 2.5}, run_name="trial")
+    writer.close()
+    hparams_file = next((directory / "trial").glob("events.out.tfevents.*"))
+    read = READER.read(hparams_file, "trial/e.tfevents")
+    assert read.config == {"lr": 0.1, "optimizer": "adamw"}
+    assert series(read, "hparam/loss")[1].tolist() == [2.5]
+
+
+def test_tf2_tensors_with_metadata_only_on_the_first_value(tmp_path: Path) -> None:
+    events = [
+        tensor_event(step, "epoch_loss", 1.5 + step, with_metadata=step == 0) for step in range(4)
+    ]
+    read = READER.read(write_events(tmp_path, events), "e.tfevents")
+    assert series(read, "epoch_loss") == ([0, 1, 2, 3], pytest.approx([1.5, 2.5, 3.5, 4.5]))
+
+
+def test_several_values_per_event_and_negative_or_huge_steps(tmp_path: Path) -> None:
+    events = [
+        scalar_event(-1, ("train/loss", 9.0)),
+        scalar_event(3, ("train/loss", 1.0), ("train/grad_norm", 2.0), ("x", 3.0)),
+        scalar_event(2**60, ("train/loss", 4.0)),
+    ]
+    read = READER.read(write_events(tmp_path, events), "e.tfevents")
+    table = read.metrics.sort_values("order")
+    assert table["original_name"].tolist() == [
+        "train/loss",
+        "train/loss",
+        "train/grad_norm",
+        "x",
+        "train/loss",
+    ]
+    assert table["step"].tolist() == [-1, 3, 3, 3, 2**60]
+    assert table["value"].tolist() == [9.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_hf_trainer_tensorboard_callback(tmp_path: Path) -> None:
+    """The Trainer's own callback: per-step train/*, eval/loss, args and model config."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=16)
+    model = transformers.GPT2LMHeadModel(config)
+    samples = []
+    for _ in range(16):
+        ids = torch.randint(0, 64, (16,))
+        samples.append({"input_ids": ids, "labels": ids})
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=6,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=3,
+        report_to=["tensorboard"],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=1e-3,
+    )
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=samples, eval_dataset=samples[:4]
+    )
+    trainer.train()
+    logged = {
+        entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry
+    }
+
+    path = next((tmp_path / "out").rglob("events.out.tfevents.*"))
+    read = READER.read(path, "runs/e.tfevents")
+    steps, loss = series(read, LOSS)
+    # The end-of-training "train/train_loss" (the run's mean) must not stand in for step 6.
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert loss.tolist() == [f32(logged[step]) for step in steps]
+    assert series(read, GRAD_NORM)[0] == [1, 2, 3, 4, 5, 6]
+    assert series(read, LEARNING_RATE)[1][0] == pytest.approx(1e-3)
+    assert series(read, EVAL_LOSS)[0] == [3, 6]
+    assert "eval/runtime" not in set(read.metrics["metric"])
+    assert read.config["learning_rate"] == 1e-3
+    assert read.config["logging_steps"] == 1
+    assert read.config["model_config.n_layer"] == 1
+    assert read.partial == []
+
+
+def test_registered_and_claimed_by_name(tmp_path: Path, small_file_bytes: bytes) -> None:
+    assert isinstance(reader_named("tensorboard"), TensorBoardReader)
+    path = tmp_path / "runs" / "events.out.tfevents.1700000000.host.1.0"
+    path.parent.mkdir()
+    path.write_bytes(small_file_bytes)
+    assert READER.can_read(path)
+    assert not READER.can_read(tmp_path / "events.json")
+    found = discover(tmp_path)
+    assert [read.kind for read in found.reads] == ["tensorboard"]
+    assert found.reads[0].path == "runs/events.out.tfevents.1700000000.host.1.0"
+
+
+# --- damaged files ----------------------------------------------------------------------------
+
+
+def write_bytes(directory: Path, data: bytes) -> Path:
+    path = directory / "events.out.tfevents.1700000000.host.1.0"
+    path.write_bytes(data)
+    return path
+
+
+def test_truncated_last_record_keeps_everything_before_the_cut(
+    tmp_path: Path, small_file_bytes: bytes
+) -> None:
+    full = READER.read(write_bytes(tmp_path, small_file_bytes), "e")
+    records = record_offsets(small_file_bytes)
+    # Record 0 is the file-version event and record 1 the args text: scalars start at record 2.
+    offset, size = records[30]
+    for cut in (offset + 3, offset + 12, offset + size // 2, offset + size - 1):
+        read = READER.read(write_bytes(tmp_path, small_file_bytes[:cut]), "e")
+        assert len(read.metrics) == 28
+        assert read.metrics.equals(full.metrics.iloc[:28])
+        assert len(read.partial) == 1
+        assert "still being written" in read.partial[0].problem
+        assert read.config == {"seed": 1}
+
+
+def test_corrupt_framing_in_the_middle_stops_there(tmp_path: Path, small_file_bytes: bytes) -> None:
+    offset, _ = record_offsets(small_file_bytes)[20]
+    damaged = bytearray(small_file_bytes)
+    damaged[offset] ^= 0x40  # the length now points into the middle of a later record
+    read = READER.read(write_bytes(tmp_path, bytes(damaged)), "e")
+    assert len(read.metrics) == 18
+    assert len(read.partial) == 1
+    assert f"corrupt at byte {offset}" in read.partial[0].problem
+
+
+def test_checksum_check_catches_a_flipped_value_byte(
+    tmp_path: Path, small_file_bytes: bytes
+) -> None:
+    offset, size = record_offsets(small_file_bytes)[10]
+    # The record is `... 15 <float32>` then the 4-byte data checksum: flip the float's last byte.
+    damaged = bytearray(small_file_bytes)
+    damaged[offset + size - 5] ^= 0x01
+    path = write_bytes(tmp_path, bytes(damaged))
+
+    unchecked = READER.read(path, "e")
+    assert len(unchecked.metrics) == 80 and unchecked.partial == []
+    checked = CHECKING_READER.read(path, "e")
+    assert len(checked.metrics) == 79
+    assert len(checked.partial) == 1
+    assert "1 records failed their data checksum" in checked.partial[0].problem
+    assert CHECKING_READER.read(write_bytes(tmp_path, small_file_bytes), "e").partial == []
+
+
+def test_undecodable_record_with_intact_framing_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1"
+    event = scalar_event(1, ("loss", 1.0)).SerializeToString()
+    with path.open("wb") as handle:
+        records = RecordWriter(handle)
+        records.write(event)
+        records.write(b"\xff\xff\xff\xff")  # framed and checksummed, but not an Event
+        records.write(scalar_event(2, ("loss", 2.0)).SerializeToString())
+    read = CHECKING_READER.read(path, "e")
+    assert series(read, LOSS) == ([1, 2], pytest.approx([1.0, 2.0]))
+    assert len(read.partial) == 1 and "not valid Event protos" in read.partial[0].problem
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "empty"),
+        (b"hello, this is not an event file at all" * 10, "not a TensorBoard event file"),
+        (bytes(range(256)) * 4, "not a TensorBoard event file"),
+    ],
+)
+def test_unusable_files_raise_unreadable_input(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    with pytest.raises(UnreadableInput, match=problem):
+        READER.read(write_bytes(tmp_path, content), "e")
+
+
+def test_first_record_cut_off_is_unreadable(tmp_path: Path, small_file_bytes: bytes) -> None:
+    with pytest.raises(UnreadableInput, match="cut off before the end of its first record"):
+        READER.read(write_bytes(tmp_path, small_file_bytes[:30]), "e")
+
+
+def test_missing_file_is_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(UnreadableInput, match="cannot open"):
+        READER.read(tmp_path / "events.out.tfevents.gone", "gone")
+
+
+def test_crc32c_implementations_agree_with_the_standard() -> None:
+    assert tfrecord._crc32c_pure_python(b"123456789") == 0xE3069283  # RFC 3720 check value
+    assert tfrecord.crc32c(b"123456789") == 0xE3069283
+    rng = np.random.default_rng(0)
+    for size in (0, 1, 7, 8, 100):
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        assert tfrecord._crc32c_pure_python(data) == tfrecord.crc32c(data)
+    lengths = np.asarray([0, 1, 35, 2**40 + 3], dtype=np.uint64)
+    vectorized = tfrecord._masked_crc32c_of_lengths(lengths).tolist()
+    assert vectorized == [tfrecord.masked_crc32c(struct.pack("<Q", int(n))) for n in lengths]
+
+
+# --- property: bad bytes never escape as anything but UnreadableInput -------------------------
+
+
+def mutations() -> st.SearchStrategy[tuple[str, int, int]]:
+    return st.tuples(
+        st.sampled_from(["truncate", "flip", "overwrite", "insert", "delete"]),
+        st.integers(min_value=0, max_value=10_000),
+        st.integers(min_value=0, max_value=255),
+    )
+
+
+def mutate(data: bytes, edits: list[tuple[str, int, int]]) -> bytes:
+    damaged = bytearray(data)
+    for kind, position, byte in edits:
+        if not damaged:
+            break
+        index = position % len(damaged)
+        if kind == "truncate":
+            del damaged[index:]
+        elif kind == "flip":
+            damaged[index] ^= 1 << (byte % 8)
+        elif kind == "overwrite":
+            damaged[index] = byte
+        elif kind == "insert":
+            damaged.insert(index, byte)
+        else:
+            del damaged[index]
+    return bytes(damaged)
+
+
+@pytest.fixture(scope="module")
+def scratch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fuzz")
+
+
+@settings(max_examples=150, deadline=None)
+@given(edits=st.lists(mutations(), min_size=1, max_size=4), verify=st.booleans())
+def test_damaged_bytes_never_raise_anything_but_unreadable_input(
+    scratch_dir: Path, small_file_bytes: bytes, edits: list[tuple[str, int, int]], verify: bool
+) -> None:
+    path = write_bytes(scratch_dir, mutate(small_file_bytes, edits))
+    try:
+        read = TensorBoardReader(verify_checksums=verify).read(path, "e")
+    except UnreadableInput:
+        return
+    assert list(read.metrics.columns) == list(METRIC_COLUMNS)
+    assert read.metrics["order"].tolist() == list(range(len(read.metrics)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.binary(max_size=600))
+def test_random_bytes_never_raise_anything_but_unreadable_input(
+    scratch_dir: Path, data: bytes
+) -> None:
+    path = write_bytes(scratch_dir, data)
+    with contextlib.suppress(UnreadableInput):
+        READER.read(path, "e")
+
+
+def iter_records(data: bytes) -> Iterator[bytes]:
+    for offset, size in record_offsets(data):
+        yield data[offset : offset + size]
+
+
+@settings(max_examples=60, deadline=None)
+@given(garbage=st.binary(min_size=1, max_size=64), where=st.integers(min_value=1, max_value=80))
+def test_garbage_payload_with_valid_framing_is_contained(
+    scratch_dir: Path, small_file_bytes: bytes, garbage: bytes, where: int
+) -> None:
+    """A checksummed record holding random bytes costs at most that record."""
+    framed = struct.pack("<Q", len(garbage))
+    framed += struct.pack("<I", tfrecord.masked_crc32c(framed))
+    framed += garbage + struct.pack("<I", tfrecord.masked_crc32c(garbage))
+    records = list(iter_records(small_file_bytes))
+    index = min(where, len(records))
+    path = write_bytes(scratch_dir, b"".join([*records[:index], framed, *records[index:]]))
+    read = CHECKING_READER.read(path, "e")
+    # The garbage may itself decode as an event with scalars; it never costs the others.
+    assert len(read.metrics) >= 80
+    assert all("not valid Event protos" in partial.problem for partial in read.partial)
+
+
+def test_reads_without_tensorboard_tensorflow_or_the_crc32c_package(
+    tmp_path: Path, small_file_bytes: bytes
+) -> None:
+    """The core install: tensorboard is an extra, crc32c too (the pure-Python CRC steps in)."""
+    path = write_bytes(tmp_path, small_file_bytes)
+    script = (
+        "import sys\n"
+        "for name in ('tensorboard', 'tensorflow', 'crc32c'):\n"
+        "    sys.modules[name] = None  # any import of them now fails\n"
+        "from pathlib import Path\n"
+        "from tscope.ingest.readers import tfrecord\n"
+        "from tscope.ingest.readers.tensorboard import TensorBoardReader\n"
+        "assert tfrecord.crc32c is tfrecord._crc32c_pure_python\n"
+        f"read = TensorBoardReader(verify_checksums=True).read(Path({str(path)!r}), 'e')\n"
+        "assert len(read.metrics) == 80 and read.partial == [], read.partial\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr

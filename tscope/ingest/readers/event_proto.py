@@ -1,0 +1,370 @@
+"""Decoding TensorBoard `Event` protos from the protobuf wire format, without tensorflow.
+
+Field numbers (DOMAIN.md §3, from tensorboard/compat/proto):
+  Event{wall_time=1 double, step=2 int64, summary=5}
+  Summary{value=1}
+  Summary.Value{tag=1, simple_value=2 float, tensor=8 TensorProto, metadata=9 SummaryMetadata}
+  SummaryMetadata{plugin_data=1 PluginData{plugin_name=1, content=2}}
+  TensorProto{dtype=1, tensor_content=4, float_val=5, double_val=6, string_val=8}
+
+Two decoders share the work. `decode_scalar_records` handles, for all records at once with numpy,
+the layouts that make up nearly every record of a training log: one scalar per event, as
+`SummaryWriter.add_scalar` writes it (plain `simple_value`, or `new_style` float/double tensors
+with the "scalars" plugin). `decode_event` is a general field-by-field decoder for everything
+else (the file-version event, text, hparams, TF2 tensors, several values per event).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tscope.ingest.readers.tfrecord import byte_offset_view
+
+# Protobuf wire types.
+_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+# TensorFlow DataType enum values used by scalar summaries.
+DT_FLOAT, DT_DOUBLE = 1, 2
+
+_unpack_double = struct.Struct("<d").unpack_from
+_unpack_float = struct.Struct("<f").unpack_from
+
+
+class WireFormatError(ValueError):
+    """The bytes are not a well-formed protobuf message of the expected shape."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Vectorized fast path.
+#
+# Every accepted record is exactly, byte for byte:
+#   09 <wall_time f8>  [10 <step varint>]  2a <S>  0a <V>  0a <T> <tag: T bytes>  <value tail>
+# with single-byte lengths S, V, T that add up to the record length, and a value tail of one of
+# the layouts below (torch's summary.scalar output, measured with a hex dump of its files).
+
+
+@dataclass(frozen=True)
+class _ValueTail:
+    before: bytes  # bytes between the tag and the number
+    dtype: str  # the number's little-endian encoding
+    after: bytes  # bytes after the number, up to the end of the record
+
+
+_SCALARS_PLUGIN_METADATA = b"\x4a\x0b\x0a\x09\x0a\x07scalars"
+_VALUE_TAILS = (
+    _ValueTail(b"\x15", "<f4", b""),  # simple_value (add_scalar default)
+    _ValueTail(b"\x42\x08\x08\x01\x2a\x04", "<f4", _SCALARS_PLUGIN_METADATA),  # new_style float
+    _ValueTail(b"\x42\x0c\x08\x02\x32\x08", "<f8", _SCALARS_PLUGIN_METADATA),  # new_style double
+)
+# A step varint is read as one 8-byte word: up to 8 varint bytes, i.e. steps below 2**56 (larger
+# or negative steps take the general decoder).
+_CONTINUATION_BITS = np.uint64(0x8080808080808080)
+_PAYLOAD_BITS = np.uint64(0x7F7F7F7F7F7F7F7F)
+# The summary header `2a S 0a V 0a T` read as one little-endian word: the fixed bytes must match.
+_SUMMARY_HEADER_MASK = np.uint64(0xFF00FF00FF)
+_SUMMARY_HEADER_BYTES = np.uint64(0x0A000A002A)
+# Shorter records take the general decoder, so the fast path's 8-byte reads stay inside the file.
+_MIN_FAST_RECORD_BYTES = 22
+
+
+@dataclass(frozen=True)
+class ScalarRecords:
+    """The records the fast path decoded: one scalar each."""
+
+    record_index: np.ndarray  # (n,) int64, index into the framed records
+    step: np.ndarray  # (n,) int64
+    value: np.ndarray  # (n,) float64
+    tag_start: np.ndarray  # (n,) int64, byte offsets of the tag in the file
+    tag_end: np.ndarray  # (n,) int64
+
+
+def decode_scalar_records(buffer: bytes, starts: np.ndarray, lengths: np.ndarray) -> ScalarRecords:
+    """Decode the one-scalar records among `starts`/`lengths`; the rest are left to decode_event.
+
+    Each check narrows the candidate set, so rare layouts cost little on a typical file.
+    """
+    candidates = np.flatnonzero(lengths >= _MIN_FAST_RECORD_BYTES)
+    if candidates.size == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return ScalarRecords(empty, empty, np.empty(0, dtype=np.float64), empty, empty)
+    bytes_at = np.frombuffer(buffer, dtype=np.uint8)
+    words_at = byte_offset_view(buffer, "<u8")
+    start = starts[candidates]
+    end = start + lengths[candidates]
+
+    has_step = bytes_at[start + 9] == 0x10
+    step, step_bytes = _decode_varint_words(words_at[start + 10])
+    summary_at = np.where(has_step, start + 10 + step_bytes, start + 9)
+    header = words_at[summary_at]
+    summary_length = ((header >> np.uint64(8)) & np.uint64(0xFF)).astype(np.int64)
+    value_length = ((header >> np.uint64(24)) & np.uint64(0xFF)).astype(np.int64)
+    tag_length = ((header >> np.uint64(40)) & np.uint64(0xFF)).astype(np.int64)
+    accepted = (bytes_at[start] == 0x09) & (~has_step | (step_bytes > 0))
+    accepted &= (header & _SUMMARY_HEADER_MASK) == _SUMMARY_HEADER_BYTES
+    accepted &= (summary_length < 0x80) & (value_length < 0x80) & (tag_length < 0x80)
+    accepted &= (summary_at + 2 + summary_length == end) & (summary_at + 4 + value_length == end)
+
+    kept = np.flatnonzero(accepted)
+    candidates, end, step = candidates[kept], end[kept], np.where(has_step, step, 0)[kept]
+    tag_start = summary_at[kept] + 6
+    tag_end = tag_start + tag_length[kept]
+
+    value = np.full(candidates.shape, np.nan, dtype=np.float64)
+    matched = np.zeros(candidates.shape, dtype=bool)
+    for tail in _VALUE_TAILS:
+        width = np.dtype(tail.dtype).itemsize
+        pending = np.flatnonzero(~matched)
+        number_at = tag_end[pending] + len(tail.before)
+        fits = number_at + width + len(tail.after) == end[pending]
+        pending, number_at = pending[fits], number_at[fits]
+        fits = _bytes_match(buffer, tag_end[pending], tail.before)
+        fits &= _bytes_match(buffer, number_at + width, tail.after)
+        pending, number_at = pending[fits], number_at[fits]
+        value[pending] = byte_offset_view(buffer, tail.dtype)[number_at]
+        matched[pending] = True
+
+    chosen = np.flatnonzero(matched)
+    return ScalarRecords(
+        record_index=candidates[chosen].astype(np.int64),
+        step=step[chosen],
+        value=value[chosen],
+        tag_start=tag_start[chosen],
+        tag_end=tag_end[chosen],
+    )
+
+
+def _bytes_match(buffer: bytes, offsets: np.ndarray, expected: bytes) -> np.ndarray:
+    """Whether buffer[offset : offset + len(expected)] == expected, for every offset at once."""
+    matches = np.ones(offsets.shape, dtype=bool)
+    words_at = byte_offset_view(buffer, "<u8")
+    last_word = len(buffer) - 8
+    for chunk_start in range(0, len(expected), 8):
+        chunk = expected[chunk_start : chunk_start + 8]
+        mask = np.uint64((1 << (8 * len(chunk))) - 1)
+        # A read clipped at the end of the file sees other bytes and simply fails to match.
+        words = words_at[np.minimum(offsets + chunk_start, last_word)]
+        matches &= (words & mask) == np.uint64(int.from_bytes(chunk, "little"))
+    return matches
+
+
+def _decode_varint_words(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varints that start each little-endian 8-byte word: (value as int64, bytes used; 0 = longer).
+
+    The first byte without its continuation bit ends the varint; its 7-bit groups are packed
+    together, lowest first.
+    """
+    terminators = ~words & _CONTINUATION_BITS
+    lowest = terminators & (~terminators + np.uint64(1))  # isolate the first terminating byte
+    found = lowest != 0
+    byte_count = np.zeros(words.shape, dtype=np.int64)
+    byte_count[found] = (np.log2(lowest[found].astype(np.float64)).astype(np.int64) - 7) // 8 + 1
+    keep = (lowest << np.uint64(1)) - np.uint64(1)  # all bits up to the terminating byte's top bit
+    payload = words & keep & _PAYLOAD_BITS
+    value = np.zeros(words.shape, dtype=np.uint64)
+    longest = int(byte_count.max()) if byte_count.size else 0
+    for group in range(longest):
+        seven_bits = (payload >> np.uint64(8 * group)) & np.uint64(0x7F)
+        value |= seven_bits << np.uint64(7 * group)
+    return value.astype(np.int64), byte_count
+
+
+# ---------------------------------------------------------------------------------------------
+# General decoder.
+
+
+@dataclass
+class TensorValue:
+    dtype: int = 0
+    float_val: list[float] = field(default_factory=list)
+    double_val: list[float] = field(default_factory=list)
+    content: bytes = b""
+    string_val: list[bytes] = field(default_factory=list)
+
+    def scalar(self) -> float | None:
+        """The single float/double the tensor holds, or None if it is not one number."""
+        if self.dtype == DT_FLOAT:
+            if len(self.float_val) == 1:
+                return self.float_val[0]
+            if len(self.content) == 4:
+                return float(_unpack_float(self.content)[0])
+        elif self.dtype == DT_DOUBLE:
+            if len(self.double_val) == 1:
+                return self.double_val[0]
+            if len(self.content) == 8:
+                return float(_unpack_double(self.content)[0])
+        return None
+
+
+@dataclass
+class SummaryValue:
+    tag: str = ""
+    simple_value: float | None = None
+    tensor: TensorValue | None = None
+    plugin_name: str | None = None
+    plugin_content: bytes = b""
+
+
+@dataclass
+class Event:
+    wall_time: float | None = None
+    step: int = 0
+    values: list[SummaryValue] = field(default_factory=list)
+
+
+def decode_event(buffer: bytes, start: int, end: int) -> Event:
+    """Decode one Event; raises WireFormatError on malformed bytes."""
+    event = Event()
+    for number, wire_type, value, value_end in _fields(buffer, start, end):
+        if number == 1 and wire_type == _FIXED64:
+            event.wall_time = float(_unpack_double(buffer, value)[0])
+        elif number == 2 and wire_type == _VARINT:
+            event.step = _signed64(value)
+        elif number == 5 and wire_type == _LENGTH_DELIMITED:
+            for inner, inner_type, inner_start, inner_end in _fields(buffer, value, value_end):
+                if inner == 1 and inner_type == _LENGTH_DELIMITED:
+                    event.values.append(_decode_value(buffer, inner_start, inner_end))
+    return event
+
+
+def _decode_value(buffer: bytes, start: int, end: int) -> SummaryValue:
+    summary_value = SummaryValue()
+    for number, wire_type, value, value_end in _fields(buffer, start, end):
+        if number == 1 and wire_type == _LENGTH_DELIMITED:
+            summary_value.tag = buffer[value:value_end].decode("utf-8", errors="replace")
+        elif number == 2 and wire_type == _FIXED32:
+            summary_value.simple_value = float(_unpack_float(buffer, value)[0])
+        elif number == 8 and wire_type == _LENGTH_DELIMITED:
+            summary_value.tensor = _decode_tensor(buffer, value, value_end)
+        elif number == 9 and wire_type == _LENGTH_DELIMITED:
+            for inner, inner_type, inner_start, inner_end in _fields(buffer, value, value_end):
+                if inner == 1 and inner_type == _LENGTH_DELIMITED:
+                    _decode_plugin_data(buffer, inner_start, inner_end, summary_value)
+    return summary_value
+
+
+def _decode_plugin_data(buffer: bytes, start: int, end: int, into: SummaryValue) -> None:
+    for number, wire_type, value, value_end in _fields(buffer, start, end):
+        if number == 1 and wire_type == _LENGTH_DELIMITED:
+            into.plugin_name = buffer[value:value_end].decode("utf-8", errors="replace")
+        elif number == 2 and wire_type == _LENGTH_DELIMITED:
+            into.plugin_content = buffer[value:value_end]
+
+
+def _decode_tensor(buffer: bytes, start: int, end: int) -> TensorValue:
+    tensor = TensorValue()
+    for number, wire_type, value, value_end in _fields(buffer, start, end):
+        if number == 1 and wire_type == _VARINT:
+            tensor.dtype = value
+        elif number == 4 and wire_type == _LENGTH_DELIMITED:
+            tensor.content = buffer[value:value_end]
+        elif number == 5:
+            tensor.float_val.extend(_repeated(buffer, wire_type, value, value_end, "f", _FIXED32))
+        elif number == 6:
+            tensor.double_val.extend(_repeated(buffer, wire_type, value, value_end, "d", _FIXED64))
+        elif number == 8 and wire_type == _LENGTH_DELIMITED:
+            tensor.string_val.append(buffer[value:value_end])
+    return tensor
+
+
+def _repeated(
+    buffer: bytes, wire_type: int, value: int, value_end: int, code: str, single_type: int
+) -> list[float]:
+    """A repeated float/double field: packed (one length-delimited run) or one element."""
+    width = struct.calcsize(code)
+    if wire_type == _LENGTH_DELIMITED:
+        if (value_end - value) % width:
+            raise WireFormatError("packed field length is not a multiple of its element size")
+        count = (value_end - value) // width
+        return [float(x) for x in struct.unpack_from(f"<{count}{code}", buffer, value)]
+    if wire_type == single_type:
+        return [float(struct.unpack_from(f"<{code}", buffer, value)[0])]
+    raise WireFormatError("unexpected wire type for a float field")
+
+
+def decode_hparams(content: bytes) -> dict[str, object]:
+    """`HParamsPluginData.session_start_info.hparams` (field 3, then map field 1), or {}.
+
+    Each map entry is {key=1 string, value=2 google.protobuf.Value{number=2, string=3, bool=4}}.
+    """
+    hparams: dict[str, object] = {}
+    for number, wire_type, value, value_end in _fields(content, 0, len(content)):
+        if number != 3 or wire_type != _LENGTH_DELIMITED:
+            continue
+        for entry, entry_type, entry_start, entry_end in _fields(content, value, value_end):
+            if entry != 1 or entry_type != _LENGTH_DELIMITED:
+                continue
+            key: str | None = None
+            setting: object = None
+            for part, part_type, part_start, part_end in _fields(content, entry_start, entry_end):
+                if part == 1 and part_type == _LENGTH_DELIMITED:
+                    key = content[part_start:part_end].decode("utf-8", errors="replace")
+                elif part == 2 and part_type == _LENGTH_DELIMITED:
+                    setting = _decode_struct_value(content, part_start, part_end)
+            if key is not None:
+                hparams[key] = setting
+    return hparams
+
+
+def _decode_struct_value(buffer: bytes, start: int, end: int) -> object:
+    setting: object = None
+    for number, wire_type, value, value_end in _fields(buffer, start, end):
+        if number == 2 and wire_type == _FIXED64:
+            setting = float(_unpack_double(buffer, value)[0])
+        elif number == 3 and wire_type == _LENGTH_DELIMITED:
+            setting = buffer[value:value_end].decode("utf-8", errors="replace")
+        elif number == 4 and wire_type == _VARINT:
+            setting = bool(value)
+    return setting
+
+
+def _fields(buffer: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
+    """(field number, wire type, value, value end) of each field in buffer[start:end].
+
+    `value` is the decoded integer for varints, else the byte offset where the value starts.
+    """
+    fields = []
+    position = start
+    while position < end:
+        key, position = _varint(buffer, position, end)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise WireFormatError("field number 0")
+        if wire_type == _VARINT:
+            value, position = _varint(buffer, position, end)
+            fields.append((number, wire_type, value, position))
+            continue
+        if wire_type == _FIXED64:
+            value_end = position + 8
+        elif wire_type == _FIXED32:
+            value_end = position + 4
+        elif wire_type == _LENGTH_DELIMITED:
+            length, position = _varint(buffer, position, end)
+            value_end = position + length
+        else:
+            raise WireFormatError(f"unsupported wire type {wire_type}")
+        if value_end > end:
+            raise WireFormatError("field runs past the end of its message")
+        fields.append((number, wire_type, position, value_end))
+        position = value_end
+    return fields
+
+
+def _varint(buffer: bytes, position: int, end: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if position >= end or shift > 63:
+            raise WireFormatError("malformed varint")
+        byte = buffer[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, position
+        shift += 7
+
+
+def _signed64(value: int) -> int:
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value

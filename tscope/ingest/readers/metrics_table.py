@@ -1,0 +1,88 @@
+"""Any metrics table a training script writes: CSV, TSV, JSON Lines, or a JSON list of records.
+
+One row per logged point with a step column (`step`, `iter`, `iteration`, `global_step`,
+`trainer/global_step`, ... matched case-insensitively) and numeric columns, e.g. the demo's
+`{"step": 10, "train/loss": 2.3, "train/grad_norm": 0.8, "train/learning_rate": 3e-4}` lines.
+
+* Every numeric column is a series under its canonical name (`train_loss` -> `train/loss`,
+  `val_loss` -> `eval/loss`); unknown names keep their own. A second column mapping to an already
+  used canonical name keeps its own name rather than merging two series.
+* Wall-clock columns (`train_time_ms`, `wall_time`, `timestamp`) and the other step counters are
+  left out: they are monotonic clocks, not training signals, and must not pose as metrics.
+* Text columns (run ids, dates) are ignored; stray text in a numeric column is skipped and counted
+  in `partial`. Rows stay in file order: duplicate or backwards steps are resolved by the assembly.
+
+It declines W&B UI exports and W&B history dumps (their readers handle them and know what their
+columns mean) and any table without a step column.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.names import canonical_metric
+from tscope.ingest.readers.wandb_export import is_wandb_export
+from tscope.ingest.readers.wandb_history import is_wandb_history
+from tscope.ingest.table_columns import (
+    find_column,
+    is_bookkeeping_column,
+    sniff_columns,
+    to_long_form,
+    unique_metric_names,
+)
+from tscope.ingest.tabular import read_table
+from tscope.model import LogRead, PartialInput
+
+# In preference order when a table has several: the most specific optimizer-step counter first.
+# `_step` is W&B's own counter, handled by the history reader; it is listed for completeness.
+STEP_COLUMNS = (
+    "step",
+    "global_step",
+    "trainer/global_step",
+    "train/global_step",
+    "iteration",
+    "iter",
+    "_step",
+)
+
+
+class MetricsTableReader:
+    name = "metrics_table"
+
+    def can_read(self, path: Path) -> bool:
+        columns = sniff_columns(path)
+        if columns is None or find_column(columns, STEP_COLUMNS) is None:
+            return False
+        return not is_wandb_export(columns) and not is_wandb_history(columns)
+
+    def read(self, path: Path, display_path: str) -> LogRead:
+        table = read_table(path, display_path)
+        step_column = find_column(table.names, STEP_COLUMNS)
+        if step_column is None:
+            raise UnreadableInput(
+                display_path,
+                f"no numeric step column (looked for {', '.join(STEP_COLUMNS)})",
+                "Add a step column, or point tscope at the run's own logs",
+            )
+        step_like = {name.lower() for name in STEP_COLUMNS}
+        metric_columns = [
+            name
+            for name in table.names
+            if name != step_column
+            and name.strip().lower() not in step_like
+            and not is_bookkeeping_column(name)
+        ]
+        if not metric_columns:
+            raise UnreadableInput(display_path, "no numeric metric column next to the step column")
+        pairs = unique_metric_names([(name, canonical_metric(name)) for name in metric_columns])
+        metrics, step_problems = to_long_form(table, step_column, pairs, display_path)
+        if metrics.empty:
+            raise UnreadableInput(display_path, "no metric value has a usable step")
+        problems = table.problems + step_problems
+        return LogRead(
+            kind=self.name,
+            path=display_path,
+            metrics=metrics,
+            partial=[PartialInput(display_path, problem) for problem in problems],
+        )

@@ -1,0 +1,397 @@
+"""TensorBoard event files (`events.out.tfevents.*`), read without tensorflow or tensorboard.
+
+Every scalar point is kept (TensorBoard's own EventAccumulator keeps a 10,000-point reservoir per
+tag by default, DOMAIN.md §3). A file cut off mid-record (a live run) yields everything before the
+cut; corrupt framing stops the read at the corruption and keeps what came before.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.names import canonical_metric
+from tscope.ingest.readers.event_proto import (
+    WireFormatError,
+    decode_event,
+    decode_hparams,
+    decode_scalar_records,
+)
+from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
+from tscope.model import LogRead, PartialInput, empty_metric_table
+
+# The file name TensorBoard writers use: events.out.tfevents.<time>.<host>.<pid>.<uid>.
+_FILE_NAME_MARKER = "tfevents"
+# torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
+_TEXT_TAG_SUFFIX = "/text_summary"
+# Text summaries that hold the run's configuration, and the key prefix their fields get: the HF
+# Trainer's TensorBoardCallback writes TrainingArguments as "args" and the model's config as
+# "model_config", both as JSON (transformers integration_utils.TensorBoardCallback.on_train_begin).
+_CONFIG_TEXT_TAGS = {"args": "", "model_config": "model_config."}
+# Nested configuration deeper than this stays one value instead of more dotted keys.
+_MAX_CONFIG_DEPTH = 6
+# Megatron-DeepSpeed (BigScience) groups its tags as "<group>/<series>", e.g. "lm-loss-training/lm
+# loss", "grad-norm/grad-norm" (megatron/training.py training_log, evaluate_and_print_results).
+_MEGATRON_TAG_GROUPS = (
+    "lm-loss-training/",
+    "lm-loss-validation/",
+    "learning-rate/",
+    "grad-norm/",
+    "loss-scale/",
+)
+# Megatron logs each series a second time against consumed samples or tokens instead of the
+# iteration ("lm loss vs samples", "steps-vs-tokens/..."). Those points have no optimizer-step
+# axis, so they are left out rather than mixed into step-indexed series.
+_NON_STEP_AXIS_SUFFIXES = (" vs samples", " vs tokens", " vs gigaflos")
+_NON_STEP_AXIS_GROUPS = ("steps-vs-samples/", "steps-vs-tokens/")
+# The HF Trainer's end-of-training summary goes through the same callback as "train/<key>" at the
+# last step ("train/train_loss" is the whole run's mean loss, not that step's), and eval throughput
+# rides along with every eval: none of them is a per-step training signal (trainer_state.py skips
+# the same keys).
+_HF_NON_SIGNAL_TAGS = frozenset(
+    {
+        "train/train_loss",
+        "train/train_runtime",
+        "train/train_samples_per_second",
+        "train/train_steps_per_second",
+        "train/total_flos",
+        "eval/runtime",
+        "eval/samples_per_second",
+        "eval/steps_per_second",
+    }
+)
+# How many leading records to try for the wall time that orders resumed runs' files.
+_STARTED_AT_PROBE_RECORDS = 16
+
+
+class TensorBoardReader:
+    name = "tensorboard"
+
+    def __init__(self, verify_checksums: bool = False) -> None:
+        # Off by default: checking every record's CRC-32C costs a pass over all bytes.
+        self.verify_checksums = verify_checksums
+
+    def can_read(self, path: Path) -> bool:
+        return _FILE_NAME_MARKER in path.name
+
+    def read(self, path: Path, display_path: str) -> LogRead:
+        try:
+            buffer = path.read_bytes()
+        except OSError as error:
+            raise UnreadableInput(
+                display_path, f"cannot open the file ({error.strerror})"
+            ) from error
+        if not buffer:
+            raise UnreadableInput(
+                display_path,
+                "the event file is empty",
+                "A writer that never flushed leaves an empty file; the run's other event files "
+                "may hold its data",
+            )
+        records = split_records(buffer, verify_data_checksums=self.verify_checksums)
+        if records.starts.size == 0:
+            raise UnreadableInput(display_path, _no_records_problem(records))
+
+        decoded = _decode_records(buffer, records)
+        if decoded.decoded_records == 0:
+            raise UnreadableInput(
+                display_path,
+                "not a TensorBoard event file: no record decodes as an Event",
+            )
+        return LogRead(
+            kind=self.name,
+            path=display_path,
+            metrics=_metric_table(decoded, display_path),
+            config=decoded.config,
+            partial=[
+                PartialInput(display_path, problem) for problem in _problems(records, decoded)
+            ],
+            started_at=decoded.started_at,
+        )
+
+
+def _no_records_problem(records: Records) -> str:
+    if records.truncated_tail:
+        return f"cut off before the end of its first record ({records.stop_problem})"
+    return "not a TensorBoard event file: the first record's length checksum does not match"
+
+
+@dataclass
+class _Decoded:
+    """Scalar points in file order, plus what else the records said."""
+
+    step: np.ndarray  # (n,) int64
+    value: np.ndarray  # (n,) float64
+    tag_id: np.ndarray  # (n,) int64, index into tags
+    tags: list[str]
+    config: dict[str, Any] = field(default_factory=dict)
+    started_at: float | None = None
+    decoded_records: int = 0
+    undecodable_records: int = 0
+    first_undecodable_offset: int | None = None
+
+
+def _decode_records(buffer: bytes, records: Records) -> _Decoded:
+    usable = np.ones(records.starts.size, dtype=bool)
+    usable[records.bad_checksums] = False
+
+    fast = decode_scalar_records(buffer, records.starts, records.lengths)
+    keep_fast = usable[fast.record_index]
+    tags: list[str] = []
+    tag_ids: dict[str, int] = {}
+    fast_tag_ids = _fast_tag_ids(
+        buffer, fast.tag_start[keep_fast], fast.tag_end[keep_fast], tags, tag_ids
+    )
+    # The fast path only takes scalars, so its tags are known scalar series; TF2 writers attach
+    # plugin metadata to a tag's first value only, so later values are matched by tag.
+    plugin_by_tag = {tag: "scalars" for tag in tags}
+
+    slow_record: list[int] = []
+    slow_position: list[int] = []
+    slow_step: list[int] = []
+    slow_value: list[float] = []
+    slow_tag_id: list[int] = []
+    config: dict[str, Any] = {}
+    undecodable = 0
+    first_undecodable: int | None = None
+    is_fast = np.zeros(records.starts.size, dtype=bool)
+    is_fast[fast.record_index] = True
+    for index in np.flatnonzero(~is_fast & usable).tolist():
+        start = int(records.starts[index])
+        try:
+            event = decode_event(buffer, start, start + int(records.lengths[index]))
+        except WireFormatError:
+            undecodable += 1
+            if first_undecodable is None:
+                first_undecodable = start - HEADER_BYTES
+            continue
+        for position, summary_value in enumerate(event.values):
+            tag = summary_value.tag
+            if summary_value.plugin_name is not None:
+                plugin_by_tag.setdefault(tag, summary_value.plugin_name)
+            plugin = plugin_by_tag.get(tag)
+            number = summary_value.simple_value
+            if number is None and summary_value.tensor is not None and plugin == "scalars":
+                number = summary_value.tensor.scalar()
+            if number is not None:
+                if tag not in tag_ids:
+                    tag_ids[tag] = len(tags)
+                    tags.append(tag)
+                slow_record.append(index)
+                slow_position.append(position)
+                slow_step.append(event.step)
+                slow_value.append(number)
+                slow_tag_id.append(tag_ids[tag])
+            elif plugin == "text" and summary_value.tensor is not None:
+                _add_text_config(config, tag, summary_value.tensor.string_val)
+            elif plugin == "hparams":
+                _add_hparams_config(config, summary_value.plugin_content)
+
+    record = np.concatenate([fast.record_index[keep_fast], np.asarray(slow_record, np.int64)])
+    within_record = np.concatenate(
+        [np.zeros(int(keep_fast.sum()), np.int64), np.asarray(slow_position, np.int64)]
+    )
+    # Fast-path records come out in file order; only slow-path points need merging in.
+    file_order = np.lexsort((within_record, record)) if slow_record else np.arange(record.size)
+    return _Decoded(
+        step=np.concatenate([fast.step[keep_fast], np.asarray(slow_step, np.int64)])[file_order],
+        value=np.concatenate([fast.value[keep_fast], np.asarray(slow_value, np.float64)])[
+            file_order
+        ],
+        tag_id=np.concatenate([fast_tag_ids, np.asarray(slow_tag_id, np.int64)])[file_order],
+        tags=tags,
+        config=config,
+        started_at=_first_wall_time(buffer, records, usable),
+        decoded_records=int(usable.sum()) - undecodable,
+        undecodable_records=undecodable,
+        first_undecodable_offset=first_undecodable,
+    )
+
+
+def _fast_tag_ids(
+    buffer: bytes,
+    tag_starts: np.ndarray,
+    tag_ends: np.ndarray,
+    tags: list[str],
+    tag_ids: dict[str, int],
+) -> np.ndarray:
+    """The tag index of each fast-path record, adding new tags to `tags`/`tag_ids`."""
+    codes, distinct = _group_byte_strings(buffer, tag_starts, tag_ends)
+    id_of_code = []
+    for raw in distinct:
+        tag = raw.decode("utf-8", errors="replace")
+        if tag not in tag_ids:
+            tag_ids[tag] = len(tags)
+            tags.append(tag)
+        id_of_code.append(tag_ids[tag])
+    return np.take(np.asarray(id_of_code, dtype=np.int64), codes)
+
+
+# Multiplier of the word hash that groups tags (FNV-1a's 64-bit prime); collisions are resolved
+# exactly afterwards, so the hash only needs to be fast.
+_TAG_HASH_PRIME = np.uint64(0x100000001B3)
+
+
+def _group_byte_strings(
+    buffer: bytes, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, list[bytes]]:
+    """Group the byte strings buffer[start:end]: (group of each, the distinct strings).
+
+    A log repeats a handful of tags a million times, so strings are compared as 8-byte words with
+    numpy instead of sliced one by one; each member is then checked word by word against its
+    group's first member, and any hash collision is settled by exact comparison.
+    """
+    if starts.size == 0:
+        return np.empty(0, dtype=np.int64), []
+    words_at = byte_offset_view(buffer, "<u8")
+    last_word = len(buffer) - 8
+    lengths = ends - starts
+    key = lengths.astype(np.uint64)
+    words = []
+    for word_start in range(0, int(lengths.max()), 8):
+        byte_count = np.clip(lengths - word_start, 0, 8).astype(np.uint64)
+        # A 64-bit shift is undefined, so full words take the all-ones mask directly.
+        mask = np.where(
+            byte_count == 8,
+            np.uint64(0xFFFFFFFFFFFFFFFF),
+            (np.uint64(1) << (np.uint64(8) * byte_count)) - np.uint64(1),
+        )
+        word = words_at[np.minimum(starts + word_start, last_word)] & mask
+        words.append(word)
+        key = (key ^ word) * _TAG_HASH_PRIME
+    codes, _ = pd.factorize(key)
+    codes = codes.astype(np.int64)
+    # factorize numbers groups in order of first appearance, so a group's first member is where
+    # the running maximum of the codes steps up.
+    seen_before = np.concatenate(([-1], np.maximum.accumulate(codes)[:-1]))
+    first_member = np.flatnonzero(codes > seen_before)
+    representative = first_member[codes]
+    same = lengths == lengths[representative]
+    for word in words:
+        same &= word == word[representative]
+    distinct = [buffer[int(starts[i]) : int(ends[i])] for i in first_member.tolist()]
+    # Exact fallback for the members that only shared a hash with their group.
+    by_bytes = {raw: code for code, raw in enumerate(distinct)}
+    for index in np.flatnonzero(~same).tolist():
+        raw = buffer[int(starts[index]) : int(ends[index])]
+        code = by_bytes.get(raw)
+        if code is None:
+            code = by_bytes[raw] = len(distinct)
+            distinct.append(raw)
+        codes[index] = code
+    return codes, distinct
+
+
+def _first_wall_time(buffer: bytes, records: Records, usable: np.ndarray) -> float | None:
+    """The first event's wall time: it orders the files of a resumed run."""
+    for index in np.flatnonzero(usable)[:_STARTED_AT_PROBE_RECORDS].tolist():
+        start = int(records.starts[index])
+        try:
+            event = decode_event(buffer, start, start + int(records.lengths[index]))
+        except WireFormatError:
+            continue
+        if event.wall_time is not None and np.isfinite(event.wall_time):
+            return event.wall_time
+    return None
+
+
+def _metric_name(tag: str) -> str | None:
+    """The canonical metric for a tag, or None for series that are not per-step signals."""
+    if tag in _HF_NON_SIGNAL_TAGS:
+        return None
+    if tag.endswith(_NON_STEP_AXIS_SUFFIXES) or tag.startswith(_NON_STEP_AXIS_GROUPS):
+        return None
+    for group in _MEGATRON_TAG_GROUPS:
+        if tag.startswith(group):
+            series = tag[len(group) :]
+            canonical = canonical_metric(series)
+            if canonical != series.strip():
+                return canonical
+    return canonical_metric(tag)
+
+
+def _metric_table(decoded: _Decoded, source: str) -> pd.DataFrame:
+    names = [_metric_name(tag) for tag in decoded.tags]
+    kept_tag = np.asarray([name is not None for name in names], dtype=bool)
+    keep = kept_tag[decoded.tag_id] if decoded.tag_id.size else np.zeros(0, dtype=bool)
+    if not keep.any():
+        return empty_metric_table()
+    tag_id = decoded.tag_id[keep]
+    return pd.DataFrame(
+        {
+            "step": decoded.step[keep],
+            "metric": _string_column([name or "" for name in names], tag_id),
+            "value": decoded.value[keep],
+            "source": source,
+            "original_name": _string_column(decoded.tags, tag_id),
+            "order": np.arange(tag_id.size, dtype=np.int64),
+        }
+    )
+
+
+def _string_column(distinct: list[str], codes: np.ndarray) -> pd.Index:
+    """distinct[codes] in the string dtype this pandas infers (what other readers produce).
+
+    Taking from a small array is several times faster than converting a million Python strings.
+    """
+    inferred = pd.Series(distinct[:1] or [""]).dtype
+    return pd.Index(distinct, dtype=inferred).take(codes)
+
+
+def _add_text_config(config: dict[str, Any], tag: str, strings: list[bytes]) -> None:
+    base_tag = tag[: -len(_TEXT_TAG_SUFFIX)] if tag.endswith(_TEXT_TAG_SUFFIX) else tag
+    prefix = _CONFIG_TEXT_TAGS.get(base_tag)
+    if prefix is None or not strings:
+        return
+    text = strings[0].decode("utf-8", errors="replace")
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        parsed = text
+    if isinstance(parsed, dict):
+        _flatten_into(config, parsed, prefix, depth=0)
+    else:
+        config.setdefault(base_tag, parsed)
+
+
+def _add_hparams_config(config: dict[str, Any], content: bytes) -> None:
+    try:
+        hparams = decode_hparams(content)
+    except WireFormatError:
+        return
+    for key, setting in hparams.items():
+        config.setdefault(key, setting)
+
+
+def _flatten_into(config: dict[str, Any], values: dict[str, Any], prefix: str, depth: int) -> None:
+    """Nested settings become dotted keys (`optim.betas`); the first writer of a key wins."""
+    for key, setting in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(setting, dict) and setting and depth < _MAX_CONFIG_DEPTH:
+            _flatten_into(config, setting, f"{name}.", depth + 1)
+        else:
+            config.setdefault(name, setting)
+
+
+def _problems(records: Records, decoded: _Decoded) -> list[str]:
+    problems = []
+    if records.stop_problem is not None:
+        problems.append(records.stop_problem)
+    if records.bad_checksums.size:
+        first = int(records.starts[int(records.bad_checksums[0])]) - HEADER_BYTES
+        problems.append(
+            f"{records.bad_checksums.size} records failed their data checksum and were skipped "
+            f"(the first at byte {first})"
+        )
+    if decoded.undecodable_records:
+        problems.append(
+            f"{decoded.undecodable_records} records are not valid Event protos and were skipped "
+            f"(the first at byte {decoded.first_undecodable_offset})"
+        )
+    return problems

@@ -1,0 +1,377 @@
+"""A W&B run directory's binary log `run-<id>.wandb`, with its `files/config.yaml` and summary.
+
+Read without wandb (which has no local reader since 0.31, DOMAIN.md §4):
+
+* File header: `:W&B`, u16 0xBEE1, u8 version 0. Then leveldb-log framing: 32 KiB blocks of
+  records with a 7-byte header `<IHB>` (CRC-32 of the data seeded with the CRC-32 of the type
+  byte, length, type FULL/FIRST/MIDDLE/LAST); fewer than 7 bytes left in a block are padding.
+* Each payload is a protobuf `wandb_internal.Record`, decoded by hand here (field numbers below).
+  `history` rows become the series; `config`, `run` and `summary` records, then the sibling
+  `files/config.yaml` (`key: {value: ...}`) and `files/wandb-summary.json`, become the config
+  (the summary's scalars under `config["wandb_summary"]`; it holds last values, not series).
+* Keys may sit in `nested_key` with an empty `key`; several nested parts are joined with "." as
+  the W&B UI shows them. The step is `history.step.num`, unless the row logs an optimizer step
+  (`train/global_step`, ...), which then wins as in the history reader.
+* A run still in progress (or killed) ends inside a record: what comes before is read and the
+  cut is listed in `partial`. A record whose CRC does not match is skipped with the rest of its
+  block, as leveldb does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.base import read_head
+from tscope.ingest.names import canonical_metric
+from tscope.ingest.readers.wandb_framing import (
+    FILE_HEADER,
+    FILE_MAGIC,
+    FILE_MAGIC_NUMBER,
+    SUPPORTED_VERSION,
+    WIRE_BYTES,
+    WIRE_FIXED64,
+    MalformedProtobuf,
+    proto_fields,
+    proto_text,
+    signed_varint,
+    split_records,
+)
+from tscope.ingest.readers.wandb_history import (
+    GLOBAL_STEP_KEYS,
+    WANDB_STEP_KEY,
+    is_wandb_metric_key,
+)
+from tscope.ingest.table_columns import is_bookkeeping_column, unique_metric_names
+from tscope.model import Caveat, LogRead, PartialInput, RunEvent
+
+# wandb_internal.Record and the messages it holds (wandb/proto/wandb_internal.proto).
+RECORD_HISTORY, RECORD_SUMMARY, RECORD_CONFIG, RECORD_RUN, RECORD_EXIT = 2, 3, 5, 17, 18
+HISTORY_ITEM, HISTORY_STEP, STEP_NUM = 1, 2, 1
+ITEM_KEY, ITEM_NESTED_KEY, ITEM_INTEGER, ITEM_NUMBER, ITEM_VALUE_JSON = 1, 2, 5, 6, 16
+UPDATE, REMOVE = 1, 2  # ConfigRecord / SummaryRecord: repeated items with the same key fields
+RUN_CONFIG, RUN_STARTING_STEP, RUN_START_TIME, RUN_RESUMED = 4, 14, 17, 18
+TIMESTAMP_SECONDS, TIMESTAMP_NANOS = 1, 2
+EXIT_CODE = 1
+
+# The sibling files are small; a huge one is not what wandb writes and is not worth the memory.
+SIBLING_MAX_BYTES = 16 * 1024 * 1024
+CONFIG_INTERNAL_KEYS = frozenset({"_wandb", "wandb_version"})
+# Integral floats above 2**53 lose precision; a step counter never gets there.
+MAX_STEP = 2.0**53
+
+
+class WandbOfflineReader:
+    name = "wandb_offline"
+
+    def can_read(self, path: Path) -> bool:
+        return path.suffix == ".wandb" and read_head(path, len(FILE_MAGIC)) == FILE_MAGIC
+
+    def read(self, path: Path, display_path: str) -> LogRead:
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
+        if len(data) < FILE_HEADER.size:
+            raise UnreadableInput(display_path, "shorter than the 7-byte W&B file header")
+        magic, magic_number, version = FILE_HEADER.unpack_from(data)
+        if magic != FILE_MAGIC or magic_number != FILE_MAGIC_NUMBER:
+            raise UnreadableInput(display_path, "not a W&B run log (wrong file header)")
+        if version != SUPPORTED_VERSION:
+            raise UnreadableInput(
+                display_path,
+                f"W&B log format version {version}; tscope reads version {SUPPORTED_VERSION}",
+                "Sync the run and export its history with run.scan_history() instead",
+            )
+        payloads, problems = split_records(data)
+        log = _RunLog()
+        undecodable = 0
+        for payload in payloads:
+            try:
+                log.add_record(payload)
+            except MalformedProtobuf:
+                undecodable += 1
+        undecodable += log.settle()
+        if undecodable:
+            problems.append(f"{undecodable} record(s) that are not valid protobuf skipped")
+        problems.extend(_read_siblings(path.parent / "files", log))
+        return log.to_log_read(WandbOfflineReader.name, display_path, problems)
+
+
+_KeyPath = tuple[str, ...]
+# Raw key fields -> (key path, name as the W&B UI shows it). Keys repeat on every row.
+_KeyNames = dict[tuple[bytes, ...], tuple[_KeyPath, str]]
+
+
+def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | None, bytes]:
+    """(key path, display key, numeric value or None, raw JSON) of a History/Config/SummaryItem."""
+    raw_keys: list[bytes] = []
+    number: float | None = None
+    raw_json = b""
+    for number_field, wire, value in proto_fields(buffer):
+        if number_field in (ITEM_KEY, ITEM_NESTED_KEY) and isinstance(value, bytes):
+            if value:
+                raw_keys.append(value)
+        elif number_field == ITEM_VALUE_JSON and isinstance(value, bytes):
+            raw_json = value
+        elif number_field == ITEM_NUMBER and wire == WIRE_FIXED64 and isinstance(value, bytes):
+            number = struct.unpack("<d", value)[0]
+        elif number_field == ITEM_INTEGER and isinstance(value, int):
+            number = float((value >> 1) ^ -(value & 1))  # zigzag sint64
+    cache_key = tuple(raw_keys)
+    names = key_names.get(cache_key)
+    if names is None:
+        path = tuple(proto_text(raw) for raw in raw_keys)
+        names = key_names[cache_key] = (path, ".".join(path))
+    if number is None and raw_json:
+        try:
+            # JSON numbers and W&B's NaN/Infinity/-Infinity; text, booleans and media dicts fail.
+            number = float(raw_json)
+        except ValueError:
+            number = None
+    return names[0], names[1], number, raw_json
+
+
+@dataclass
+class _RunLog:
+    """What the records say, accumulated in file order."""
+
+    rows: list[tuple[int | None, list[tuple[str, float]]]] = field(default_factory=list)
+    # Config and summary records are merged once at the end (`settle`): a long run writes a
+    # summary record per step, and only each key's last update matters.
+    config_records: list[bytes] = field(default_factory=list)
+    summary_records: list[bytes] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    key_names: _KeyNames = field(default_factory=dict)
+    started_at: float | None = None
+    resumed_at: int | None = None
+    exit_code: int | None = None
+
+    def add_record(self, payload: bytes) -> None:
+        for number, wire, value in proto_fields(payload):
+            if wire != WIRE_BYTES or not isinstance(value, bytes):
+                continue
+            if number == RECORD_HISTORY:
+                self.rows.append(_history_row(value, self.key_names))
+            elif number == RECORD_SUMMARY:
+                self.summary_records.append(value)
+            elif number == RECORD_CONFIG:
+                self.config_records.append(value)
+            elif number == RECORD_RUN:
+                self._add_run(value)
+            elif number == RECORD_EXIT:
+                self.exit_code = 0
+                for exit_field, _, exit_value in proto_fields(value):
+                    if exit_field == EXIT_CODE and isinstance(exit_value, int):
+                        self.exit_code = signed_varint(exit_value)
+
+    def _add_run(self, buffer: bytes) -> None:
+        resumed, starting_step = False, 0
+        for number, _, value in proto_fields(buffer):
+            if number == RUN_CONFIG and isinstance(value, bytes):
+                self.config_records.append(value)
+            elif number == RUN_START_TIME and isinstance(value, bytes):
+                stamp = {n: v for n, _, v in proto_fields(value) if isinstance(v, int)}
+                seconds = stamp.get(TIMESTAMP_SECONDS, 0) + stamp.get(TIMESTAMP_NANOS, 0) / 1e9
+                self.started_at = float(seconds)
+            elif number == RUN_RESUMED and isinstance(value, int):
+                resumed = bool(value)
+            elif number == RUN_STARTING_STEP and isinstance(value, int):
+                starting_step = signed_varint(value)
+        if resumed:
+            self.resumed_at = starting_step
+
+    def settle(self) -> int:
+        """Merge the config and summary records; the count of undecodable ones."""
+        self.config, bad_config = _merge_updates(self.config_records, self.key_names)
+        self.summary, bad_summary = _merge_updates(self.summary_records, self.key_names)
+        return bad_config + bad_summary
+
+    def to_log_read(self, kind: str, display_path: str, problems: list[str]) -> LogRead:
+        rows, step_problem = _metric_rows(self.rows)
+        if step_problem:
+            problems.append(step_problem)
+        if not rows and not self.rows:
+            problems.append("the log holds no history rows (wandb.log was never called)")
+        events: list[RunEvent] = []
+        caveats: list[Caveat] = []
+        last_step = max((row[0] for row in rows), default=0)
+        if self.resumed_at is not None:
+            events.append(
+                RunEvent(
+                    "resume",
+                    self.resumed_at,
+                    f"W&B resumed this run at step {self.resumed_at}",
+                    display_path,
+                )
+            )
+        if self.exit_code is None:
+            caveats.append(
+                Caveat(
+                    "no_exit_record",
+                    f"{display_path} has no exit record: the run was still running, or its process "
+                    "was killed before W&B could finish (crash, out-of-memory kill, preemption).",
+                    display_path,
+                )
+            )
+        elif self.exit_code != 0:
+            events.append(
+                RunEvent(
+                    "exit",
+                    last_step,
+                    f"the run exited with code {self.exit_code}",
+                    display_path,
+                    {"exit_code": float(self.exit_code)},
+                )
+            )
+        config = {k: v for k, v in self.config.items() if k not in CONFIG_INTERNAL_KEYS}
+        summary = _scalar_summary(self.summary)
+        if summary:
+            config["wandb_summary"] = summary
+        return LogRead(
+            kind=kind,
+            path=display_path,
+            metrics=LogRead.rows_to_table(rows, display_path),
+            events=events,
+            caveats=caveats,
+            config=config,
+            partial=[PartialInput(display_path, problem) for problem in problems],
+            started_at=self.started_at,
+        )
+
+
+def _history_row(buffer: bytes, key_names: _KeyNames) -> tuple[int | None, list[tuple[str, float]]]:
+    step: int | None = None
+    items: list[tuple[str, float]] = []
+    for number, _, value in proto_fields(buffer):
+        if number == HISTORY_ITEM and isinstance(value, bytes):
+            _, key, numeric, _ = _item(value, key_names)
+            if numeric is not None and key:
+                items.append((key, numeric))
+        elif number == HISTORY_STEP and isinstance(value, bytes):
+            step = 0  # proto3: an empty step message is step 0
+            for step_field, _, step_value in proto_fields(value):
+                if step_field == STEP_NUM and isinstance(step_value, int):
+                    step = signed_varint(step_value)
+    return step, items
+
+
+def _metric_rows(
+    history: list[tuple[int | None, list[tuple[str, float]]]],
+) -> tuple[list[tuple[int, str, float, str]], str]:
+    """Long-form rows; the optimizer-step key is the step when any row logs one."""
+    logged_keys = {key.lower() for _, items in history for key, _ in items}
+    global_key = next((key for key in GLOBAL_STEP_KEYS if key in logged_keys), None)
+    rows: list[tuple[int, str, float, str]] = []
+    metric_keys = dict.fromkeys(
+        key
+        for _, items in history
+        for key, _ in items
+        if is_wandb_metric_key(key) and not is_bookkeeping_column(key)
+    )
+    names = dict(unique_metric_names([(key, canonical_metric(key)) for key in metric_keys]))
+    skipped = 0
+    for wandb_step, items in history:
+        step = wandb_step
+        if global_key is not None or step is None:
+            wanted = global_key or WANDB_STEP_KEY
+            found = [v for k, v in items if k.lower() == wanted]
+            step = _as_step(found[0]) if found else None
+        if step is None:
+            skipped += any(is_wandb_metric_key(key) for key, _ in items)
+            continue
+        rows.extend((step, names[key], value, key) for key, value in items if key in names)
+    problem = ""
+    if skipped:
+        problem = f"{skipped} history row(s) without {global_key or 'a step'} skipped"
+    return rows, problem
+
+
+def _as_step(value: float) -> int | None:
+    """A logged step counter as an int; None for NaN, fractions and absurd sizes."""
+    if not math.isfinite(value) or value != math.floor(value) or abs(value) >= MAX_STEP:
+        return None
+    return int(value)
+
+
+def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str, Any], int]:
+    """The final state of a config or summary: each key's last `update`, unless `remove`d after.
+
+    Scanned from the end so that each key's value is JSON-decoded once.
+    """
+    latest: dict[_KeyPath, bytes | None] = {}  # None: removed
+    malformed = 0
+    for record in reversed(records):
+        try:
+            fields = proto_fields(record)
+            for number, _, value in reversed(fields):
+                if number in (UPDATE, REMOVE) and isinstance(value, bytes):
+                    path, _, _, raw_json = _item(value, key_names)
+                    if path and path not in latest:
+                        latest[path] = raw_json if number == UPDATE else None
+        except MalformedProtobuf:
+            malformed += 1
+    state: dict[str, Any] = {}
+    for path, stored in reversed(latest.items()):  # oldest first, so nested keys land last
+        if stored is None:
+            continue  # removed after its last update
+        parent = state
+        for part in path[:-1]:
+            child = parent.get(part)
+            if not isinstance(child, dict):
+                child = parent[part] = {}
+            parent = child
+        try:
+            parent[path[-1]] = json.loads(stored)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            parent[path[-1]] = proto_text(stored)
+    return state, malformed
+
+
+def _scalar_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary's last values that are plain finite numbers, text or flags."""
+    kept: dict[str, Any] = {}
+    for key, value in summary.items():
+        if key.startswith("_") or not isinstance(value, (int, float, str, bool)):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            continue
+        kept[key] = value
+    return kept
+
+
+def _read_siblings(files_dir: Path, log: _RunLog) -> list[str]:
+    """Merge `files/config.yaml` and `files/wandb-summary.json` (final values win)."""
+    problems: list[str] = []
+    config_path = files_dir / "config.yaml"
+    if config_path.is_file():
+        try:
+            if config_path.stat().st_size > SIBLING_MAX_BYTES:
+                raise ValueError("larger than wandb writes")
+            document = yaml.safe_load(config_path.read_text(encoding="utf-8-sig"))
+            if isinstance(document, dict):
+                for key, entry in document.items():
+                    internal = str(key) in CONFIG_INTERNAL_KEYS
+                    if not internal and isinstance(entry, dict) and "value" in entry:
+                        log.config[str(key)] = entry["value"]
+        except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:
+            problems.append(f"files/config.yaml not read ({error})")
+    summary_path = files_dir / "wandb-summary.json"
+    if summary_path.is_file():
+        try:
+            if summary_path.stat().st_size > SIBLING_MAX_BYTES:
+                raise ValueError("larger than wandb writes")
+            summary = json.loads(summary_path.read_text(encoding="utf-8-sig"))
+            if isinstance(summary, dict):
+                log.summary.update({str(key): value for key, value in summary.items()})
+        except (OSError, ValueError, RecursionError) as error:
+            problems.append(f"files/wandb-summary.json not read ({error})")
+    return problems

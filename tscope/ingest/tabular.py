@@ -1,0 +1,284 @@
+"""Metric tables in CSV, TSV, JSON Lines and JSON, parsed fast into aligned numeric columns.
+
+Shared by the generic metrics-table reader and the W&B export and history readers, which differ
+only in which columns they treat as the step and which as metrics (table_columns.py).
+
+Cell rules, the same for every format:
+  * an empty cell (or NA/null/None) means "not logged at this step": no row is emitted, no zero;
+  * "nan", "NaN", "inf", "-Infinity" are values: the row is kept with NaN/Inf as logged;
+  * any other text in a numeric column is skipped and counted in `ParsedTable.problems`;
+  * a column where most non-empty cells are text (run ids, dates) is not a metric and is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+
+from tscope.errors import UnreadableInput
+
+DELIMITERS = {".csv": ",", ".tsv": "\t"}
+JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
+JSON_SUFFIX = ".json"
+# Cells that mean "no value here". pandas and W&B write missing values as empty cells.
+MISSING_MARKERS = ("", "NA", "N/A", "n/a", "null", "NULL", "None", "none", "<NA>", "#N/A")
+_MISSING_SET = frozenset(MISSING_MARKERS)
+# Spellings of a logged NaN (Python's str(float("nan")), numpy, C printf, JSON extensions).
+_NAN_SPELLINGS = frozenset({"nan", "-nan", "+nan"})
+# A column is a metric when more than this share of its non-empty cells are numbers; below it the
+# column is text (run ids, dates) and a stray number in it is not a measurement.
+NUMERIC_COLUMN_MIN_SHARE = 0.5
+
+
+@dataclass
+class ParsedTable:
+    """Numeric columns of one file, row-aligned. Text columns are left out."""
+
+    names: list[str] = field(default_factory=list)  # numeric columns, file order, unique
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # (n_rows,) float64
+    present: dict[str, np.ndarray] = field(default_factory=dict)  # (n_rows,) bool: cell logged
+    n_rows: int = 0
+    problems: list[str] = field(default_factory=list)  # skipped rows and cells, for `partial`
+
+
+def table_format(path: Path) -> str | None:
+    """ "csv", "jsonl" or "json" from the suffix; None for any other file."""
+    suffix = path.suffix.lower()
+    if suffix in DELIMITERS:
+        return "csv"
+    if suffix in JSON_LINES_SUFFIXES:
+        return "jsonl"
+    if suffix == JSON_SUFFIX:
+        return "json"
+    return None
+
+
+def read_table(path: Path, display_path: str) -> ParsedTable:
+    """Parse a CSV/TSV/JSONL/JSON metrics file. Raises UnreadableInput when nothing is usable."""
+    kind = table_format(path)
+    if kind == "csv":
+        table = _read_csv(path, display_path, DELIMITERS[path.suffix.lower()])
+    elif kind == "jsonl":
+        table = _read_json_lines(path, display_path)
+    elif kind == "json":
+        table = _read_json_document(path, display_path)
+    else:
+        raise UnreadableInput(display_path, "not a CSV, TSV, JSONL or JSON file")
+    if table.n_rows == 0:
+        raise UnreadableInput(display_path, "the file holds no data rows", "Is it empty?")
+    return table
+
+
+def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
+    malformed: list[str] = []
+
+    def skip_malformed(row: Any) -> str:
+        malformed.append(str(row.text)[:80])
+        return "skip"
+
+    try:
+        arrow_table = pa_csv.read_csv(
+            path,
+            parse_options=pa_csv.ParseOptions(
+                delimiter=delimiter, invalid_row_handler=skip_malformed
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                null_values=list(MISSING_MARKERS),
+                strings_can_be_null=True,
+                check_utf8=False,
+            ),
+        )
+    except (pa.ArrowException, OSError) as error:
+        raise UnreadableInput(
+            display_path, f"not a readable {'TSV' if delimiter == chr(9) else 'CSV'} ({error})"
+        ) from error
+    table = _from_arrow(arrow_table)
+    if malformed:
+        table.problems.insert(
+            0,
+            f"{len(malformed)} malformed row(s) skipped (wrong number of fields, e.g. a line cut "
+            f"off mid-write): first {malformed[0]!r}",
+        )
+    return table
+
+
+def _from_arrow(arrow_table: pa.Table) -> ParsedTable:
+    table = ParsedTable(n_rows=arrow_table.num_rows)
+    for index, name in enumerate(arrow_table.column_names):
+        if name in table.values or not name.strip():
+            continue  # a repeated header keeps its first column
+        column = arrow_table.column(index)
+        if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+            present = ~column.is_null().to_numpy(zero_copy_only=False)
+            values = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            _add_column(table, name, np.where(present, values, np.nan), present)
+        elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            raw = column.cast(pa.large_binary()).to_pandas()
+            texts = raw.str.decode("utf-8", errors="replace")
+            _add_text_column(table, name, texts)
+        # bool, timestamp, struct, list and all-null columns are not metrics.
+    return table
+
+
+def _add_column(table: ParsedTable, name: str, values: np.ndarray, present: np.ndarray) -> None:
+    table.names.append(name)
+    table.values[name] = np.asarray(values, dtype=np.float64)
+    table.present[name] = np.asarray(present, dtype=bool)
+
+
+def _add_text_column(table: ParsedTable, name: str, texts: pd.Series) -> None:
+    """A column with text in it: numbers where they parse, the rest counted as problems."""
+    stripped = texts.astype("object").where(texts.notna(), "").astype(str).str.strip()
+    missing = stripped.isin(_MISSING_SET).to_numpy()
+    numbers = pd.to_numeric(stripped.where(~missing, "nan"), errors="coerce").to_numpy(np.float64)
+    nan_spelled = stripped.str.lower().isin(_NAN_SPELLINGS).to_numpy()
+    bad = ~missing & np.isnan(numbers) & ~nan_spelled
+    present = ~missing & ~bad
+    filled = int((~missing).sum())
+    if filled == 0 or present.sum() <= NUMERIC_COLUMN_MIN_SHARE * filled:
+        return
+    _add_column(table, name, numbers, present)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        table.problems.append(
+            f"column {name!r}: {int(bad.sum())} non-numeric cell(s) skipped "
+            f"(first {str(stripped.iat[first])[:40]!r} in data row {first + 1})"
+        )
+
+
+def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
+    # Fast path: Arrow's JSON reader (also takes NaN/Infinity literals). It refuses a key whose
+    # type changes, nested lists or a cut-off last line; those files go through Python's json.
+    try:
+        return _from_arrow(pa_json.read_json(path))
+    except (pa.ArrowException, OSError):
+        pass
+    records: list[Any] = []
+    malformed = 0
+    first_malformed = ""
+    try:
+        with path.open("rb") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line.decode("utf-8-sig", errors="replace"))
+                except (json.JSONDecodeError, RecursionError):
+                    record = None
+                if isinstance(record, dict):
+                    records.append(record)
+                else:
+                    malformed += 1
+                    first_malformed = first_malformed or f"line {line_number}"
+    except OSError as error:
+        raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
+    if not records and malformed:
+        raise UnreadableInput(display_path, "no line is a JSON object", "Is it JSON Lines?")
+    table = _from_records(records)
+    if malformed:
+        table.problems.insert(
+            0,
+            f"{malformed} line(s) that are not a JSON object skipped (first at {first_malformed}; "
+            "a cut-off last line means the run was still writing)",
+        )
+    return table
+
+
+def _read_json_document(path: Path, display_path: str) -> ParsedTable:
+    try:
+        document = json.loads(path.read_bytes().decode("utf-8-sig", errors="replace"))
+    except (json.JSONDecodeError, RecursionError, OSError) as error:
+        raise UnreadableInput(
+            display_path, f"not valid JSON ({error})", "The file may be truncated"
+        ) from error
+    records = records_from_json(document)
+    if records is None:
+        raise UnreadableInput(
+            display_path,
+            "not a table: expected a list of records or a mapping of columns",
+        )
+    return _from_records(records)
+
+
+def records_from_json(document: Any) -> list[Any] | None:
+    """Rows of a JSON table: a list of records, `{col: [values]}` or pandas' `{col: {row: v}}`."""
+    if isinstance(document, list):
+        return document
+    if not isinstance(document, dict) or not document:
+        return None
+    columns = list(document.values())
+    if all(isinstance(column, list) for column in columns):
+        length = max(len(column) for column in columns)
+        return [
+            {key: column[row] for key, column in document.items() if row < len(column)}
+            for row in range(length)
+        ]
+    if all(isinstance(column, dict) for column in columns):
+        rows: dict[str, dict[str, Any]] = {}
+        for key, column in document.items():
+            for row_label, value in column.items():
+                rows.setdefault(str(row_label), {})[key] = value
+        return list(rows.values())
+    return None
+
+
+def _from_records(records: list[Any]) -> ParsedTable:
+    """Columns from JSON records. Non-dict records are rows without values."""
+    cells: dict[str, tuple[list[int], list[float], list[int]]] = {}
+    bad_examples: dict[str, str] = {}
+    for row, record in enumerate(records):
+        if not isinstance(record, dict):
+            continue
+        for key, value in record.items():
+            rows, values, bad_rows = cells.setdefault(str(key), ([], [], []))
+            number = _json_number(value)
+            if number is not None:
+                rows.append(row)
+                values.append(number)
+            elif not _is_missing(value):
+                bad_rows.append(row)
+                bad_examples.setdefault(str(key), repr(value)[:40])
+    table = ParsedTable(n_rows=len(records))
+    for name, (rows, values, bad_rows) in cells.items():
+        filled = len(rows) + len(bad_rows)
+        if not rows or len(rows) <= NUMERIC_COLUMN_MIN_SHARE * filled:
+            continue
+        present = np.zeros(len(records), dtype=bool)
+        column = np.full(len(records), np.nan)
+        present[rows] = True
+        column[rows] = values
+        _add_column(table, name, column, present)
+        if bad_rows:
+            table.problems.append(
+                f"column {name!r}: {len(bad_rows)} non-numeric value(s) skipped "
+                f"(first {bad_examples[name]} in record {bad_rows[0] + 1})"
+            )
+    return table
+
+
+def _json_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float range
+            return None
+    if isinstance(value, str) and value.strip() not in _MISSING_SET:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() in _MISSING_SET)

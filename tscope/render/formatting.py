@@ -1,0 +1,109 @@
+"""How numbers, steps and log-derived values are written in every rendering of a case.
+
+One place, so the HTML, the Markdown and the chart labels say the same number the same way:
+three significant digits, steps as integers, non-finite values named.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+MISSING = "—"
+SIGNIFICANT_DIGITS = 3
+# Below 1e-3 and from 1e6 up, positional notation gets long ("0.0003", "2840000"): 3e-4, 2.84e6.
+SMALLEST_POSITIONAL = 1e-3
+LARGEST_POSITIONAL = 1e6
+# Long log-derived values (a config list, a stack of paths) are cut so one cell cannot fill a page.
+MAX_VALUE_CHARS = 200
+MAX_LIST_ITEMS = 8
+
+NONFINITE_NAMES = {"nan": "NaN", "inf": "+Inf", "+inf": "+Inf", "-inf": "-Inf"}
+
+
+def parse_number(value: Any) -> float | None:
+    """A payload number as a float: JSON numbers and the "nan"/"inf"/"-inf" strings; else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.lower() in NONFINITE_NAMES:
+        return float(value.lower())
+    return None
+
+
+def format_number(value: Any) -> str:
+    """3 significant digits for floats, integers in full, NaN/Inf by name, anything else as text."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return NONFINITE_NAMES.get(value.lower(), value)
+    if not isinstance(value, float):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "0"
+    rounded = float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if SMALLEST_POSITIONAL <= abs(rounded) < LARGEST_POSITIONAL:
+        if abs(rounded) >= 10 ** (SIGNIFICANT_DIGITS - 1):
+            return f"{rounded:.0f}"  # 1234.5 -> "1230", not "1.23e+03"
+        return f"{rounded:.{SIGNIFICANT_DIGITS}g}"
+    mantissa, exponent = f"{rounded:.{SIGNIFICANT_DIGITS - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def format_step(value: Any) -> str:
+    """Steps are optimizer steps: integers, never "73.0"."""
+    if value is None:
+        return MISSING
+    number = parse_number(value)
+    if number is not None and math.isfinite(number) and number.is_integer():
+        return str(int(number))
+    return format_number(value)
+
+
+def format_value(value: Any) -> str:
+    """Any payload value (evidence, config) as one line of text, numbers to 3 significant digits."""
+    if isinstance(value, (list, tuple)):
+        shown = [format_value(item) for item in value[:MAX_LIST_ITEMS]]
+        if len(value) > MAX_LIST_ITEMS:
+            shown.append(f"… ({len(value) - MAX_LIST_ITEMS} more)")
+        return _truncate("[" + ", ".join(shown) + "]")
+    if isinstance(value, dict):
+        return _truncate(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+    if isinstance(value, str):
+        return _truncate(one_line(NONFINITE_NAMES.get(value.lower(), value)))
+    return format_number(value)
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """Nested dicts as sorted ("a.b", "value") rows; sorted so case.json and a Case agree."""
+    rows: list[tuple[str, str]] = []
+    for key in sorted(mapping, key=str):
+        value = mapping[key]
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            rows.extend(flatten(value, prefix=f"{name}."))
+        else:
+            rows.append((name, format_value(value)))
+    return rows
+
+
+def one_line(text: str) -> str:
+    """Log-derived text on one line: a message with a newline must not break a table row."""
+    return " ".join(str(text).split())
+
+
+def _truncate(text: str) -> str:
+    if len(text) <= MAX_VALUE_CHARS:
+        return text
+    return text[: MAX_VALUE_CHARS - 1] + "…"

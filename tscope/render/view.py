@@ -1,0 +1,330 @@
+"""The case payload turned into what the HTML and Markdown templates print, in print order.
+
+Every number is formatted here, every list sorted or grouped here, every missing section given its
+empty default here; the templates only lay the strings out and escape them for their format. The
+payload is read defensively (`.get` with defaults) because `tscope report` may be handed a case
+file written by an older tscope that lacked a later optional section.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jinja2
+
+from tscope.render.charts import main_chart_metrics
+from tscope.render.formatting import (
+    MISSING,
+    flatten,
+    format_number,
+    format_step,
+    one_line,
+    parse_number,
+)
+from tscope.render.heatmap import MEASURES
+
+TEMPLATE_PACKAGE = "tscope.templates"  # the top-level templates/ folder, installed inside tscope
+STATUS_LABELS = {"incident": "Incident", "healthy": "Healthy", "no_data": "No data"}
+NO_NEXT_STEPS = {
+    "healthy": "Nothing to do: no finding calls for action.",
+    "no_data": "Point tscope at the run's logs or checkpoints: nothing analyzable was found.",
+}
+SEVERITY_ORDER = ("critical", "warning", "info")
+TOP_LAYERS = 10  # rows of the "top layers" table per per-layer measure
+
+
+def template_environment(autoescape: bool) -> jinja2.Environment:
+    """Templates from the installed package; StrictUndefined so a typo fails instead of vanishing."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader(TEMPLATE_PACKAGE, package_path="."),
+        autoescape=autoescape,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def build_view(payload: dict[str, Any]) -> dict[str, Any]:
+    """Everything a template prints, as plain strings and lists (no numbers left to format)."""
+    summary = _mapping(payload.get("summary"))
+    spikes = [_spike_view(spike) for spike in _records(payload.get("spikes"))]
+    status = str(summary.get("status") or "no_data")
+    return {
+        "run": _run_view(payload),
+        "status": status if status in STATUS_LABELS else "unknown",
+        "status_label": STATUS_LABELS.get(status, status),
+        "verdict": one_line(str(summary.get("verdict") or "No verdict was recorded.")),
+        "next_steps": [one_line(str(step)) for step in _list(summary.get("next_steps"))],
+        "no_next_steps": NO_NEXT_STEPS.get(status, "No next step was recorded."),
+        "headline": str(summary.get("headline_finding") or ""),
+        "findings": [_finding_view(item) for item in _records(payload.get("findings"))],
+        "severity_counts": _severity_counts(_records(payload.get("findings"))),
+        "alternatives": [
+            {
+                "category": str(item.get("category", "")),
+                "reason": one_line(str(item.get("reason", ""))),
+                "spike_id": str(item.get("spike_id") or MISSING),
+            }
+            for item in _records(payload.get("alternatives"))
+        ],
+        "spikes": spikes,
+        "story_groups": _story_groups(_records(payload.get("story")), spikes),
+        "change_points": [
+            _change_point_view(item) for item in _records(payload.get("change_points"))
+        ],
+        "events": [
+            {
+                "step": format_step(item.get("step")),
+                "kind": str(item.get("kind", "")),
+                "detail": one_line(str(item.get("detail", ""))),
+                "source": str(item.get("source", "")),
+            }
+            for item in sorted(_records(payload.get("events")), key=_step_key)
+        ],
+        "limits": [one_line(str(item)) for item in _list(payload.get("limits"))],
+        "caveats": [
+            {
+                "kind": str(item.get("kind", "")),
+                "message": one_line(str(item.get("message", ""))),
+                "source": str(item.get("source", "")),
+            }
+            for item in _records(payload.get("caveats"))
+        ],
+        "partial": [
+            {"path": str(item.get("path", "")), "problem": one_line(str(item.get("problem", "")))}
+            for item in _records(payload.get("partial"))
+        ],
+        "checkpoints": [
+            {
+                "step": format_step(item.get("step")),
+                "path": str(item.get("path", "")),
+                "format": str(item.get("format", "")),
+                "has_optimizer": format_number(bool(item.get("has_optimizer"))),
+                "has_rng": format_number(bool(item.get("has_rng"))),
+            }
+            for item in sorted(_records(payload.get("checkpoints")), key=_step_key)
+        ],
+        "config": flatten(_mapping(_mapping(payload.get("run")).get("config"))),
+        "other_metrics": _other_metrics(payload),
+        "layer_tables": _layer_tables(_mapping(payload.get("layers"))),
+        "tool": _tool_line(payload),
+    }
+
+
+def _run_view(payload: dict[str, Any]) -> dict[str, Any]:
+    run = _mapping(payload.get("run"))
+    return {
+        "name": str(run.get("name") or "unnamed run"),
+        "path": str(run.get("path") or ""),
+        "first_step": format_step(run.get("first_step")),
+        "last_step": format_step(run.get("last_step")),
+        "steps": _steps_text(run.get("first_step"), run.get("last_step")),
+        "sources": [
+            {"kind": str(source.get("kind", "")), "path": str(source.get("path", ""))}
+            for source in _records(run.get("sources"))
+        ],
+    }
+
+
+def _steps_text(first: Any, last: Any) -> str:
+    if first is None and last is None:
+        return "no steps read"
+    return f"steps {format_step(first)}–{format_step(last)}"
+
+
+def _finding_view(finding: dict[str, Any]) -> dict[str, Any]:
+    evidence = _mapping(finding.get("evidence"))
+    return {
+        "id": str(finding.get("id") or ""),
+        "category": str(finding.get("category", "")),
+        "severity": str(finding.get("severity", "")),
+        "confidence": format_number(parse_number(finding.get("confidence"))),
+        "step": format_step(finding.get("step")),
+        "layer": str(finding.get("layer") or MISSING),
+        "message": one_line(str(finding.get("message", ""))),
+        "evidence": flatten(evidence),
+        "threshold": one_line(str(finding.get("threshold") or "")),
+        "suggestion": one_line(str(finding.get("suggestion") or "")),
+        "source": str(finding.get("source") or ""),
+        "spike_id": str(finding.get("spike_id") or ""),
+    }
+
+
+def _spike_view(spike: dict[str, Any]) -> dict[str, Any]:
+    end = spike.get("end_step")
+    return {
+        "id": str(spike.get("id", "")),
+        "metric": str(spike.get("metric", "")),
+        "onset_step": format_step(spike.get("onset_step")),
+        "peak_step": format_step(spike.get("peak_step")),
+        "end_step": format_step(end) if end is not None else "not recovered",
+        "peak_raw": parse_number(spike.get("peak_step")),
+        "magnitude": format_number(parse_number(spike.get("magnitude"))),
+        "baseline": format_number(parse_number(spike.get("baseline"))),
+        "peak_value": format_number(parse_number(spike.get("peak_value"))),
+        "detectors": ", ".join(str(name) for name in _list(spike.get("detectors"))) or MISSING,
+        "nonfinite": format_number(bool(spike.get("nonfinite"))),
+    }
+
+
+def _story_groups(
+    story: list[dict[str, Any]], spikes: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The cascade per spike, chronological, each event with its offset from the spike's peak."""
+    groups: list[dict[str, Any]] = []
+    spike_ids = [spike["id"] for spike in spikes]
+    grouped_ids = spike_ids + sorted(
+        {str(event.get("spike_id")) for event in story if event.get("spike_id")} - set(spike_ids)
+    )
+    for spike_id in [*grouped_ids, ""]:
+        events = [event for event in story if str(event.get("spike_id") or "") == spike_id]
+        if not events:
+            continue
+        spike = next((item for item in spikes if item["id"] == spike_id), None)
+        peak = spike["peak_raw"] if spike else None
+        groups.append(
+            {
+                "spike": spike,
+                "spike_id": spike_id,
+                "events": [_story_event(event, peak) for event in sorted(events, key=_step_key)],
+            }
+        )
+    return groups
+
+
+def _story_event(event: dict[str, Any], peak_step: float | None) -> dict[str, Any]:
+    lead = parse_number(event.get("lead_steps"))
+    step = parse_number(event.get("step"))
+    if lead is None and peak_step is not None and step is not None:
+        lead = peak_step - step
+    return {
+        "step": format_step(event.get("step")),
+        "offset": _offset_text(lead),
+        "signal": str(event.get("signal", "")),
+        "layer": str(event.get("layer") or MISSING),
+        "description": one_line(str(event.get("description", ""))),
+    }
+
+
+def _offset_text(lead_steps: float | None) -> str:
+    """lead_steps > 0 means before the peak: written as the step offset a reader counts with."""
+    if lead_steps is None:
+        return MISSING
+    if lead_steps == 0:
+        return "at peak"
+    distance = format_step(abs(lead_steps))
+    return f"{distance} before peak" if lead_steps > 0 else f"{distance} after peak"
+
+
+def _change_point_view(change: dict[str, Any]) -> dict[str, Any]:
+    before = parse_number(_mapping(change.get("before")).get("mean"))
+    after = parse_number(_mapping(change.get("after")).get("mean"))
+    ratio = MISSING
+    if before and after is not None:
+        ratio = f"×{format_number(after / before)}"
+    return {
+        "metric": str(change.get("metric", "")),
+        "step": format_step(change.get("step")),
+        "detector": str(change.get("detector", "")),
+        "before": format_number(before),
+        "after": format_number(after),
+        "ratio": ratio,
+    }
+
+
+def _severity_counts(findings: list[dict[str, Any]]) -> str:
+    counts = [
+        f"{sum(1 for f in findings if f.get('severity') == level)} {level}"
+        for level in SEVERITY_ORDER
+        if any(f.get("severity") == level for f in findings)
+    ]
+    return ", ".join(counts) + "; most important first" if counts else "none"
+
+
+def _other_metrics(payload: dict[str, Any]) -> list[dict[str, str]]:
+    """Series not on the main chart: name, points charted, range and last value."""
+    charted = set(main_chart_metrics(_mapping(payload.get("chart_series"))))
+    series_map = _mapping(payload.get("chart_series"))
+    names = [str(name) for name in _list(payload.get("metrics"))]
+    names += [name for name in sorted(series_map) if name not in names]
+    rows = []
+    for name in names:
+        if name in charted:
+            continue
+        series = _mapping(series_map.get(name))
+        values = [parse_number(value) for value in _list(series.get("values"))]
+        finite = [value for value in values if value is not None and math.isfinite(value)]
+        rows.append(
+            {
+                "name": name,
+                "points": str(len(values)) if series else "not charted",
+                "low": format_number(min(finite)) if finite else MISSING,
+                "high": format_number(max(finite)) if finite else MISSING,
+                "last": format_number(values[-1]) if values else MISSING,
+            }
+        )
+    return rows
+
+
+def _layer_tables(layers: dict[str, Any]) -> list[dict[str, Any]]:
+    """The layers that moved most, per measure: where the heat map's dark cells are, by name."""
+    steps = _list(layers.get("steps"))
+    names = [str(name) for name in _list(layers.get("names"))]
+    tables = []
+    for key, title in MEASURES:
+        matrix = _list(layers.get(key))
+        if not matrix:
+            continue
+        ranked: list[tuple[float, str, int, float | None]] = []
+        for name, row in zip(names, matrix, strict=False):
+            values = [parse_number(value) for value in _list(row)]
+            finite = [
+                (value, index)
+                for index, value in enumerate(values)
+                if value is not None and math.isfinite(value)
+            ]
+            if not finite:
+                continue
+            peak, index = max(finite, key=lambda pair: (pair[0], -pair[1]))
+            ranked.append((peak, name, index, values[-1]))
+        ranked.sort(key=lambda item: (-item[0], item[1]))
+        tables.append(
+            {
+                "title": title,
+                "rows": [
+                    {
+                        "layer": name,
+                        "peak": format_number(peak),
+                        "step": format_step(steps[index]) if index < len(steps) else MISSING,
+                        "last": format_number(last),
+                    }
+                    for peak, name, index, last in ranked[:TOP_LAYERS]
+                ],
+            }
+        )
+    return tables
+
+
+def _tool_line(payload: dict[str, Any]) -> str:
+    tool = _mapping(payload.get("tool"))
+    version = tool.get("version", "?")
+    return f"tscope {version}, case schema {payload.get('schema_version', '?')}"
+
+
+def _step_key(record: dict[str, Any]) -> tuple[float, str]:
+    step = parse_number(record.get("step"))
+    return (step if step is not None else float("inf"), str(record.get("kind", "")))
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _records(value: Any) -> list[dict[str, Any]]:
+    return [item for item in _list(value) if isinstance(item, dict)]
