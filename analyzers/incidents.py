@@ -10,6 +10,7 @@ from tscope.analyzers.explainers.spikes import is_transient
 from tscope.analyzers.signals import loss_series, primary_loss
 
 from tscope.model import Spike
+from tscope.model.metric_names import GRAD_NORM
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,26 @@ def incidents(evidence: Evidence) -> list[Incident]:
         if onset is not None:
             index = onset[0]
             found.append(Incident("divergence", loss, int(steps[index]), int(steps[-1]), None, 1e9))
+    loss_spikes = [s for s in evidence.spikes if s.metric == loss]
     for spike in evidence.spikes:
+        if spike.metric == GRAD_NORM and not is_transient(run, spike):
+            # A gradient blow-up the loss did not (yet) show is still an incident to explain.
+            if not any(abs(other.onset_step - spike.onset_step) <= 20 for other in loss_spikes):
+                found.append(
+                    Incident(
+                        "spike",
+                        spike.metric,
+                        spike.onset_step,
+                        spike.peak_step,
+                        spike.end_step,
+                        0.5 * _finite(spike.magnitude),
+                        spike,
+                    )
+                )
+            continue
         if loss is not None and spike.metric != loss:
             continue
-        rank = spike.magnitude if spike.magnitude == spike.magnitude else 0.0
+        rank = _finite(spike.magnitude)
         if spike.nonfinite:
             rank = 1e8
         elif is_transient(run, spike):
@@ -55,3 +72,7 @@ def incidents(evidence: Evidence) -> list[Incident]:
         )
     found.sort(key=lambda incident: (-incident.severity_rank, incident.onset_step))
     return found
+
+
+def _finite(number: float) -> float:
+    return number if number == number and abs(number) != float("inf") else 0.0

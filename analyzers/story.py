@@ -67,11 +67,20 @@ def _incident_story(
     scale = _loss_scale_drop(evidence, start, incident.peak_step)
     if scale is not None:
         add(*scale)
-    for cp in evidence.change_points:
-        rising = cp.after_mean > cp.before_mean
-        if rising and cp.metric == incident.metric and start <= cp.step < incident.onset_step:
-            text = f"{cp.detector}: {cp.metric} level rises {fmt(cp.before_mean)} → {fmt(cp.after_mean)}"
-            add(cp.step, "loss_drift", text)
+    # Only the first upward regime shift before the onset: the earliest credible drift.
+    drifts = [
+        cp
+        for cp in evidence.change_points
+        if cp.after_mean > cp.before_mean
+        and cp.metric == incident.metric
+        and start <= cp.step < incident.onset_step
+    ]
+    if drifts:
+        cp = min(drifts, key=lambda c: c.step)
+        text = (
+            f"{cp.detector}: {cp.metric} level rises {fmt(cp.before_mean)} → {fmt(cp.after_mean)}"
+        )
+        add(cp.step, "loss_drift", text)
     if incident.kind == "divergence":
         add(incident.onset_step, "loss", f"{incident.metric} leaves its best level for good")
     else:

@@ -158,8 +158,8 @@ def demo(
         _fail(str(error))
     if not quiet:
         typer.echo(
-            f"Planted: learning rate ×{demo_run.factor:g} at step {demo_run.planted_step} for "
-            f"{demo_run.window} steps. Verdict: {case.summary.get('verdict', '')}",
+            f"Planted: learning rate ×{demo_run.lr_factor:g} at step {demo_run.planted_step} for "
+            f"{demo_run.window_steps} steps. Verdict: {case.summary.get('verdict', '')}",
             err=True,
         )
     typer.echo(str(_main_file(written)))

@@ -115,8 +115,8 @@ def _jump_finding(run: Run, jump: LrJump, spikes: list[Spike]) -> Finding:
     )
     if followed:
         message += (
-            f" The loss spiked {followed[0].onset_step - jump.step} steps later "
-            f"(step {followed[0].peak_step})."
+            f" {followed[0].metric} spiked {followed[0].onset_step - jump.step} steps later "
+            f"(peak at step {followed[0].peak_step})."
         )
     return Finding(
         category="lr_schedule_jump",
