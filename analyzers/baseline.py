@@ -30,7 +30,8 @@ class RobustBaseline:
 
     def zscores(self, values: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (values - self.median) / self.sigma
+            z: np.ndarray = (values - self.median) / self.sigma
+        return z
 
 
 def robust_baseline(values: np.ndarray, window: int = BASELINE_WINDOW_POINTS) -> RobustBaseline:

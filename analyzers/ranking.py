@@ -23,13 +23,13 @@ _SYMPTOM_ORDER = ("loss_divergence", "nan_loss", "loss_spike", "grad_norm_spike"
 
 
 def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Finding]:
-    incident_rank = {}
+    incident_rank: dict[str, int] = {}
     for position, incident in enumerate(incidents):
         if incident.spike is not None:
             incident_rank.setdefault(incident.spike.id, position)
 
     def linked_incident(finding: Finding) -> int:
-        if finding.spike_id in incident_rank:
+        if finding.spike_id is not None and finding.spike_id in incident_rank:
             return incident_rank[finding.spike_id]
         if finding.step is None:
             return len(incidents)

@@ -135,7 +135,9 @@ def _loss_scale_drop(evidence: Evidence, start: int, end: int) -> tuple[int, str
     steps, scales = evidence.run.series(LOSS_SCALE)
     keep = (steps >= start) & (steps <= end)
     steps, scales = steps[keep], scales[keep]
-    drops = np.flatnonzero(scales[1:] < scales[:-1]) + 1 if scales.size > 1 else []
+    drops: np.ndarray = (
+        np.flatnonzero(scales[1:] < scales[:-1]) + 1 if scales.size > 1 else np.empty(0, int)
+    )
     if len(drops) == 0:
         return None
     first = int(drops[0])

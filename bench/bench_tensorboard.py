@@ -100,16 +100,21 @@ def main() -> None:
         read_with_tscope(warm_up, verify_checksums=False)
         read_with_event_accumulator(warm_up, options.new_style)
 
+        # The first read of a big file also pays for fresh memory; the ratio uses that one.
         ours, our_values = read_with_tscope(path, verify_checksums=False)
-        ours_checked, _ = read_with_tscope(path, verify_checksums=True)
+        ours_best = min(
+            [ours, *(read_with_tscope(path, verify_checksums=False)[0] for _ in range(2))]
+        )
+        ours_checked = min(read_with_tscope(path, verify_checksums=True)[0] for _ in range(3))
         theirs, their_values = read_with_event_accumulator(path, options.new_style)
 
         our_points = sum(len(values) for values in our_values.values())
         their_points = sum(len(values) for values in their_values.values())
-        print(f"tscope                       {ours:7.2f} s  {our_points:,} points")
-        print(f"tscope, CRC-32C checked      {ours_checked:7.2f} s")
-        print(f"EventAccumulator(scalars=0)  {theirs:7.2f} s  {their_points:,} points")
-        print(f"ratio EventAccumulator / tscope: {theirs / ours:.1f}x")
+        print(f"tscope, first run              {ours:7.2f} s  {our_points:,} points")
+        print(f"tscope, best of 3              {ours_best:7.2f} s")
+        print(f"tscope, CRC-32C, best of 3     {ours_checked:7.2f} s")
+        print(f"EventAccumulator(scalars=0)    {theirs:7.2f} s  {their_points:,} points")
+        print(f"ratio EventAccumulator / tscope first run: {theirs / ours:.1f}x")
         same = our_values.keys() == their_values.keys() and all(
             np.array_equal(our_values[tag], their_values[tag]) for tag in their_values
         )

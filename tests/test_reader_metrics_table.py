@@ -91,27 +91,30 @@ def test_modded_nanogpt_runs_read_train_and_val_loss_but_not_the_clock() -> None
 # --- what training scripts write --------------------------------------------------------------
 
 
-def test_demo_jsonl_with_eval_loss_on_some_lines(tmp_path: Path) -> None:
+def test_demo_jsonl_with_separate_eval_lines(tmp_path: Path) -> None:
+    # tscope.demo.train writes one line per optimizer step and, at each evaluation (step 0
+    # first, before any training line), a separate {"step", "eval/loss"} line.
     lines = []
-    for step in range(1, 101):
+    for step in range(100):
+        if step % 25 == 0:
+            lines.append(json.dumps({"step": step, "eval/loss": 3.1 - step / 100}))
         row = {"step": step, "train/loss": 3 - step / 100, "train/grad_norm": 0.5}
         row["train/learning_rate"] = 3e-4
-        if step % 25 == 0:
-            row["eval/loss"] = 3.1 - step / 100
         lines.append(json.dumps(row))
     path = write(tmp_path, "metrics.jsonl", "\n".join(lines) + "\n")
     assert READER.can_read(path)
 
     read = READER.read(path, "metrics.jsonl")
 
-    assert series(read, "train/loss")[0].tolist() == list(range(1, 101))
-    assert series(read, "eval/loss")[0].tolist() == [25, 50, 75, 100]
+    assert series(read, "train/loss")[0].tolist() == list(range(100))
+    assert series(read, "eval/loss")[0].tolist() == [0, 25, 50, 75]
     assert set(read.metrics["metric"]) == {
         "train/loss",
         "train/grad_norm",
         "train/learning_rate",
         "eval/loss",
     }
+    assert read.partial == []
 
 
 def test_jsonl_nonfinite_values_are_kept_as_logged(tmp_path: Path) -> None:
@@ -185,6 +188,16 @@ def test_rows_without_a_usable_step_are_skipped_and_counted(tmp_path: Path) -> N
     assert any("3 row(s) with values but no usable step" in p.problem for p in read.partial)
 
 
+def test_absurd_numbers_do_not_overflow(tmp_path: Path) -> None:
+    huge = "1" + "0" * 400  # a JSON integer beyond float range
+    text = f'{{"step": 1, "loss": 2.0}}\n{{"step": {huge}, "loss": 1.0}}\n{{"step": 3, "loss": {huge}}}\n'
+    read = READER.read(write(tmp_path, "log.jsonl", text), "log.jsonl")
+    steps, loss = series(read, "train/loss")
+    assert steps.tolist() in ([1], [1, 3])  # a huge loss is either inf or skipped as not a number
+    assert loss[0] == 2.0
+    assert any("no usable step" in p.problem for p in read.partial)
+
+
 def test_truncated_csv_line_is_skipped_and_reported(tmp_path: Path) -> None:
     text = "step,loss,grad_norm\n1,3.0,1.0\n2,2.9,1.1\n3,2."
     read = READER.read(write(tmp_path, "log.csv", text), "log.csv")
@@ -202,6 +215,21 @@ def test_tsv_and_json_list_of_records(tmp_path: Path) -> None:
     assert READER.can_read(tsv) and READER.can_read(records)
     assert series(READER.read(tsv, "log.tsv"), "train/loss")[0].tolist() == [10, 20]
     assert series(READER.read(records, "log.json"), "eval/loss")[1].tolist() == [3.0, 2.9]
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("log.csv", "step,loss\r\n1,2.0\r\n"),
+        ("log.jsonl", '{"step": 1, "loss": 2.0}\n'),
+        ("log.json", '[{"step": 1, "loss": 2.0}]'),
+    ],
+)
+def test_files_saved_with_a_byte_order_mark(tmp_path: Path, name: str, body: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert READER.can_read(path)
+    assert series(READER.read(path, name), "train/loss")[1].tolist() == [2.0]
 
 
 def test_clock_columns_and_other_counters_are_not_metrics(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tscope.errors import UnreadableInput
+from tscope.ingest.discover import discover
 from tscope.ingest.readers.metrics_table import MetricsTableReader
 from tscope.ingest.readers.wandb_export import WandbExportReader
 from tscope.ingest.readers.wandb_framing import BLOCK_SIZE, split_records
@@ -183,11 +184,18 @@ def number_item_record(step: int, key: str, value: float) -> bytes:
     return field(2, field(1, item) + field(2, field(1, step)))
 
 
-def config_record(items: dict[str, str]) -> bytes:
+def config_record(items: dict[str, str], removed: tuple[str, ...] = ()) -> bytes:
     updates = b"".join(
         field(1, field(1, k.encode()) + field(16, v.encode())) for k, v in items.items()
     )
-    return field(5, updates)
+    removals = b"".join(field(2, field(1, key.encode())) for key in removed)
+    return field(5, updates + removals)
+
+
+def integer_item_record(step: int, key: str, value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    item = field(2, key.encode()) + varint(5 << 3) + varint(zigzag)
+    return field(2, field(1, item) + field(2, field(1, step)))
 
 
 def run_record(resumed_at: int | None = None) -> bytes:
@@ -305,6 +313,25 @@ def test_offline_without_global_step_uses_the_step_item_and_double_values(tmp_pa
     assert any("without a step" in p.problem for p in read.partial)
 
 
+def test_offline_config_keeps_each_keys_last_update_and_honours_removals(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run-x.wandb"
+    payloads = [
+        config_record({"lr": "0.1", "warmup": "10", "model": '{"layers": 2}'}),
+        history_record(1, {"loss": "2.0"}),
+        config_record({"lr": "0.05"}, removed=("warmup",)),
+        config_record({"note": '"resumed"'}),
+        integer_item_record(2, "loss", -3),
+    ]
+    path.write_bytes(frame(payloads))
+
+    read = OFFLINE.read(path, "run-x.wandb")
+
+    assert read.config == {"lr": 0.05, "model": {"layers": 2}, "note": "resumed"}
+    assert series(read, "train/loss")[1].tolist() == [2.0, -3.0]
+
+
 def test_offline_broken_sibling_files_are_partial_not_fatal(tmp_path: Path) -> None:
     (tmp_path / "files").mkdir()
     (tmp_path / "files" / "config.yaml").write_text("lr: [unclosed\n")
@@ -316,6 +343,22 @@ def test_offline_broken_sibling_files_are_partial_not_fatal(tmp_path: Path) -> N
     problems = " ".join(p.problem for p in read.partial)
     assert "config.yaml" in problems and "wandb-summary.json" in problems
     assert len(series(read, "train/loss")[0]) == 200
+
+
+def test_discovery_reads_the_run_log_and_leaves_the_sidecar_files_alone(tmp_path: Path) -> None:
+    run_dir = tmp_path / "wandb" / "offline-run-20240101_000000-abc"
+    (run_dir / "files").mkdir(parents=True)
+    (run_dir / "run-abc.wandb").write_bytes(FIXTURE.read_bytes())
+    (run_dir / "files" / "wandb-summary.json").write_text('{"_step": 199, "train/loss": 2.3}')
+    (run_dir / "files" / "wandb-metadata.json").write_text('{"host": "x", "args": []}')
+    (run_dir / "files" / "config.yaml").write_text("lr:\n  value: 0.1\n")
+
+    found = discover(tmp_path)
+
+    assert [(read.kind, read.path) for read in found.reads] == [
+        ("wandb_offline", "wandb/offline-run-20240101_000000-abc/run-abc.wandb")
+    ]
+    assert found.reads[0].config["lr"] == 0.1
 
 
 # --- UI panel export --------------------------------------------------------------------------

@@ -54,4 +54,4 @@ def _difference_sigma(values: np.ndarray) -> float:
     if differences.size == 0:
         return float("nan")
     mad = float(np.median(np.abs(differences - np.median(differences))))
-    return MAD_TO_SIGMA * mad / np.sqrt(2.0)
+    return float(MAD_TO_SIGMA * mad / np.sqrt(2.0))

@@ -5,9 +5,10 @@
 
 Logs 200 steps of a smooth loss with a planted spike at step 120 and a NaN loss at step 150, a
 grad norm that jumps two steps before the spike, a cosine learning rate, and an eval loss every
-50 steps (sparse rows, as scan_history returns them). Only the files tscope reads are kept: the
-run's .wandb log, files/config.yaml and files/wandb-summary.json (debug logs and metadata name
-the host and user and are dropped).
+50 steps (sparse rows, as scan_history returns them). Only the run's .wandb log is kept, plus
+files/config.yaml and files/wandb-summary.json when the client writes them (wandb 0.31 in offline
+mode does not: config and summary live only in the log). Debug logs and metadata name the host
+and user and are dropped. The run id is random, so the log's name changes on each run.
 """
 
 from __future__ import annotations
@@ -58,11 +59,12 @@ def main() -> None:
         source = run_dirs[-1]
         if TARGET.exists():
             shutil.rmtree(TARGET)
-        (TARGET / "files").mkdir(parents=True)
+        TARGET.mkdir(parents=True)
         for wandb_file in source.glob("run-*.wandb"):
             shutil.copy2(wandb_file, TARGET / wandb_file.name)
         for name in ("config.yaml", "wandb-summary.json"):
             if (source / "files" / name).exists():
+                (TARGET / "files").mkdir(exist_ok=True)
                 shutil.copy2(source / "files" / name, TARGET / "files" / name)
 
 

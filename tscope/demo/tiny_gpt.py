@@ -35,6 +35,8 @@ class TinyGPTConfig:
 
 
 class CausalSelfAttention(nn.Module):
+    causal_mask: torch.Tensor  # (block_size, block_size) bool, True where attention is allowed
+
     def __init__(self, config: TinyGPTConfig) -> None:
         super().__init__()
         if config.n_embd % config.n_head != 0:
@@ -92,18 +94,22 @@ class Block(nn.Module):
         return x
 
 
+class Trunk(nn.Module):
+    """Embeddings, blocks and final norm; an attribute named `transformer`, as in nanoGPT."""
+
+    def __init__(self, config: TinyGPTConfig) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token table (vocab, C)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)  # position table (block, C)
+        self.h = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
+
+
 class TinyGPT(nn.Module):
     def __init__(self, config: TinyGPTConfig) -> None:
         super().__init__()
         self.config = config
-        self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(config.vocab_size, config.n_embd),
-                wpe=nn.Embedding(config.block_size, config.n_embd),
-                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
-            )
-        )
+        self.transformer = Trunk(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         # Weight tying (Press & Wolf 2017, as in GPT-2): the output head reuses the token table.
         self.lm_head.weight = self.transformer.wte.weight
@@ -129,7 +135,9 @@ class TinyGPT(nn.Module):
         """Logits (B, T, vocab) and, given targets (B, T), the mean cross-entropy in nats."""
         batch, time = tokens.shape  # (B, T)
         if time > self.config.block_size:
-            raise ValueError(f"sequence of {time} tokens exceeds block_size {self.config.block_size}")
+            raise ValueError(
+                f"sequence of {time} tokens exceeds block_size {self.config.block_size}"
+            )
         positions = torch.arange(time, device=tokens.device)  # (T,)
         x = self.transformer.wte(tokens) + self.transformer.wpe(positions)  # (B, T, C)
         for block in self.transformer.h:
@@ -149,7 +157,8 @@ class TinyGPT(nn.Module):
         """Forward+backward FLOPs (PaLM appendix B: 6·N per token plus attention)."""
         cfg = self.config
         head_dim = cfg.n_embd // cfg.n_head
-        per_token = 6 * self.parameter_count() + 12 * cfg.n_layer * cfg.n_head * head_dim * cfg.block_size
+        attention = 12 * cfg.n_layer * cfg.n_head * head_dim * cfg.block_size
+        per_token = 6 * self.parameter_count() + attention
         return float(per_token * tokens_per_iteration)
 
 

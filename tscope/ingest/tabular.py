@@ -96,11 +96,12 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
                 check_utf8=False,
             ),
         )
-    except (pa.ArrowException, OSError) as error:
+        table = _from_arrow(arrow_table)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
+        # UnicodeDecodeError: a header that is not UTF-8 (Arrow leaves values undecoded).
         raise UnreadableInput(
             display_path, f"not a readable {'TSV' if delimiter == chr(9) else 'CSV'} ({error})"
         ) from error
-    table = _from_arrow(arrow_table)
     if malformed:
         table.problems.insert(
             0,
@@ -159,30 +160,30 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
     # type changes, nested lists or a cut-off last line; those files go through Python's json.
     try:
         return _from_arrow(pa_json.read_json(path))
-    except (pa.ArrowException, OSError):
-        pass
-    records: list[Any] = []
+    except (pa.ArrowException, OSError, UnicodeDecodeError):
+        pass  # UnicodeDecodeError: a key that is not UTF-8; Python's json replaces the bytes
+    columns = _RecordColumns()
     malformed = 0
     first_malformed = ""
     try:
         with path.open("rb") as handle:
             for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
                 try:
-                    record = json.loads(line.decode("utf-8-sig", errors="replace"))
-                except (json.JSONDecodeError, RecursionError):
-                    record = None
+                    record = json.loads(line)  # bytes: json detects UTF-8 and a BOM itself
+                except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
+                    if not line.strip():
+                        continue
+                    record = _loads_lenient(line)
                 if isinstance(record, dict):
-                    records.append(record)
+                    columns.add(record)
                 else:
                     malformed += 1
                     first_malformed = first_malformed or f"line {line_number}"
     except OSError as error:
         raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
-    if not records and malformed:
+    if not columns.n_rows and malformed:
         raise UnreadableInput(display_path, "no line is a JSON object", "Is it JSON Lines?")
-    table = _from_records(records)
+    table = columns.finish()
     if malformed:
         table.problems.insert(
             0,
@@ -190,6 +191,14 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
             "a cut-off last line means the run was still writing)",
         )
     return table
+
+
+def _loads_lenient(line: bytes) -> Any:
+    """A line with bytes that are not UTF-8: replace them and try again; None if still bad."""
+    try:
+        return json.loads(line.decode("utf-8-sig", errors="replace"))
+    except (ValueError, RecursionError):
+        return None
 
 
 def _read_json_document(path: Path, display_path: str) -> ParsedTable:
@@ -205,7 +214,10 @@ def _read_json_document(path: Path, display_path: str) -> ParsedTable:
             display_path,
             "not a table: expected a list of records or a mapping of columns",
         )
-    return _from_records(records)
+    columns = _RecordColumns()
+    for record in records:
+        columns.add(record)
+    return columns.finish()
 
 
 def records_from_json(document: Any) -> list[Any] | None:
@@ -230,38 +242,60 @@ def records_from_json(document: Any) -> list[Any] | None:
     return None
 
 
-def _from_records(records: list[Any]) -> ParsedTable:
-    """Columns from JSON records. Non-dict records are rows without values."""
-    cells: dict[str, tuple[list[int], list[float], list[int]]] = {}
-    bad_examples: dict[str, str] = {}
-    for row, record in enumerate(records):
+# Python ints inside this range convert to float without overflow.
+_FLOAT_SAFE_INT = 2**1000
+
+
+class _RecordColumns:
+    """Columns built from JSON records one at a time. A record that is not a dict is a row
+    without values. Runs per value on a million-line file, hence the inline fast path."""
+
+    def __init__(self) -> None:
+        # key -> (rows with a number, the numbers, rows with something else)
+        self.cells: dict[str, tuple[list[int], list[float], list[int]]] = {}
+        self.bad_examples: dict[str, str] = {}
+        self.n_rows = 0
+
+    def add(self, record: Any) -> None:
+        row = self.n_rows
+        self.n_rows += 1
         if not isinstance(record, dict):
-            continue
+            return
         for key, value in record.items():
-            rows, values, bad_rows = cells.setdefault(str(key), ([], [], []))
-            number = _json_number(value)
-            if number is not None:
-                rows.append(row)
-                values.append(number)
+            cell = self.cells.get(key)
+            if cell is None:
+                cell = self.cells[key] = ([], [], [])
+            kind = type(value)
+            if kind is float:
+                cell[0].append(row)
+                cell[1].append(value)
+            elif kind is int and -_FLOAT_SAFE_INT < value < _FLOAT_SAFE_INT:
+                cell[0].append(row)
+                cell[1].append(float(value))
+            elif (number := _json_number(value)) is not None:
+                cell[0].append(row)
+                cell[1].append(number)
             elif not _is_missing(value):
-                bad_rows.append(row)
-                bad_examples.setdefault(str(key), repr(value)[:40])
-    table = ParsedTable(n_rows=len(records))
-    for name, (rows, values, bad_rows) in cells.items():
-        filled = len(rows) + len(bad_rows)
-        if not rows or len(rows) <= NUMERIC_COLUMN_MIN_SHARE * filled:
-            continue
-        present = np.zeros(len(records), dtype=bool)
-        column = np.full(len(records), np.nan)
-        present[rows] = True
-        column[rows] = values
-        _add_column(table, name, column, present)
-        if bad_rows:
-            table.problems.append(
-                f"column {name!r}: {len(bad_rows)} non-numeric value(s) skipped "
-                f"(first {bad_examples[name]} in record {bad_rows[0] + 1})"
-            )
-    return table
+                cell[2].append(row)
+                self.bad_examples.setdefault(str(key), repr(value)[:40])
+
+    def finish(self) -> ParsedTable:
+        table = ParsedTable(n_rows=self.n_rows)
+        for name, (rows, values, bad_rows) in self.cells.items():
+            filled = len(rows) + len(bad_rows)
+            if not rows or len(rows) <= NUMERIC_COLUMN_MIN_SHARE * filled:
+                continue
+            present = np.zeros(self.n_rows, dtype=bool)
+            column = np.full(self.n_rows, np.nan)
+            present[rows] = True
+            column[rows] = values
+            _add_column(table, str(name), column, present)
+            if bad_rows:
+                table.problems.append(
+                    f"column {name!r}: {len(bad_rows)} non-numeric value(s) skipped "
+                    f"(first {self.bad_examples[str(name)]} in record {bad_rows[0] + 1})"
+                )
+        return table
 
 
 def _json_number(value: Any) -> float | None:

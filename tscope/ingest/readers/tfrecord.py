@@ -1,10 +1,10 @@
-"""TFRecord framing as TensorBoard writes it: `<Q len><I masked_crc32c(len)><data><I masked_crc32c(data)>`.
+"""TFRecord framing of event files: `<Q len><I masked crc(len)><data><I masked crc(data)>`.
 
-The framing walk is the only strictly sequential part of reading an event file (each length says
-where the next record starts), so it is a tight loop that only hops from header to header. The
-length checksums of all records are then verified at once with numpy, which catches corrupt
-framing without paying a per-record Python call; the data checksums are optional because they cost
-a pass over every byte.
+Walking the framing is the one sequential part of reading an event file (each length says where
+the next record starts). `_walk_headers` keeps it cheap by confirming whole blocks of predicted
+headers with numpy; the length checksums of all records are then verified at once, which catches
+corrupt framing without a per-record Python call. Data checksums are optional: they cost a pass
+over every byte.
 """
 
 from __future__ import annotations
