@@ -12,6 +12,10 @@ from tscope.analyzers.signals import loss_series, primary_loss
 from tscope.model import Spike
 from tscope.model.metric_names import GRAD_NORM
 
+# A gradient-norm excursion the loss did not show ranks below every loss incident: the loss is
+# what the reader was paged for.
+GRAD_ONLY_RANK_FACTOR = 0.01
+
 
 @dataclass(frozen=True)
 class Incident:
@@ -47,7 +51,7 @@ def incidents(evidence: Evidence) -> list[Incident]:
                         spike.onset_step,
                         spike.peak_step,
                         spike.end_step,
-                        0.5 * _finite(spike.magnitude),
+                        GRAD_ONLY_RANK_FACTOR * _finite(spike.magnitude),
                         spike,
                     )
                 )

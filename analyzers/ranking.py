@@ -28,7 +28,11 @@ def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Fi
         if incident.spike is not None:
             incident_rank.setdefault(incident.spike.id, position)
 
+    divergence = next((i for i, inc in enumerate(incidents) if inc.kind == "divergence"), None)
+
     def linked_incident(finding: Finding) -> int:
+        if finding.category == "loss_divergence" and divergence is not None:
+            return divergence
         if finding.spike_id is not None and finding.spike_id in incident_rank:
             return incident_rank[finding.spike_id]
         if finding.step is None:

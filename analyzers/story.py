@@ -32,9 +32,10 @@ def build_story(
     evidence: Evidence, incidents: list[Incident], findings: list[Finding]
 ) -> list[StoryEvent]:
     story: list[StoryEvent] = []
+    alerted = {f.spike_id for f in findings if f.severity in ("critical", "warning")}
     for incident in incidents[:MAX_STORIES]:
-        if incident.spike is not None and incident.severity_rank < 1.0:
-            continue  # transient bumps tell no story
+        if incident.spike is not None and incident.spike.id not in alerted:
+            continue  # informational bumps tell no story
         story.extend(_incident_story(evidence, incident, findings))
     return story
 

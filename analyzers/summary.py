@@ -33,6 +33,8 @@ def summarize(
         }
     headline = alerts[0]
     incident = _incident_of(headline, incidents)
+    if headline.category in CAUSE_CATEGORIES and headline.spike_id is None:
+        incident = None  # the cause itself is the news (e.g. a faulty resume with no spike yet)
     return {
         "status": "incident",
         "verdict": _incident_verdict(evidence, headline, incident, findings),

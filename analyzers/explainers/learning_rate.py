@@ -68,6 +68,8 @@ def warmup_end(steps: np.ndarray, lrs: np.ndarray) -> int | None:
     rising = np.diff(lrs[: peak_index + 1]) >= 0
     if peak_index == 0 or not rising.all() or lrs[0] >= lrs[peak_index] * 0.99:
         return None
+    if peak_index == lrs.size - 1:
+        return None  # still climbing at the end of the log: a ramp that never ended
     return peak_index
 
 
@@ -209,7 +211,7 @@ def _warmup_too_short(
     first_step = int(steps[0])
     if end_index is None:
         if lrs.size and np.isfinite(lrs).all() and lrs[0] < lrs.max() * 0.99:
-            return []  # the LR rises but not monotonically: no clear warm-up shape to judge
+            return []  # the LR rises without a finished warm-up: lr_too_high's case, not this
         warmup_steps = 0
         horizon = first_step + NO_WARMUP_EARLY_FRACTION * (int(loss_steps[-1]) - first_step)
     else:

@@ -121,8 +121,7 @@ def _loss_rises_after(run: Run, spike: Spike) -> bool:
         return False
     steps, values = run.series(loss)
     before = values[(steps < spike.onset_step)][-20:]
-    end = spike.end_step if spike.end_step is not None else spike.onset_step + 1
-    during = values[(steps >= spike.onset_step) & (steps <= max(end, spike.peak_step + 3))]
+    during = values[(steps >= spike.onset_step) & (steps <= spike.peak_step + 3)]
     if before.size < 3 or during.size == 0:
         return False
     return bool(np.nanmax(during) >= (1 + MIN_WARNING_EXCESS / 2) * np.nanmedian(before))

@@ -93,7 +93,8 @@ class TrainConfig:
     # Warmup, then constant: a flat LR makes the planted jump the only schedule event, and a
     # cosine decay (tried) shrinks the jumped LR and with it the spike (z 5-20 vs 10-33).
     decay_lr: bool = False
-    warmup_iters: int = 40  # linear; 20 left grad-norm transients of 4-100x just after it (measured)
+    # Linear warmup. 20 steps left grad-norm transients of 4-100x right after it (measured).
+    warmup_iters: int = 40
     lr_decay_iters: int = 300  # used only with decay_lr: cosine to min_lr, reached here
     min_lr: float = 3e-4  # learning_rate / 10 (Chinchilla)
     device: str = "cpu"
@@ -196,6 +197,7 @@ def make_demo_run(
     torch.set_num_threads(1)
     try:
         with (
+            torch.random.fork_rng(devices=[]),  # seeding must not leak into the caller's RNG
             (out_dir / LOG_NAME).open("w", encoding="utf-8", buffering=1) as log,
             (out_dir / METRICS_NAME).open("w", encoding="utf-8", buffering=1) as metrics,
         ):
@@ -224,7 +226,11 @@ def prepare_run_dir(out_dir: Path) -> None:
     if not entries:
         return
     earlier_files = _files_of_earlier_demo(out_dir) or set()
-    foreign = [name for name in entries if name not in earlier_files | {MARKER_NAME}]
+    foreign = [
+        name
+        for name in entries
+        if name not in earlier_files | {MARKER_NAME} or not (out_dir / name).is_file()
+    ]
     if not earlier_files or foreign:
         shown = ", ".join((foreign or entries)[:5])
         raise UsageError(
