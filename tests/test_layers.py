@@ -1,0 +1,38 @@
+"""Imports point one way: ingest → model → analyzers → render; the CLI sits on top."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Which tscope packages each layer may import from (besides itself and tscope.errors).
+ALLOWED = {
+    "tscope/model": {"tscope.model"},
+    "tscope/ingest": {"tscope.ingest", "tscope.model", "tscope.errors"},
+    "analyzers": {"tscope.analyzers", "tscope.model", "tscope.errors"},
+    "tscope/render": {"tscope.render", "tscope.model", "tscope.errors", "tscope.templates"},
+}
+
+
+def tscope_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {name for name in names if name == "tscope" or name.startswith("tscope.")}
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_what_it_may(layer):
+    allowed = ALLOWED[layer]
+    for path in sorted((ROOT / layer).rglob("*.py")):
+        for name in tscope_imports(path):
+            assert any(name == a or name.startswith(a + ".") for a in allowed), (
+                f"{path.relative_to(ROOT)} imports {name}; {layer} may import only {sorted(allowed)}"
+            )
