@@ -9,7 +9,7 @@ from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import CAUSE_CATEGORIES
 from tscope.analyzers.signals import fmt, primary_loss, window
 
-from tscope.model import Alternative, Finding
+from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
 
 # Over the incident's lookback, an LR that moved less than this is "did not change".
@@ -21,8 +21,12 @@ _ALERT_SEVERITIES = ("critical", "warning")
 
 
 def summarize(
-    evidence: Evidence, incidents: list[Incident], findings: list[Finding]
+    evidence: Evidence,
+    incidents: list[Incident],
+    findings: list[Finding],
+    checkpoints: list[CheckpointInfo] | None = None,
 ) -> dict[str, object]:
+    checkpoints = checkpoints or []
     alerts = [f for f in findings if f.severity in _ALERT_SEVERITIES]
     if not alerts:
         return {
@@ -38,7 +42,7 @@ def summarize(
     return {
         "status": "incident",
         "verdict": _incident_verdict(evidence, headline, incident, findings),
-        "next_steps": _next_steps(evidence, headline, incident),
+        "next_steps": _next_steps(headline, incident, checkpoints),
         "headline_finding": headline.id,
     }
 
@@ -151,14 +155,29 @@ def _lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
     )
 
 
-def _next_steps(evidence: Evidence, headline: Finding, incident: Incident | None) -> list[str]:
-    step = incident.peak_step if incident is not None else headline.step
+def _next_steps(
+    headline: Finding, incident: Incident | None, checkpoints: list[CheckpointInfo]
+) -> list[str]:
     steps = [headline.suggestion]
-    if step is not None:
-        steps.append(
-            f"Replay the steps around the incident to see per-layer statistics and name the "
-            f"samples: `tscope replay {evidence.run.name} --around {step} --entry replay_entry.py`"
+    # Restart before whichever came first, the cause or the incident.
+    candidates = [
+        s for s in (headline.step, incident.onset_step if incident else None) if s is not None
+    ]
+    if not candidates:
+        return steps
+    onset = min(candidates)
+    before = [c for c in checkpoints if c.step is not None and c.step < onset]
+    if before:
+        newest = max(before, key=lambda c: c.step or 0)
+        holds = (
+            "with optimizer state" if newest.has_optimizer else "weights only: no optimizer state"
         )
+        steps.append(
+            f"Restart point: `{newest.path}` (step {newest.step}, {holds}), the newest checkpoint "
+            f"before step {onset}."
+        )
+    elif checkpoints:
+        steps.append(f"No checkpoint precedes step {onset}: restart from scratch.")
     return steps
 
 
@@ -243,7 +262,7 @@ def limits(evidence: Evidence, has_checkpoints: bool) -> list[str]:
     if not has_checkpoints:
         notes.append(
             "Logs only: which layer started the incident needs checkpoints (weights, optimizer "
-            "state) or a replay (`tscope replay`)."
+            "state) or a replay of the steps around it."
         )
     for metric, consequence in (
         (GRAD_NORM, "whether gradients moved before the loss cannot be told"),

@@ -125,3 +125,10 @@ def test_case_json_is_deterministic():
     assert [f["id"] for f in first["findings"]] == [
         f"F{i}" for i in range(1, len(first["findings"]) + 1)
     ]
+
+
+def test_lr_jump_after_warmup_is_not_a_long_warmup():
+    """A ×20 jump at step 240 must not read as a 240-step warm-up ending there."""
+    case = build_case(lr_jump_run(at=240, factor=20.0), [])
+    warmups = [f for f in case.findings if f.category == "warmup_too_short"]
+    assert all(f.evidence["warmup_steps"] < 30 for f in warmups)

@@ -1,8 +1,8 @@
 """tscope: offline post-mortem analyzer for LLM training runs.
 
-    import tscope
-    case = tscope.analyze("runs/my-run")
-    tscope.render_case(case, "case-dir")
+import tscope
+case = tscope.analyze("runs/my-run")
+tscope.render_case(case, "case-dir")
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def build_case(run: Run, checkpoints: list) -> Case:  # type: ignore[type-arg]
             {"kind": e.kind, "step": e.step, "detail": e.detail, "source": e.source}
             for e in run.events
         ],
-        summary=summarize(evidence, incidents, findings),
+        summary=summarize(evidence, incidents, findings, list(checkpoints)),
         chart_series={m: chart_series(run, m) for m in run.metric_names},
         tool_version=__version__,
     )

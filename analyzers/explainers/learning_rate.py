@@ -60,17 +60,17 @@ def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
 
 
 def warmup_end(steps: np.ndarray, lrs: np.ndarray) -> int | None:
-    """Index where the LR first reaches its peak after rising from the start; None if no rise."""
-    finite = np.isfinite(lrs)
-    if lrs.size < 3 or not finite.all():
+    """Index where an initial LR ramp stops rising; None if the LR does not start with a ramp.
+
+    The first point that does not rise ends the warm-up, so a later jump above the plateau (a
+    schedule bug) is not mistaken for the end of a long warm-up.
+    """
+    if lrs.size < 3 or not np.isfinite(lrs).all() or lrs[1] <= lrs[0]:
         return None
-    peak_index = int(np.argmax(lrs))
-    rising = np.diff(lrs[: peak_index + 1]) >= 0
-    if peak_index == 0 or not rising.all() or lrs[0] >= lrs[peak_index] * 0.99:
-        return None
-    if peak_index == lrs.size - 1:
+    not_rising = np.flatnonzero(np.diff(lrs) <= 0)
+    if not_rising.size == 0:
         return None  # still climbing at the end of the log: a ramp that never ended
-    return peak_index
+    return int(not_rising[0])
 
 
 class LearningRateExplainer:

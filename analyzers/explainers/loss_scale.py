@@ -69,8 +69,7 @@ class LossScaleExplainer:
                 },
                 suggestion=(
                     "Switch to bf16 if the hardware allows (BLOOM-176B did after failed fp16 runs), "
-                    "or lower the LR / add an embedding LayerNorm; find the overflowing layer with "
-                    "`tscope replay`."
+                    "or lower the LR / add an embedding LayerNorm."
                 ),
                 threshold=(
                     f"≥ {CONSECUTIVE_HALVINGS} reductions without growth, scale ≤ "

@@ -81,8 +81,8 @@ def _check(run: Run, event: RunEvent) -> Finding:
             evidence=evidence,
             suggestion=(
                 "Check that the resume restored optimizer.pt, scheduler.pt, scaler.pt and the RNG "
-                "state (tscope analyze on the checkpoint lists what it holds); replay the first "
-                f"steps after it: `tscope replay RUN --check-resume --around {event.step}`."
+                "state (the case's checkpoint list shows what each checkpoint holds), then resume "
+                "again from a complete checkpoint."
             ),
             threshold=(
                 f"LR change ≥ {LR_JUMP_MIN_RELATIVE:.0%} or loss ≥ {RESUME_LOSS_SIGMA} robust σ "

@@ -173,8 +173,8 @@ def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
         evidence=_evidence(run, spike),
         suggestion=(
             "Find what changed at the onset: the story shows which signal moved first. If nothing "
-            "else moved, replay the spike's batches to name the samples: "
-            f"`tscope replay RUN --around {spike.peak_step}`."
+            f"else moved, inspect the batch of step {spike.peak_step} (and the few before it) for "
+            "corrupted or repeated samples, and skip it on restart."
         ),
         spike_id=spike.id,
         threshold=SPIKE_THRESHOLD_TEXT,
@@ -195,8 +195,7 @@ def _grad_norm_spike(run: Run, spike: Spike, notable: bool) -> Finding:
         evidence=_evidence(run, spike),
         suggestion=(
             "Gradient-norm spikes often precede loss spikes (OLMo 2). Check that clipping is on "
-            "(max_grad_norm) and which layers carry the norm: `tscope replay RUN --around "
-            f"{spike.peak_step}`."
+            "(max_grad_norm) and whether the loss follows; a jump that stays is growth to watch."
         ),
         spike_id=spike.id,
         threshold=SPIKE_THRESHOLD_TEXT,
@@ -232,8 +231,7 @@ def _nan_losses(run: Run) -> list[Finding]:
             },
             suggestion=(
                 "Restart from the last checkpoint before this step with a lower learning rate or "
-                "clipping; find the first module that produced NaN with `tscope replay RUN "
-                f"--around {int(steps[first])}`."
+                "tighter clipping, and set logging_nan_inf_filter=False so the next NaN is logged."
             ),
             threshold="any NaN/Inf in the logged loss",
         )

@@ -22,7 +22,7 @@ import torch
 
 from tscope.errors import TscopeError
 
-# Pure-Python modules with long, prose-like docstrings (~290k characters on CPython 3.11).
+# Pure-Python modules with long, prose-like docstrings (~280k characters, 96 distinct, on CPython 3.11).
 STDLIB_SOURCES = (
     "textwrap.py",
     "argparse.py",

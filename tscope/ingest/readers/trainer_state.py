@@ -78,7 +78,9 @@ class TrainerStateReader:
                 epoch_index = math.floor(epoch + 1e-9)
                 if last_epoch_index is not None and epoch_index > last_epoch_index:
                     events.append(
-                        RunEvent("epoch_boundary", step, f"epoch {epoch_index} begins", display_path)
+                        RunEvent(
+                            "epoch_boundary", step, f"epoch {epoch_index} begins", display_path
+                        )
                     )
                 last_epoch_index = epoch_index
 
