@@ -395,7 +395,7 @@ def test_trainer_steps_come_from_the_progress_bar_redrawn_after_each_row() -> No
     assert "eval_runtime" not in set(read.metrics["original_name"])
     assert "train_runtime" not in set(read.metrics["original_name"])
     kinds = {caveat.kind: caveat.message for caveat in read.caveats}
-    assert "here 2 steps" in kinds["logging_window"]
+    assert "logging_steps=2 steps" in kinds["logging_window"]
     assert "nan_filter" in kinds
     assert "steps_estimated" not in kinds and "steps_are_row_indices" not in kinds
 

@@ -90,10 +90,15 @@ class TrainerStateReader:
             path=display_path,
             metrics=LogRead.rows_to_table(rows, display_path),
             events=events,
-            caveats=_caveats(state, display_path),
+            caveats=trainer_logging_caveats(_logging_steps(state), display_path),
             config=config,
             started_at=float(state.get("global_step", 0) or 0),
         )
+
+
+def _logging_steps(state: dict[str, Any]) -> int | None:
+    value = state.get("logging_steps")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _as_float(value: Any) -> float | None:
@@ -109,16 +114,19 @@ def _as_float(value: Any) -> float | None:
     return None
 
 
-def _caveats(state: dict[str, Any], source: str) -> list[Caveat]:
+def trainer_logging_caveats(logging_steps: int | None, source: str) -> list[Caveat]:
+    """What the HF Trainer's logging hides: window averaging, last-step grad_norm, the NaN filter.
+
+    Shared by every reader of Trainer output (trainer_state.json, its printed dicts).
+    """
     caveats = []
-    logging_steps = state.get("logging_steps")
-    if isinstance(logging_steps, int) and logging_steps > 1:
+    if logging_steps is not None and logging_steps > 1:
         caveats.append(
             Caveat(
                 "logging_window",
                 f"The Trainer logs the loss averaged over logging_steps={logging_steps} steps: a "
-                "one-step spike shows at most 1/"
-                f"{logging_steps} of its height, at the step that closes its window.",
+                f"one-step spike shows at most 1/{logging_steps} of its height, at the step that "
+                "closes its window.",
                 source,
             )
         )

@@ -30,6 +30,7 @@ from tscope.ingest.readers.text_logs import (
     sniff_matches,
     strip_ansi,
 )
+from tscope.ingest.readers.trainer_state import trainer_logging_caveats
 from tscope.model import Caveat, LogRead
 
 # A printed row ends with the epoch (Trainer adds it last) or starts with a loss.
@@ -347,26 +348,8 @@ def _row_index_steps(rows: list[_PrintedRow]) -> list[int]:
 
 
 def _trainer_caveats(rows: list[_PrintedRow], steps: list[int], source: str) -> list[Caveat]:
+    """The window is read off the printed rows: the most common gap between training steps."""
     train_steps = [step for step, row in zip(steps, rows, strict=True) if not row.is_eval]
     gaps = Counter(later - earlier for earlier, later in itertools.pairwise(train_steps))
-    window = gaps.most_common(1)[0][0] if gaps else 0
-    caveats = []
-    if window > 1:
-        caveats.append(
-            Caveat(
-                "logging_window",
-                f"The Trainer logs the loss averaged over logging_steps (here {window} steps) and "
-                "the grad_norm of the window's last step only: a one-step spike shows at about "
-                f"1/{window} of its height, at the step that closes its window.",
-                source,
-            )
-        )
-    caveats.append(
-        Caveat(
-            "nan_filter",
-            "With the Trainer default logging_nan_inf_filter=True, a NaN/Inf step loss is replaced "
-            "by the running mean before it is logged: non-finite losses can be hidden.",
-            source,
-        )
-    )
-    return caveats
+    window = gaps.most_common(1)[0][0] if gaps else None
+    return trainer_logging_caveats(window, source)
