@@ -1,0 +1,70 @@
+"""The checkpoint reader interface: lazy, read-only, one tensor at a time, never unsafe pickles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tscope.model import CheckpointInfo, PartialInput
+from tscope.model.checkpoint import ResumeAudit
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    # Legacy pickles (training_args.bin, old .bin/.pt files with custom classes) are refused
+    # unless the user says they trust the file: loading them executes code.
+    trust_pickle: bool = False
+
+
+@dataclass
+class OptimizerState:
+    """Adam(W) state keyed by parameter name (mapped from the producer's integer ids)."""
+
+    # name -> {"exp_avg": Tensor, "exp_avg_sq": Tensor, "step": float}; absent names got no grad
+    per_param: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # hyper-parameters per group, without the "params" id lists
+    param_groups: list[dict[str, Any]] = field(default_factory=list)
+    group_of: dict[str, int] = field(default_factory=dict)  # parameter name -> group index
+    # state entries that could not be given a name, each with the reason (shape mismatch, ...)
+    unmapped: list[str] = field(default_factory=list)
+    # fp32 master weights when the producer keeps them apart (DeepSpeed), by parameter name
+    master_weights: dict[str, Any] | None = None
+
+
+class CheckpointHandle(Protocol):
+    """An opened checkpoint. Nothing is loaded until asked; tensors come one at a time."""
+
+    info: CheckpointInfo
+    partial: list[PartialInput]
+
+    def tensor_names(self) -> list[str]:
+        """Model parameter names, normalized (no `_orig_mod.` / `module.` prefixes), sorted."""
+        ...
+
+    def load_tensor(self, name: str) -> torch.Tensor:
+        """One parameter on CPU in its stored dtype. Raises UnreadableInput if it cannot be read."""
+        ...
+
+    def optimizer_state(self) -> OptimizerState | None:
+        """The optimizer state mapped to names, or None when the checkpoint has none."""
+        ...
+
+    def audit(self) -> ResumeAudit: ...
+
+    def close(self) -> None: ...
+
+
+class CheckpointReader(Protocol):
+    """One checkpoint layout. `can_open` looks at names and first bytes only."""
+
+    name: str
+
+    def can_open(self, path: Path) -> bool:
+        """`path` is a directory (HF checkpoint-N/, DCP, DeepSpeed global_stepN/) or a file."""
+        ...
+
+    def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle: ...
