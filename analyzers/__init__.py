@@ -9,8 +9,11 @@ from tscope.analyzers.base import Evidence, Explainer
 from tscope.analyzers.explainers.divergence import DivergenceExplainer
 from tscope.analyzers.explainers.learning_rate import LearningRateExplainer
 from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
+from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
 from tscope.analyzers.explainers.resume import ResumeExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
+from tscope.analyzers.explainers.updates import UpdatesExplainer
+from tscope.analyzers.explainers.weights import WeightsExplainer
 
 from tscope.errors import UsageError
 from tscope.model import Finding
@@ -21,6 +24,10 @@ EXPLAINERS: tuple[Explainer, ...] = (
     LearningRateExplainer(),
     ResumeExplainer(),
     LossScaleExplainer(),
+    # From checkpoints (silent when the evidence holds none):
+    WeightsExplainer(),
+    UpdatesExplainer(),
+    OptimizerStateExplainer(),
 )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tscope.model import ChangePoint, Finding, Run, Spike
+from tscope.model.checkpoint import CheckpointEvidence
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,7 @@ class Evidence:
     run: Run
     spikes: list[Spike] = field(default_factory=list)
     change_points: list[ChangePoint] = field(default_factory=list)
+    checkpoints: CheckpointEvidence | None = None  # None: logs only
 
     def spikes_on(self, metric: str) -> list[Spike]:
         return [spike for spike in self.spikes if spike.metric == metric]
