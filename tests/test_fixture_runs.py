@@ -78,9 +78,13 @@ def test_lr_blowup_top_finding_is_divergence_with_lr_finding_and_early_warning(c
 
 def test_resume_with_missing_scheduler_is_flagged_at_the_resume(cases):
     case = cases["resumed_lr_restart"]
-    top = case.findings[0]
-    assert top.category == "resume_discontinuity" and top.severity == "warning"
-    assert top.step == 121
+    resume = next(f for f in case.findings if f.category == "resume_discontinuity")
+    assert resume.severity == "warning" and resume.step == 121
+    # The checkpoints show why: the resumed run restarted Adam (scheduler.pt missing → the
+    # Trainer loads neither scheduler nor optimizer), and the checkpoint lacked the scheduler.
+    assert case.findings[0].category == "optimizer_state_reset"
+    incomplete = next(f for f in case.findings if f.category == "checkpoint_incomplete")
+    assert incomplete.severity == "warning" and incomplete.step == 120
     assert len([e for e in case.events if e["kind"] == "resume"]) == 1
 
 

@@ -82,9 +82,22 @@ def analyze(
             help="Exit 1 when a finding at or above this severity exists: info|warning|critical.",
         ),
     ] = None,
+    trust_pickle: Annotated[
+        bool,
+        typer.Option(
+            "--trust-pickle",
+            help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
+        ),
+    ] = False,
+    no_weights: Annotated[
+        bool,
+        typer.Option(
+            "--no-weights", help="Skip checkpoint tensors: logs and checkpoint inventory only."
+        ),
+    ] = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Analyze what a run left behind and write case.html, case.md and case.json."""
+    """Analyze what a run left behind and write case.html, case.md and case.json (+ layers.parquet)."""
     from tscope.pipeline import analyze as analyze_run
     from tscope.render import render_case
 
@@ -94,11 +107,23 @@ def analyze(
             raise UsageError(
                 f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}, not {fail_on!r}"
             )
+        if out is not None:
+            _check_output_outside_inputs(out, list(paths))  # before any work
         with _Progress(_progress_enabled(quiet), "reading") as progress:
-            case = analyze_run(*paths, on_file=progress.update)
+            case = analyze_run(
+                *paths,
+                on_file=progress.update,
+                trust_pickle=trust_pickle,
+                read_weights=not no_weights,
+            )
         target = out or Path(f"tscope-case-{case.run['name']}")
         _check_output_outside_inputs(target, list(paths))
         written = render_case(case, target, chosen)
+        if case.layers_table is not None:
+            from tscope.ingest.checkpoint_stats import write_layers_parquet
+
+            write_layers_parquet(case.layers_table, target / "layers.parquet")
+            written.append(target / "layers.parquet")
     except TscopeError as error:
         _fail(str(error))
     if not quiet:

@@ -4,22 +4,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tscope import __version__
 from tscope.errors import NothingToAnalyze, UsageError
 from tscope.ingest.assemble import assemble_run
+from tscope.ingest.checkpoint_evidence import read_checkpoints
 from tscope.ingest.checkpoints import checkpoint_inventory
+from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.discover import discover
-from tscope.model import Case, PartialInput, Run
+from tscope.model import Case, CheckpointInfo, PartialInput, Run
+from tscope.model.checkpoint import CheckpointEvidence
 
 # Charts keep at most this many buckets per series; each bucket keeps its last value and its
 # min/max, so a one-step spike in a 10^6-step run still shows at full height.
 CHART_BUCKETS = 1200
 
 
-def analyze(*paths: str | Path, on_file: Callable[[str], None] | None = None) -> Case:
+def analyze(
+    *paths: str | Path,
+    on_file: Callable[[str], None] | None = None,
+    trust_pickle: bool = False,
+    read_weights: bool = True,
+) -> Case:
+    """Read logs and checkpoints under `paths` and build the case.
+
+    `trust_pickle` allows legacy pickles (it runs code from the files: only for trusted inputs);
+    `read_weights=False` keeps to logs and the checkpoint inventory (fast, no tensor is loaded).
+    """
     if not paths:
         raise UsageError("Give at least one run directory, checkpoint or log file to analyze.")
     roots = [Path(p) for p in paths]
@@ -29,20 +43,46 @@ def analyze(*paths: str | Path, on_file: Callable[[str], None] | None = None) ->
                 f"{root} does not exist. Pass a run directory, checkpoint or log file."
             )
     reads, partial, checkpoints, unclaimed = [], [], [], []
+    evidence_parts: list[CheckpointEvidence] = []
     for root in roots:
         found = discover(root, on_file=on_file)
         reads.extend(found.reads)
         partial.extend(found.partial)
         unclaimed.extend(found.unclaimed)
         checkpoints.extend(checkpoint_inventory(root))
+        if read_weights:
+            evidence, checkpoint_partial = read_checkpoints(
+                root, LoadOptions(trust_pickle=trust_pickle), on_file
+            )
+            partial.extend(checkpoint_partial)
+            if evidence is not None:
+                evidence_parts.append(evidence)
     name = roots[0].resolve().name if roots[0].is_dir() else roots[0].stem
     run = assemble_run(name, str(roots[0].resolve()), reads, partial)
+    checkpoint_evidence = _merge(evidence_parts)
+    if checkpoint_evidence is not None:
+        checkpoints = [snapshot.info for snapshot in checkpoint_evidence.snapshots]
     if run.metrics.empty and not checkpoints:
         raise NothingToAnalyze(_nothing_message(roots, partial, unclaimed))
-    return build_case(run, checkpoints)
+    return build_case(run, checkpoints, checkpoint_evidence)
 
 
-def build_case(run: Run, checkpoints: list) -> Case:  # type: ignore[type-arg]
+def _merge(parts: list[CheckpointEvidence]) -> CheckpointEvidence | None:
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    import pandas as pd
+
+    snapshots = tuple(s for part in parts for s in part.snapshots)
+    return CheckpointEvidence(snapshots, pd.concat([p.layers for p in parts], ignore_index=True))
+
+
+def build_case(
+    run: Run,
+    checkpoints: list[CheckpointInfo],
+    checkpoint_evidence: CheckpointEvidence | None = None,
+) -> Case:
     from tscope.analyzers import Evidence, explain
     from tscope.analyzers.detect import detect
     from tscope.analyzers.incidents import incidents as find_incidents
@@ -51,7 +91,7 @@ def build_case(run: Run, checkpoints: list) -> Case:  # type: ignore[type-arg]
     from tscope.analyzers.summary import alternatives, limits, summarize
 
     spikes, change_points = detect(run)
-    evidence = Evidence(run, spikes, change_points)
+    evidence = Evidence(run, spikes, change_points, checkpoint_evidence)
     incidents = find_incidents(evidence)
     findings = rank_findings(explain(evidence), incidents)
     case = Case(
@@ -81,6 +121,9 @@ def build_case(run: Run, checkpoints: list) -> Case:  # type: ignore[type-arg]
         chart_series={m: chart_series(run, m) for m in run.metric_names},
         tool_version=__version__,
     )
+    if checkpoint_evidence is not None and not checkpoint_evidence.layers.empty:
+        case.layers = layer_heatmap(checkpoint_evidence.layers)
+        case.layers_table = checkpoint_evidence.layers
     if run.partial:
         case.summary["partial"] = True
     return case
@@ -122,3 +165,31 @@ def _nothing_message(roots: list[Path], partial: list[PartialInput], unclaimed: 
             "exports and run dirs, CSV/JSONL metrics, nanoGPT/Megatron/Trainer stdout logs."
         )
     return f"{where} holds no files. Pass a run directory, checkpoint or log file."
+
+
+# Heat-map size: the layers with the largest peak update ratio (a report is read in a minute).
+HEATMAP_MAX_LAYERS = 40
+
+
+def layer_heatmap(layers: Any) -> dict[str, Any]:
+    """names × checkpoint steps matrices of the update ratio and norm growth, for the report."""
+    steps = sorted(int(s) for s in layers["step"].unique())
+    ratio = layers.pivot_table(index="tensor", columns="step", values="update_ratio_per_step")
+    growth = layers.pivot_table(index="tensor", columns="step", values="norm_growth_rate")
+    order = ratio.max(axis=1).sort_values(ascending=False).index[:HEATMAP_MAX_LAYERS].tolist()
+    if not order:
+        order = sorted(layers["tensor"].unique().tolist())[:HEATMAP_MAX_LAYERS]
+
+    def matrix(table: Any) -> list[list[float | None]]:
+        table = table.reindex(index=order, columns=steps)
+        return [
+            [None if value != value else float(value) for value in row]
+            for row in table.to_numpy().tolist()
+        ]
+
+    return {
+        "steps": steps,
+        "names": order,
+        "update_ratio": matrix(ratio),
+        "norm_growth": matrix(growth),
+    }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 from tscope.analyzers.base import Evidence
@@ -14,8 +16,8 @@ from tscope.model import Finding, Spike
 # ratio is 3× the median of the other windows moved far more than its schedule explains.
 # (Healthy windows of the fixtures and the demo differ by ≤ 1.6×; see tests/test_checkpoint_explainers.)
 UPDATE_RATIO_FACTOR = 3.0
-# A window counts as a whole-model event when at least this share of tensors exceeds the factor.
-WHOLE_MODEL_SHARE = 0.25
+# One tensor alone: its factor must exceed the window's median factor this many times.
+SINGLE_LAYER_FACTOR = 10.0
 # layer_origin: a tensor "deviates" when its RMS or max |w| changes by 2× between checkpoints.
 DEVIATION_FACTOR = 2.0
 MAX_NAMED = 5
@@ -42,12 +44,16 @@ def _windows(layers: pd.DataFrame, rates: dict[int, float]) -> pd.DataFrame:
     previous_step = dict(zip(steps[1:], steps[:-1], strict=False))
     rows = layers.dropna(subset=["update_ratio_per_step"]).copy()
     rows["window_start"] = rows["step"].map(previous_step)
-    normalized = all(step in rates and rates[step] > 0 for step in steps)
+    # The LR in force over a window: the mean of its two checkpoints' LRs (one may be 0 at the
+    # end of a decay; the mean is not).
+    window_lr = {
+        end: 0.5 * (rates[end] + rates[begin])
+        for begin, end in itertools.pairwise(steps)
+        if begin in rates and end in rates
+    }
+    normalized = len(window_lr) == len(steps) - 1 and all(lr > 0 for lr in window_lr.values())
     if normalized:
-        lr = rows.apply(
-            lambda r: 0.5 * (rates[int(r["step"])] + rates[int(r["window_start"])]), axis=1
-        )
-        rows["normalized_ratio"] = rows["update_ratio_per_step"] / lr
+        rows["normalized_ratio"] = rows["update_ratio_per_step"] / rows["step"].map(window_lr)
     else:
         rows["normalized_ratio"] = rows["update_ratio_per_step"]
     rows["lr_normalized"] = normalized
@@ -60,7 +66,11 @@ class UpdatesExplainer:
     def run(self, evidence: Evidence) -> list[Finding]:
         if evidence.checkpoints is None or evidence.checkpoints.layers.empty:
             return []
+        # Biases start at zero and stay small, so their ratios to their own norm are noise.
         layers = evidence.checkpoints.layers
+        layers = layers[~layers["tensor"].str.endswith("bias")]
+        if layers.empty:
+            return []
         windows = _windows(layers, _lr_by_step(evidence))
         findings = _update_ratio_high(windows, evidence.spikes, evidence)
         origin = _layer_origin(layers, evidence)
@@ -79,22 +89,28 @@ def _update_ratio_high(
     for step in table.columns:
         others = table.drop(columns=[step]).median(axis=1)
         factor = (table[step] / others).replace([np.inf, -np.inf], np.nan).dropna()
-        flagged = factor[factor >= UPDATE_RATIO_FACTOR].sort_values(ascending=False)
+        if factor.empty:
+            continue
+        window_factor = float(factor.median())
+        if window_factor >= UPDATE_RATIO_FACTOR:
+            flagged = factor[factor >= UPDATE_RATIO_FACTOR]
+            scope = f"most of the model ({len(flagged)} of {len(factor)} tensors)"
+        else:
+            # A single layer stands out only far beyond the spread between layers of a healthy
+            # window (up to 3.1× the window's median in the stable fixture).
+            flagged = factor[factor >= SINGLE_LAYER_FACTOR * max(window_factor, 1.0)]
+            scope = f"{len(flagged)} tensor(s)"
         if flagged.empty:
             continue
+        flagged = flagged.sort_values(ascending=False)
         start = int(windows.loc[windows["step"] == step, "window_start"].iloc[0])
-        share = len(flagged) / max(len(factor), 1)
-        inside = [
-            s
-            for s in spikes
-            if start < s.onset_step <= int(step) and s.metric == primary_loss(evidence.run)
-        ]
+        loss = primary_loss(evidence.run)
+        inside = [s for s in spikes if start < s.onset_step <= int(step) and s.metric == loss]
         names = flagged.index[:MAX_NAMED].tolist()
-        scope = "most of the model" if share >= WHOLE_MODEL_SHARE else f"{len(flagged)} tensor(s)"
         message = (
-            f"Between checkpoints at steps {start} and {int(step)}, {scope} moved far more per step "
-            f"than in the other windows (×{fmt(float(flagged.iloc[0]))} for {names[0]}); top: "
-            f"{', '.join(names)}."
+            f"Between checkpoints at steps {start} and {int(step)}, {scope} moved far more per "
+            f"step than in the other windows (median ×{fmt(window_factor)}; most: {names[0]} "
+            f"×{fmt(float(flagged.iloc[0]))}); top: {', '.join(names)}."
         )
         if inside:
             message += f" The loss spike at step {inside[0].peak_step} lies in this window."
@@ -102,7 +118,7 @@ def _update_ratio_high(
             Finding(
                 category="update_ratio_high",
                 severity="warning",
-                confidence=0.8 if inside or share >= WHOLE_MODEL_SHARE else 0.6,
+                confidence=0.8 if inside or window_factor >= UPDATE_RATIO_FACTOR else 0.55,
                 step=int(step),
                 layer=names[0],
                 message=message,
@@ -110,9 +126,9 @@ def _update_ratio_high(
                     "window": [start, int(step)],
                     "tensors": names,
                     "factor_vs_other_windows": [float(v) for v in flagged.iloc[:MAX_NAMED]],
+                    "median_factor_all_tensors": window_factor,
                     "ratio_per_step_in_window": float(table.loc[names[0], step]),
                     "ratio_per_step_other_windows": float(others.loc[names[0]]),
-                    "share_of_tensors": share,
                     "lr_normalized": bool(windows["lr_normalized"].iloc[0]),
                 },
                 suggestion=(
@@ -123,8 +139,9 @@ def _update_ratio_high(
                 source="checkpoints",
                 spike_id=inside[0].id if inside else None,
                 threshold=(
-                    f"update-to-weight ratio per step (÷ the checkpoints' LR) ≥ {UPDATE_RATIO_FACTOR}× "
-                    "the median of the other windows"
+                    f"median over tensors of the update-to-weight ratio per step (÷ the "
+                    f"checkpoints' LR) ≥ {UPDATE_RATIO_FACTOR}× the other windows, or one tensor "
+                    f"≥ {SINGLE_LAYER_FACTOR}× the window's median"
                 ),
             )
         )
@@ -132,56 +149,69 @@ def _update_ratio_high(
 
 
 def _layer_origin(layers: pd.DataFrame, evidence: Evidence) -> Finding | None:
-    """The tensor whose RMS or max |w| first changed by DEVIATION_FACTOR between checkpoints."""
+    """In the checkpoint window that contains the incident, the tensor that changed most
+    relative to how much it changed in the window before (RMS or max |w|)."""
     incident_step = _first_incident_step(evidence, layers)
     if incident_step is None:
         return None
-    ordered = layers.sort_values(["tensor", "step"])
-    ratios = []
-    for column in ("rms", "max_abs"):
-        previous = ordered.groupby("tensor")[column].shift(1)
-        change = np.abs(np.log(ordered[column].astype(float) / previous.astype(float)))
-        ratios.append(change)
-    deviation = pd.concat(ratios, axis=1).max(axis=1)
-    candidates = ordered.assign(deviation=deviation)
-    candidates = candidates[
-        (candidates["deviation"] >= np.log(DEVIATION_FACTOR)) | (candidates["nonfinite_count"] > 0)
-    ]
-    candidates = candidates[candidates["step"] <= _first_checkpoint_after(layers, incident_step)]
-    if candidates.empty:
+    steps = sorted(int(s) for s in layers["step"].unique())
+    after = [s for s in steps if s >= incident_step]
+    if not after or after[0] == steps[0]:
         return None
-    first_step = int(candidates["step"].min())
-    at_first = candidates[candidates["step"] == first_step].sort_values(
-        ["nonfinite_count", "deviation"], ascending=False
+    end = after[0]
+    start = steps[steps.index(end) - 1]
+    earlier = steps[steps.index(start) - 1] if steps.index(start) > 0 else None
+    change = _log_change(layers, start, end)
+    baseline = _log_change(layers, earlier, start) if earlier is not None else None
+    relative = (
+        change - baseline.reindex(change.index).fillna(0.0) if baseline is not None else change
     )
-    origin = at_first.iloc[0]
+    nonfinite = layers[(layers["step"] == end) & (layers["nonfinite_count"] > 0)]["tensor"]
+    if not nonfinite.empty:
+        origin = str(nonfinite.iloc[0])
+        factor = float("inf")
+    else:
+        relative = relative.dropna()
+        if relative.empty or relative.max() < np.log(DEVIATION_FACTOR):
+            return None
+        origin = str(relative.idxmax())
+        factor = float(np.exp(relative.max()))
+    deviating = relative[relative >= np.log(DEVIATION_FACTOR)].index.tolist()
     return Finding(
         category="layer_origin",
         severity="warning",
-        confidence=0.5 if len(at_first) > 1 else 0.65,
-        step=first_step,
-        layer=str(origin["tensor"]),
+        confidence=0.55 if len(deviating) > 1 else 0.65,
+        step=end,
+        layer=origin,
         message=(
-            f"{origin['tensor']} deviated first: by the checkpoint at step {first_step} its "
-            f"RMS/max |w| changed ×{fmt(float(np.exp(origin['deviation'])) if np.isfinite(origin['deviation']) else None)}"
-            f" ({len(at_first)} tensor(s) deviated in that checkpoint) — the incident at step "
-            f"{incident_step} started there or downstream of it."
+            f"Around the incident at step {incident_step}, {origin} changed most between the "
+            f"checkpoints at steps {start} and {end} relative to its own previous change "
+            f"(×{fmt(factor)}); {len(deviating)} tensor(s) deviated ≥ {DEVIATION_FACTOR}×."
         ),
         evidence={
-            "checkpoint_step": first_step,
+            "window": [start, end],
             "incident_step": incident_step,
-            "deviating_tensors": at_first["tensor"].tolist()[:MAX_NAMED],
-            "deviation_factor": float(np.exp(origin["deviation"]))
-            if np.isfinite(origin["deviation"])
-            else None,
+            "deviating_tensors": deviating[:MAX_NAMED],
+            "deviation_factor": factor,
         },
         suggestion=(
             "Inspect this layer first (its inputs, normalization, learning rate); a replay of "
-            "the steps before the incident would pin the first step it moved."
+            "the steps in this window would pin the first step it moved."
         ),
         source="checkpoints",
-        threshold=f"RMS or max |w| ×{DEVIATION_FACTOR} between consecutive checkpoints",
+        threshold=f"RMS or max |w| change ≥ {DEVIATION_FACTOR}× its change in the previous window",
     )
+
+
+def _log_change(layers: pd.DataFrame, first: int, second: int) -> pd.Series:
+    """Per tensor: the larger |log ratio| of RMS and of max |w| between two checkpoints."""
+    a = layers[layers["step"] == first].set_index("tensor")
+    b = layers[layers["step"] == second].set_index("tensor")
+    changes = [
+        np.abs(np.log(b[column].astype(float) / a[column].astype(float).reindex(b.index)))
+        for column in ("rms", "max_abs")
+    ]
+    return pd.concat(changes, axis=1).max(axis=1).replace([np.inf, -np.inf], np.nan)
 
 
 def _first_incident_step(evidence: Evidence, layers: pd.DataFrame) -> int | None:
@@ -195,8 +225,3 @@ def _first_incident_step(evidence: Evidence, layers: pd.DataFrame) -> int | None
     if not nonfinite.empty:
         steps.append(int(nonfinite.min()))
     return min(steps) if steps else None
-
-
-def _first_checkpoint_after(layers: pd.DataFrame, step: int) -> int:
-    after = sorted(s for s in layers["step"].unique().tolist() if s >= step)
-    return int(after[0]) if after else int(layers["step"].max())

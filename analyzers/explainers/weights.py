@@ -91,14 +91,18 @@ def _norm_growth(layers: pd.DataFrame) -> Finding | None:
     ordered = layers.sort_values(["tensor", "step"])
     previous = ordered.groupby("tensor")["l2_norm"].shift(1)
     growth = ordered["l2_norm"] / previous
-    grown = ordered[(growth >= NORM_GROWTH_FACTOR) & np.isfinite(growth)].assign(
-        growth=growth[(growth >= NORM_GROWTH_FACTOR) & np.isfinite(growth)]
+    # Biases start at zero: their relative growth says nothing about a runaway.
+    judged = (
+        (growth >= NORM_GROWTH_FACTOR)
+        & np.isfinite(growth)
+        & ~ordered["tensor"].str.endswith("bias")
     )
+    grown = ordered[judged].assign(growth=growth[judged])
     if grown.empty:
         return None
     grown = grown.sort_values("growth", ascending=False)
     top = grown.iloc[0]
-    sensitive = grown[grown["tensor"].str.contains(EMBEDDING_OR_HEAD)]
+    sensitive = grown[grown["tensor"].map(lambda name: bool(EMBEDDING_OR_HEAD.search(name)))]
     return Finding(
         category="weight_norm_growth",
         severity="warning",

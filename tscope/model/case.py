@@ -108,6 +108,10 @@ class Case:
     # Chart data, bucketed with min/max kept so a re-render needs no recomputation.
     chart_series: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     tool_version: str = "0"
+    # Per-layer view for the report (names × checkpoint steps), and the full table behind it,
+    # which is written as layers.parquet (not part of case.json).
+    layers: dict[str, Any] | None = None
+    layers_table: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """The case.json payload: contract keys plus documented extensions, JSON-safe floats."""
@@ -138,6 +142,8 @@ class Case:
             "summary": self.summary,
             "chart_series": self.chart_series,
         }
+        if self.layers is not None:
+            payload["layers"] = self.layers
         result: dict[str, Any] = json_safe(payload)
         return result
 

@@ -15,14 +15,16 @@ TRUST_HINT = "If you trust the file, pass --trust-pickle."
 def _numpy_rng_globals() -> list[Any]:
     """The numpy objects a saved np.random.get_state() tuple needs, as the HF Trainer allows them
     (trainer_pt_utils.safe_globals): _reconstruct, ndarray, dtype and the UInt32 dtype class."""
+    import importlib
+
     import numpy as np
 
     allowed: list[Any] = [np.ndarray, np.dtype]
     try:
-        from numpy._core.multiarray import _reconstruct  # numpy >= 2
+        multiarray = importlib.import_module("numpy._core.multiarray")  # numpy >= 2
     except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import _reconstruct
-    allowed.append(_reconstruct)
+        multiarray = importlib.import_module("numpy.core.multiarray")
+    allowed.append(multiarray._reconstruct)
     allowed.append(type(np.dtype(np.uint32)))
     return allowed
 

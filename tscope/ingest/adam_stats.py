@@ -1,0 +1,126 @@
+"""What Adam(W)'s saved state says about one parameter, chunk by chunk in float64.
+
+With bias-corrected moments m̂ = m / (1 − β1^t) and v̂ = v / (1 − β2^t) (t = the parameter's step
+counter, β and ε from its parameter group), AdamW's step is lr · m̂ / (√v̂ + ε):
+
+* ε-dominance: the fraction of coordinates with √v̂ ≤ ε. There the denominator is mostly ε, the
+  update shrinks towards lr · m̂ / ε, and Adam stops being scale-free (Wortsman et al. 2023, the
+  update-RMS collapse; Molybog et al. 2023, gradients comparable to ε before divergence).
+* update RMS: RMS of m̂ / (√v̂ + ε), the step size per unit of learning rate. Sign-like updates give
+  ≈ 1; a collapse far below 1 is the ε-dominance symptom.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tscope.ingest.tensor_stats import ChunkRunner, Workspace, flat_view
+
+if TYPE_CHECKING:
+    import torch
+
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class AdamStats:
+    """One parameter's Adam state, summarized; NaN when absent or undefined."""
+
+    exp_avg_norm: float = NAN  # ‖m‖₂
+    exp_avg_sq_norm: float = NAN  # ‖v‖₂
+    adam_step: float = NAN  # the parameter's step counter t
+    eps_dominance: float = NAN  # fraction of coordinates with sqrt(v_hat) <= eps
+    update_rms: float = NAN  # RMS of m_hat / (sqrt(v_hat) + eps)
+
+
+def parameter_group(
+    param_groups: Sequence[Mapping[str, Any]], group_of: Mapping[str, int], name: str
+) -> Mapping[str, Any] | None:
+    """The hyper-parameters that apply to `name`; with a single group, that group."""
+    index = group_of.get(name)
+    if index is None and len(param_groups) == 1:
+        index = 0
+    if index is None or not 0 <= index < len(param_groups):
+        return None
+    return param_groups[index]
+
+
+def _scalar(value: Any) -> float:
+    """A step counter or hyper-parameter saved as a float, an int or a 0-d tensor."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return NAN
+
+
+def _adam_chunk(
+    workspace: Workspace,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    *,
+    correction1: float,
+    correction2: float,
+    eps: float,
+) -> tuple[float, float, int, float]:
+    """(Σm², Σv², coordinates with √v̂ ≤ ε, Σ update²) over one chunk, in float64."""
+    import torch
+
+    moment = workspace.buffer("wide0", torch.float64, exp_avg.numel())
+    moment.copy_(exp_avg)  # widened: (chunk,) float64
+    second = workspace.buffer("wide1", torch.float64, exp_avg_sq.numel())
+    second.copy_(exp_avg_sq)
+    sum_m2 = float(torch.dot(moment, moment))
+    sum_v2 = float(torch.dot(second, second))
+    if not math.isfinite(correction2):  # no step counter or no betas: norms only
+        return sum_m2, sum_v2, 0, NAN
+    second.div_(correction2).sqrt_()  # √v̂
+    dominated = int((second <= eps).sum())
+    second.add_(eps)
+    moment.div_(correction1).div_(second)  # m̂ / (√v̂ + ε)
+    return sum_m2, sum_v2, dominated, float(torch.dot(moment, moment))
+
+
+def adam_stats(
+    state: Mapping[str, Any] | None,
+    group: Mapping[str, Any] | None,
+    runner: ChunkRunner,
+) -> AdamStats:
+    """Summarize one parameter's {"exp_avg", "exp_avg_sq", "step"} with its group's eps/betas."""
+    if not state:
+        return AdamStats()
+    step = _scalar(state.get("step"))
+    exp_avg, exp_avg_sq = state.get("exp_avg"), state.get("exp_avg_sq")
+    if exp_avg is None or exp_avg_sq is None or exp_avg.shape != exp_avg_sq.shape:
+        return AdamStats(adam_step=step)
+    eps = _scalar(group.get("eps")) if group else NAN
+    betas = group.get("betas") if group else None
+    beta1, beta2 = (_scalar(b) for b in betas) if betas is not None and len(betas) == 2 else (
+        NAN, NAN)  # fmt: skip
+    correction1 = 1.0 - beta1**step
+    correction2 = 1.0 - beta2**step
+    usable = step > 0 and math.isfinite(eps) and correction1 > 0 and correction2 > 0
+    keywords = {
+        "correction1": correction1 if usable else NAN,
+        "correction2": correction2 if usable else NAN,
+        "eps": eps,
+    }
+    sum_m2 = sum_v2 = sum_update2 = 0.0
+    dominated = 0
+    for part in runner.map(
+        _adam_chunk, flat_view(exp_avg.detach()), flat_view(exp_avg_sq.detach()), **keywords
+    ):
+        sum_m2 += part[0]
+        sum_v2 += part[1]
+        dominated += part[2]
+        sum_update2 += part[3]
+    numel = exp_avg.numel()
+    return AdamStats(
+        exp_avg_norm=math.sqrt(sum_m2),
+        exp_avg_sq_norm=math.sqrt(sum_v2),
+        adam_step=step,
+        eps_dominance=dominated / numel if usable and numel else NAN,
+        update_rms=math.sqrt(sum_update2 / numel) if usable and numel else NAN,
+    )

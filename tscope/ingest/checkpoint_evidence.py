@@ -1,0 +1,78 @@
+"""Open every checkpoint under a run directory and summarize it into CheckpointEvidence."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions
+from tscope.model import CheckpointInfo, PartialInput
+from tscope.model.checkpoint import CheckpointEvidence, CheckpointSnapshot
+
+
+def read_checkpoints(
+    root: Path,
+    options: LoadOptions,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[CheckpointEvidence | None, list[PartialInput]]:
+    """Every checkpoint under root, opened lazily, statistics streamed one tensor at a time."""
+    from tscope.ingest.checkpoint_stats import collect_layers
+    from tscope.ingest.checkpoints.registry import find_checkpoints
+
+    handles: list[CheckpointHandle] = []
+    partial: list[PartialInput] = []
+    for reader, path, shown in find_checkpoints(root):
+        try:
+            handles.append(reader.open(path, shown, options))
+        except UnreadableInput as error:
+            partial.append(PartialInput(error.path, _problem(error)))
+    if not handles:
+        return None, partial
+    handles.sort(key=lambda h: (h.info.step is None, h.info.step or 0, h.info.path))
+    try:
+        layers = collect_layers(handles, progress)
+        snapshots = tuple(_snapshot(handle) for handle in handles)
+    finally:
+        for handle in handles:
+            handle.close()
+    for snapshot in snapshots:
+        partial.extend(snapshot.partial)
+    return CheckpointEvidence(snapshots=snapshots, layers=layers), partial
+
+
+def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
+    partial: list[PartialInput] = []
+    optimizer_step: int | None = None
+    groups: tuple[dict[str, Any], ...] = ()
+    unmapped: tuple[str, ...] = ()
+    try:
+        state = handle.optimizer_state()
+    except UnreadableInput as error:
+        partial.append(PartialInput(error.path, _problem(error)))
+        state = None
+    if state is not None:
+        steps = [float(v["step"]) for v in state.per_param.values() if v.get("step") is not None]
+        optimizer_step = int(max(steps)) if steps else None
+        groups = tuple(
+            {k: v for k, v in group.items() if isinstance(v, (int, float, str, bool, tuple, list))}
+            for group in state.param_groups
+        )
+        unmapped = tuple(state.unmapped)
+    info = handle.info
+    audit = handle.audit()
+    # Read last: optimizer_state() and audit() add the files they refused to the handle.
+    partial = [*handle.partial, *partial]
+    return CheckpointSnapshot(
+        info=CheckpointInfo(info.step, info.path, info.format, state is not None, info.has_rng),
+        audit=audit,
+        optimizer_step=optimizer_step,
+        param_groups=groups,
+        unmapped_optimizer_state=unmapped,
+        partial=tuple(dict.fromkeys(partial)),
+    )
+
+
+def _problem(error: UnreadableInput) -> str:
+    return f"{error.problem}. {error.hint}" if error.hint else error.problem

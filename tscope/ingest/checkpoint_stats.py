@@ -1,0 +1,267 @@
+"""Per-tensor statistics of every checkpoint, in one streaming pass: the layers table.
+
+`collect_layers(handles)` reads the checkpoints in the order given (step order), one tensor at a
+time, and returns one row per (checkpoint, tensor) with exactly the columns of
+`tscope.model.checkpoint.LAYER_COLUMNS`. Memory: the current tensor, the same tensor of the
+previous checkpoint while its delta is computed, and a few chunk buffers per worker thread
+(tensor_stats.ChunkRunner); of earlier checkpoints only the previous handle and its small
+per-tensor summaries (dtype, histogram) are kept. Unreadable tensors and optimizer files are
+appended to that handle's `partial` list and skipped, never raised.
+
+layers.parquet (written next to case.json by `write_layers_parquet`)
+--------------------------------------------------------------------
+One row per (checkpoint, tensor), checkpoints in step order, tensors sorted by name. Columns, in
+this order (units and definitions as in LAYER_COLUMNS):
+
+    step int64 (null when unknown) · checkpoint string · tensor string · dtype string (torch name:
+    "float32", "bfloat16", …) · numel int64 · l2_norm, rms, mean, std (population), min, max,
+    max_abs float64 over finite values · nonfinite_count int64 · zero_fraction float64 ·
+    excess_kurtosis float64 · log_histogram list<int64> · exp_avg_norm, exp_avg_sq_norm, adam_step,
+    eps_dominance, update_rms float64 (NaN without optimizer state) · delta_norm,
+    update_ratio_per_step, norm_growth_rate, histogram_kl float64 (NaN for a checkpoint's first
+    appearance of a tensor) · delta_source string (null there; else "fp32_master", "weights_fp32",
+    "weights_bf16", "weights_fp16")
+
+`log_histogram` has 67 counts of |x| over LOG_HISTOGRAM_EDGES (65 edges, ≈ 10**(k/4) for
+k = -48 … 16, i.e. 1e-12 … 1e4, each rounded to bf16): bin 0 exact zeros, bin 1 below the first
+edge, bins 2 … 65 the quarter-decade intervals [edge[i], edge[i+1]), bin 66 at or above the last
+edge. NaN/Inf are in no bin. The exact edges are also stored in the file's schema metadata under
+`tscope.log_histogram_edges` (a JSON list), with `tscope.layers_version` = "1".
+
+Loading it elsewhere: `pandas.read_parquet("layers.parquet")` (log_histogram comes back as numpy
+int64 arrays), `pyarrow.parquet.read_table`, or DuckDB `SELECT * FROM 'layers.parquet'`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.adam_stats import AdamStats, adam_stats, parameter_group
+from tscope.ingest.checkpoints.base import CheckpointHandle, OptimizerState
+from tscope.ingest.tensor_stats import (
+    CHUNK_ELEMENTS,
+    DEFAULT_WORKERS,
+    LOG_HISTOGRAM_EDGES,
+    ChunkRunner,
+    TensorStats,
+    tensor_stats,
+)
+from tscope.ingest.weight_deltas import WeightDelta, delta_source_name, histogram_kl, weight_delta
+from tscope.model import PartialInput
+from tscope.model.checkpoint import LAYER_COLUMNS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import torch
+
+LAYERS_VERSION = "1"
+_INT_COLUMNS = ("numel", "nonfinite_count")
+_STRING_COLUMNS = ("checkpoint", "tensor", "dtype", "delta_source")
+_FLOAT_COLUMNS = tuple(
+    c for c in LAYER_COLUMNS if c not in (*_INT_COLUMNS, *_STRING_COLUMNS, "step", "log_histogram")
+)
+
+
+@dataclass
+class _Previous:
+    """What the next checkpoint needs of the one before: its handle and small summaries."""
+
+    handle: CheckpointHandle
+    step: int | None
+    dtypes: dict[str, str] = field(default_factory=dict)
+    histograms: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
+    master_weights: dict[str, Any] | None = None
+
+
+def collect_layers(
+    handles: Sequence[CheckpointHandle],
+    progress: Callable[[str], None] | None = None,
+    *,
+    chunk_elements: int = CHUNK_ELEMENTS,
+    workers: int = DEFAULT_WORKERS,
+) -> pd.DataFrame:
+    """The layers table of these checkpoints (given in step order); see the module docstring."""
+    rows: list[dict[str, Any]] = []
+    previous: _Previous | None = None
+    with ChunkRunner(chunk_elements, workers) as runner:
+        for handle in handles:
+            try:
+                names = handle.tensor_names()
+            except UnreadableInput as error:
+                _note(handle, error)
+                continue
+            optimizer = _optimizer_state(handle)
+            current = _Previous(
+                handle,
+                handle.info.step,
+                master_weights=optimizer.master_weights if optimizer else None,
+            )
+            for index, name in enumerate(names):
+                if progress is not None:
+                    progress(f"{handle.info.path}: {name} ({index + 1}/{len(names)})")
+                row = _tensor_row(handle, name, optimizer, previous, runner)
+                if row is not None:
+                    rows.append(row)
+                    current.dtypes[name] = row["dtype"]
+                    current.histograms[name] = row["log_histogram"]
+            previous = current
+    return _layers_frame(rows)
+
+
+def _note(handle: CheckpointHandle, error: UnreadableInput) -> None:
+    handle.partial.append(PartialInput(path=error.path, problem=f"{error.problem} (skipped)"))
+
+
+def _optimizer_state(handle: CheckpointHandle) -> OptimizerState | None:
+    try:
+        return handle.optimizer_state()
+    except UnreadableInput as error:
+        _note(handle, error)
+        return None
+
+
+def _tensor_row(
+    handle: CheckpointHandle,
+    name: str,
+    optimizer: OptimizerState | None,
+    previous: _Previous | None,
+    runner: ChunkRunner,
+) -> dict[str, Any] | None:
+    try:
+        weights = handle.load_tensor(name)
+    except UnreadableInput as error:
+        _note(handle, error)
+        return None
+    if weights.is_complex():
+        handle.partial.append(
+            PartialInput(f"{handle.info.path}:{name}", f"complex tensor ({weights.dtype}) skipped")
+        )
+        return None
+    stats = tensor_stats(weights, runner)
+    adam = AdamStats()
+    if optimizer is not None:
+        group = parameter_group(optimizer.param_groups, optimizer.group_of, name)
+        adam = adam_stats(optimizer.per_param.get(name), group, runner)
+    delta = WeightDelta()
+    if previous is not None and name in previous.dtypes:
+        delta = _delta(handle, name, weights, stats, optimizer, previous, runner)
+    return {
+        "step": handle.info.step,
+        "checkpoint": handle.info.path,
+        "tensor": name,
+        **{key: getattr(stats, key) for key in TensorStats.__dataclass_fields__},
+        **{key: getattr(adam, key) for key in AdamStats.__dataclass_fields__},
+        **{key: getattr(delta, key) for key in WeightDelta.__dataclass_fields__},
+    }
+
+
+def _delta(
+    handle: CheckpointHandle,
+    name: str,
+    weights: torch.Tensor,
+    stats: TensorStats,
+    optimizer: OptimizerState | None,
+    previous: _Previous,
+    runner: ChunkRunner,
+) -> WeightDelta:
+    """W_t − W_prev from fp32 master weights when both checkpoints have them, else the weights."""
+    master_now = (optimizer.master_weights or {}).get(name) if optimizer else None
+    master_before = (previous.master_weights or {}).get(name)
+    if master_now is not None and master_before is not None:
+        current, before, source = master_now, master_before, "fp32_master"
+    else:
+        try:
+            before = previous.handle.load_tensor(name)
+        except UnreadableInput as error:
+            _note(previous.handle, error)
+            return WeightDelta()
+        current = weights
+        source = delta_source_name(stats.dtype, previous.dtypes[name], master=False)
+    steps = None
+    if handle.info.step is not None and previous.step is not None:
+        steps = handle.info.step - previous.step
+    moved = weight_delta(current, before, steps, source, runner)
+    kl = histogram_kl(stats.log_histogram, previous.histograms[name])
+    return WeightDelta(
+        moved.delta_norm, moved.update_ratio_per_step, moved.norm_growth_rate, kl, source
+    )
+
+
+def _layers_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=list(LAYER_COLUMNS))
+    frame["step"] = frame["step"].astype("Int64")
+    for column in _INT_COLUMNS:
+        frame[column] = frame[column].astype("int64")
+    for column in _FLOAT_COLUMNS:
+        frame[column] = frame[column].astype("float64")
+    for column in _STRING_COLUMNS:  # object dtype, None when missing, in pandas 2 and 3 alike
+        frame[column] = pd.Series(
+            [None if _missing(v) else v for v in frame[column]], index=frame.index, dtype=object
+        )
+    frame["log_histogram"] = frame["log_histogram"].astype(object)
+    return frame
+
+
+def _schema() -> pa.Schema:
+    import pyarrow as pa
+
+    types: dict[str, pa.DataType] = {"step": pa.int64(), "log_histogram": pa.list_(pa.int64())}
+    types.update({c: pa.int64() for c in _INT_COLUMNS})
+    types.update({c: pa.string() for c in _STRING_COLUMNS})
+    types.update({c: pa.float64() for c in _FLOAT_COLUMNS})
+    metadata = {
+        "tscope.layers_version": LAYERS_VERSION,
+        "tscope.log_histogram_edges": json.dumps(list(LOG_HISTOGRAM_EDGES)),
+    }
+    return pa.schema([pa.field(c, types[c]) for c in LAYER_COLUMNS], metadata=metadata)
+
+
+def write_layers_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """Write the layers table (written whole to a temporary name, then renamed into place)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    missing = [c for c in LAYER_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"layers table lacks columns {missing}")
+    ordered = frame[list(LAYER_COLUMNS)].copy()
+    ordered["log_histogram"] = [[int(v) for v in counts] for counts in ordered["log_histogram"]]
+    table = pa.Table.from_pandas(ordered, schema=_schema(), preserve_index=False)
+    path = Path(path)
+    scratch = path.with_name(path.name + ".partial")
+    pq.write_table(table, scratch)
+    os.replace(scratch, path)
+
+
+def read_layers_parquet(path: Path) -> pd.DataFrame:
+    """Load layers.parquet back into the frame collect_layers returns (same columns and dtypes)."""
+    import pyarrow.parquet as pq
+
+    shown = str(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as error:  # pyarrow raises ArrowInvalid (a ValueError) or OSError
+        raise UnreadableInput(shown, f"not a readable parquet file ({error})") from error
+    missing = [c for c in LAYER_COLUMNS if c not in table.column_names]
+    if missing:
+        raise UnreadableInput(shown, f"not a tscope layers table: columns {missing} are missing")
+    frame = table.select(list(LAYER_COLUMNS)).to_pandas()
+    frame["log_histogram"] = [
+        np.asarray(counts, dtype=np.int64) for counts in frame["log_histogram"]
+    ]
+    return _layers_frame(frame.to_dict("records"))
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -1,0 +1,418 @@
+"""torch distributed checkpoints (DCP): a folder of `.metadata` + `__{rank}_{i}.distcp` shards.
+
+Layouts read (keys are DCP's flattened names, torch distributed/checkpoint/state_dict.py):
+- `{"model": ..., "optim" | "optimizer": get_optimizer_state_dict(...)}` -> `model.<fqn>`,
+  `optim.state.<fqn>.exp_avg`, `optim.param_groups.<i>.lr` (and `.params`: the group's FQNs);
+- torchtitan's: model keys at the top level, `optimizer.state.<fqn>.*` and, with
+  `flatten_optimizer_state_dict`, `optimizer.param_groups.<fqn>.lr`; `lr_scheduler.*`,
+  `dataloader.*`, `train_state.step`;
+- accelerate's FSDP SHARDED_STATE_DICT inside a Trainer `checkpoint-N/`: `pytorch_model_fsdp_0/`
+  (`{"model": sd}`) and `optimizer_0/` (`{"optimizer": osd}`), next to `scheduler.pt`,
+  `rng_state_{rank}.pth`, `trainer_state.json`;
+- a bare `get_model_state_dict` (top-level FQNs only).
+Every tensor is read alone, in this process, without a process group (dcp_storage).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints import dcp_storage
+from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name
+from tscope.model import CheckpointInfo, PartialInput
+from tscope.model.checkpoint import ResumeAudit
+
+if TYPE_CHECKING:
+    import torch
+
+ACCELERATE_MODEL_DIR = re.compile(r"^pytorch_model_fsdp_(\d+)$")
+ACCELERATE_OPTIMIZER_DIR = "optimizer_{index}"
+ACCELERATE_OPTIMIZER_ONLY = re.compile(r"^optimizer_\d+$")
+_SHARD_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
+_OPTIMIZER_ROOTS = ("optim", "optimizer", "optimizers", "opt")
+_MOMENT = re.compile(r"^(?P<fqn>.+)\.(?P<slot>exp_avg|exp_avg_sq|max_exp_avg_sq|step)$")
+# Top-level entries that belong to the training loop, not to the model (torchtitan, accelerate).
+_LOOP_ROOTS = frozenset(
+    {"lr_scheduler", "lr_schedulers", "scheduler", "dataloader", "data_loader", "sampler",
+     "train_state", "step", "global_step", "epoch", "rng", "rng_state", "rng_states", "scaler",
+     "grad_scaler", "extra_state", "model_args", "config"}
+)  # fmt: skip
+_SCHEDULER_ROOTS = ("lr_scheduler", "lr_schedulers", "scheduler")
+_SAMPLER_ROOTS = ("dataloader", "data_loader", "sampler")
+_STEP_KEYS = ("step", "global_step", "train_state.step", "iteration")
+_HYPER_KEYS = ("lr", "eps", "betas", "weight_decay")  # what the analyzers use from a group
+
+
+@dataclass
+class _Folder:
+    """One DCP folder: where it is, how it is shown, its vetted metadata."""
+
+    path: Path
+    shown: str
+    metadata: Any
+    tensor_keys: list[str] = field(default_factory=list)
+    bytes_keys: list[str] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+
+
+class DcpReader:
+    name = "torch_dcp"
+
+    def can_open(self, path: Path) -> bool:
+        """A folder holding `.metadata`, or a Trainer folder holding accelerate's
+        `pytorch_model_fsdp_0/` DCP folder and no consolidated weights."""
+        if not path.is_dir():
+            return False
+        if (path / dcp_storage.METADATA_FILE).is_file():
+            return True
+        holds_weights = any(
+            (path / f).exists()
+            for f in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+        )
+        return not holds_weights and (path / "pytorch_model_fsdp_0" / ".metadata").is_file()
+
+    def open(self, path: Path, display_path: str, options: LoadOptions) -> DcpCheckpoint:
+        return DcpCheckpoint(path, display_path, options)
+
+
+class DcpCheckpoint:
+    def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
+        self.partial: list[PartialInput] = []
+        self._options = options
+        self._trainer_dir: Path | None = None  # the accelerate/Trainer checkpoint-N/, if any
+        self._folders = self._open_folders(path, display_path, options)
+        self._model: dict[str, tuple[_Folder, str]] = {}  # normalized name -> (folder, key)
+        self._moments: dict[str, dict[str, tuple[_Folder, str]]] = {}  # name -> slot -> where
+        self._groups: list[tuple[_Folder, str, str]] = []  # (folder, root, "param_groups" key)
+        self._loop_roots: set[str] = set()
+        for folder in self._folders:
+            self._classify(folder)
+        self._step_source = ""
+        step = self._step(path)
+        self.info = CheckpointInfo(
+            step=step,
+            path=display_path,
+            format="torch_dcp",
+            has_optimizer=bool(self._moments),
+            has_rng=bool(self._rng_ranks()),
+        )
+
+    # --- opening ---------------------------------------------------------------------------
+
+    def _open_folders(self, path: Path, shown: str, options: LoadOptions) -> list[_Folder]:
+        model_dir, model_shown = path, shown
+        if not (path / dcp_storage.METADATA_FILE).is_file():  # a Trainer checkpoint-N/
+            model_dir, model_shown = path / "pytorch_model_fsdp_0", f"{shown}/pytorch_model_fsdp_0"
+        folders = [self._load_folder(model_dir, model_shown, options)]
+        if ACCELERATE_OPTIMIZER_ONLY.match(path.name):  # optimizer_0/ opened alone
+            self._trainer_dir = path.parent
+        match = ACCELERATE_MODEL_DIR.match(model_dir.name)
+        if match:  # accelerate writes the optimizer into a sibling DCP folder
+            self._trainer_dir = model_dir.parent
+            name = ACCELERATE_OPTIMIZER_DIR.format(index=match.group(1))
+            parent_shown = model_shown.rpartition("/")[0]
+            optimizer_shown = f"{parent_shown}/{name}" if parent_shown else name
+            if (model_dir.parent / name / dcp_storage.METADATA_FILE).is_file():
+                try:
+                    folders.append(
+                        self._load_folder(model_dir.parent / name, optimizer_shown, options)
+                    )
+                except UnreadableInput as error:  # the weights still count without it
+                    self.partial.append(PartialInput(error.path, _problem(error)))
+        return folders
+
+    def _load_folder(self, path: Path, shown: str, options: LoadOptions) -> _Folder:
+        from torch.distributed.checkpoint.metadata import (
+            BytesStorageMetadata,
+            TensorStorageMetadata,
+        )
+
+        metadata = dcp_storage.read_metadata(path, shown, options)
+        folder = _Folder(path=path, shown=shown, metadata=metadata)
+        for key, entry in metadata.state_dict_metadata.items():
+            if isinstance(entry, TensorStorageMetadata):
+                folder.tensor_keys.append(key)
+            elif isinstance(entry, BytesStorageMetadata):
+                folder.bytes_keys.append(key)
+        files = {
+            str(getattr(where, "relative_path", "")) for where in metadata.storage_data.values()
+        }
+        for file in files:
+            match = _SHARD_FILE.match(file)
+            if match:
+                folder.ranks.add(int(match.group(1)))
+        missing = sorted(file for file in files if not (path / file).is_file())
+        if missing and len(missing) == len(files):
+            raise UnreadableInput(shown, "every shard file listed in .metadata is missing")
+        if missing:  # the tensors stored elsewhere still read; these fail one by one
+            self.partial.append(
+                PartialInput(
+                    shown, f"shard files listed in .metadata are missing: {', '.join(missing)}"
+                )
+            )
+        return folder
+
+    def _classify(self, folder: _Folder) -> None:
+        roots = {key.split(".", 1)[0] for key in folder.tensor_keys + folder.bytes_keys}
+        optimizer_roots = [
+            root
+            for root in _OPTIMIZER_ROOTS
+            if root in roots and any(k.startswith(f"{root}.state.") for k in folder.tensor_keys)
+        ]
+        if not optimizer_roots and any(k.startswith("state.") for k in folder.tensor_keys):
+            optimizer_roots = [""]  # get_optimizer_state_dict saved on its own
+        prefixes = tuple(f"{root}." if root else "" for root in optimizer_roots)
+        for key in folder.tensor_keys:
+            prefix = next((p for p in prefixes if key.startswith(f"{p}state.")), None)
+            if prefix is not None:
+                match = _MOMENT.match(key[len(prefix) + len("state.") :])
+                if match:
+                    name = normalize_name(match["fqn"])
+                    self._moments.setdefault(name, {})[match["slot"]] = (folder, key)
+        for prefix in prefixes:
+            self._groups.append((folder, prefix, f"{prefix}param_groups."))
+        model_keys = [k for k in folder.tensor_keys if k.startswith("model.")]
+        if model_keys:
+            self._model.update(
+                {normalize_name(k[len("model.") :]): (folder, k) for k in model_keys}
+            )
+        else:  # torchtitan / bare model state dict: FQNs at the top level
+            excluded = set(optimizer_roots) | _LOOP_ROOTS | {"state", "param_groups"}
+            for key in folder.tensor_keys:
+                if key.split(".", 1)[0] not in excluded:
+                    self._model[normalize_name(key)] = (folder, key)
+        self._loop_roots |= roots & _LOOP_ROOTS
+
+    def _step(self, path: Path) -> int | None:
+        for folder in self._folders:
+            for key in _STEP_KEYS:
+                if key in folder.tensor_keys or key in folder.bytes_keys:
+                    value = self._value(folder, key)
+                    if value is not None:
+                        self._step_source = f"entry `{key}`"
+                        return value
+        if self._trainer_dir is not None:
+            state_file = self._trainer_dir / "trainer_state.json"
+            try:
+                step = json.loads(state_file.read_text()).get("global_step")
+                if isinstance(step, int):
+                    self._step_source = "trainer_state.json"
+                    return step
+            except (OSError, ValueError, AttributeError):
+                pass
+        named = self._trainer_dir or path  # pytorch_model_fsdp_0's number is not a step
+        step = step_from_name(named.name)
+        if step is not None:
+            self._step_source = "folder name"
+        return step
+
+    def _value(self, folder: _Folder, key: str) -> int | None:
+        try:
+            if key in folder.tensor_keys:
+                raw: Any = dcp_storage.load_tensor(folder.path, folder.metadata, key, folder.shown)
+            else:
+                raw = dcp_storage.load_bytes_item(
+                    folder.path, folder.metadata, key, folder.shown, self._options
+                )
+            return int(raw)
+        except UnreadableInput as error:
+            self.partial.append(PartialInput(error.path, _problem(error)))
+        except (TypeError, ValueError, RuntimeError):
+            pass  # not a number: look elsewhere for the step
+        return None
+
+    # --- the handle ----------------------------------------------------------------------
+
+    def tensor_names(self) -> list[str]:
+        return sorted(self._model)
+
+    def load_tensor(self, name: str) -> torch.Tensor:
+        where = self._model.get(name)
+        if where is None:
+            raise UnreadableInput(self.info.path, f"holds no tensor named {name}")
+        folder, key = where
+        return dcp_storage.load_tensor(folder.path, folder.metadata, key, folder.shown)
+
+    def optimizer_state(self) -> OptimizerState | None:
+        if not self._moments:
+            return None
+        state = OptimizerState()
+        for name, slots in sorted(self._moments.items()):
+            model_entry = self._model.get(name)
+            moment = slots.get("exp_avg")
+            if model_entry is not None and moment is not None:
+                shape = _stored_shape(*model_entry)
+                if _stored_shape(*moment) != shape:
+                    state.unmapped.append(
+                        f"{name}: exp_avg has shape {list(_stored_shape(*moment))}, the "
+                        f"parameter has {list(shape)}"
+                    )
+                    continue
+            # Lazy: each moment is read from the shards when asked for, so the whole optimizer
+            # never sits in memory (DCP records cannot be memory-mapped). Consumers only read.
+            step = self._step_counter(slots.get("step"))
+            state.per_param[name] = cast(dict[str, Any], _LazyMoments(slots, step, self.partial))
+        self._read_groups(state)
+        return state
+
+    def _step_counter(self, where: tuple[_Folder, str] | None) -> float | None:
+        if where is None:
+            return None
+        folder, key = where
+        try:
+            return float(dcp_storage.load_tensor(folder.path, folder.metadata, key, folder.shown))
+        except UnreadableInput as error:
+            _note_once(self.partial, PartialInput(error.path, _problem(error)))
+            return None
+
+    def _read_groups(self, state: OptimizerState) -> None:
+        """Group hyper-parameters: `param_groups.<i>.<key>` (+ `.params` FQNs) or, flattened,
+        `param_groups.<fqn>.<key>` (one set per parameter; equal sets are merged)."""
+        for folder, _prefix, groups_prefix in self._groups:
+            keys = [
+                k for k in folder.bytes_keys + folder.tensor_keys if k.startswith(groups_prefix)
+            ]
+            by_owner: dict[str, dict[str, Any]] = {}
+            for key in keys:
+                owner, _, hyper = key[len(groups_prefix) :].rpartition(".")
+                if hyper in (*_HYPER_KEYS, "params"):
+                    by_owner.setdefault(owner, {})[hyper] = key
+            indexed = all(owner.isdigit() for owner in by_owner)
+            for owner in sorted(
+                by_owner, key=lambda o: (not o.isdigit(), int(o) if o.isdigit() else 0, o)
+            ):
+                values = {
+                    hyper: self._hyper(folder, key)
+                    for hyper, key in by_owner[owner].items()
+                    if hyper != "params"
+                }
+                if indexed:
+                    index = len(state.param_groups)
+                    state.param_groups.append(values)
+                    members = self._hyper(folder, by_owner[owner].get("params", ""))
+                    for fqn in members if isinstance(members, list) else []:
+                        state.group_of[normalize_name(str(fqn))] = index
+                else:
+                    if values not in state.param_groups:
+                        state.param_groups.append(values)
+                    state.group_of[normalize_name(owner)] = state.param_groups.index(values)
+
+    def _hyper(self, folder: _Folder, key: str) -> Any:
+        if not key:
+            return None
+        try:
+            if key in folder.tensor_keys:
+                value: Any = dcp_storage.load_tensor(
+                    folder.path, folder.metadata, key, folder.shown
+                )
+                return float(value) if value.numel() == 1 else value
+            return dcp_storage.load_bytes_item(
+                folder.path, folder.metadata, key, folder.shown, self._options
+            )
+        except UnreadableInput as error:
+            _note_once(self.partial, PartialInput(error.path, _problem(error)))
+            return None
+
+    def _rng_ranks(self) -> tuple[int, ...]:
+        """Ranks whose RNG state sits next to the DCP folders (HF Trainer / accelerate files)."""
+        if self._trainer_dir is None:
+            return ()
+        ranks = set()
+        for file in self._trainer_dir.iterdir():
+            match = re.match(r"^(?:rng_state|random_states)(?:_(\d+))?\.(?:pth|pkl)$", file.name)
+            if match:
+                ranks.add(int(match.group(1) or 0))
+        return tuple(sorted(ranks))
+
+    def audit(self) -> ResumeAudit:
+        sibling = {f.name for f in self._trainer_dir.iterdir()} if self._trainer_dir else set()
+        notes = [f"saved by {max(len(f.ranks), 1)} rank(s): {f.shown}" for f in self._folders]
+        if self._step_source:
+            notes.append(f"step from the {self._step_source}")
+        rng = self._rng_ranks()
+        if not rng:
+            notes.append("no RNG state is saved with this DCP checkpoint")
+        has_scaler = (
+            True if "scaler.pt" in sibling or self._loop_roots & {"scaler", "grad_scaler"} else None
+        )
+        return ResumeAudit(
+            has_weights=bool(self._model),
+            has_optimizer_moments=bool(self._moments)
+            and all("exp_avg" in s and "exp_avg_sq" in s for s in self._moments.values()),
+            has_step_counters=bool(self._moments)
+            and all("step" in s for s in self._moments.values()),
+            has_scheduler=bool(self._loop_roots & set(_SCHEDULER_ROOTS))
+            or "scheduler.pt" in sibling,
+            has_scaler=has_scaler,
+            rng_ranks=rng,
+            expected_ranks=max((len(f.ranks) for f in self._folders), default=0) or None,
+            has_sampler_state=True
+            if self._loop_roots & set(_SAMPLER_ROOTS) or "sampler.bin" in sibling
+            else None,
+            notes=tuple(notes),
+        )
+
+    def close(self) -> None:
+        self._folders = []
+        self._model = {}
+        self._moments = {}
+
+
+class _LazyMoments(Mapping[str, Any]):
+    """{"exp_avg", "exp_avg_sq", "step"} of one parameter; moments read from the shards on access.
+
+    Reads happen inside the consumer's statistics code, which expects plain values: a shard that
+    cannot be read gives None (the moment is absent) and one line in the handle's `partial`.
+    The step counter is a scalar and is read up front.
+    """
+
+    def __init__(
+        self,
+        slots: Mapping[str, tuple[_Folder, str]],
+        step: float | None,
+        partial: list[PartialInput],
+    ) -> None:
+        self._slots: dict[str, tuple[_Folder, str] | None] = {
+            slot: where for slot, where in slots.items() if slot != "step"
+        }
+        self._step = step
+        self._partial = partial
+
+    def __getitem__(self, slot: str) -> Any:
+        if slot == "step":
+            return self._step
+        where = self._slots[slot]
+        if where is None:
+            return None
+        folder, key = where
+        try:
+            return dcp_storage.load_tensor(folder.path, folder.metadata, key, folder.shown)
+        except UnreadableInput as error:
+            _note_once(self._partial, PartialInput(error.path, _problem(error)))
+            return None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._slots, "step"])
+
+    def __len__(self) -> int:
+        return len(self._slots) + 1
+
+
+def _note_once(partial: list[PartialInput], entry: PartialInput) -> None:
+    if entry not in partial:
+        partial.append(entry)
+
+
+def _stored_shape(folder: _Folder, key: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in folder.metadata.state_dict_metadata[key].size)
+
+
+def _problem(error: UnreadableInput) -> str:
+    return f"{error.problem}. {error.hint}" if error.hint else error.problem

@@ -1,0 +1,326 @@
+"""DeepSpeed checkpoints: one `global_stepN/` tag folder (the run folder's `latest` names the newest),
+and the universal layout `ds_to_universal` writes (`global_stepN_universal/zero/<param>/...`).
+
+Tag folder (deepspeed 0.19.8 runtime/engine.py): `mp_rank_{mp:02d}_model_states.pt` with `module`
+(the model's state dict, in the training dtype), `param_shapes` (per param group, in flat-buffer
+order), `buffer_names`, `lr_scheduler`, `data_sampler`, `global_steps`, `skipped_steps` (fp16
+overflow skips), `dp_world_size`, `mp_world_size`, `ds_config`; and one optimizer file per
+data-parallel rank, `[bf16_]zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt`, whose flat
+partitions deepspeed_zero turns back into per-parameter masters and moments (ZeRO-1/2).
+
+Universal folder: `zero/<param>/{fp32,exp_avg,exp_avg_sq}.pt` (each `{"param": tensor,
+"cat_dim": ...}`), `zero/<param>/step.pt` (a tensor), `zero/optimizer_state.pt` (param groups,
+loss scaler) and usually a copy of the model states file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.deepspeed_zero import (
+    ZeroState,
+    load_deepspeed_file,
+    rebuild_zero_state,
+)
+from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name
+from tscope.model import CheckpointInfo, PartialInput
+from tscope.model.checkpoint import ResumeAudit
+
+if TYPE_CHECKING:
+    import torch
+
+MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
+OPTIM_STATES = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
+UNIVERSAL_DIR = "zero"
+UNIVERSAL_SUFFIX = "_universal"
+_UNIVERSAL_SLOTS = ("exp_avg", "exp_avg_sq")
+
+
+class DeepSpeedReader:
+    name = "deepspeed"
+
+    def can_open(self, path: Path) -> bool:
+        """A tag folder with model states, or a universal folder (`zero/<param>/fp32.pt`).
+
+        A `<tag>_universal/` conversion next to its original `<tag>/` is the same checkpoint
+        at the same step; only the original (the producer's own files) is claimed then.
+        """
+        if not path.is_dir():
+            return False
+        if any(MODEL_STATES.match(p.name) for p in path.iterdir() if p.is_file()):
+            if path.name.endswith(UNIVERSAL_SUFFIX) and (path / UNIVERSAL_DIR).is_dir():
+                original = path.with_name(path.name.removesuffix(UNIVERSAL_SUFFIX))
+                return not (original.is_dir() and self.can_open(original))
+            return True
+        return _is_universal(path)
+
+    def open(self, path: Path, display_path: str, options: LoadOptions) -> DeepSpeedCheckpoint:
+        return DeepSpeedCheckpoint(path, display_path, options)
+
+
+def _is_universal(path: Path) -> bool:
+    zero = path / UNIVERSAL_DIR
+    return zero.is_dir() and any((p / "fp32.pt").is_file() for p in zero.iterdir() if p.is_dir())
+
+
+class DeepSpeedCheckpoint:
+    def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
+        self.partial: list[PartialInput] = []
+        self._dir, self._shown, self._options = path, display_path, options
+        self._universal = _is_universal(path)
+        self._states: Mapping[str, Any] = self._model_states()
+        module = self._states.get("module")
+        buffers = set(self._states.get("buffer_names") or [])
+        self._weights: dict[str, tuple[str, Any]] = {}  # name -> (where, key or path)
+        self._loss_scaler: Any = None
+        zero3 = self._zero_stage() == 3
+        if zero3 and not self._universal:
+            self.partial.append(
+                PartialInput(
+                    display_path,
+                    "ZeRO-3 keeps the weights partitioned in the optimizer files; not rebuilt "
+                    "(convert with deepspeed.checkpoint.ds_to_universal to read them)",
+                )
+            )
+        if isinstance(module, Mapping) and not zero3:
+            for key, value in module.items():
+                if isinstance(key, str) and hasattr(value, "shape") and key not in buffers:
+                    self._weights[normalize_name(key)] = ("module", key)
+        elif self._universal:  # no model file: the fp32 masters are the weights
+            for folder in sorted((path / UNIVERSAL_DIR).iterdir()):
+                if (folder / "fp32.pt").is_file() and folder.name not in buffers:
+                    self._weights[normalize_name(folder.name)] = ("fp32", folder / "fp32.pt")
+        if not self._weights and not zero3:
+            raise UnreadableInput(display_path, "holds no model weights (no `module` entry)")
+        step = _int(self._states.get("global_steps"))
+        self._optimizer: OptimizerState | None = None
+        self._optimizer_read = False
+        self._optimizer_error: UnreadableInput | None = None
+        self.info = CheckpointInfo(
+            step=step if step is not None else step_from_name(path.name),
+            path=display_path,
+            format="deepspeed_universal" if self._universal else "deepspeed",
+            has_optimizer=self._universal or bool(self._optim_files()),
+            has_rng=bool(self._rng_ranks()),
+        )
+
+    # --- files ---------------------------------------------------------------------------
+
+    def _model_states(self) -> Mapping[str, Any]:
+        files = sorted(
+            (p for p in self._dir.iterdir() if MODEL_STATES.match(p.name)),
+            key=lambda p: tuple(int(g or 0) for g in MODEL_STATES.match(p.name).groups()),  # type: ignore[union-attr]
+        )
+        if not files:
+            return {}
+        mp_ranks = {MODEL_STATES.match(p.name).group(2) for p in files}  # type: ignore[union-attr]
+        if len(mp_ranks) > 1:
+            self.partial.append(
+                PartialInput(
+                    self._shown,
+                    f"{len(mp_ranks)} tensor-parallel ranks: only mp_rank_00's shard is read",
+                )
+            )
+        try:
+            loaded = load_deepspeed_file(files[0], f"{self._shown}/{files[0].name}", self._options)
+        except UnreadableInput as error:
+            if not self._universal:
+                raise
+            self.partial.append(PartialInput(error.path, _problem(error)))
+            return {}
+        if not isinstance(loaded, Mapping):
+            raise UnreadableInput(f"{self._shown}/{files[0].name}", "not a DeepSpeed model file")
+        return loaded
+
+    def _optim_files(self) -> list[Path]:
+        found = [(OPTIM_STATES.match(p.name), p) for p in self._dir.iterdir()]
+        tp0 = [(int(m.group(1)), p) for m, p in found if m and int(m.group(2)) == 0]
+        return [p for _, p in sorted(tp0)]
+
+    def _zero_stage(self) -> int | None:
+        config = self._states.get("ds_config")
+        zero = config.get("zero_optimization") if isinstance(config, Mapping) else None
+        return _int(zero.get("stage")) if isinstance(zero, Mapping) else None
+
+    def _fp16(self) -> bool:
+        config = self._states.get("ds_config")
+        fp16 = config.get("fp16") if isinstance(config, Mapping) else None
+        return isinstance(fp16, Mapping) and bool(fp16.get("enabled"))
+
+    def _rng_ranks(self) -> tuple[int, ...]:
+        # The engine saves no RNG; Megatron-DeepSpeed adds a per-rank list as `rng_state`.
+        saved = self._states.get("rng_state")
+        return tuple(range(len(saved))) if isinstance(saved, list) else ()
+
+    # --- the handle ----------------------------------------------------------------------
+
+    def tensor_names(self) -> list[str]:
+        return sorted(self._weights)
+
+    def load_tensor(self, name: str) -> torch.Tensor:
+        where = self._weights.get(name)
+        if where is None:
+            raise UnreadableInput(self._shown, f"holds no tensor named {name}")
+        kind, source = where
+        if kind == "module":
+            tensor: torch.Tensor = self._states["module"][source]
+            return tensor
+        return _universal_tensor(source, self._relative(source), self._options)
+
+    def optimizer_state(self) -> OptimizerState | None:
+        """Read once; an unreadable optimizer file raises the same UnreadableInput every time."""
+        if self._optimizer_error is not None:
+            raise self._optimizer_error
+        if not self._optimizer_read:
+            try:
+                self._optimizer = self._read_universal() if self._universal else self._read_zero()
+            except UnreadableInput as error:
+                self._optimizer_error = error
+                raise
+            self._optimizer_read = True
+        return self._optimizer
+
+    def _read_zero(self) -> OptimizerState | None:
+        files = self._optim_files()
+        if not files:
+            return None
+        rank_states = []
+        for file in files:
+            loaded = load_deepspeed_file(file, self._relative(file), self._options)
+            inner = loaded.get("optimizer_state_dict") if isinstance(loaded, Mapping) else None
+            if not isinstance(inner, Mapping):
+                raise UnreadableInput(self._relative(file), "holds no optimizer_state_dict")
+            rank_states.append(inner)
+        shapes = self._states.get("param_shapes")
+        if not isinstance(shapes, list):
+            return OptimizerState(unmapped=["the model file has no param_shapes to map by"])
+        rebuilt = rebuild_zero_state(rank_states, shapes)
+        return self._as_optimizer_state(rebuilt)
+
+    def _as_optimizer_state(self, rebuilt: ZeroState) -> OptimizerState:
+        state = OptimizerState(
+            param_groups=rebuilt.param_groups,
+            unmapped=rebuilt.unmapped,
+            master_weights={normalize_name(k): v for k, v in rebuilt.masters.items()} or None,
+        )
+        for name, entry in rebuilt.moments.items():
+            state.per_param[normalize_name(name)] = entry
+        state.group_of = {normalize_name(k): v for k, v in rebuilt.group_of.items()}
+        self._loss_scaler = rebuilt.loss_scaler
+        return state
+
+    def _read_universal(self) -> OptimizerState:
+        state = OptimizerState(master_weights={})
+        common = self._dir / UNIVERSAL_DIR / "optimizer_state.pt"
+        if common.is_file():
+            loaded = load_deepspeed_file(common, self._relative(common), self._options)
+            groups = loaded.get("param_groups") if isinstance(loaded, Mapping) else None
+            state.param_groups = [
+                {k: v for k, v in g.items() if k != "params"}
+                for g in groups or []
+                if isinstance(g, Mapping)
+            ]
+            self._loss_scaler = loaded.get("loss_scaler") if isinstance(loaded, Mapping) else None
+        for folder in sorted((self._dir / UNIVERSAL_DIR).iterdir()):
+            if not folder.is_dir():
+                continue
+            name = normalize_name(folder.name)
+            if (folder / "fp32.pt").is_file() and state.master_weights is not None:
+                fp32 = folder / "fp32.pt"
+                state.master_weights[name] = _universal_tensor(
+                    fp32, self._relative(fp32), self._options
+                )
+            if not all((folder / f"{slot}.pt").is_file() for slot in _UNIVERSAL_SLOTS):
+                continue
+            entry: dict[str, Any] = {
+                slot: _universal_tensor(
+                    folder / f"{slot}.pt", self._relative(folder / f"{slot}.pt"), self._options
+                )
+                for slot in _UNIVERSAL_SLOTS
+            }
+            step_file = folder / "step.pt"
+            entry["step"] = (
+                float(_universal_tensor(step_file, self._relative(step_file), self._options))
+                if step_file.is_file()
+                else None
+            )
+            state.per_param[name] = entry
+            if len(state.param_groups) == 1:  # the layout does not say which group otherwise
+                state.group_of[name] = 0
+        return state
+
+    def _relative(self, path: Path) -> str:
+        return f"{self._shown}/{path.relative_to(self._dir).as_posix()}"
+
+    def audit(self) -> ResumeAudit:
+        notes = []
+        skipped = _int(self._states.get("skipped_steps"))
+        if skipped:
+            total = self.info.step
+            notes.append(
+                f"DeepSpeed skipped {skipped} optimizer step(s)"
+                + (f" of {total}" if total is not None else "")
+                + " on fp16 overflow (loss scale halved each time)"
+            )
+        if self._universal:
+            notes.append("universal checkpoint (ds_to_universal): per-parameter optimizer files")
+        rng = self._rng_ranks()
+        if not rng:
+            notes.append("DeepSpeed's engine saves no RNG state (python, numpy, torch, CUDA)")
+        try:
+            state = self.optimizer_state()
+        except UnreadableInput as error:  # the caller records it as partial when it asks
+            notes.append(f"optimizer state unreadable: {error.path}: {error.problem}")
+            state = None
+        if state is not None:
+            notes.extend(state.unmapped)
+        moments = state.per_param if state is not None else {}
+        has_scaler: bool | None = None
+        if self._fp16():
+            has_scaler = self._loss_scaler is not None
+        dp = _int(self._states.get("dp_world_size"))
+        mp = _int(self._states.get("mp_world_size"))
+        return ResumeAudit(
+            has_weights=bool(self._weights),
+            has_optimizer_moments=bool(moments)
+            and all("exp_avg" in e and "exp_avg_sq" in e for e in moments.values()),
+            has_step_counters=bool(moments)
+            and all(e.get("step") is not None for e in moments.values()),
+            has_scheduler=self._states.get("lr_scheduler") is not None,
+            has_scaler=has_scaler,
+            rng_ranks=rng,
+            expected_ranks=dp * mp if dp and mp else None,
+            has_sampler_state=self._states.get("data_sampler") is not None,
+            notes=tuple(notes),
+        )
+
+    def close(self) -> None:
+        self._states = {}
+        self._weights = {}
+        self._optimizer = None
+
+
+def _universal_tensor(path: Path, shown: str, options: LoadOptions) -> torch.Tensor:
+    import torch
+
+    loaded = load_deepspeed_file(path, shown, options)
+    tensor = loaded.get("param") if isinstance(loaded, Mapping) else loaded
+    if not isinstance(tensor, torch.Tensor):
+        raise UnreadableInput(shown, "holds no tensor (expected {'param': tensor, ...})")
+    return tensor
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _problem(error: UnreadableInput) -> str:
+    return f"{error.problem}. {error.hint}" if error.hint else error.problem

@@ -1,0 +1,343 @@
+"""Hugging Face Trainer checkpoints: `checkpoint-{global_step}/` folders (DOMAIN.md §A.1).
+
+Weights come from `model.safetensors`, its shards and index, or the legacy `pytorch_model.bin`
+(+ index); the optimizer from `optimizer.pt` (`optimizer.bin`); the resume audit from
+`scheduler.pt`, `scaler.pt`, `rng_state[_{rank}].pth`, `trainer_state.json` and the plain data
+recovered from `training_args.bin` without unpickling it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.optimizer_mapping import (
+    TRAINER_RULES,
+    map_optimizer_state,
+    summarize_optimizer,
+)
+from tscope.ingest.checkpoints.param_order import ParamSpec, architecture_order, inferred_orders
+from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
+from tscope.ingest.checkpoints.safe_load import safe_torch_load
+from tscope.ingest.checkpoints.state_dict_files import TensorSource, read_json, step_from_name
+from tscope.model import CheckpointInfo, PartialInput
+from tscope.model.checkpoint import ResumeAudit
+
+if TYPE_CHECKING:
+    import torch
+
+HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+_RNG_FILE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",  # PEFT: the adapter is what the optimizer trained
+)
+_OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin")
+# Input embeddings an untied-on-disk `lm_head.weight` reuses when config.tie_word_embeddings.
+_EMBEDDING_NAMES = (
+    "wte",
+    "embed_tokens",
+    "word_embeddings",
+    "tok_embeddings",
+    "embed_in",
+    "shared",
+)
+
+
+class HfTrainerReader:
+    name = "hf_trainer"
+
+    def can_open(self, path: Path) -> bool:
+        """A `checkpoint-N/` folder (or one with trainer_state.json) holding weights or optimizer.
+
+        The Trainer's output_dir can itself hold a final model and trainer_state.json next to its
+        checkpoint-N/ folders; it is not claimed, so the folders below it are still found.
+        """
+        if not path.is_dir():
+            return False
+        named = HF_CHECKPOINT_DIR.match(path.name) is not None
+        if not named and not (path / "trainer_state.json").is_file():
+            return False
+        if not any((path / f).is_file() for f in (*_WEIGHT_FILES, *_OPTIMIZER_FILES)):
+            return False
+        return not any(HF_CHECKPOINT_DIR.match(p.name) for p in path.iterdir() if p.is_dir())
+
+    def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:
+        return HfTrainerCheckpoint(path, display_path, options)
+
+
+class HfTrainerCheckpoint:
+    def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
+        self.partial: list[PartialInput] = []
+        self._dir, self._shown, self._options = path, display_path, options
+        self._source = TensorSource()
+        self._notes: list[str] = []
+        self.config = self._json("config.json") or {}
+        self.trainer_state = self._json("trainer_state.json")
+        self.training_args = self._training_args()
+        self._read_weights()
+        self._aliases = self._tied_aliases()
+        step = self.trainer_state.get("global_step") if self.trainer_state else None
+        self.info = CheckpointInfo(
+            step=step if isinstance(step, int) else step_from_name(path.name),
+            path=display_path,
+            format="hf_trainer",
+            has_optimizer=self._optimizer_file() is not None,
+            has_rng=bool(self._rng_files()),
+        )
+        # The small resume files are checked now, so that `partial` is complete after open
+        # (the optimizer, the one large file, adds to it when optimizer_state() first reads it).
+        self._has_scheduler = self._loads("scheduler.pt")
+        self._has_scaler_file = self._loads("scaler.pt")
+        self._rng_ranks = tuple(
+            rank for rank, file in self._rng_files().items() if self._loads(file.name, rng=True)
+        )
+        self._optimizer: OptimizerState | None = None
+        self._optimizer_raw: Any = None
+        self._optimizer_loaded = False
+        self._audit: ResumeAudit | None = None
+
+    # --- weights ---------------------------------------------------------------------------
+
+    def _read_weights(self) -> None:
+        for index_name, single in (
+            ("model.safetensors.index.json", "model.safetensors"),
+            ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+        ):
+            if (self._dir / index_name).is_file():
+                self._read_shards(index_name)
+                return
+            if (self._dir / single).is_file():
+                self._read_file(self._dir / single)
+                return
+        if (self._dir / "adapter_model.safetensors").is_file():
+            self._read_file(self._dir / "adapter_model.safetensors")
+            self._notes.append("PEFT adapter checkpoint: only the adapter weights are stored")
+
+    def _read_shards(self, index_name: str) -> None:
+        index = self._json(index_name) or {}
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict):
+            self.partial.append(PartialInput(self._file_shown(index_name), "has no weight_map"))
+            return
+        # Shards are numbered in save order, so for .bin shards their concatenation keeps the
+        # state dict's (registration) order.
+        for shard in sorted({str(v) for v in weight_map.values()}):
+            file = self._dir / shard
+            if not file.is_file():
+                self.partial.append(
+                    PartialInput(self._file_shown(shard), "shard listed in the index is missing")
+                )
+                continue
+            self._read_file(file)
+
+    def _read_file(self, file: Path) -> None:
+        shown = self._file_shown(file.name)
+        try:
+            if file.suffix == ".safetensors":
+                self._source.add_safetensors(file, shown)
+            else:
+                loaded = safe_torch_load(file, shown, self._options)
+                if not isinstance(loaded, dict):
+                    raise UnreadableInput(shown, "holds no state dict")
+                self._source.add_state_dict(loaded)
+        except UnreadableInput as error:
+            self.partial.append(_partial(error))
+
+    def _tied_aliases(self) -> dict[str, str]:
+        """`lm_head.weight` left out of the file because it is the input embedding."""
+        names = set(self._source.names())
+        if "lm_head.weight" in names or self.config.get("tie_word_embeddings") is False:
+            return {}
+        for name in sorted(names):
+            module = name.removesuffix(".weight").rsplit(".", 1)[-1]
+            if name.endswith(".weight") and module in _EMBEDDING_NAMES:
+                self._notes.append(f"lm_head.weight is tied to {name} (stored once)")
+                return {"lm_head.weight": name}
+        return {}
+
+    def tensor_names(self) -> list[str]:
+        return self._source.names()
+
+    def load_tensor(self, name: str) -> torch.Tensor:
+        return self._source.load(self._aliases.get(name, name), self._shown)
+
+    # --- optimizer -------------------------------------------------------------------------
+
+    def _optimizer_file(self) -> Path | None:
+        return next((self._dir / f for f in _OPTIMIZER_FILES if (self._dir / f).is_file()), None)
+
+    def _load_optimizer(self) -> Any:
+        if not self._optimizer_loaded:
+            self._optimizer_loaded = True
+            file = self._optimizer_file()
+            if file is not None:
+                try:
+                    self._optimizer_raw = safe_torch_load(
+                        file, self._file_shown(file.name), self._options
+                    )
+                except UnreadableInput as error:
+                    self.partial.append(_partial(error))
+        return self._optimizer_raw
+
+    def optimizer_state(self) -> OptimizerState | None:
+        raw = self._load_optimizer()
+        if raw is None:
+            return None
+        if self._optimizer is None:
+            self._optimizer, note = map_optimizer_state(raw, self._orders(), TRAINER_RULES)
+            self._notes.append(f"optimizer ids mapped to names: {note}")
+        return self._optimizer
+
+    def _orders(self) -> list[tuple[str, list[ParamSpec]]]:
+        params = self._source.order
+        orders: list[tuple[str, list[ParamSpec]]] = []
+        declared = architecture_order(self.config, params)
+        if declared is not None:
+            architecture = self.config["architectures"][0]
+            orders.append((f"{architecture}'s named_parameters() order", declared))
+        if self._source.stored_order_is_registration:
+            orders.append(("stored state-dict order", params))
+        model_type = self.config.get("model_type")
+        return orders + inferred_orders(params, model_type if isinstance(model_type, str) else None)
+
+    # --- resume audit ----------------------------------------------------------------------
+
+    def audit(self) -> ResumeAudit:
+        if self._audit is None:
+            self._audit = self._make_audit()
+        return self._audit
+
+    def _make_audit(self) -> ResumeAudit:
+        raw = self._load_optimizer()
+        self.optimizer_state()
+        summary = summarize_optimizer(raw)
+        notes = list(summary.notes) if raw is not None else []
+        args = self.training_args or {}
+        if self._optimizer_file() is None:
+            notes.append("no optimizer.pt: a resume restarts the optimizer (zero moments, step 0)")
+        if args.get("save_only_model") is True:
+            notes.append("save_only_model=True: optimizer, scheduler, scaler and RNG not saved")
+        notes.append(
+            "the Trainer saves no sampler state: a resume skips the epoch's consumed batches and "
+            "reshuffles from the restored RNG"
+            + (
+                " (ignore_data_skip=True: it re-reads the epoch)"
+                if args.get("ignore_data_skip")
+                else ""
+            )
+        )
+        notes.extend(self._layout_notes())
+        return ResumeAudit(
+            has_weights=bool(self._source.order),
+            has_optimizer_moments=raw is not None and summary.has_moments,
+            has_step_counters=raw is not None and summary.has_step_counters,
+            has_scheduler=self._has_scheduler,
+            has_scaler=self._scaler(notes),
+            rng_ranks=self._rng_ranks,
+            expected_ranks=self._expected_ranks(),
+            has_sampler_state=None,
+            notes=tuple(self._notes + notes),
+        )
+
+    def _scaler(self, notes: list[str]) -> bool | None:
+        """True with scaler.pt; False when the run used fp16 loss scaling and it is missing."""
+        if self._has_scaler_file:
+            return True
+        evidence = []
+        if (self.training_args or {}).get("fp16") is True:
+            evidence.append("training_args fp16=True")
+        if any(dtype == "F16" or dtype == "float16" for dtype in self._source.dtypes.values()):
+            evidence.append("fp16 weights")
+        siblings = sorted(self._dir.parent.glob("checkpoint-*/scaler.pt"))
+        if siblings:
+            evidence.append(f"{siblings[0].parent.name} has scaler.pt")
+        if not evidence:
+            return None
+        notes.append(
+            "GradScaler state expected (" + ", ".join(evidence) + ") but scaler.pt is missing"
+        )
+        return False
+
+    def _rng_files(self) -> dict[int, Path]:
+        ranks: dict[int, Path] = {}
+        for file in sorted(self._dir.glob("rng_state*.pth")):
+            match = _RNG_FILE.match(file.name)
+            if match:
+                ranks[int(match.group(1) or 0)] = file
+        return ranks
+
+    def _expected_ranks(self) -> int | None:
+        """World size: training_args' accelerate state, else the rank files, else one process."""
+        state = (self.training_args or {}).get("distributed_state")
+        processes = state.get("num_processes") if isinstance(state, dict) else None
+        if isinstance(processes, int) and processes >= 1:
+            return processes
+        ranks = self._rng_files()
+        if any(file.name != "rng_state.pth" for file in ranks.values()):
+            return max(ranks) + 1
+        return 1 if ranks else None
+
+    def _loads(self, name: str, rng: bool = False) -> bool:
+        """The file exists and loads safely; a refused or broken file goes to partial."""
+        file = self._dir / name
+        if not file.is_file():
+            return False
+        try:
+            safe_torch_load(file, self._file_shown(name), self._options, allow_numpy=rng)
+        except UnreadableInput as error:
+            self.partial.append(_partial(error))
+            return False
+        return True
+
+    def _layout_notes(self) -> list[str]:
+        notes = []
+        if any(self._dir.glob("global_step*")):
+            notes.append("DeepSpeed state in global_step*/ holds the optimizer and scheduler")
+        if any(self._dir.glob("pytorch_model_fsdp*")) or any(self._dir.glob("optimizer_*")):
+            notes.append(
+                "FSDP sharded state (pytorch_model_fsdp_*/, optimizer_*/) is not read here"
+            )
+        return notes
+
+    # --- side files ------------------------------------------------------------------------
+
+    def _json(self, name: str) -> dict[str, Any] | None:
+        file = self._dir / name
+        return read_json(file, self._file_shown(name), self.partial) if file.is_file() else None
+
+    def _training_args(self) -> dict[str, Any] | None:
+        """TrainingArguments as plain data, decoded without unpickling (never runs the file)."""
+        file = self._dir / "training_args.bin"
+        if not file.is_file():
+            return None
+        recovered = torch_file_literals(file)
+        if not isinstance(recovered, dict):
+            self.partial.append(
+                PartialInput(
+                    self._file_shown("training_args.bin"),
+                    "skipped: holds no plain TrainingArguments data (it is never unpickled)",
+                )
+            )
+            return None
+        return recovered
+
+    def _file_shown(self, name: str) -> str:
+        return f"{self._shown}/{name}"
+
+    def close(self) -> None:
+        self._source.close()
+        self._optimizer = None
+        self._optimizer_raw = None
+
+
+def _partial(error: UnreadableInput) -> PartialInput:
+    return PartialInput(
+        error.path, f"{error.problem}. {error.hint}" if error.hint else error.problem
+    )

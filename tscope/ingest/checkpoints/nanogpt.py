@@ -1,0 +1,136 @@
+"""nanoGPT checkpoints: `ckpt.pt` / `ckpt_*.pt` = {model, optimizer, model_args, iter_num,
+best_val_loss, config} (karpathy/nanoGPT train.py:277-286; DOMAIN.md §A.2).
+
+The file is loaded once with mmap through safe_torch_load, so tensors stay on disk until used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.inventory import pickle_strings
+from tscope.ingest.checkpoints.optimizer_mapping import (
+    NANOGPT_RULES,
+    map_optimizer_state,
+    summarize_optimizer,
+)
+from tscope.ingest.checkpoints.param_order import inferred_orders
+from tscope.ingest.checkpoints.safe_load import safe_torch_load
+from tscope.ingest.checkpoints.state_dict_files import TensorSource, step_from_name
+from tscope.model import CheckpointInfo, PartialInput
+from tscope.model.checkpoint import ResumeAudit
+
+if TYPE_CHECKING:
+    import torch
+
+# The keys that make a torch file a nanoGPT checkpoint (any one with "model").
+_NANOGPT_KEYS = {"iter_num", "model_args"}
+
+
+class NanoGptReader:
+    name = "nanogpt"
+
+    def can_open(self, path: Path) -> bool:
+        """A torch zip file whose pickle names `model` and `iter_num` or `model_args`.
+
+        The pickle's opcodes are scanned, never executed (inventory.pickle_strings).
+        """
+        if not path.is_file() or path.suffix not in (".pt", ".pth"):
+            return False
+        keys = pickle_strings(path)
+        return (
+            keys is not None
+            and "model" in keys
+            and bool(keys & _NANOGPT_KEYS)
+            and "pytorch-lightning_version" not in keys
+        )
+
+    def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:
+        return NanoGptCheckpoint(path, display_path, options)
+
+
+class NanoGptCheckpoint:
+    def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
+        self.partial: list[PartialInput] = []
+        self._shown = display_path
+        loaded = safe_torch_load(path, display_path, options)
+        if not isinstance(loaded, Mapping) or not isinstance(loaded.get("model"), Mapping):
+            raise UnreadableInput(display_path, "holds no `model` state dict")
+        self._raw: Mapping[str, Any] = loaded
+        self._source = TensorSource()
+        self._source.add_state_dict(loaded["model"])
+        if not self._source.order:
+            raise UnreadableInput(display_path, "its `model` state dict holds no parameters")
+        iter_num = loaded.get("iter_num")
+        self.config: dict[str, Any] = dict(loaded.get("config") or {})
+        self.model_args: dict[str, Any] = dict(loaded.get("model_args") or {})
+        self.info = CheckpointInfo(
+            step=int(iter_num) if isinstance(iter_num, int) else step_from_name(path.name),
+            path=display_path,
+            format="nanogpt",
+            has_optimizer=loaded.get("optimizer") is not None,
+            has_rng=False,
+        )
+        self._optimizer: OptimizerState | None = None
+        self._mapping_note = ""
+
+    def tensor_names(self) -> list[str]:
+        return self._source.names()
+
+    def load_tensor(self, name: str) -> torch.Tensor:
+        # nanoGPT ties lm_head.weight to transformer.wte.weight; the state dict stores both
+        # names on one storage and the source keeps the first.
+        if name == "lm_head.weight" and name not in self._source.names():
+            name = "transformer.wte.weight"
+        return self._source.load(name, self._shown)
+
+    def optimizer_state(self) -> OptimizerState | None:
+        raw = self._raw.get("optimizer")
+        if raw is None:
+            return None
+        if self._optimizer is None:
+            # torch.save keeps the state dict's order, which is named_parameters() order.
+            orders = [("stored state-dict order", self._source.order)]
+            orders += inferred_orders(self._source.order)
+            self._optimizer, self._mapping_note = map_optimizer_state(raw, orders, NANOGPT_RULES)
+        return self._optimizer
+
+    def audit(self) -> ResumeAudit:
+        raw = self._raw.get("optimizer")
+        summary = summarize_optimizer(raw)
+        notes = list(summary.notes) if raw is not None else ["no optimizer state in the file"]
+        if self.optimizer_state() is not None:
+            notes.append(f"optimizer ids mapped to names: {self._mapping_note}")
+        notes.append(
+            "nanoGPT computes the learning rate from iter_num (get_lr): no scheduler state needed"
+        )
+        notes.append(
+            "nanoGPT saves no RNG state: get_batch draws from the global torch RNG seeded "
+            "1337 + rank, so a resume replays the batch sequence from its start"
+        )
+        dtype = self.config.get("dtype")
+        has_scaler: bool | None = None
+        if dtype == "float16":
+            # train.py enables a GradScaler only for float16 and never saves it.
+            has_scaler = False
+            notes.append("dtype float16: the GradScaler's loss scale is not saved")
+        return ResumeAudit(
+            has_weights=True,
+            has_optimizer_moments=raw is not None and summary.has_moments,
+            has_step_counters=raw is not None and summary.has_step_counters,
+            has_scheduler=True,
+            has_scaler=has_scaler,
+            rng_ranks=(),
+            expected_ranks=None,
+            has_sampler_state=None,
+            notes=tuple(notes),
+        )
+
+    def close(self) -> None:
+        self._source.close()
+        self._raw = {}
+        self._optimizer = None

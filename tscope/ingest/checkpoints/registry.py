@@ -1,0 +1,103 @@
+"""The explicit list of checkpoint readers, and the walk that finds every checkpoint in a run.
+
+Readers are asked in this order; the first whose `can_open` says yes claims the path. Folder
+layouts come first (a folder claimed by a reader is one checkpoint: nothing inside it is offered
+to other readers), then single files, and the catch-all plain state-dict reader last.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tscope.errors import UsageError
+from tscope.ingest.checkpoints.base import CheckpointHandle, CheckpointReader, LoadOptions
+from tscope.ingest.checkpoints.dcp import DcpReader
+from tscope.ingest.checkpoints.deepspeed import DeepSpeedReader
+from tscope.ingest.checkpoints.hf_trainer import HfTrainerReader
+from tscope.ingest.checkpoints.lightning import LightningReader
+from tscope.ingest.checkpoints.nanogpt import NanoGptReader
+from tscope.ingest.checkpoints.state_dict_files import StateDictFileReader, step_from_name
+from tscope.ingest.discover import display_path, iter_files
+
+CHECKPOINT_READERS: tuple[CheckpointReader, ...] = (
+    # Folders. HF first: a Trainer checkpoint-N/ that holds a DeepSpeed global_stepN/ or an
+    # FSDP DCP folder next to its weights is read as one HF checkpoint.
+    HfTrainerReader(),
+    DeepSpeedReader(),
+    DcpReader(),
+    # Files.
+    LightningReader(),
+    NanoGptReader(),
+    # Last: any .pt/.bin/.safetensors file with a step in its name.
+    StateDictFileReader(),
+)
+
+
+def find_checkpoints(
+    root: Path, readers: tuple[CheckpointReader, ...] = CHECKPOINT_READERS
+) -> list[tuple[CheckpointReader, Path, str]]:
+    """Every checkpoint under root as (reader, path, display path), in step order.
+
+    Steps come from names here (nothing is opened); checkpoints without one sort last. The
+    display path is relative to root; root itself is shown by its own name.
+    """
+    root = Path(root)
+    claimed: dict[Path, CheckpointReader | None] = {}
+    found: dict[Path, tuple[CheckpointReader, str]] = {}
+    for file in iter_files(root):
+        owner = _claiming_folder(file, root, readers, claimed)
+        if owner is not None:
+            folder, folder_reader = owner
+            found.setdefault(folder, (folder_reader, _shown(folder, root)))
+            continue
+        reader = next((r for r in readers if r.can_open(file)), None)
+        if reader is not None:
+            found[file] = (reader, _shown(file, root))
+    ordered = sorted(found.items(), key=lambda item: _order_key(item[0], item[1][1]))
+    return [(reader, path, shown) for path, (reader, shown) in ordered]
+
+
+def open_checkpoint(
+    reader: CheckpointReader, path: Path, display_path: str, options: LoadOptions
+) -> CheckpointHandle:
+    """One call for the pipeline; raises UnreadableInput when the checkpoint cannot be opened."""
+    return reader.open(path, display_path, options)
+
+
+def reader_named(name: str) -> CheckpointReader:
+    for reader in CHECKPOINT_READERS:
+        if reader.name == name:
+            return reader
+    valid = ", ".join(reader.name for reader in CHECKPOINT_READERS)
+    raise UsageError(f"Unknown checkpoint reader {name!r}; valid readers: {valid}")
+
+
+def _claiming_folder(
+    file: Path,
+    root: Path,
+    readers: tuple[CheckpointReader, ...],
+    claimed: dict[Path, CheckpointReader | None],
+) -> tuple[Path, CheckpointReader] | None:
+    """The outermost folder from root down to the file's parent that a reader claims."""
+    if root.is_file():
+        return None
+    folders = [file.parent, *file.parent.parents]
+    chain = [f for f in folders if f == root or root in f.parents]
+    for folder in reversed(chain):  # top-down: the outermost claim wins
+        if folder not in claimed:
+            claimed[folder] = next((r for r in readers if r.can_open(folder)), None)
+        reader = claimed[folder]
+        if reader is not None:
+            return folder, reader
+    return None
+
+
+def _shown(path: Path, root: Path) -> str:
+    if path == root:
+        return root.resolve().name or root.as_posix()
+    return display_path(path, root)
+
+
+def _order_key(path: Path, shown: str) -> tuple[bool, int, str]:
+    step = step_from_name(path.name)
+    return (step is None, step if step is not None else 0, shown)

@@ -1,0 +1,317 @@
+"""Plain state-dict files with the step in their name (`step_1000.safetensors`, `model_500.pt`,
+`epoch=1-step=200.bin`), and the lazy tensor source every file-based reader shares.
+
+A `.pt`/`.bin` file is either a flat `{name: tensor}` dict or a training loop's own wrapper
+(`{"model": ..., "optimizer": ..., "step": ...}`); both are read. Lightning `.ckpt` files,
+nanoGPT's `ckpt.pt` and Hugging Face checkpoint folders have their own readers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.optimizer_mapping import (
+    ANY_PRODUCER_RULES,
+    map_optimizer_state,
+    summarize_optimizer,
+)
+from tscope.ingest.checkpoints.param_order import ParamSpec, inferred_orders
+from tscope.ingest.checkpoints.safe_load import safe_torch_load
+from tscope.model import CheckpointInfo, PartialInput
+from tscope.model.checkpoint import ResumeAudit
+
+if TYPE_CHECKING:
+    import torch
+
+# Steps in file and folder names, most specific first: `global_step100`, `step=200`, `iter_300`,
+# then a trailing number (`model_500`, `ckpt_000100`, `checkpoint-120`).
+_STEP_PATTERNS = (
+    re.compile(r"(?:^|[^a-z])(?:global_)?step[=_-]?(\d+)"),
+    re.compile(r"(?:^|[^a-z])iter(?:ation)?s?[=_-]?(\d+)"),
+    re.compile(r"[_-](\d+)$"),
+)
+_FILE_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
+# Files that carry a number but are not a state dict at a step (HF shards and RNG files, ...).
+_NOT_A_STEP_FILE = re.compile(
+    r"^(?:rng_state|random_states|optimizer|scheduler|scaler|training_args|sampler)"
+    r"|-of-\d+|^(?:pytorch_model|model)\.|_optim_states|_model_states"
+)
+_SAFETENSORS_FLOAT = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+# Buffers that state dicts carry next to parameters; they have no optimizer state.
+_BUFFER_LEAVES = {
+    "masked_bias",
+    "inv_freq",
+    "position_ids",
+    "running_mean",
+    "running_var",
+    "num_batches_tracked",
+    "_float_tensor",
+}
+# Keys under which training loops keep each part of their checkpoint dict.
+MODEL_KEYS = ("model", "state_dict", "model_state_dict", "model_state", "module", "weights")
+OPTIMIZER_KEYS = ("optimizer", "optimizer_state_dict", "optimizer_state", "optim")
+STEP_KEYS = ("global_step", "step", "iteration", "iter_num", "iter")
+SCHEDULER_KEYS = ("lr_scheduler", "scheduler", "scheduler_state_dict")
+SCALER_KEYS = ("scaler", "grad_scaler", "scaler_state_dict")
+RNG_KEYS = ("rng_state", "rng_states", "rng", "cpu_rng_state", "torch_rng_state")
+SAMPLER_KEYS = ("sampler", "sampler_state", "dataloader", "data_loader")
+
+
+def step_from_name(name: str) -> int | None:
+    stem = name.lower()
+    for suffix in (*_FILE_SUFFIXES, ".ckpt"):
+        stem = stem.removesuffix(suffix)
+    for pattern in _STEP_PATTERNS:
+        match = pattern.search(stem)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def normalize_name(name: str) -> str:
+    """Drop wrapper prefixes: torch.compile's `_orig_mod.` and DDP/DeepSpeed's `module.`."""
+    name = name.replace("_orig_mod.", "")
+    return name.removeprefix("module.")
+
+
+def is_safetensors(path: Path) -> bool:
+    """An 8-byte little-endian header length that fits the file, then a JSON object."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(9)
+        size = path.stat().st_size
+    except OSError:
+        return False
+    if len(head) < 9:
+        return False
+    (header_length,) = struct.unpack("<Q", head[:8])
+    return head[8:9] == b"{" and 8 + header_length <= size
+
+
+def is_torch_file(path: Path) -> bool:
+    """torch.save's zip format, or a legacy pickle (protocol 2+ starts with 0x80)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False
+    return head == b"PK\x03\x04" or head[:1] == b"\x80"
+
+
+class TensorSource:
+    """Named parameters from safetensors files (read one at a time) or loaded torch dicts.
+
+    Torch files are loaded with mmap (safe_torch_load), so their tensors stay on disk until used.
+    `order` keeps the stored order: torch state dicts keep module registration order; safetensors
+    files are sorted by name, so `stored_order_is_registration` tells which one we have.
+    """
+
+    def __init__(self) -> None:
+        self._safetensors: dict[str, Any] = {}  # name -> safe_open handle
+        self._tensors: dict[str, torch.Tensor] = {}
+        self.order: list[ParamSpec] = []
+        self.dtypes: dict[str, str] = {}
+        self.stored_order_is_registration = True
+
+    def add_safetensors(self, path: Path, shown: str) -> dict[str, str]:
+        """Index one safetensors file; returns its `__metadata__`."""
+        from safetensors import safe_open
+
+        try:
+            handle: Any = safe_open(str(path), framework="pt")
+            metadata = handle.metadata() or {}
+            stored_keys: list[str] = handle.keys()
+            for key in stored_keys:
+                view = handle.get_slice(key)
+                if view.get_dtype() not in _SAFETENSORS_FLOAT or _is_buffer(key):
+                    continue
+                name = normalize_name(key)
+                self._safetensors[name] = (handle, key)
+                self.order.append(ParamSpec(name, tuple(int(d) for d in view.get_shape())))
+                self.dtypes[name] = view.get_dtype()
+        except Exception as error:  # safetensors raises its own error types for malformed files
+            raise UnreadableInput(shown, f"not a readable safetensors file ({error})") from error
+        self.stored_order_is_registration = False
+        return {str(k): str(v) for k, v in metadata.items()}
+
+    def add_state_dict(self, state_dict: Mapping[Any, Any]) -> None:
+        """Parameters of a loaded state dict in stored order; tied duplicates kept once."""
+        import torch
+
+        seen_storage: dict[tuple[int, int, tuple[int, ...]], str] = {}
+        for key, value in state_dict.items():
+            if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+                continue
+            if not value.is_floating_point() or _is_buffer(key, value):
+                continue
+            # Tied weights (lm_head = wte) share storage; named_parameters() yields them once.
+            shape = tuple(int(d) for d in value.shape)
+            identity = (value.untyped_storage().data_ptr(), int(value.storage_offset()), shape)
+            if value.numel() and identity in seen_storage:
+                continue
+            seen_storage[identity] = key
+            name = normalize_name(key)
+            self._tensors[name] = value
+            self.order.append(ParamSpec(name, shape))
+            self.dtypes[name] = str(value.dtype).removeprefix("torch.")
+
+    def names(self) -> list[str]:
+        return sorted(spec.name for spec in self.order)
+
+    def load(self, name: str, shown: str) -> torch.Tensor:
+        if name in self._tensors:
+            return self._tensors[name]
+        if name not in self._safetensors:
+            raise UnreadableInput(shown, f"holds no tensor named {name}")
+        handle, key = self._safetensors[name]
+        try:
+            tensor: torch.Tensor = handle.get_tensor(key)
+        except Exception as error:  # a file cut short after its header was read
+            raise UnreadableInput(shown, f"cannot read tensor {name} ({error})") from error
+        return tensor
+
+    def close(self) -> None:
+        self._safetensors.clear()  # dropping the handles unmaps the files
+        self._tensors.clear()
+
+
+def _is_buffer(key: str, value: Any = None) -> bool:
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf in _BUFFER_LEAVES:
+        return True
+    # GPT-2 / nanoGPT causal mask registered as `attn.bias`, shape (1, 1, block, block)
+    return key.endswith("attn.bias") and value is not None and value.dim() == 4
+
+
+def count_rng(raw: Mapping[str, Any]) -> bool:
+    return any(raw.get(key) is not None for key in RNG_KEYS)
+
+
+class StateDictFile:
+    """One plain state-dict file (see module docstring)."""
+
+    def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
+        self.partial: list[PartialInput] = []
+        self._path, self._shown = path, display_path
+        self._source = TensorSource()
+        self._raw: Mapping[str, Any] = {}
+        step: int | None = None
+        if path.suffix == ".safetensors":
+            metadata = self._source.add_safetensors(path, display_path)
+            step = _int_or_none(metadata.get("step") or metadata.get("global_step"))
+        else:
+            loaded = safe_torch_load(path, display_path, options)
+            state_dict, self._raw = _split_wrapper(loaded, display_path)
+            self._source.add_state_dict(state_dict)
+            step = next((_int_or_none(self._raw.get(k)) for k in STEP_KEYS if k in self._raw), None)
+        if not self._source.order:
+            raise UnreadableInput(display_path, "holds no floating-point parameter tensors")
+        self.info = CheckpointInfo(
+            step=step if step is not None else step_from_name(path.name),
+            path=display_path,
+            format="state_dict",
+            has_optimizer=any(self._raw.get(k) is not None for k in OPTIMIZER_KEYS),
+            has_rng=count_rng(self._raw),
+        )
+        self._optimizer: OptimizerState | None = None
+        self._mapping_note = ""
+
+    def tensor_names(self) -> list[str]:
+        return self._source.names()
+
+    def load_tensor(self, name: str) -> torch.Tensor:
+        return self._source.load(name, self._shown)
+
+    def _raw_optimizer(self) -> Any:
+        return next((self._raw[k] for k in OPTIMIZER_KEYS if self._raw.get(k) is not None), None)
+
+    def optimizer_state(self) -> OptimizerState | None:
+        raw = self._raw_optimizer()
+        if raw is None:
+            return None
+        if self._optimizer is None:
+            orders = [("stored order", self._source.order), *inferred_orders(self._source.order)]
+            self._optimizer, self._mapping_note = map_optimizer_state(
+                raw, orders, ANY_PRODUCER_RULES
+            )
+        return self._optimizer
+
+    def audit(self) -> ResumeAudit:
+        raw = self._raw_optimizer()
+        summary = summarize_optimizer(raw)
+        notes = list(summary.notes) if raw is not None else ["no optimizer state in the file"]
+        if self.optimizer_state() is not None:
+            notes.append(f"optimizer ids mapped to names: {self._mapping_note}")
+        fp16 = any(dtype in ("float16", "F16") for dtype in self._source.dtypes.values())
+        has_scaler = any(self._raw.get(k) is not None for k in SCALER_KEYS) or (
+            False if fp16 else None
+        )
+        return ResumeAudit(
+            has_weights=True,
+            has_optimizer_moments=summary.has_moments,
+            has_step_counters=summary.has_step_counters,
+            has_scheduler=any(self._raw.get(k) is not None for k in SCHEDULER_KEYS),
+            has_scaler=has_scaler,
+            rng_ranks=(0,) if count_rng(self._raw) else (),
+            expected_ranks=None,
+            has_sampler_state=True if any(k in self._raw for k in SAMPLER_KEYS) else None,
+            notes=tuple(notes),
+        )
+
+    def close(self) -> None:
+        self._source.close()
+        self._raw = {}
+
+
+def _split_wrapper(loaded: Any, shown: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """(state dict, wrapper dict): a flat state dict has no wrapper."""
+    import torch
+
+    if not isinstance(loaded, Mapping):
+        raise UnreadableInput(shown, f"holds a {type(loaded).__name__}, not a state dict")
+    if loaded and all(isinstance(v, torch.Tensor) for v in loaded.values()):
+        return loaded, {}
+    for key in MODEL_KEYS:
+        inner = loaded.get(key)
+        if isinstance(inner, Mapping) and any(isinstance(v, torch.Tensor) for v in inner.values()):
+            return inner, loaded
+    keys = ", ".join(sorted(str(k) for k in loaded)[:8])
+    raise UnreadableInput(shown, f"holds no state dict (top-level keys: {keys})")
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def read_json(path: Path, shown: str, partial: list[PartialInput]) -> dict[str, Any] | None:
+    """A small JSON side file; a broken one is noted in partial, not fatal."""
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        partial.append(PartialInput(shown, f"not readable JSON ({error})"))
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+class StateDictFileReader:
+    name = "state_dict"
+
+    def can_open(self, path: Path) -> bool:
+        if not path.is_file() or path.suffix not in _FILE_SUFFIXES:
+            return False
+        if _NOT_A_STEP_FILE.search(path.name) or step_from_name(path.name) is None:
+            return False
+        return is_safetensors(path) if path.suffix == ".safetensors" else is_torch_file(path)
+
+    def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:
+        return StateDictFile(path, display_path, options)
