@@ -64,16 +64,41 @@ def _spikes(
     ]
 
 
+# A drift keeps re-arming the CUSUM while it lasts; shifts in the same direction within this many
+# points are one regime change (the first alarm marks it). The report lists at most
+# MAX_CHANGE_POINTS per series, the largest relative level changes.
+SHIFT_MERGE_POINTS = 50
+MAX_CHANGE_POINTS = 8
+
+
 def _change_points(
     metric: str, steps: np.ndarray, detections: list[Detection]
 ) -> list[ChangePoint]:
-    return [
-        ChangePoint(
-            metric, int(steps[shift.index]), detection.detector, shift.before_mean, shift.after_mean
-        )
-        for detection in detections
-        for shift in detection.shifts
-    ]
+    found: list[ChangePoint] = []
+    for detection in detections:
+        last_index: dict[bool, int] = {}
+        for shift in sorted(detection.shifts, key=lambda s: s.index):
+            rising = shift.after_mean > shift.before_mean
+            previous = last_index.get(rising)
+            last_index[rising] = shift.index
+            if previous is not None and shift.index - previous <= SHIFT_MERGE_POINTS:
+                continue
+            found.append(
+                ChangePoint(
+                    metric,
+                    int(steps[shift.index]),
+                    detection.detector,
+                    shift.before_mean,
+                    shift.after_mean,
+                )
+            )
+
+    def size(cp: ChangePoint) -> float:
+        base = abs(cp.before_mean) or 1.0
+        return abs(cp.after_mean - cp.before_mean) / base
+
+    kept = sorted(found, key=size, reverse=True)[:MAX_CHANGE_POINTS]
+    return sorted(kept, key=lambda cp: (cp.step, cp.detector))
 
 
 def _with_id(spike: Spike, spike_id: str) -> Spike:

@@ -92,6 +92,8 @@ class DcpCheckpoint:
         self._moments: dict[str, dict[str, tuple[_Folder, str]]] = {}  # name -> slot -> where
         self._groups: list[tuple[_Folder, str, str]] = []  # (folder, root, "param_groups" key)
         self._loop_roots: set[str] = set()
+        self._parameters: set[str] | None = None
+        self._optimizer: OptimizerState | None = None
         for folder in self._folders:
             self._classify(folder)
         self._step_source = ""
@@ -231,7 +233,13 @@ class DcpCheckpoint:
     # --- the handle ----------------------------------------------------------------------
 
     def tensor_names(self) -> list[str]:
-        return sorted(self._model)
+        """Parameters: with optimizer state, model entries the optimizer holds (its groups list
+        them, with or without moments); the rest are buffers. Without it, every model entry."""
+        if self._parameters is None:
+            state = self.optimizer_state()
+            owned = set(state.group_of) | set(state.per_param) if state is not None else set()
+            self._parameters = owned & set(self._model) or set(self._model)
+        return sorted(self._parameters)
 
     def load_tensor(self, name: str) -> torch.Tensor:
         where = self._model.get(name)
@@ -243,6 +251,11 @@ class DcpCheckpoint:
     def optimizer_state(self) -> OptimizerState | None:
         if not self._moments:
             return None
+        if self._optimizer is None:  # group hyper-parameters are read once
+            self._optimizer = self._read_optimizer()
+        return self._optimizer
+
+    def _read_optimizer(self) -> OptimizerState:
         state = OptimizerState()
         for name, slots in sorted(self._moments.items()):
             model_entry = self._model.get(name)

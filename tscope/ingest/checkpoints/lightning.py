@@ -11,6 +11,7 @@ The file is loaded once with mmap (safe_torch_load), so tensors stay on disk unt
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
     trainer_groups,
 )
 from tscope.ingest.checkpoints.param_order import ParamSpec
+from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
 from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name
 from tscope.model import CheckpointInfo, PartialInput
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     import torch
 
 ZIP_MAGIC = b"PK\x03\x04"
+LAST_CHECKPOINT = re.compile(r"^last(?:-v\d+)?\.ckpt$")  # ModelCheckpoint.CHECKPOINT_NAME_LAST
 # Buffers Lightning modules commonly hold next to parameters (BatchNorm statistics): never in an
 # optimizer. Other buffers are found by aligning the optimizer's shapes (see `_aligned_order`).
 _KNOWN_BUFFER_LEAVES = frozenset({"running_mean", "running_var", "num_batches_tracked"})
@@ -54,14 +57,16 @@ class LightningReader:
 
     def can_open(self, path: Path) -> bool:
         """A `.ckpt` file in torch's zip format (Lightning's FSDP/DeepSpeed `.ckpt/` folders are
-        other layouts)."""
+        other layouts), except a `last.ckpt` that repeats a sibling `...step=N.ckpt`."""
         if path.suffix != ".ckpt" or not path.is_file():
             return False
         try:
             with path.open("rb") as handle:
-                return handle.read(4) == ZIP_MAGIC
+                if handle.read(4) != ZIP_MAGIC:
+                    return False
         except OSError:
             return False
+        return not _repeats_a_sibling(path)
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> LightningCheckpoint:
         return LightningCheckpoint(path, display_path, options)
@@ -80,6 +85,7 @@ class LightningCheckpoint:
         self._by_name = {name: key for key, name in self._names.items()}
         optimizers = raw.get("optimizer_states")
         self._optimizers: list[Any] = optimizers if isinstance(optimizers, list) else []
+        self._mapped: OptimizerState | None = None
         step = _int_or_none(raw.get("global_step"))
         if step is None:
             step = step_from_name(path.name)
@@ -92,6 +98,12 @@ class LightningCheckpoint:
         )
 
     def tensor_names(self) -> list[str]:
+        """Parameters. Once the optimizer state is mapped, state_dict entries the optimizer does
+        not hold are buffers (positional tables, masks): they never train, and listing them
+        would read as frozen parameters. Unmapped, every tensor is listed."""
+        state = self.optimizer_state()
+        if state is not None and state.group_of and not state.unmapped:
+            return sorted(name for name in self._by_name if name in state.group_of)
         return sorted(self._by_name)
 
     def load_tensor(self, name: str) -> torch.Tensor:
@@ -103,9 +115,13 @@ class LightningCheckpoint:
     def optimizer_state(self) -> OptimizerState | None:
         if not self._optimizers:
             return None
-        if len(self._optimizers) > 1:
-            return self._several_optimizers()
-        return self._map(self._optimizers[0], index=0)
+        if self._mapped is None:  # mapped once: tensor_names() needs it too
+            self._mapped = (
+                self._several_optimizers()
+                if len(self._optimizers) > 1
+                else self._map(self._optimizers[0], index=0)
+            )
+        return self._mapped
 
     def _map(self, raw_optimizer: Any, index: int) -> OptimizerState:
         # Everything is matched in the producer's own key space (param_names carry the module
@@ -181,6 +197,25 @@ class LightningCheckpoint:
         self._tensors = {}
         self._raw = {}
         self._optimizers = []
+        self._mapped = None
+
+
+def _repeats_a_sibling(path: Path) -> bool:
+    """`save_last=True` writes last.ckpt (or last-v1.ckpt) at the same step as the newest
+    `epoch=E-step=S.ckpt`: one checkpoint twice, which would read as zero movement between
+    them. Its step is read from the pickle's literals (decoded, never executed; a few kB, the
+    tensors are separate records); a last.ckpt past every named one is kept: it may be the only
+    checkpoint after a spike."""
+    if not LAST_CHECKPOINT.match(path.name):
+        return False
+    literals = torch_file_literals(path)
+    step = literals.get("global_step") if isinstance(literals, Mapping) else None
+    if not isinstance(step, int):
+        return False
+    return any(
+        sibling != path and step_from_name(sibling.name) == step
+        for sibling in path.parent.glob("*.ckpt")
+    )
 
 
 def _tensor_entries(state_dict: Mapping[Any, Any]) -> dict[str, torch.Tensor]:
