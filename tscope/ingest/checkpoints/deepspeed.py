@@ -226,8 +226,9 @@ class DeepSpeedCheckpoint:
                 if isinstance(g, Mapping)
             ]
             self._loss_scaler = loaded.get("loss_scaler") if isinstance(loaded, Mapping) else None
+        buffers = set(self._states.get("buffer_names") or [])
         for folder in sorted((self._dir / UNIVERSAL_DIR).iterdir()):
-            if not folder.is_dir():
+            if not folder.is_dir() or folder.name in buffers:
                 continue
             name = normalize_name(folder.name)
             if (folder / "fp32.pt").is_file() and state.master_weights is not None:
