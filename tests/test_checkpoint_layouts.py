@@ -171,13 +171,12 @@ def test_lightning_buffer_that_fits_two_ways_leaves_the_state_unmapped(tmp_path)
     items.insert(at, ("model.norm.running_bias", torch.ones(16)))
     raw["state_dict"] = dict(items)
     torch.save(raw, tmp_path / "epoch=0-step=2.ckpt")
-    state = (
-        LightningReader()
-        .open(tmp_path / "epoch=0-step=2.ckpt", "x.ckpt", OPTIONS)
-        .optimizer_state()
-    )
+    handle = LightningReader().open(tmp_path / "epoch=0-step=2.ckpt", "x.ckpt", OPTIONS)
+    state = handle.optimizer_state()
     assert state is not None and state.per_param == {}
     assert "not mapped" in state.unmapped[0] and "9 optimizer state entries" in state.unmapped[0]
+    # without a mapping, nothing tells buffers from parameters: every tensor is listed
+    assert {BUFFER, "norm.running_bias"} <= set(handle.tensor_names())
 
 
 def test_lightning_with_two_optimizers_and_no_param_names_reports_them_unmapped(tmp_path):
@@ -211,6 +210,18 @@ def test_a_universal_checkpoint_alone_is_claimed_and_without_model_file_reads_fp
     assert weight.dtype == torch.float32  # the fp32 master stands in for the weights
     assert_matches(weight, truth["master"]["mlp.0.weight"], "fp32 as weights")
     assert BUFFER in handle.tensor_names()  # without buffer_names, a buffer cannot be told apart
+
+
+def test_dcp_in_a_trainer_folder_takes_the_step_and_rng_files_from_its_siblings(tmp_path):
+    checkpoint = copy_layout("dcp_accelerate", tmp_path) / "checkpoint-2"
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2000}))
+    for rank in (0, 1):  # the Trainer's per-rank RNG files (the audit only needs their names)
+        torch.save({"cpu": torch.get_rng_state()}, checkpoint / f"rng_state_{rank}.pth")
+    handle = DcpReader().open(checkpoint, "checkpoint-2", OPTIONS)
+    assert handle.info.step == 2000 and handle.info.has_rng
+    audit = handle.audit()
+    assert audit.rng_ranks == (0, 1) and audit.missing() == []
+    assert "step from the trainer_state.json" in audit.notes
 
 
 def test_deepspeed_overflow_skips_go_into_the_audit_notes(tmp_path):
