@@ -119,7 +119,17 @@ def _incident_verdict(
         )
     else:
         because = f"see {headline.id}: {headline.message}"
-    return f"{what[0].upper()}{what[1:]}; {because}"
+    verdict = f"{what[0].upper()}{what[1:]}; {because}"
+    spike_id = incident.spike.id if incident is not None and incident.spike is not None else None
+    corroborating = [
+        f
+        for f in findings
+        if f.source == "checkpoints" and f.spike_id is not None and f.spike_id == spike_id
+    ]
+    if corroborating:
+        first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
+        verdict += f" Checkpoints agree: {first_sentence}."
+    return verdict
 
 
 def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:

@@ -108,9 +108,10 @@ def _update_ratio_high(
         inside = [s for s in spikes if start < s.onset_step <= int(step) and s.metric == loss]
         names = flagged.index[:MAX_NAMED].tolist()
         message = (
-            f"Between checkpoints at steps {start} and {int(step)}, {scope} moved far more per "
-            f"step than in the other windows (median ×{fmt(window_factor)}; most: {names[0]} "
-            f"×{fmt(float(flagged.iloc[0]))}); top: {', '.join(names)}."
+            f"Between checkpoints at steps {start} and {int(step)}, {scope} moved "
+            f"×{fmt(window_factor)} more per step than in the other windows, for the learning "
+            f"rate they held. Most: {names[0]} ×{fmt(float(flagged.iloc[0]))}; top: "
+            f"{', '.join(names)}."
         )
         if inside:
             message += f" The loss spike at step {inside[0].peak_step} lies in this window."
