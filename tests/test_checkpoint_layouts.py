@@ -224,6 +224,17 @@ def test_dcp_in_a_trainer_folder_takes_the_step_and_rng_files_from_its_siblings(
     assert "step from the trainer_state.json" in audit.notes
 
 
+def test_deepspeed_audit_says_when_latest_names_another_tag(tmp_path):
+    run = copy_layout("deepspeed_zero1_2ranks", tmp_path)
+    reader = DeepSpeedReader()
+    assert not any(
+        "latest" in n for n in reader.open(run / "global_step2", "t", OPTIONS).audit().notes
+    )
+    (run / "latest").write_text("global_step9")
+    notes = reader.open(run / "global_step2", "t", OPTIONS).audit().notes
+    assert "`latest` names global_step9: a resume without a tag loads that one" in notes
+
+
 def test_deepspeed_overflow_skips_go_into_the_audit_notes(tmp_path):
     run = copy_layout("deepspeed_zero2_bf16", tmp_path)
     states = run / "global_step2" / "mp_rank_00_model_states.pt"

@@ -18,13 +18,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints import dcp_storage
 from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.dcp_layout import (
+    HYPER_KEYS,
+    SAMPLER_ROOTS,
+    SCHEDULER_ROOTS,
+    STEP_KEYS,
+    DcpFolder,
+    KeyLayout,
+    classify,
+    load_folder,
+)
 from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
@@ -35,31 +44,6 @@ if TYPE_CHECKING:
 ACCELERATE_MODEL_DIR = re.compile(r"^pytorch_model_fsdp_(\d+)$")
 ACCELERATE_OPTIMIZER_DIR = "optimizer_{index}"
 ACCELERATE_OPTIMIZER_ONLY = re.compile(r"^optimizer_\d+$")
-_SHARD_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
-_OPTIMIZER_ROOTS = ("optim", "optimizer", "optimizers", "opt")
-_MOMENT = re.compile(r"^(?P<fqn>.+)\.(?P<slot>exp_avg|exp_avg_sq|max_exp_avg_sq|step)$")
-# Top-level entries that belong to the training loop, not to the model (torchtitan, accelerate).
-_LOOP_ROOTS = frozenset(
-    {"lr_scheduler", "lr_schedulers", "scheduler", "dataloader", "data_loader", "sampler",
-     "train_state", "step", "global_step", "epoch", "rng", "rng_state", "rng_states", "scaler",
-     "grad_scaler", "extra_state", "model_args", "config"}
-)  # fmt: skip
-_SCHEDULER_ROOTS = ("lr_scheduler", "lr_schedulers", "scheduler")
-_SAMPLER_ROOTS = ("dataloader", "data_loader", "sampler")
-_STEP_KEYS = ("step", "global_step", "train_state.step", "iteration")
-_HYPER_KEYS = ("lr", "eps", "betas", "weight_decay")  # what the analyzers use from a group
-
-
-@dataclass
-class _Folder:
-    """One DCP folder: where it is, how it is shown, its vetted metadata."""
-
-    path: Path
-    shown: str
-    metadata: Any
-    tensor_keys: list[str] = field(default_factory=list)
-    bytes_keys: list[str] = field(default_factory=list)
-    ranks: set[int] = field(default_factory=set)
 
 
 class DcpReader:
@@ -88,14 +72,13 @@ class DcpCheckpoint:
         self._options = options
         self._trainer_dir: Path | None = None  # the accelerate/Trainer checkpoint-N/, if any
         self._folders = self._open_folders(path, display_path, options)
-        self._model: dict[str, tuple[_Folder, str]] = {}  # normalized name -> (folder, key)
-        self._moments: dict[str, dict[str, tuple[_Folder, str]]] = {}  # name -> slot -> where
-        self._groups: list[tuple[_Folder, str, str]] = []  # (folder, root, "param_groups" key)
-        self._loop_roots: set[str] = set()
+        layout = KeyLayout()
+        for folder in self._folders:
+            classify(folder, layout)
+        self._model, self._moments = layout.model, layout.moments
+        self._groups, self._loop_roots = layout.groups, layout.loop_roots
         self._parameters: set[str] | None = None
         self._optimizer: OptimizerState | None = None
-        for folder in self._folders:
-            self._classify(folder)
         self._step_source = ""
         step = self._step(path)
         self.info = CheckpointInfo(
@@ -108,11 +91,11 @@ class DcpCheckpoint:
 
     # --- opening ---------------------------------------------------------------------------
 
-    def _open_folders(self, path: Path, shown: str, options: LoadOptions) -> list[_Folder]:
+    def _open_folders(self, path: Path, shown: str, options: LoadOptions) -> list[DcpFolder]:
         model_dir, model_shown = path, shown
         if not (path / dcp_storage.METADATA_FILE).is_file():  # a Trainer checkpoint-N/
             model_dir, model_shown = path / "pytorch_model_fsdp_0", f"{shown}/pytorch_model_fsdp_0"
-        folders = [self._load_folder(model_dir, model_shown, options)]
+        folders = [load_folder(model_dir, model_shown, options, self.partial)]
         if ACCELERATE_OPTIMIZER_ONLY.match(path.name):  # optimizer_0/ opened alone
             self._trainer_dir = path.parent
         match = ACCELERATE_MODEL_DIR.match(model_dir.name)
@@ -124,77 +107,15 @@ class DcpCheckpoint:
             if (model_dir.parent / name / dcp_storage.METADATA_FILE).is_file():
                 try:
                     folders.append(
-                        self._load_folder(model_dir.parent / name, optimizer_shown, options)
+                        load_folder(model_dir.parent / name, optimizer_shown, options, self.partial)
                     )
                 except UnreadableInput as error:  # the weights still count without it
                     self.partial.append(PartialInput(error.path, _problem(error)))
         return folders
 
-    def _load_folder(self, path: Path, shown: str, options: LoadOptions) -> _Folder:
-        from torch.distributed.checkpoint.metadata import (
-            BytesStorageMetadata,
-            TensorStorageMetadata,
-        )
-
-        metadata = dcp_storage.read_metadata(path, shown, options)
-        folder = _Folder(path=path, shown=shown, metadata=metadata)
-        for key, entry in metadata.state_dict_metadata.items():
-            if isinstance(entry, TensorStorageMetadata):
-                folder.tensor_keys.append(key)
-            elif isinstance(entry, BytesStorageMetadata):
-                folder.bytes_keys.append(key)
-        files = {
-            str(getattr(where, "relative_path", "")) for where in metadata.storage_data.values()
-        }
-        for file in files:
-            match = _SHARD_FILE.match(file)
-            if match:
-                folder.ranks.add(int(match.group(1)))
-        missing = sorted(file for file in files if not (path / file).is_file())
-        if missing and len(missing) == len(files):
-            raise UnreadableInput(shown, "every shard file listed in .metadata is missing")
-        if missing:  # the tensors stored elsewhere still read; these fail one by one
-            self.partial.append(
-                PartialInput(
-                    shown, f"shard files listed in .metadata are missing: {', '.join(missing)}"
-                )
-            )
-        return folder
-
-    def _classify(self, folder: _Folder) -> None:
-        roots = {key.split(".", 1)[0] for key in folder.tensor_keys + folder.bytes_keys}
-        optimizer_roots = [
-            root
-            for root in _OPTIMIZER_ROOTS
-            if root in roots and any(k.startswith(f"{root}.state.") for k in folder.tensor_keys)
-        ]
-        if not optimizer_roots and any(k.startswith("state.") for k in folder.tensor_keys):
-            optimizer_roots = [""]  # get_optimizer_state_dict saved on its own
-        prefixes = tuple(f"{root}." if root else "" for root in optimizer_roots)
-        for key in folder.tensor_keys:
-            prefix = next((p for p in prefixes if key.startswith(f"{p}state.")), None)
-            if prefix is not None:
-                match = _MOMENT.match(key[len(prefix) + len("state.") :])
-                if match:
-                    name = normalize_name(match["fqn"])
-                    self._moments.setdefault(name, {})[match["slot"]] = (folder, key)
-        for prefix in prefixes:
-            self._groups.append((folder, prefix, f"{prefix}param_groups."))
-        model_keys = [k for k in folder.tensor_keys if k.startswith("model.")]
-        if model_keys:
-            self._model.update(
-                {normalize_name(k[len("model.") :]): (folder, k) for k in model_keys}
-            )
-        else:  # torchtitan / bare model state dict: FQNs at the top level
-            excluded = set(optimizer_roots) | _LOOP_ROOTS | {"state", "param_groups"}
-            for key in folder.tensor_keys:
-                if key.split(".", 1)[0] not in excluded:
-                    self._model[normalize_name(key)] = (folder, key)
-        self._loop_roots |= roots & _LOOP_ROOTS
-
     def _step(self, path: Path) -> int | None:
         for folder in self._folders:
-            for key in _STEP_KEYS:
+            for key in STEP_KEYS:
                 if key in folder.tensor_keys or key in folder.bytes_keys:
                     value = self._value(folder, key)
                     if value is not None:
@@ -215,7 +136,7 @@ class DcpCheckpoint:
             self._step_source = "folder name"
         return step
 
-    def _value(self, folder: _Folder, key: str) -> int | None:
+    def _value(self, folder: DcpFolder, key: str) -> int | None:
         try:
             if key in folder.tensor_keys:
                 raw: Any = dcp_storage.load_tensor(folder.path, folder.metadata, key, folder.shown)
@@ -275,7 +196,7 @@ class DcpCheckpoint:
         self._read_groups(state)
         return state
 
-    def _step_counter(self, where: tuple[_Folder, str] | None) -> float | None:
+    def _step_counter(self, where: tuple[DcpFolder, str] | None) -> float | None:
         if where is None:
             return None
         folder, key = where
@@ -295,7 +216,7 @@ class DcpCheckpoint:
             by_owner: dict[str, dict[str, Any]] = {}
             for key in keys:
                 owner, _, hyper = key[len(groups_prefix) :].rpartition(".")
-                if hyper in (*_HYPER_KEYS, "params"):
+                if hyper in (*HYPER_KEYS, "params"):
                     by_owner.setdefault(owner, {})[hyper] = key
             indexed = all(owner.isdigit() for owner in by_owner)
             for owner in sorted(
@@ -317,7 +238,7 @@ class DcpCheckpoint:
                         state.param_groups.append(values)
                     state.group_of[normalize_name(owner)] = state.param_groups.index(values)
 
-    def _hyper(self, folder: _Folder, key: str) -> Any:
+    def _hyper(self, folder: DcpFolder, key: str) -> Any:
         if not key:
             return None
         try:
@@ -361,13 +282,13 @@ class DcpCheckpoint:
             and all("exp_avg" in s and "exp_avg_sq" in s for s in self._moments.values()),
             has_step_counters=bool(self._moments)
             and all("step" in s for s in self._moments.values()),
-            has_scheduler=bool(self._loop_roots & set(_SCHEDULER_ROOTS))
+            has_scheduler=bool(self._loop_roots & set(SCHEDULER_ROOTS))
             or "scheduler.pt" in sibling,
             has_scaler=has_scaler,
             rng_ranks=rng,
             expected_ranks=max((len(f.ranks) for f in self._folders), default=0) or None,
             has_sampler_state=True
-            if self._loop_roots & set(_SAMPLER_ROOTS) or "sampler.bin" in sibling
+            if self._loop_roots & set(SAMPLER_ROOTS) or "sampler.bin" in sibling
             else None,
             notes=tuple(notes),
         )
@@ -388,11 +309,11 @@ class _LazyMoments(Mapping[str, Any]):
 
     def __init__(
         self,
-        slots: Mapping[str, tuple[_Folder, str]],
+        slots: Mapping[str, tuple[DcpFolder, str]],
         step: float | None,
         partial: list[PartialInput],
     ) -> None:
-        self._slots: dict[str, tuple[_Folder, str] | None] = {
+        self._slots: dict[str, tuple[DcpFolder, str] | None] = {
             slot: where for slot, where in slots.items() if slot != "step"
         }
         self._step = step
@@ -423,7 +344,7 @@ def _note_once(partial: list[PartialInput], entry: PartialInput) -> None:
         partial.append(entry)
 
 
-def _stored_shape(folder: _Folder, key: str) -> tuple[int, ...]:
+def _stored_shape(folder: DcpFolder, key: str) -> tuple[int, ...]:
     return tuple(int(d) for d in folder.metadata.state_dict_metadata[key].size)
 
 

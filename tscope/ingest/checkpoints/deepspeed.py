@@ -270,6 +270,7 @@ class DeepSpeedCheckpoint:
             )
         if self._universal:
             notes.append("universal checkpoint (ds_to_universal): per-parameter optimizer files")
+        notes.extend(self._latest_note())
         rng = self._rng_ranks()
         if not rng:
             notes.append("DeepSpeed's engine saves no RNG state (python, numpy, torch, CUDA)")
@@ -299,6 +300,18 @@ class DeepSpeedCheckpoint:
             has_sampler_state=self._states.get("data_sampler") is not None,
             notes=tuple(notes),
         )
+
+    def _latest_note(self) -> list[str]:
+        """`load_checkpoint(dir)` without a tag resumes from the tag named in `latest`
+        (`latest_universal` with universal loading): say when that is another checkpoint."""
+        marker = self._dir.parent / ("latest_universal" if self._universal else "latest")
+        try:
+            latest = marker.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return []
+        if not latest or latest == self._dir.name:
+            return []
+        return [f"`{marker.name}` names {latest[:80]}: a resume without a tag loads that one"]
 
     def close(self) -> None:
         self._states = {}
