@@ -208,11 +208,17 @@ def _log_change(layers: pd.DataFrame, first: int, second: int) -> pd.Series:
     """Per tensor: the larger |log ratio| of RMS and of max |w| between two checkpoints."""
     a = layers[layers["step"] == first].set_index("tensor")
     b = layers[layers["step"] == second].set_index("tensor")
-    changes = [
-        np.abs(np.log(b[column].astype(float) / a[column].astype(float).reindex(b.index)))
-        for column in ("rms", "max_abs")
-    ]
-    return pd.concat(changes, axis=1).max(axis=1).replace([np.inf, -np.inf], np.nan)
+    changes = pd.DataFrame(
+        {
+            column: np.abs(
+                np.log(b[column].astype(float) / a[column].astype(float).reindex(b.index))
+            )
+            for column in ("rms", "max_abs")
+        },
+        index=b.index,
+    )
+    result: pd.Series = changes.max(axis=1).replace([np.inf, -np.inf], np.nan)
+    return result
 
 
 def _first_incident_step(evidence: Evidence, layers: pd.DataFrame) -> int | None:
