@@ -131,6 +131,10 @@ def _update_ratio_high(
                     "ratio_per_step_in_window": float(table.loc[names[0], step]),
                     "ratio_per_step_other_windows": float(others.loc[names[0]]),
                     "lr_normalized": bool(windows["lr_normalized"].iloc[0]),
+                    # bf16 weight diffs overstate small updates (rounding); fp32 masters do not
+                    "delta_source": ", ".join(
+                        sorted(set(windows.loc[windows["step"] == step, "delta_source"].dropna()))
+                    ),
                 },
                 suggestion=(
                     "Something raised the effective step size in this window: check the logged "
