@@ -74,7 +74,8 @@ def largest_tensor_bytes(path: Path) -> int:
 
     with safe_open(str(path), "pt") as handle:
         sizes = []
-        for key in handle.keys():
+        names: list[str] = handle.keys()
+        for key in names:
             view = handle.get_slice(key)
             numel = 1
             for dim in view.get_shape():
@@ -226,7 +227,7 @@ def main() -> None:
     )
     parser.add_argument("--file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from tscope.ingest.tensor_stats import DEFAULT_WORKERS
+    from tscope.ingest.chunk_runner import DEFAULT_WORKERS
 
     workers = args.workers or DEFAULT_WORKERS
     if args.child:

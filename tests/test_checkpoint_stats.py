@@ -21,10 +21,10 @@ from tscope.ingest.checkpoint_stats import (
     write_layers_parquet,
 )
 from tscope.ingest.checkpoints.base import OptimizerState
+from tscope.ingest.chunk_runner import ChunkRunner
 from tscope.ingest.tensor_stats import (
     LOG_HISTOGRAM_BINS,
     LOG_HISTOGRAM_EDGES,
-    ChunkRunner,
     TensorStats,
     tensor_stats,
 )
@@ -171,6 +171,18 @@ def test_nan_and_inf_are_counted_apart_and_left_out_of_every_statistic(dtype):
     for key, value in expected.items():
         assert getattr(stats, key) == pytest.approx(value, rel=1e-9, abs=1e-12), key
     assert stats.log_histogram.sum() == 10_001 - 6
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.int8, torch.int64, torch.bool])
+def test_other_dtypes_are_widened_per_chunk_and_match_the_reference(dtype):
+    generator = torch.Generator().manual_seed(6)
+    sample = torch.randn(20_000, generator=generator) * 3
+    tensor = sample > 2 if dtype == torch.bool else sample.to(dtype)  # a bool mask: 25 % set
+    stats = stats_of(tensor)
+    values = tensor.double().numpy()
+    for key, value in reference(values).items():
+        assert getattr(stats, key) == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert np.array_equal(stats.log_histogram, reference_histogram(values))
 
 
 def test_an_all_nan_tensor_has_nan_statistics_and_an_empty_histogram():
@@ -321,11 +333,19 @@ def test_unreadable_tensors_and_optimizer_files_go_to_partial_and_the_rest_is_an
     first, second = planted_run()
     second.unreadable = {"b"}
     second.optimizer_error = True
+    second.tensors["rotary"] = torch.ones(4, dtype=torch.complex64)
     layers = collect_layers([first, second])
     assert list(layers.loc[layers["step"] == 200, "tensor"]) == ["a", "c", "new_head"]
     problems = [p.problem for p in second.partial]
     assert any("b is truncated" in p for p in problems)
     assert any("pickled objects" in p for p in problems)
+    assert any("complex tensor" in p for p in problems)
+
+
+def test_the_worker_threads_leave_torchs_thread_setting_as_they_found_it():
+    before = torch.get_num_threads()
+    collect_layers(list(planted_run()), workers=2)
+    assert torch.get_num_threads() == before
 
 
 # ---- Adam state ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tscope.ingest.tensor_stats import ChunkRunner, Workspace, flat_view
+from tscope.ingest.chunk_runner import ChunkRunner, Workspace, flat_view
 
 if TYPE_CHECKING:
     import torch
@@ -97,20 +97,22 @@ def adam_stats(
         return AdamStats(adam_step=step)
     eps = _scalar(group.get("eps")) if group else NAN
     betas = group.get("betas") if group else None
-    beta1, beta2 = (_scalar(b) for b in betas) if betas is not None and len(betas) == 2 else (
-        NAN, NAN)  # fmt: skip
+    beta1 = beta2 = NAN
+    if betas is not None and len(betas) == 2:
+        beta1, beta2 = _scalar(betas[0]), _scalar(betas[1])
+    # Bias corrections 1 − β^t; NaN (norms only) without a usable step, betas or eps.
     correction1 = 1.0 - beta1**step
     correction2 = 1.0 - beta2**step
     usable = step > 0 and math.isfinite(eps) and correction1 > 0 and correction2 > 0
-    keywords = {
-        "correction1": correction1 if usable else NAN,
-        "correction2": correction2 if usable else NAN,
-        "eps": eps,
-    }
     sum_m2 = sum_v2 = sum_update2 = 0.0
     dominated = 0
     for part in runner.map(
-        _adam_chunk, flat_view(exp_avg.detach()), flat_view(exp_avg_sq.detach()), **keywords
+        _adam_chunk,
+        flat_view(exp_avg.detach()),
+        flat_view(exp_avg_sq.detach()),
+        correction1=correction1 if usable else NAN,
+        correction2=correction2 if usable else NAN,
+        eps=eps,
     ):
         sum_m2 += part[0]
         sum_v2 += part[1]

@@ -49,14 +49,8 @@ import pandas as pd
 from tscope.errors import UnreadableInput
 from tscope.ingest.adam_stats import AdamStats, adam_stats, parameter_group
 from tscope.ingest.checkpoints.base import CheckpointHandle, OptimizerState
-from tscope.ingest.tensor_stats import (
-    CHUNK_ELEMENTS,
-    DEFAULT_WORKERS,
-    LOG_HISTOGRAM_EDGES,
-    ChunkRunner,
-    TensorStats,
-    tensor_stats,
-)
+from tscope.ingest.chunk_runner import DEFAULT_WORKERS, ChunkRunner
+from tscope.ingest.tensor_stats import LOG_HISTOGRAM_EDGES, TensorStats, tensor_stats
 from tscope.ingest.weight_deltas import WeightDelta, delta_source_name, histogram_kl, weight_delta
 from tscope.model import PartialInput
 from tscope.model.checkpoint import LAYER_COLUMNS
@@ -88,10 +82,16 @@ def collect_layers(
     handles: Sequence[CheckpointHandle],
     progress: Callable[[str], None] | None = None,
     *,
-    chunk_elements: int = CHUNK_ELEMENTS,
+    chunk_elements: int | None = None,
     workers: int = DEFAULT_WORKERS,
 ) -> pd.DataFrame:
-    """The layers table of these checkpoints (given in step order); see the module docstring."""
+    """The layers table of these checkpoints (given in step order); see the module docstring.
+
+    Deltas compare each checkpoint with the one before it in `handles` that could be listed.
+    `progress` gets one line per tensor ("checkpoint-120: wte.weight (3/28)"). `workers` threads
+    share the chunks of each tensor; `chunk_elements` overrides the kernels' chunk sizes (the
+    results do not depend on it beyond float64 rounding). Problems go to `handle.partial`.
+    """
     rows: list[dict[str, Any]] = []
     previous: _Previous | None = None
     with ChunkRunner(chunk_elements, workers) as runner:
@@ -235,13 +235,25 @@ def write_layers_parquet(frame: pd.DataFrame, path: Path) -> None:
     missing = [c for c in LAYER_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"layers table lacks columns {missing}")
-    ordered = frame[list(LAYER_COLUMNS)].copy()
-    ordered["log_histogram"] = [[int(v) for v in counts] for counts in ordered["log_histogram"]]
-    table = pa.Table.from_pandas(ordered, schema=_schema(), preserve_index=False)
+    schema = _schema()
+    arrays = [
+        pa.array(_arrow_values(frame[c], c), type=schema.field(c).type) for c in LAYER_COLUMNS
+    ]
     path = Path(path)
     scratch = path.with_name(path.name + ".partial")
-    pq.write_table(table, scratch)
+    pq.write_table(pa.Table.from_arrays(arrays, schema=schema), scratch)
     os.replace(scratch, path)
+
+
+def _arrow_values(column: pd.Series, name: str) -> list[Any]:
+    """Plain Python values of one column, None where missing (pyarrow makes them nulls)."""
+    if name == "log_histogram":
+        return [[int(v) for v in counts] for counts in column]
+    if name in _FLOAT_COLUMNS:
+        return [float(v) for v in column]  # NaN stays NaN: "not defined", not "missing"
+    return [
+        None if _missing(v) else (str(v) if name in _STRING_COLUMNS else int(v)) for v in column
+    ]
 
 
 def read_layers_parquet(path: Path) -> pd.DataFrame:
@@ -264,4 +276,4 @@ def read_layers_parquet(path: Path) -> pd.DataFrame:
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))

@@ -19,26 +19,17 @@ deviation (ddof=0), `excess_kurtosis` is m4/m2² − 3 (0 for a Gaussian, −1.2
 from __future__ import annotations
 
 import math
-import os
-import threading
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from tscope.ingest.chunk_runner import PATTERN_CHUNK_ELEMENTS, ChunkRunner, Workspace, flat_view
+
 if TYPE_CHECKING:
     import torch
-
-# 1,048,576 elements: an fp32 chunk is 4 MB, its float64 copies 8 MB each, so a worker's buffers
-# stay in L2/L3 while the passes over them run. Results do not depend on it (tests vary it).
-CHUNK_ELEMENTS = 1 << 20
-# Chunks are spread over a few threads (torch kernels release the GIL); results merge in order.
-DEFAULT_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
 def _round_to_bf16(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -130,86 +121,6 @@ class _Moments:
         )
         self.count, self.mean, self.m2, self.m3, self.m4 = n, self.mean + d_n * nb, m2, m3, m4
         self.low, self.high = min(self.low, other.low), max(self.high, other.high)
-
-
-class Workspace:
-    """One worker thread's reusable chunk buffers (allocated once, reused for every chunk).
-
-    Kernels share the names "wide0".."wide2" (float64) and "ints" (int32): a worker runs one
-    chunk at a time, so at most 3 × 8 + 4 = 28 bytes per chunk element exist per worker.
-    """
-
-    def __init__(self, chunk_elements: int) -> None:
-        self.chunk_elements = chunk_elements
-        self._buffers: dict[str, torch.Tensor] = {}
-
-    def buffer(self, name: str, dtype: torch.dtype, length: int) -> torch.Tensor:
-        import torch
-
-        held = self._buffers.get(name)
-        if held is None or held.dtype != dtype:
-            held = torch.empty(self.chunk_elements, dtype=dtype)
-            self._buffers[name] = held
-        return held[:length]
-
-
-T = TypeVar("T")
-
-
-class ChunkRunner:
-    """Runs a per-chunk function over aligned 1-D tensors on a few threads, results in order.
-
-    At most 2 × workers chunks are in flight, so memory is bounded by the workers' buffers (about
-    20 bytes per chunk element each), never by the tensor size.
-    """
-
-    def __init__(self, chunk_elements: int = CHUNK_ELEMENTS, workers: int = DEFAULT_WORKERS):
-        self.chunk_elements = chunk_elements
-        self.workers = workers
-        self._local = threading.local()
-        self._pool = ThreadPoolExecutor(workers, "tscope-stats") if workers > 1 else None
-
-    def workspace(self) -> Workspace:
-        held: Workspace | None = getattr(self._local, "workspace", None)
-        if held is None:
-            held = Workspace(self.chunk_elements)
-            self._local.workspace = held
-        return held
-
-    def map(self, function: Callable[..., T], *flat: torch.Tensor, **keywords: Any) -> Iterator[T]:
-        """Yield function(workspace, *chunks, **keywords) for each chunk, in chunk order."""
-        total = flat[0].numel()
-        starts = range(0, total, self.chunk_elements)
-
-        def one(start: int) -> T:
-            stop = min(start + self.chunk_elements, total)
-            return function(self.workspace(), *(t[start:stop] for t in flat), **keywords)
-
-        if self._pool is None or len(starts) == 1:
-            yield from (one(start) for start in starts)
-            return
-        pending: deque[Future[T]] = deque()
-        for start in starts:
-            pending.append(self._pool.submit(one, start))
-            if len(pending) >= 2 * self.workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-
-    def __enter__(self) -> ChunkRunner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def flat_view(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor as 1-D without copying (a copy only if the reader gave a non-contiguous one)."""
-    return tensor.reshape(-1) if tensor.is_contiguous() else tensor.contiguous().reshape(-1)
 
 
 # ---- 16-bit floats: a count per bit pattern ---------------------------------------------------
@@ -422,7 +333,7 @@ def tensor_stats(tensor: torch.Tensor, runner: ChunkRunner | None = None) -> Ten
         dtype = dtype_name(tensor)
         if tensor.dtype in (torch.bfloat16, torch.float16):
             counts = torch.zeros(1 << 16, dtype=torch.int64)
-            for part in runner.map(_pattern_chunk, flat):
+            for part in runner.map(_pattern_chunk, flat, chunk=PATTERN_CHUNK_ELEMENTS):
                 counts += part
             return _stats_from_patterns(dtype, flat.numel(), counts.numpy())
         return _float_stats(runner, flat, dtype)
