@@ -114,7 +114,9 @@ class TensorSource:
     """
 
     def __init__(self) -> None:
-        self._safetensors: dict[str, Any] = {}  # name -> safe_open handle
+        # name -> (file, key). The file is reopened for each tensor: a handle kept open keeps
+        # every page it touched mapped, and RSS would grow to the whole checkpoint.
+        self._safetensors: dict[str, tuple[Path, str]] = {}
         self._tensors: dict[str, torch.Tensor] = {}
         self.order: list[ParamSpec] = []
         self.dtypes: dict[str, str] = {}
@@ -133,7 +135,7 @@ class TensorSource:
                 if view.get_dtype() not in _SAFETENSORS_FLOAT or _is_buffer(key):
                     continue
                 name = normalize_name(key)
-                self._safetensors[name] = (handle, key)
+                self._safetensors[name] = (path, key)
                 self.order.append(ParamSpec(name, tuple(int(d) for d in view.get_shape())))
                 self.dtypes[name] = view.get_dtype()
         except Exception as error:  # safetensors raises its own error types for malformed files
@@ -170,15 +172,18 @@ class TensorSource:
             return self._tensors[name]
         if name not in self._safetensors:
             raise UnreadableInput(shown, f"holds no tensor named {name}")
-        handle, key = self._safetensors[name]
+        from safetensors import safe_open
+
+        path, key = self._safetensors[name]
         try:
-            tensor: torch.Tensor = handle.get_tensor(key)
+            with safe_open(str(path), framework="pt") as handle:
+                tensor: torch.Tensor = handle.get_tensor(key)
         except Exception as error:  # a file cut short after its header was read
             raise UnreadableInput(shown, f"cannot read tensor {name} ({error})") from error
         return tensor
 
     def close(self) -> None:
-        self._safetensors.clear()  # dropping the handles unmaps the files
+        self._safetensors.clear()
         self._tensors.clear()
 
 
