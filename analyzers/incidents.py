@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.divergence import divergence_onset
+from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.spikes import is_transient
 from tscope.analyzers.signals import loss_series, primary_loss
 
@@ -35,7 +35,7 @@ def incidents(evidence: Evidence) -> list[Incident]:
     found: list[Incident] = []
     if loss is not None:
         steps, values = loss_series(run, loss)
-        onset = divergence_onset(steps, values)
+        onset = loss_rise(steps, values)
         if onset is not None:
             index = onset[0]
             found.append(Incident("divergence", loss, int(steps[index]), int(steps[-1]), None, 1e9))

@@ -38,7 +38,8 @@ def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Fi
         if finding.step is None:
             return len(incidents)
         for position, incident in enumerate(incidents):
-            end = incident.end_step if incident.end_step is not None else incident.peak_step
+            # An incident that never recovered lasts to the end of the log.
+            end = incident.end_step if incident.end_step is not None else finding.step
             if incident.onset_step <= finding.step <= end or (
                 finding.category in CAUSE_CATEGORIES
                 and finding.step <= incident.onset_step

@@ -112,7 +112,7 @@ def _incident_verdict(
         because = (
             f"most likely {cause.category} (confidence {cause.confidence:.2f}): {cause.message}"
         )
-    elif incident is not None and incident.kind == "spike":
+    elif incident is not None and incident.kind == "spike" and incident.end_step is not None:
         because = (
             f"most likely a bad batch (confidence {headline.confidence * 0.8:.2f}): "
             + _bad_batch_reasons(evidence, incident)

@@ -18,6 +18,11 @@ DIVERGENCE_RATIO = 1.5
 # "Sustained": at least this many consecutive logged points, spanning this fraction of the logged steps.
 DIVERGENCE_MIN_POINTS = 5
 DIVERGENCE_MIN_FRACTION = 0.03
+# A lower tier: the loss settled ≥ 15% above its best and stayed there for ≥ 10% of the logged
+# steps through the end of the log — no blow-up, but what was learned is being lost (a warning; a
+# healthy LM loss that bumps recovers within a few steps, see spikes.TRANSIENT_MAX_POINTS).
+ELEVATED_RATIO = 1.15
+ELEVATED_MIN_FRACTION = 0.10
 # Smoothing before comparing with the best level, so one noisy point cannot set the best.
 SMOOTHING_POINTS = 5
 # Eval loss: a rise of 10% over its best, on at least two consecutive evals at the end of the run.
@@ -52,7 +57,22 @@ def smoothed(values: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(level), np.inf, level)
 
 
-def divergence_onset(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | None:
+def loss_rise(steps: np.ndarray, values: np.ndarray) -> tuple[int, float, bool] | None:
+    """(onset index, best level before it, severe) for a rise that lasts to the end of the log:
+    severe = above DIVERGENCE_RATIO× the best; else a settled rise above ELEVATED_RATIO×."""
+    severe = divergence_onset(steps, values)
+    if severe is not None:
+        return (*severe, True)
+    elevated = divergence_onset(steps, values, ELEVATED_RATIO, ELEVATED_MIN_FRACTION)
+    return (*elevated, False) if elevated is not None else None
+
+
+def divergence_onset(
+    steps: np.ndarray,
+    values: np.ndarray,
+    ratio: float = DIVERGENCE_RATIO,
+    min_fraction: float = DIVERGENCE_MIN_FRACTION,
+) -> tuple[int, float] | None:
     """(index where the final sustained excursion began, best level before it), or None.
 
     The excursion must reach the end of the log in the raw values too (a smoothed tail lags a
@@ -63,9 +83,10 @@ def divergence_onset(steps: np.ndarray, values: np.ndarray) -> tuple[int, float]
         return None
     level = smoothed(values)
     best = np.minimum.accumulate(np.where(np.isfinite(level), level, np.inf))
-    raw_above = ~np.isfinite(values) | (values > DIVERGENCE_RATIO * best)
-    above = (level > DIVERGENCE_RATIO * best) & raw_above
-    if not above[-1]:
+    above = level > ratio * best
+    # The last logged value must be above too: a smoothed tail lags a recovery.
+    last = values[-1]
+    if not above[-1] or (np.isfinite(last) and last <= ratio * best[-1]):
         return None
     # The excursion that reaches the end of the log: walk back to its first point.
     below = np.flatnonzero(~above)
@@ -74,7 +95,7 @@ def divergence_onset(steps: np.ndarray, values: np.ndarray) -> tuple[int, float]
     total_steps = max(int(steps[-1] - steps[0]), 1)
     if onset == 0 or values.size - onset < DIVERGENCE_MIN_POINTS:
         return None
-    if span_steps < DIVERGENCE_MIN_FRACTION * total_steps:
+    if span_steps < min_fraction * total_steps:
         return None
     return onset, float(best[onset - 1])
 
@@ -82,10 +103,11 @@ def divergence_onset(steps: np.ndarray, values: np.ndarray) -> tuple[int, float]
 def _divergence(
     loss: str, steps: np.ndarray, values: np.ndarray, evidence: Evidence
 ) -> Finding | None:
-    found = divergence_onset(steps, values)
+    found = loss_rise(steps, values)
     if found is None:
         return None
-    onset, best = found
+    onset, best, severe = found
+    ratio = DIVERGENCE_RATIO if severe else ELEVATED_RATIO
     tail = values[onset:]
     nonfinite = int((~np.isfinite(tail)).sum())
     finite_tail = tail[np.isfinite(tail)]
@@ -97,15 +119,17 @@ def _divergence(
         and s.onset_step <= int(steps[-1])
         and (s.end_step is None or s.end_step >= int(steps[onset]))
     ]
+    verb = "diverged" if severe else "rose and did not come back"
     message = (
-        f"{loss} diverged from step {int(steps[onset])}: it rose above {DIVERGENCE_RATIO}× its "
+        f"{loss} {verb} from step {int(steps[onset])}: it went above {ratio}× its "
         f"best level ({fmt(best)}) and stayed there for the remaining {tail.size} logged points "
         f"(last value {fmt(final)}" + (f"; {nonfinite} non-finite" if nonfinite else "") + ")."
     )
+    min_fraction = DIVERGENCE_MIN_FRACTION if severe else ELEVATED_MIN_FRACTION
     return Finding(
         category="loss_divergence",
-        severity="critical",
-        confidence=0.9 if tail.size >= 2 * DIVERGENCE_MIN_POINTS else 0.75,
+        severity="critical" if severe else "warning",
+        confidence=(0.9 if tail.size >= 2 * DIVERGENCE_MIN_POINTS else 0.75) if severe else 0.65,
         step=int(steps[onset]),
         layer=None,
         message=message,
@@ -125,8 +149,8 @@ def _divergence(
         ),
         spike_id=linked[0].id if linked else None,
         threshold=(
-            f"smoothed loss > {DIVERGENCE_RATIO}× its best so far for ≥ {DIVERGENCE_MIN_POINTS} "
-            f"points spanning ≥ {DIVERGENCE_MIN_FRACTION:.0%} of the logged steps, through the end of the log"
+            f"smoothed loss > {ratio}× its best so far for ≥ {DIVERGENCE_MIN_POINTS} "
+            f"points spanning ≥ {min_fraction:.0%} of the logged steps, through the end of the log"
         ),
     )
 

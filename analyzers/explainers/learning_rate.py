@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.divergence import divergence_onset
+from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.spikes import is_transient
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 
@@ -87,7 +87,7 @@ class LearningRateExplainer:
             for jump in lr_jumps(steps, lrs)
             if jump.step not in resume_steps  # reported as resume_discontinuity instead
         ]
-        findings.extend(_too_high(run, steps, lrs))
+        findings.extend(_too_high(run, steps, lrs, evidence.spikes))
         findings.extend(_warmup_too_short(run, steps, lrs, evidence.spikes))
         return findings
 
@@ -147,15 +147,20 @@ def _jump_finding(run: Run, jump: LrJump, spikes: list[Spike]) -> Finding:
     )
 
 
-def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray) -> list[Finding]:
+def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray, spikes: list[Spike]) -> list[Finding]:
+    """The loss blew up (a lasting rise, or a spike that never recovered) at peak or rising LR."""
     loss = primary_loss(run)
     if loss is None:
         return []
     loss_steps, loss_values = loss_series(run, loss)
-    found = divergence_onset(loss_steps, loss_values)
-    if found is None:
+    found = loss_rise(loss_steps, loss_values)
+    unrecovered = [s.onset_step for s in spikes if s.metric == loss and s.end_step is None]
+    if found is not None:
+        onset_step = int(loss_steps[found[0]])
+    elif unrecovered:
+        onset_step = min(unrecovered)
+    else:
         return []
-    onset_step = int(loss_steps[found[0]])
     before = lrs[steps <= onset_step]
     if before.size < 2 or not np.isfinite(before).all():
         return []
@@ -164,6 +169,11 @@ def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray) -> list[Finding]:
     lookback = before[-min(LR_EFFECT_WINDOW_POINTS, before.size)]
     climbing = lr_at_onset > lookback * (1 + 1e-9)
     if lr_at_onset < 0.95 * peak_so_far:
+        return []
+    # An LR that sat at its peak for a long time without trouble is not implicated: the peak
+    # must have been reached recently (or still be climbing).
+    reached_peak = int(np.flatnonzero(before >= 0.95 * peak_so_far)[0])
+    if not climbing and before.size - 1 - reached_peak > 2 * LR_EFFECT_WINDOW_POINTS:
         return []
     state = "still climbing" if climbing else "at its peak"
     return [
@@ -175,8 +185,14 @@ def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray) -> list[Finding]:
             layer=None,
             message=(
                 f"The loss blew up at step {onset_step} while the learning rate was {state} "
-                f"({fmt(lr_at_onset)}, ×{fmt(lr_at_onset / float(before[0]) if before[0] else None)}"
-                " its first logged value): the run did not tolerate this LR."
+                f"({fmt(lr_at_onset)}"
+                + (
+                    f", ×{fmt(lr_at_onset / lookback)} over the previous "
+                    f"{min(LR_EFFECT_WINDOW_POINTS, before.size)} logged points"
+                    if climbing and lookback > 0
+                    else ""
+                )
+                + "): the run did not tolerate this LR."
             ),
             evidence={
                 "lr_at_divergence": lr_at_onset,
@@ -203,7 +219,7 @@ def _warmup_too_short(
     end_index = warmup_end(steps, lrs)
     loss_steps, loss_values = loss_series(run, loss)
     onsets = [s.onset_step for s in spikes if s.metric == loss and not is_transient(run, s)]
-    found = divergence_onset(loss_steps, loss_values)
+    found = loss_rise(loss_steps, loss_values)
     if found is not None:
         onsets.append(int(loss_steps[found[0]]))
     if not onsets or loss_steps.size == 0:
