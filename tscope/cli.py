@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from tscope.errors import TscopeError, UsageError
+
+if TYPE_CHECKING:
+    from tscope.model import Case
 
 app = typer.Typer(
     add_completion=False,
@@ -99,7 +102,6 @@ def analyze(
 ) -> None:
     """Analyze what a run left behind and write case.html, case.md and case.json (+ layers.parquet)."""
     from tscope.pipeline import analyze as analyze_run
-    from tscope.render import render_case
 
     try:
         chosen = _parse_formats(formats)
@@ -118,12 +120,7 @@ def analyze(
             )
         target = out or Path(f"tscope-case-{case.run['name']}")
         _check_output_outside_inputs(target, list(paths))
-        written = render_case(case, target, chosen)
-        if case.layers_table is not None:
-            from tscope.ingest.checkpoint_stats import write_layers_parquet
-
-            write_layers_parquet(case.layers_table, target / "layers.parquet")
-            written.append(target / "layers.parquet")
+        written = _write_case(case, target, chosen)
     except TscopeError as error:
         _fail(str(error))
     if not quiet:
@@ -172,13 +169,12 @@ def demo(
     """Train a tiny GPT on CPU with a planted LR jump, analyze the run, print the case path."""
     from tscope.demo.train import make_demo_run
     from tscope.pipeline import analyze as analyze_run
-    from tscope.render import render_case
 
     try:
         with _Progress(_progress_enabled(quiet), "training demo") as progress:
             demo_run = make_demo_run(out / "run", progress=progress.advance)
         case = analyze_run(demo_run.run_dir)
-        written = render_case(case, out / "case", FORMATS)
+        written = _write_case(case, out / "case", FORMATS)
     except TscopeError as error:
         _fail(str(error))
     if not quiet:
@@ -188,6 +184,19 @@ def demo(
             err=True,
         )
     typer.echo(str(_main_file(written)))
+
+
+def _write_case(case: Case, target: Path, formats: tuple[str, ...]) -> list[Path]:
+    """The case files, plus layers.parquet when checkpoints were read."""
+    from tscope.render import render_case
+
+    written = render_case(case, target, formats)
+    if case.layers_table is not None:
+        from tscope.ingest.checkpoint_stats import write_layers_parquet
+
+        write_layers_parquet(case.layers_table, target / "layers.parquet")
+        written.append(target / "layers.parquet")
+    return written
 
 
 def _main_file(written: list[Path]) -> Path:
