@@ -117,7 +117,7 @@ def _jump_finding(run: Run, jump: LrJump, spikes: list[Spike]) -> Finding:
     )
     if followed:
         message += (
-            f" {followed[0].metric} spiked {followed[0].onset_step - jump.step} steps later "
+            f" {followed[0].metric} spiked {_steps_text(followed[0].onset_step - jump.step)} later "
             f"(peak at step {followed[0].peak_step})."
         )
     return Finding(
@@ -259,3 +259,7 @@ def _warmup_too_short(
             ),
         )
     ]
+
+
+def _steps_text(count: int) -> str:
+    return f"{count} step" if count == 1 else f"{count} steps"
