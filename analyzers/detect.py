@@ -10,6 +10,7 @@ from tscope.analyzers.detectors.merge import merge_alarms
 from tscope.analyzers.detectors.pelt import PeltDetector
 from tscope.analyzers.detectors.robust_z import RobustZDetector
 from tscope.analyzers.detectors.spike_score import SpikeScoreDetector
+from tscope.analyzers.signals import loss_series
 
 from tscope.model import ChangePoint, Run, Spike
 from tscope.model.metric_names import GRAD_NORM, is_loss_like
@@ -31,7 +32,8 @@ def detect(run: Run) -> tuple[list[Spike], list[ChangePoint]]:
     spikes: list[Spike] = []
     change_points: list[ChangePoint] = []
     for metric in scanned_metrics(run):
-        steps, values = run.series(metric)
+        # Losses with the NaNs a producer hid put back (a logged 0.0 is not a recovery).
+        steps, values = loss_series(run, metric) if is_loss_like(metric) else run.series(metric)
         if steps.size == 0:
             continue
         baseline = robust_baseline(values)

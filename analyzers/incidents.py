@@ -13,7 +13,7 @@ from tscope.model import Spike
 from tscope.model.metric_names import GRAD_NORM
 
 # A gradient-norm excursion the loss did not show ranks below every loss incident: the loss is
-# what the reader was paged for.
+# what the reader was paged for (capped: a NaN gradient norm has an astronomic magnitude).
 GRAD_ONLY_RANK_FACTOR = 0.01
 
 
@@ -51,7 +51,7 @@ def incidents(evidence: Evidence) -> list[Incident]:
                         spike.onset_step,
                         spike.peak_step,
                         spike.end_step,
-                        GRAD_ONLY_RANK_FACTOR * _finite(spike.magnitude),
+                        GRAD_ONLY_RANK_FACTOR * min(_finite(spike.magnitude), 100.0),
                         spike,
                     )
                 )

@@ -48,6 +48,10 @@ def summarize(
 
 
 def _incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None:
+    if finding.category == "loss_divergence":
+        for incident in incidents:
+            if incident.kind == "divergence":
+                return incident
     for incident in incidents:
         if incident.spike is not None and incident.spike.id == finding.spike_id:
             return incident
