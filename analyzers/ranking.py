@@ -18,6 +18,9 @@ CAUSE_CATEGORIES = (
     "loss_scale_collapse",
     "warmup_too_short",
 )
+# A cause is credited to an incident when it lies at most this many steps before the onset (the
+# story gives the exact lead; an LR jump or a bad resume acts within a few optimizer steps).
+CAUSE_LOOKBACK_STEPS = 100
 # Within the symptoms of one incident, this order: the most severe description first.
 _SYMPTOM_ORDER = ("loss_divergence", "nan_loss", "loss_spike", "grad_norm_spike", "eval_divergence")
 
@@ -43,7 +46,7 @@ def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Fi
             if incident.onset_step <= finding.step <= end or (
                 finding.category in CAUSE_CATEGORIES
                 and finding.step <= incident.onset_step
-                and incident.onset_step - finding.step <= 50
+                and incident.onset_step - finding.step <= CAUSE_LOOKBACK_STEPS
             ):
                 return position
         return len(incidents)

@@ -6,7 +6,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.ranking import CAUSE_CATEGORIES
+from tscope.analyzers.ranking import CAUSE_CATEGORIES, CAUSE_LOOKBACK_STEPS
 from tscope.analyzers.signals import fmt, primary_loss, window
 
 from tscope.model import Alternative, CheckpointInfo, Finding
@@ -14,9 +14,8 @@ from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
 
 # Over the incident's lookback, an LR that moved less than this is "did not change".
 LR_STEADY_RELATIVE = 0.05
-# A cause is credited to an incident when it lies at most this many steps before the onset (the
-# story gives the exact lead; an LR jump or bad resume acts within a few optimizer steps).
-CAUSE_LOOKBACK_STEPS = 100
+# How far before the onset the LR is checked for a jump or a change.
+LR_CHECK_STEPS = 50
 _ALERT_SEVERITIES = ("critical", "warning")
 
 
@@ -58,7 +57,7 @@ def _incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None
     if finding.step is not None:
         for incident in incidents:
             end = incident.end_step if incident.end_step is not None else incident.peak_step
-            if incident.onset_step - 50 <= finding.step <= end:
+            if incident.onset_step - CAUSE_LOOKBACK_STEPS <= finding.step <= end:
                 return incident
     return incidents[0] if incidents else None
 
@@ -155,7 +154,9 @@ def _lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
     """'steady' or 'smooth' description of the LR through the incident; None if it jumped."""
     if not evidence.run.has(LEARNING_RATE):
         return None
-    steps, lrs = window(evidence.run, LEARNING_RATE, incident.onset_step - 50, incident.peak_step)
+    steps, lrs = window(
+        evidence.run, LEARNING_RATE, incident.onset_step - LR_CHECK_STEPS, incident.peak_step
+    )
     if lrs.size == 0 or not np.isfinite(lrs).all() or lrs.max() <= 0:
         return None
     if lr_jumps(steps, lrs):
