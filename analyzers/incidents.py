@@ -44,17 +44,8 @@ def incidents(evidence: Evidence) -> list[Incident]:
         if spike.metric == GRAD_NORM and not is_transient(run, spike):
             # A gradient blow-up the loss did not (yet) show is still an incident to explain.
             if not any(abs(other.onset_step - spike.onset_step) <= 20 for other in loss_spikes):
-                found.append(
-                    Incident(
-                        "spike",
-                        spike.metric,
-                        spike.onset_step,
-                        spike.peak_step,
-                        spike.end_step,
-                        GRAD_ONLY_RANK_FACTOR * min(_finite(spike.magnitude), 100.0),
-                        spike,
-                    )
-                )
+                rank = GRAD_ONLY_RANK_FACTOR * min(_finite(spike.magnitude), 100.0)
+                found.append(_spike_incident(spike, rank))
             continue
         if loss is not None and spike.metric != loss:
             continue
@@ -63,20 +54,16 @@ def incidents(evidence: Evidence) -> list[Incident]:
             rank = 1e8
         elif is_transient(run, spike):
             rank = rank * 1e-3
-        found.append(
-            Incident(
-                "spike",
-                spike.metric,
-                spike.onset_step,
-                spike.peak_step,
-                spike.end_step,
-                rank,
-                spike,
-            )
-        )
+        found.append(_spike_incident(spike, rank))
     found.sort(key=lambda incident: (-incident.severity_rank, incident.onset_step))
     return found
 
 
 def _finite(number: float) -> float:
     return number if number == number and abs(number) != float("inf") else 0.0
+
+
+def _spike_incident(spike: Spike, rank: float) -> Incident:
+    return Incident(
+        "spike", spike.metric, spike.onset_step, spike.peak_step, spike.end_step, rank, spike
+    )

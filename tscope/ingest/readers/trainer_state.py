@@ -15,9 +15,9 @@ from tscope.model import Caveat, LogRead, RunEvent
 # Keys of log_history rows that are bookkeeping, not metrics.
 _NON_METRIC_KEYS = {"step", "epoch"}
 # The final row written by Trainer.train() summarizes the run; it is not a per-step measurement.
-_SUMMARY_ROW_MARKER = "train_runtime"
+SUMMARY_ROW_MARKER = "train_runtime"
 # Eval rows carry throughput numbers that are not training signals.
-_IGNORED_KEYS = {
+IGNORED_KEYS = {
     "eval_runtime",
     "eval_samples_per_second",
     "eval_steps_per_second",
@@ -60,14 +60,14 @@ class TrainerStateReader:
         events: list[RunEvent] = []
         last_epoch_index: int | None = None
         for entry in history:
-            if not isinstance(entry, dict) or _SUMMARY_ROW_MARKER in entry:
+            if not isinstance(entry, dict) or SUMMARY_ROW_MARKER in entry:
                 continue
             step = entry.get("step")
             if not isinstance(step, (int, float)) or isinstance(step, bool):
                 continue
             step = int(step)
             for key, value in entry.items():
-                if key in _NON_METRIC_KEYS or key in _IGNORED_KEYS:
+                if key in _NON_METRIC_KEYS or key in IGNORED_KEYS:
                     continue
                 number = _as_float(value)
                 if number is None:

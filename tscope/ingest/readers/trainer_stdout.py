@@ -30,7 +30,11 @@ from tscope.ingest.readers.text_logs import (
     sniff_matches,
     strip_ansi,
 )
-from tscope.ingest.readers.trainer_state import trainer_logging_caveats
+from tscope.ingest.readers.trainer_state import (
+    IGNORED_KEYS,
+    SUMMARY_ROW_MARKER,
+    trainer_logging_caveats,
+)
 from tscope.model import Caveat, LogRead
 
 # A printed row ends with the epoch (Trainer adds it last) or starts with a loss.
@@ -53,15 +57,9 @@ _BANNER_LINE = re.compile(
     "(?P<name>" + "|".join(re.escape(name) for name in _BANNER_FIELDS) + r") = (?P<value>[\d,]+)"
 )
 # The row written when training ends summarizes the run; it is not a measurement at a step.
-_SUMMARY_KEY = "train_runtime"
+_SUMMARY_KEY = SUMMARY_ROW_MARKER
 _NON_METRIC_KEYS = {"epoch", "step"}
-_IGNORED_KEYS = {
-    "eval_runtime",
-    "eval_samples_per_second",
-    "eval_steps_per_second",
-    "total_flos",
-    "num_input_tokens_seen",
-}
+_IGNORED_KEYS = IGNORED_KEYS
 _EVAL_PREFIXES = ("eval_", "test_")
 _ITEM = re.compile(
     r"\s*(?P<quote>['\"])(?P<key>[^'\"\\]+)(?P=quote)\s*:\s*(?P<value>.*)", re.DOTALL
