@@ -64,6 +64,20 @@ def window_stats(values: np.ndarray) -> tuple[float, float]:
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return float("nan"), float("nan")
-    median = float(np.median(finite))
-    sigma = MAD_TO_SIGMA * float(np.median(np.abs(finite - median)))
+    median = _median(finite)
+    sigma = MAD_TO_SIGMA * _median(np.abs(finite - median))
     return median, max(sigma, abs(median) * 1e-3, 1e-12)
+
+
+def _median(values: np.ndarray) -> float:
+    """np.median of a non-empty 1-D float array, bit for bit, without its ~10 µs of overhead.
+
+    window_stats runs once per detector alarm, hundreds of times on a long run. Like np.median,
+    partition around the middle and average the middle one or two values; the sum starts at +0.0
+    as numpy's does, which turns a -0.0 median into 0.0.
+    """
+    middle = values.size // 2
+    if values.size % 2:
+        return float(0.0 + np.partition(values, middle)[middle])
+    low, high = np.partition(values, (middle - 1, middle))[middle - 1 : middle + 1]
+    return float((0.0 + low + high) / 2)

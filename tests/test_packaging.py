@@ -37,8 +37,18 @@ def test_editable_install_maps_analyzers_and_templates():
 
 def test_wheel_holds_the_mapped_packages_and_runs(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
         check=True,
     )
     wheel = next(tmp_path.glob("tscope_ml-*.whl"))
@@ -56,7 +66,10 @@ def test_wheel_holds_the_mapped_packages_and_runs(tmp_path):
         "print(tscope.analyzers.__file__)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"},
         check=False,
     )

@@ -136,6 +136,70 @@ def analyze(
 
 
 @app.command()
+def cluster(
+    runs_dir: Annotated[
+        Path,
+        typer.Argument(help="A folder with one sub-folder (or log file) per run; symlinks work."),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Where to write (default: ./tscope-cluster-NAME)."),
+    ] = None,
+    formats: Annotated[
+        str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
+    ] = "html,md,json",
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1, help="Runs analyzed in parallel (default: CPU count)."),
+    ] = None,
+    trust_pickle: Annotated[
+        bool,
+        typer.Option(
+            "--trust-pickle",
+            help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
+        ),
+    ] = False,
+    no_weights: Annotated[
+        bool,
+        typer.Option(
+            "--no-weights", help="Skip checkpoint tensors: logs and checkpoint inventory only."
+        ),
+    ] = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Compare the runs of a sweep: which blew up, what they share, what the stable ones do not.
+
+    Writes cluster.html, cluster.md and cluster.json, and each run's case under OUT/runs/ (reused
+    on the next call while the run's files are unchanged).
+    """
+    from tscope.cluster_pipeline import cluster as cluster_runs
+    from tscope.cluster_pipeline import find_runs
+    from tscope.render.cluster_report import render_cluster
+
+    try:
+        chosen = _parse_formats(formats)
+        target = out or Path(f"tscope-cluster-{runs_dir.resolve().name}")
+        # Symlinked runs live elsewhere: the output may not land inside any of them either.
+        _check_output_outside_inputs(target, [runs_dir, *find_runs(runs_dir)])
+        with _Progress(_progress_enabled(quiet), "analyzing runs") as progress:
+            result = cluster_runs(
+                runs_dir,
+                target,
+                jobs=jobs,
+                read_weights=not no_weights,
+                trust_pickle=trust_pickle,
+                on_run_done=progress.advance,
+            )
+        written = render_cluster(result, target, chosen)
+    except TscopeError as error:
+        _fail(str(error))
+    if not quiet:
+        for item in result.skipped:
+            typer.echo(f"tscope: warning: run {item['run']} skipped: {item['problem']}", err=True)
+    typer.echo(str(_main_file(written)))
+
+
+@app.command()
 def report(
     case_dir: Annotated[Path, typer.Argument(help="A case directory (or its case.json).")],
     formats: Annotated[

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, NamedTuple
 
 from tscope import __version__
+from tscope.chart_buckets import bucketed
 from tscope.errors import NothingToAnalyze, UsageError
 from tscope.ingest.assemble import assemble_run
 from tscope.ingest.checkpoint_evidence import read_checkpoints
 from tscope.ingest.checkpoints import checkpoint_inventory
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.discover import discover
+from tscope.ingest.run_config import checkpoint_config
 from tscope.model import Case, CheckpointInfo, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
 
 # Charts keep at most this many buckets per series; each bucket keeps its last value and its
 # min/max, so a one-step spike in a 10^6-step run still shows at full height.
 CHART_BUCKETS = 1200
+
+
+class Analysis(NamedTuple):
+    case: Case
+    run: Run  # the normalized run behind the case, every point at full resolution
 
 
 def analyze(
@@ -34,6 +39,18 @@ def analyze(
     `trust_pickle` allows legacy pickles (it runs code from the files: only for trusted inputs);
     `read_weights=False` keeps to logs and the checkpoint inventory (fast, no tensor is loaded).
     """
+    return analyze_run(
+        *paths, on_file=on_file, trust_pickle=trust_pickle, read_weights=read_weights
+    ).case
+
+
+def analyze_run(
+    *paths: str | Path,
+    on_file: Callable[[str], None] | None = None,
+    trust_pickle: bool = False,
+    read_weights: bool = True,
+) -> Analysis:
+    """`analyze`, also returning the normalized run (for cross-run work that needs every step)."""
     if not paths:
         raise UsageError("Give at least one run directory, checkpoint or log file to analyze.")
     roots = [Path(p) for p in paths]
@@ -44,12 +61,16 @@ def analyze(
             )
     reads, partial, checkpoints, unclaimed = [], [], [], []
     evidence_parts: list[CheckpointEvidence] = []
+    side_config: dict[str, Any] = {}
     for root in roots:
         found = discover(root, on_file=on_file)
         reads.extend(found.reads)
         partial.extend(found.partial)
         unclaimed.extend(found.unclaimed)
-        checkpoints.extend(checkpoint_inventory(root))
+        inventory = checkpoint_inventory(root)
+        checkpoints.extend(inventory)
+        for key, value in checkpoint_config(root, inventory).items():
+            side_config.setdefault(key, value)
         if read_weights:
             evidence, checkpoint_partial = read_checkpoints(
                 root, LoadOptions(trust_pickle=trust_pickle), on_file
@@ -59,12 +80,14 @@ def analyze(
                 evidence_parts.append(evidence)
     name = roots[0].resolve().name if roots[0].is_dir() else roots[0].stem
     run = assemble_run(name, str(roots[0].resolve()), reads, partial)
+    for key, value in side_config.items():
+        run.config.setdefault(key, value)  # what the logs recorded wins
     checkpoint_evidence = _merge(evidence_parts)
     if checkpoint_evidence is not None:
         checkpoints = [snapshot.info for snapshot in checkpoint_evidence.snapshots]
     if run.metrics.empty and not checkpoints:
         raise NothingToAnalyze(_nothing_message(roots, partial, unclaimed))
-    return build_case(run, checkpoints, checkpoint_evidence)
+    return Analysis(build_case(run, checkpoints, checkpoint_evidence), run)
 
 
 def _merge(parts: list[CheckpointEvidence]) -> CheckpointEvidence | None:
@@ -138,17 +161,7 @@ def chart_series(run: Run, metric: str) -> dict[str, list[object]]:
             "min": values.tolist(),
             "max": values.tolist(),
         }
-    buckets = np.array_split(np.arange(steps.size), CHART_BUCKETS)
-    out: dict[str, list[object]] = {"steps": [], "values": [], "min": [], "max": []}
-    for bucket in buckets:
-        chunk = values[bucket]
-        finite = chunk[np.isfinite(chunk)]
-        nonfinite = chunk[~np.isfinite(chunk)]
-        out["steps"].append(int(steps[bucket[-1]]))
-        out["values"].append(float(chunk[-1]))
-        out["min"].append(float(finite.min()) if finite.size else float(nonfinite[0]))
-        out["max"].append(float(nonfinite[0]) if nonfinite.size else float(finite.max()))
-    return out
+    return bucketed(steps, values, CHART_BUCKETS)
 
 
 def _nothing_message(roots: list[Path], partial: list[PartialInput], unclaimed: list[str]) -> str:

@@ -66,8 +66,13 @@ class CusumDetector:
         return RegimeShift(start, float(before), after)
 
 
-# Chunk length for the vectorized recursion; alarms restart the sum, so work is O(n + alarms·chunk).
+# Chunk length for the vectorized recursion (an alarm restarts the sum, and with it the chunk).
 _CUSUM_CHUNK = 1024
+# After a restart the next alarm often comes within a few dozen points (a long drift re-arms the
+# CUSUM again and again), so each chunk is first summed over this many points only, and in full
+# only when that finds no alarm. Cumulative sums and minima of a prefix do not depend on how far
+# the chunk extends, so the alarms are the same as from whole chunks.
+_CUSUM_FIRST_LOOK = 64
 
 
 def _one_sided_cusum(
@@ -82,18 +87,18 @@ def _one_sided_cusum(
     position, carried, excursion_start = 0, 0.0, 0
     total_points = len(residuals)
     while position < total_points:
-        chunk = residuals[position : position + _CUSUM_CHUNK] - reference
-        cumulative = np.cumsum(chunk)
-        floor = np.minimum(np.minimum.accumulate(cumulative), -carried)
-        sums = cumulative - floor
+        sums = _chunk_sums(residuals[position : position + _CUSUM_FIRST_LOOK], reference, carried)
         crossing = np.flatnonzero(sums > decision)
+        if crossing.size == 0 and position + sums.size < total_points:
+            sums = _chunk_sums(residuals[position : position + _CUSUM_CHUNK], reference, carried)
+            crossing = np.flatnonzero(sums > decision)
         # The last point where the sum was zero starts the excursion leading to each point.
         zero_at = np.flatnonzero(sums <= 0.0)
         if crossing.size == 0:
             if zero_at.size:
                 excursion_start = position + int(zero_at[-1]) + 1
             carried = float(sums[-1])
-            position += len(chunk)
+            position += sums.size
             continue
         first = int(crossing[0])
         zeros_before = zero_at[zero_at < first]
@@ -103,3 +108,11 @@ def _one_sided_cusum(
         position += first + 1
         carried, excursion_start = 0.0, position
     return found
+
+
+def _chunk_sums(residuals: np.ndarray, reference: float, carried: float) -> np.ndarray:
+    """S over one chunk, starting from the sum `carried` over from the previous chunk."""
+    cumulative = np.cumsum(residuals - reference)
+    floor = np.minimum(np.minimum.accumulate(cumulative), -carried)
+    sums: np.ndarray = cumulative - floor
+    return sums

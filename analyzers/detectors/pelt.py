@@ -1,10 +1,11 @@
-"""Regime shifts with ruptures' PELT on a bucketed copy of the series."""
+"""Regime shifts with PELT (L2 cost, as in ruptures) on a bucketed copy of the series."""
 
 from __future__ import annotations
 
 import numpy as np
 from tscope.analyzers.baseline import MAD_TO_SIGMA, RobustBaseline, window_stats
 from tscope.analyzers.detectors.base import Detection, RegimeShift
+from tscope.analyzers.detectors.pelt_search import pelt_l2_breakpoints
 
 # PELT is O(n) to O(n^2); regime shifts live on scales of many steps, so the series is first
 # reduced to at most this many bucket medians (which also removes one-step spikes).
@@ -26,18 +27,14 @@ class PeltDetector:
         finite_index = np.flatnonzero(np.isfinite(values))
         if finite_index.size < MIN_POINTS_FOR_PELT:
             return Detection(self.name)
-        import ruptures  # heavy: imported only when a series is long enough to segment
-
-        buckets = np.array_split(finite_index, min(PELT_MAX_POINTS, finite_index.size))
-        reduced = np.array([np.median(values[bucket]) for bucket in buckets])
-        first_index = np.array([int(bucket[0]) for bucket in buckets])
+        reduced, first_index = _bucket_medians(values, finite_index)
         noise_sigma = _difference_sigma(reduced)
         if not np.isfinite(noise_sigma) or noise_sigma == 0.0:
             return Detection(self.name)
         min_size = max(2, int(len(reduced) * PELT_MIN_SEGMENT_FRACTION))
         penalty = PELT_PENALTY_FACTOR * noise_sigma**2 * np.log(len(reduced))
-        algorithm = ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(reduced)
-        breakpoints = algorithm.predict(pen=penalty)[:-1]  # the last one is always len(signal)
+        # The last breakpoint is always len(reduced).
+        breakpoints = pelt_l2_breakpoints(reduced, min_size, penalty)[:-1]
         shifts: list[RegimeShift] = []
         bounds = [0, *breakpoints, len(reduced)]
         for left, point, right in zip(bounds[:-2], bounds[1:-1], bounds[2:], strict=True):
@@ -46,6 +43,29 @@ class PeltDetector:
             if abs(after - before) >= PELT_MIN_SHIFT_SIGMA * noise_sigma:
                 shifts.append(RegimeShift(int(first_index[point]), before, after))
         return Detection(self.name, shifts=shifts)
+
+
+def _bucket_medians(values: np.ndarray, finite_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median and first index of each of at most PELT_MAX_POINTS consecutive buckets of points.
+
+    The buckets are np.array_split's (the first `remainder` ones one point longer), so each
+    group of equal-length buckets is one 2-D array and np.median takes all its rows at once;
+    a row's median is the same number np.median gives for that bucket alone.
+    """
+    count = min(PELT_MAX_POINTS, finite_index.size)
+    length, remainder = divmod(finite_index.size, count)
+    split = remainder * (length + 1)
+    finite = values[finite_index]
+    reduced = np.concatenate(
+        [
+            np.median(finite[:split].reshape(remainder, length + 1), axis=1),
+            np.median(finite[split:].reshape(count - remainder, length), axis=1),
+        ]
+    )
+    starts = np.concatenate(
+        [np.arange(0, split, length + 1), np.arange(split, finite_index.size, length)]
+    )
+    return reduced, finite_index[starts]
 
 
 def _difference_sigma(values: np.ndarray) -> float:

@@ -156,19 +156,29 @@ def _spike_dict(spike: Spike) -> dict[str, Any]:
 
 def json_safe(value: Any) -> Any:
     """Round floats to a stable precision and turn NaN/Inf into strings JSON can hold."""
+    kind = type(value)  # exact-type fast paths: case files hold ~10^5 chart floats
+    if kind is float:
+        return _json_float(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is list or kind is tuple:
+        return [json_safe(item) for item in value]
     if isinstance(value, dict):
         return {str(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(item) for item in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, (bool, str)):
         return value
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
-        number = float(value)
-        if math.isnan(number):
-            return "nan"
-        if math.isinf(number):
-            return "inf" if number > 0 else "-inf"
-        return float(f"{number:.6g}")
+        return _json_float(float(value))
     return value
+
+
+def _json_float(number: float) -> float | str:
+    if math.isnan(number):
+        return "nan"
+    if math.isinf(number):
+        return "inf" if number > 0 else "-inf"
+    return float(f"{number:.6g}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,13 @@ class LogRead:
         )
 
 
+# Each Run's series, split out of its table on first use and dropped when the Run is collected:
+# the analyzers ask for the same few series dozens of times, and each lookup would scan and sort
+# the whole table again. Sound because a Run never changes once built (frozen, and `metrics` is
+# not modified in place). Keyed by id() outside the instance, so Run(**run.__dict__) still works.
+_SPLIT_SERIES: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+
+
 @dataclass(frozen=True)
 class Run:
     """A normalized run: every metric series, de-duplicated so the latest logged segment wins."""
@@ -118,15 +126,29 @@ class Run:
         return sorted(self.metrics["metric"].unique().tolist())
 
     def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) of one metric, sorted by step, one value per step. Empty if absent."""
-        rows = self.metrics[self.metrics["metric"] == metric]
-        if rows.empty:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        rows = rows.sort_values("step", kind="stable")
-        return rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
+        """(steps, values) of one metric, sorted by step, one value per step. Empty if absent.
+
+        Fresh copies on every call, so a caller may modify them without touching the cache.
+        """
+        steps, values = self._split(metric)
+        return steps.copy(), values.copy()
 
     def has(self, metric: str) -> bool:
-        return bool((self.metrics["metric"] == metric).any())
+        return self._split(metric)[0].size > 0
+
+    def _split(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        cache = _SPLIT_SERIES.get(id(self))
+        if cache is None:
+            cache = _SPLIT_SERIES[id(self)] = {}
+            weakref.finalize(self, _SPLIT_SERIES.pop, id(self), None)
+        if metric not in cache:
+            rows = self.metrics[self.metrics["metric"] == metric]
+            if rows.empty:
+                cache[metric] = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+            else:
+                rows = rows.sort_values("step", kind="stable")
+                cache[metric] = rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
+        return cache[metric]
 
     @property
     def first_step(self) -> int | None:

@@ -122,7 +122,8 @@ def decode_scalar_records(buffer: bytes, starts: np.ndarray, lengths: np.ndarray
         fits = _bytes_match(buffer, tag_end[pending], tail.before)
         fits &= _bytes_match(buffer, number_at + width, tail.after)
         pending, number_at = pending[fits], number_at[fits]
-        value[pending] = byte_offset_view(buffer, tail.dtype)[number_at]
+        with np.errstate(invalid="ignore"):  # a signalling NaN in the file stays a NaN
+            value[pending] = byte_offset_view(buffer, tail.dtype)[number_at]
         matched[pending] = True
 
     chosen = np.flatnonzero(matched)

@@ -1,0 +1,226 @@
+"""Cross-run analysis for `tscope cluster`: why did these runs blow up and not those.
+
+    report = cluster_runs(profiles, runs_dir="sweep/")
+
+Pure functions of the run profiles (see `profile.py`): stable runs are set apart first, only the
+unstable ones are clustered (`grouping.py`), each cluster gets its discriminant config traits and
+nearest stable counterexample (`traits.py`) and its common-fate loss band (`band.py`); spikes that
+several runs share at one step are tested across all runs (`aligned.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tscope.analyzers.cluster.aligned import (
+    ALIGNED_ALPHA,
+    ALIGNED_Z,
+    ALIGNMENT_TOLERANCE_STEPS,
+    aligned_spikes,
+)
+from tscope.analyzers.cluster.band import loss_band
+from tscope.analyzers.cluster.grouping import MERGE_DISTANCE, group_unstable
+from tscope.analyzers.cluster.profile import EXPLOSION_FACTOR, EXPLOSION_MIN_POINTS, profile_run
+from tscope.analyzers.cluster.traits import (
+    MIN_BALANCED_ACCURACY,
+    discriminant_traits,
+    nearest_stable,
+    setting_fields,
+)
+
+from tscope.model import Finding
+from tscope.model.cluster import AlignedSpike, ClusterReport, RunCluster, RunProfile
+
+MODE_TEXT = {
+    "blowup": "blew up and never recovered",
+    "recovered": "blew up, then recovered",
+    "divergence": "diverged slowly",
+}
+# A signal belongs to a cluster's signature when at least half of its members gave it.
+SIGNATURE_SHARE = 0.5
+
+__all__ = ["cluster_runs", "profile_run"]
+
+
+def cluster_runs(profiles: Sequence[RunProfile], runs_dir: str = "") -> ClusterReport:
+    profiles = sorted(profiles, key=lambda p: p.name)
+    stable = [p for p in profiles if p.status == "stable"]
+    unstable = [p for p in profiles if p.status == "unstable"]
+    fields = setting_fields(profiles)
+    clusters = [
+        _describe(index, group, stable, fields)
+        for index, group in enumerate(group_unstable(unstable), start=1)
+    ]
+    aligned = aligned_spikes(profiles)
+    report = ClusterReport(
+        runs_dir=runs_dir,
+        profiles=list(profiles),
+        clusters=clusters,
+        aligned_spikes=aligned,
+        findings=[_aligned_finding(event, profiles) for event in aligned],
+        limits=_limits(profiles, stable, unstable, fields),
+        method={
+            "status": f"unstable = non-finite loss, loss ≥ {EXPLOSION_FACTOR:g}× the run's own "
+            f"early baseline for ≥ {EXPLOSION_MIN_POINTS} consecutive points, or a critical "
+            "divergence finding of the single-run analysis",
+            "clustering": "scikit-learn agglomerative clustering (average linkage, distance "
+            f"threshold {MERGE_DISTANCE}) over failure mode, signal set and explosion timing; "
+            "stable runs are never clustered",
+            "traits": f"single-field rules scored by balanced accuracy ≥ {MIN_BALANCED_ACCURACY}",
+            "aligned_spikes": f"per-run loss alarms ≥ {ALIGNED_Z} robust σ, coincident within "
+            f"±{ALIGNMENT_TOLERANCE_STEPS} step, Poisson tail p < {ALIGNED_ALPHA} / steps tested",
+        },
+    )
+    report.summary = _summary(report, stable, unstable)
+    return report
+
+
+def _describe(
+    index: int, members: list[RunProfile], stable: list[RunProfile], fields: list[str]
+) -> RunCluster:
+    modes = [p.failure_mode or "divergence" for p in members]
+    mode = max(set(modes), key=lambda m: (modes.count(m), m))
+    traits = discriminant_traits(members, stable, fields)
+    leads = [p.lead_steps for p in members if p.lead_steps is not None]
+    warned = len(leads)
+    if len(leads) < SIGNATURE_SHARE * len(members):
+        leads = []  # most members gave no warning: a "typical" lead would describe a minority
+    signature = _signature(members)
+    went_nonfinite = sum(not np.isfinite(p.loss.values).all() for p in members)
+    label = MODE_TEXT[mode][0].upper() + MODE_TEXT[mode][1:]
+    if went_nonfinite:
+        label += f" ({went_nonfinite} of {len(members)} to NaN/Inf)"
+    if traits:
+        label += f"; {traits[0].text}"
+    return RunCluster(
+        id=f"C{index}",
+        label=label,
+        members=tuple(p.name for p in members),
+        failure_mode=mode,
+        signals=signature,
+        typical_lead_steps=int(np.median(leads)) if leads else None,
+        warned_members=warned,
+        traits=tuple(traits),
+        band=loss_band(members),
+        counterexample=nearest_stable(members, stable, fields, [t.field for t in traits]),
+    )
+
+
+def _signature(members: list[RunProfile]) -> tuple[tuple[str, int, int], ...]:
+    """(kind, members that gave it, median step relative to the explosion), in step order."""
+    offsets: dict[str, list[int]] = {}
+    for profile in members:
+        for signal in profile.signals:
+            offsets.setdefault(signal.kind, []).append(signal.step - (profile.explosion_step or 0))
+    needed = SIGNATURE_SHARE * len(members)
+    rows = [
+        (kind, len(values), int(np.median(values)))
+        for kind, values in offsets.items()
+        if len(values) >= needed
+    ]
+    return tuple(sorted(rows, key=lambda row: (row[2], row[0])))
+
+
+def _aligned_finding(event: AlignedSpike, profiles: Sequence[RunProfile]) -> Finding:
+    by_name = {p.name: p for p in profiles}
+    exploded_here = [
+        name
+        for name in event.runs
+        if by_name[name].explosion_step is not None
+        and abs(by_name[name].explosion_step - event.last_step) <= 1  # type: ignore[operator]
+    ]
+    where = (
+        f"step {event.first_step}"
+        if event.first_step == event.last_step
+        else f"steps {event.first_step}–{event.last_step}"
+    )
+    reading = {
+        "yes": f"They read the same data in the same order ({event.data_order_evidence}): the "
+        "batch at this step is the likely cause, not the runs' settings.",
+        "no": f"They do not share a data order ({event.data_order_evidence}); look for a shared "
+        "schedule event or a shared infrastructure incident at this step.",
+        "unknown": f"If these runs read the same data in the same order ({event.data_order_evidence}"
+        "), the batch at this step is the likely cause, not the runs' settings.",
+    }[event.shared_data_order]
+    message = (
+        f"Loss spikes at {where} in {len(event.runs)} of {event.runs_compared} runs "
+        f"(chance of this coincidence p = {event.p_value:.1e}). {reading}"
+    )
+    return Finding(
+        category="data_aligned_spike",
+        severity="warning" if exploded_here else "info",
+        confidence=0.9 if event.shared_data_order == "yes" else 0.6,
+        step=event.first_step,
+        layer=None,
+        message=message,
+        evidence={
+            "runs": list(event.runs),
+            "peak_steps": list(event.peak_steps),
+            "runs_compared": event.runs_compared,
+            "p_value": event.p_value,
+            "shared_data_order": event.shared_data_order,
+            "runs_that_blew_up_here": exploded_here,
+        },
+        suggestion=f"Inspect the batches consumed at {where} (decode them from the data loader "
+        "with the run's seed); `tscope replay --around STEP` names the outlier samples.",
+        source="cluster",
+    )
+
+
+def _limits(
+    profiles: Sequence[RunProfile],
+    stable: Sequence[RunProfile],
+    unstable: Sequence[RunProfile],
+    fields: Sequence[str],
+) -> list[str]:
+    limits = []
+    if unstable and not stable:
+        limits.append(
+            "Every run is unstable: there is no stable run to contrast the configs with, so no "
+            "discriminant trait or counterexample can be given."
+        )
+    if not fields:
+        limits.append(
+            "No run records a configuration that varies between runs (no TensorBoard args, "
+            "trainer config, W&B config or printed flags): traits come from settings only."
+        )
+    no_config = [p.name for p in profiles if not p.config]
+    if no_config and len(no_config) < len(profiles):
+        limits.append(
+            f"{len(no_config)} runs have no recorded configuration "
+            f"(e.g. {no_config[0]}); they are compared on their curves only."
+        )
+    return limits
+
+
+def _summary(
+    report: ClusterReport, stable: Sequence[RunProfile], unstable: Sequence[RunProfile]
+) -> dict[str, object]:
+    total = len(report.profiles)
+    if not unstable:
+        verdict = f"All {total} runs are stable."
+    else:
+        parts = [f"{len(unstable)} of {total} runs blew up"]
+        if len(report.clusters) == 1:
+            parts.append("all the same way")
+        else:
+            parts.append(f"in {len(report.clusters)} different ways")
+        first = report.clusters[0]
+        if first.traits:
+            parts.append(
+                f"the largest group ({len(first.members)} runs) has {first.traits[0].text}, "
+                f"which separates it from the {len(stable)} stable runs"
+            )
+        verdict = "; ".join(parts) + "."
+    aligned = [f for f in report.findings if f.category == "data_aligned_spike"]
+    if aligned:
+        verdict += f" {len(aligned)} loss spikes recur at the same step across runs (data-aligned)."
+    return {
+        "verdict": verdict,
+        "runs": total,
+        "stable": len(stable),
+        "unstable": len(unstable),
+        "clusters": len(report.clusters),
+        "aligned_spikes": len(aligned),
+    }

@@ -1,0 +1,208 @@
+"""One run as the cluster analysis sees it: stable or unstable, when it blew up, what warned first.
+
+Built from the run's case (findings, spikes, change points: what `tscope analyze` concluded) and its
+training loss at full resolution, so a profile can be rebuilt from a cached case.json.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tscope.model.cluster import LossCurve, RunProfile, Signal
+from tscope.model.metric_names import GRAD_NORM, LOSS, is_loss_like
+
+# The run's own early baseline: the median of its first logged losses (the start of training,
+# before the model has learned much). Five points are robust to one odd first batch.
+BASELINE_POINTS = 5
+MIN_BASELINE_POINTS = 3
+# A run blew up when its loss stays at or above twice its starting level. A fresh language model
+# starts near ln(vocab), the loss of a model that knows nothing about the data; twice that is
+# worse than knowing nothing, which no healthy run ever logs.
+EXPLOSION_FACTOR = 2.0
+# "Stays": this many consecutive logged points above the line. One point above it is a spike
+# (it appears among the signals), not a blow-up; small-batch runs (DPO, LoRA on batch 2) log
+# single points far above their median.
+EXPLOSION_MIN_POINTS = 2
+# Findings that say on their own that the run derailed (the single-run analysis's verdict).
+DERAILED_CATEGORIES = ("loss_divergence", "nan_loss")
+SIGNAL_SEVERITIES = ("warning", "critical")
+# A blown-up run "recovered" when its last logged points are finite and their median is back
+# within 15% of its best loss before the explosion (the divergence explainer's "elevated" line).
+RECOVERY_TAIL_POINTS = 5
+RECOVERY_RATIO = 1.15
+
+
+def profile_run(
+    name: str,
+    path: str,
+    case: dict[str, Any],
+    loss: LossCurve,
+    case_path: str = "",
+    reused_case: bool = False,
+    extra_config: dict[str, Any] | None = None,
+) -> RunProfile:
+    """`case` is the case.json payload; `loss` the training loss with hidden NaNs restored."""
+    baseline = early_baseline(loss.values)
+    candidates = explosion_candidates(loss, baseline, case.get("findings", []))
+    explosion_step, explosion_kind = min(candidates) if candidates else (None, None)
+    finite = loss.values[np.isfinite(loss.values)]
+    config = flatten_config(case.get("run", {}).get("config", {}))
+    config.update(extra_config or {})
+    return RunProfile(
+        name=name,
+        path=path,
+        status="stable" if explosion_step is None else "unstable",
+        loss=loss,
+        baseline_loss=baseline,
+        explosion_step=explosion_step,
+        explosion_kind=explosion_kind,
+        failure_mode=failure_mode(loss, explosion_step, {kind for _, kind in candidates}),
+        final_loss=float(finite[-1]) if finite.size else None,
+        signals=tuple(signals_of(case)),
+        config=config,
+        verdict=str(case.get("summary", {}).get("verdict", "")),
+        case_path=case_path,
+        reused_case=reused_case,
+    )
+
+
+def early_baseline(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)][:BASELINE_POINTS]
+    if finite.size < MIN_BASELINE_POINTS:
+        return None
+    return float(np.median(finite))
+
+
+def explosion_candidates(
+    loss: LossCurve, baseline: float | None, findings: list[dict[str, Any]]
+) -> list[tuple[int, str]]:
+    """(first step, kind) of each way the run shows a blow-up; empty for a stable run."""
+    candidates: list[tuple[int, str]] = []
+    nonfinite = np.flatnonzero(~np.isfinite(loss.values))
+    if nonfinite.size:
+        candidates.append((int(loss.steps[nonfinite[0]]), "nonfinite"))
+    if baseline is not None and baseline > 0:
+        above = np.isfinite(loss.values) & (loss.values >= EXPLOSION_FACTOR * baseline)
+        start = _first_run(above, EXPLOSION_MIN_POINTS)
+        if start is not None:
+            candidates.append((int(loss.steps[start]), "above_baseline"))
+    for finding in findings:
+        if (
+            finding.get("category") in DERAILED_CATEGORIES
+            and finding.get("severity") == "critical"
+            and finding.get("step") is not None
+        ):
+            candidates.append((int(finding["step"]), "divergence"))
+    return candidates
+
+
+def failure_mode(loss: LossCurve, explosion_step: int | None, kinds: set[str]) -> str | None:
+    """How the run failed, as a whole: `blowup` (the loss exploded or went non-finite and did not
+    come back), `recovered` (its last points are finite and back near its best level before the
+    explosion), `divergence` (only the single-run analysis's critical divergence: a slower rise)."""
+    if not kinds or explosion_step is None:
+        return None
+    if not kinds & {"nonfinite", "above_baseline"}:
+        return "divergence"
+    before = loss.values[(loss.steps < explosion_step) & np.isfinite(loss.values)]
+    tail = loss.values[-RECOVERY_TAIL_POINTS:]
+    if before.size == 0 or tail.size < RECOVERY_TAIL_POINTS or not np.isfinite(tail).all():
+        return "blowup"
+    back = float(np.median(tail)) <= RECOVERY_RATIO * float(before.min())
+    return "recovered" if back else "blowup"
+
+
+def _first_run(mask: np.ndarray, length: int) -> int | None:
+    """Index where the first stretch of `length` consecutive True values starts."""
+    if mask.size < length:
+        return None
+    window_sums = np.convolve(mask.astype(np.int64), np.ones(length, dtype=np.int64), "valid")
+    hits = np.flatnonzero(window_sums == length)
+    return int(hits[0]) if hits.size else None
+
+
+def signals_of(case: dict[str, Any]) -> list[Signal]:
+    """Every warning the run gave, first occurrence of each kind, in step order.
+
+    Findings at warning or critical severity keep their category; the detectors' first alarms are
+    added because they usually fire before a finding's peak step: the onset of the first spike on
+    the gradient norm (`grad_norm_alarm`) and on the loss (`loss_alarm`), and the first upward
+    CUSUM regime change of the loss (`loss_cusum_alarm`).
+    """
+    first: dict[str, Signal] = {}
+
+    def add(signal: Signal) -> None:
+        known = first.get(signal.kind)
+        if known is None or signal.step < known.step:
+            first[signal.kind] = signal
+
+    for finding in case.get("findings", []):
+        if finding.get("severity") in SIGNAL_SEVERITIES and finding.get("step") is not None:
+            add(
+                Signal(
+                    str(finding["category"]),
+                    int(finding["step"]),
+                    str(finding["severity"]),
+                    str(finding.get("message", "")),
+                )
+            )
+    for spike in case.get("spikes", []):
+        metric = str(spike.get("metric", ""))
+        kind = (
+            "grad_norm_alarm"
+            if metric == GRAD_NORM
+            else "loss_alarm"
+            if metric == LOSS or (is_loss_like(metric) and not metric.startswith("eval"))
+            else None
+        )
+        if kind is not None:
+            add(
+                Signal(
+                    kind,
+                    int(spike["onset_step"]),
+                    "warning",
+                    f"{metric} alarm ({', '.join(spike.get('detectors', []))}) at step "
+                    f"{spike['onset_step']}, peak at {spike['peak_step']}",
+                )
+            )
+    for change in case.get("change_points", []):
+        before = _number(change.get("before", {}).get("mean"))
+        after = _number(change.get("after", {}).get("mean"))
+        if (
+            change.get("metric") == LOSS
+            and change.get("detector") == "cusum"
+            and before is not None
+            and after is not None
+            and after > before
+        ):
+            add(
+                Signal(
+                    "loss_cusum_alarm",
+                    int(change["step"]),
+                    "warning",
+                    f"CUSUM: the loss level rose from {before:.3g} to {after:.3g}",
+                )
+            )
+    return sorted(first.values(), key=lambda s: (s.step, s.kind))
+
+
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config → `field: value` with dotted names; lists become their JSON-ish text."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_config(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            flat[name] = str(list(value))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None

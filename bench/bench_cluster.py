@@ -1,0 +1,98 @@
+"""`tscope cluster` on a large synthetic sweep: time, and how it grows with the number of runs.
+
+    .venv/bin/python bench/bench_cluster.py             # 250, 500, 1000 runs x 10,000 steps
+    .venv/bin/python bench/bench_cluster.py --runs 100  # a quick look
+
+Goal (issue 5): 1,000 runs x 10,000 steps in under 60 s on 2 cores, growing linearly with the
+number of runs. Each run is a metrics.csv (step, loss, grad_norm, learning_rate); a third of the
+runs blow up at a high learning rate.
+The baseline, measured in the same run, is reading every CSV with pandas (the floor for any tool
+that looks at all the data). Prints numbers; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tscope.cluster_pipeline import cluster
+
+STEPS = 10_000
+
+
+def write_runs(root: Path, count: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, STEPS + 1)
+    for index in range(count):
+        hot = index % 3 == 0
+        peak_lr = float(rng.choice([3e-3, 6e-3])) if hot else float(rng.choice([3e-4, 6e-4]))
+        lr = peak_lr * np.minimum(steps / 500, 1.0)
+        loss = (3.0 + 7.0 * np.exp(-steps / 800)) * (1 + 0.02 * rng.standard_normal(STEPS))
+        grad = 1.0 + 0.1 * rng.standard_normal(STEPS)
+        if hot:
+            at = int(rng.integers(2_000, 8_000))
+            loss[at:] *= np.linspace(4.0, 40.0, STEPS - at)
+            grad[at - 20 :] *= 30.0
+            loss[min(at + 500, STEPS - 1) :] = np.nan
+        folder = root / f"run{index:04d}_lr{peak_lr:g}"
+        folder.mkdir(parents=True)
+        pd.DataFrame({"step": steps, "loss": loss, "grad_norm": grad, "learning_rate": lr}).to_csv(
+            folder / "metrics.csv", index=False
+        )
+
+
+def plain_read(root: Path) -> float:
+    start = time.perf_counter()
+    for file in sorted(root.glob("*/metrics.csv")):
+        pd.read_csv(file)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, nargs="*", default=[250, 500, 1000])
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tscope-bench-cluster-"))
+    try:
+        largest = max(args.runs)
+        write_runs(work / "all", largest)
+        names = sorted(p.name for p in (work / "all").iterdir())
+        per_run = {}
+        for count in sorted(args.runs):
+            runs = work / f"runs{count}"
+            runs.mkdir()
+            for name in names[:count]:
+                (runs / name).symlink_to(work / "all" / name, target_is_directory=True)
+            baseline = plain_read(runs)
+            start = time.perf_counter()
+            report = cluster(runs, work / f"out{count}", jobs=args.jobs)
+            cold = time.perf_counter() - start
+            start = time.perf_counter()
+            cluster(runs, work / f"out{count}", jobs=args.jobs)
+            warm = time.perf_counter() - start
+            per_run[count] = cold / count
+            unstable = sum(p.status == "unstable" for p in report.profiles)
+            print(
+                f"{count:>5} runs x {STEPS:,} steps: cold {cold:6.1f} s "
+                f"({cold / baseline:4.1f}x reading the CSVs: {baseline:.1f} s), "
+                f"cached {warm:5.1f} s; {unstable} unstable, {len(report.clusters)} clusters"
+            )
+        smallest, biggest = min(per_run), max(per_run)
+        print(
+            f"time per run {per_run[smallest] * 1000:.0f} ms at {smallest} runs, "
+            f"{per_run[biggest] * 1000:.0f} ms at {biggest} runs "
+            f"(linear growth = equal); goal: 1000 runs < 60 s"
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""`tscope cluster` on real Trainer runs: the LR sweep (fixtures/data/sweep), the modded-nanogpt
+records (../shared/realdata, skipped when absent), caching, bad input and read-only inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tscope.cli import app
+from tscope.cluster_pipeline import cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "fixtures" / "data" / "sweep"
+MODDED = ROOT.parent / "shared" / "realdata" / "modded_nanogpt" / "runs"
+STABLE_RUNS = {"lr0.001_seed1234", "lr0.002_seed7", "lr0.003_seed1234", "lr0.005_seed7"}
+DIVERGED_RUNS = {"lr5_seed7", "lr6_seed1234", "lr8_seed7", "lr12_seed1234"}
+
+
+@pytest.fixture(scope="module")
+def sweep_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sweep as a user would point at it: one folder per run holding only what the Trainer
+    wrote (symlinks; manifest.json, which states the planted cause, is left out)."""
+    runs = tmp_path_factory.mktemp("sweep") / "runs"
+    for run in sorted(SWEEP.iterdir()):
+        folder = runs / run.name
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").symlink_to(run / "trainer_state.json")
+        (folder / "runs").symlink_to(run / "runs", target_is_directory=True)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def sweep_report(sweep_runs: Path, tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("sweep-out")
+    return cluster(sweep_runs, out, jobs=2), out
+
+
+def test_the_sweep_splits_into_stable_and_unstable_runs(sweep_report):
+    report, _ = sweep_report
+    status = {p.name: p.status for p in report.profiles}
+    assert {name for name, s in status.items() if s == "stable"} == STABLE_RUNS
+    assert {name for name, s in status.items() if s == "unstable"} == DIVERGED_RUNS
+
+
+def test_the_diverged_runs_form_one_cluster_explained_by_the_learning_rate(sweep_report):
+    report, _ = sweep_report
+    (only,) = report.clusters
+    assert set(only.members) == DIVERGED_RUNS
+    trait = only.traits[0]
+    assert (trait.field, trait.op, trait.balanced_accuracy) == ("learning_rate", ">=", 1.0)
+    assert trait.value == 5.0
+
+
+def test_the_cluster_has_a_stable_counterexample_and_a_loss_band(sweep_report):
+    report, _ = sweep_report
+    (only,) = report.clusters
+    counter = only.counterexample
+    assert counter is not None and counter.stable_run in STABLE_RUNS
+    assert counter.config_diff[0][0] == "learning_rate"
+    assert only.band is not None and 0 in only.band.offsets
+    zero = only.band.offsets.index(0)
+    assert only.band.median[zero] >= 2.0
+
+
+def test_cluster_json_has_the_contract_keys(sweep_report):
+    report, _ = sweep_report
+    payload = json.loads(json.dumps(report.to_dict()))
+    for run in payload["runs"]:
+        assert {
+            "name",
+            "path",
+            "status",
+            "first_signal",
+            "explosion_step",
+            "lead_steps",
+            "config",
+        } <= set(run)
+        assert run["status"] in ("stable", "unstable")
+    for item in payload["clusters"]:
+        assert {
+            "id",
+            "label",
+            "runs",
+            "signals",
+            "typical_lead_steps",
+            "discriminant_traits",
+            "loss_band",
+            "counterexample",
+        } <= set(item)
+        assert {"steps", "median", "lower", "upper"} <= set(item["loss_band"])
+        assert {"run", "stable_run", "config_distance", "config_diff"} <= set(
+            item["counterexample"]
+        )
+        for trait in item["discriminant_traits"]:
+            assert {"field", "value"} <= set(trait)
+
+
+def test_a_second_call_reuses_every_fresh_case(sweep_report, sweep_runs):
+    _, out = sweep_report
+    again = cluster(sweep_runs, out, jobs=1)
+    assert all(p.reused_case for p in again.profiles)
+    assert [c.members for c in again.clusters] == [c.members for c in sweep_report[0].clusters]
+
+
+def test_a_changed_run_is_analyzed_again(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("lr0.001_seed1234", "lr5_seed7"):
+        shutil.copytree(SWEEP / name, runs / name)
+    out = tmp_path / "out"
+    cluster(runs, out, jobs=1)
+    state = runs / "lr5_seed7" / "trainer_state.json"
+    os.utime(state, ns=(state.stat().st_atime_ns, state.stat().st_mtime_ns + 10**9))
+    again = {p.name: p.reused_case for p in cluster(runs, out, jobs=1).profiles}
+    assert again == {"lr0.001_seed1234": True, "lr5_seed7": False}
+
+
+def test_nothing_is_written_into_the_runs(sweep_runs, tmp_path):
+    before = sorted(str(p) for p in sweep_runs.rglob("*"))
+    cluster(sweep_runs, tmp_path / "out", jobs=1)
+    assert sorted(str(p) for p in sweep_runs.rglob("*")) == before
+
+
+def test_an_unreadable_run_is_skipped_and_the_rest_analyzed(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(SWEEP / "lr0.001_seed1234", runs / "good")
+    (runs / "broken").mkdir()
+    (runs / "broken" / "notes.txt").write_text("no metrics here\n", encoding="utf-8")
+    report = cluster(runs, tmp_path / "out", jobs=1)
+    assert [p.name for p in report.profiles] == ["good"]
+    assert report.skipped and report.skipped[0]["run"] == "broken"
+    assert any("could not be analyzed" in limit for limit in report.limits)
+
+
+@pytest.mark.skipif(not MODDED.is_dir(), reason="../shared/realdata is absent")
+def test_modded_nanogpt_records_show_their_shared_spikes_as_data_aligned(tmp_path):
+    report = cluster(MODDED, tmp_path / "out", jobs=2)
+    assert all(p.status == "stable" for p in report.profiles)
+    assert report.clusters == []
+    found = {(e.first_step, e.last_step) for e in report.aligned_spikes}
+    # The bumps the source documents (shared/realdata/README.md): every run, one data order.
+    for documented in ((305, 306), (327, 328), (337, 338), (412, 413), (516, 517), (523, 524)):
+        assert documented in found
+    by_step = {e.first_step: e for e in report.aligned_spikes}
+    assert len(by_step[305].runs) == len(report.profiles)
+    finding = next(f for f in report.findings if f.step == 305)
+    assert finding.category == "data_aligned_spike" and finding.source == "cluster"
+    assert "same data in the same order" in finding.message
+
+
+# --- the command ------------------------------------------------------------------------------
+
+runner = CliRunner()
+
+
+def test_cluster_command_writes_the_three_files(sweep_runs, tmp_path):
+    out = tmp_path / "report"
+    result = runner.invoke(
+        app, ["cluster", str(sweep_runs), "--out", str(out), "--quiet", "-j", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert {"cluster.html", "cluster.md", "cluster.json"} <= {p.name for p in out.iterdir()}
+    payload = json.loads((out / "cluster.json").read_text(encoding="utf-8"))
+    assert payload["clusters"][0]["discriminant_traits"][0]["field"] == "learning_rate"
+
+
+def test_cluster_refuses_to_write_inside_the_runs(sweep_runs):
+    result = runner.invoke(app, ["cluster", str(sweep_runs), "--out", str(sweep_runs / "x")])
+    assert result.exit_code == 2
+    assert "never writes into an input" in result.output
+
+
+def test_cluster_of_an_empty_folder_is_a_one_line_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["cluster", str(tmp_path / "empty"), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "holds no runs" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cluster_of_only_unreadable_runs_exits_2(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "a").mkdir(parents=True)
+    (runs / "a" / "x.bin").write_bytes(b"\x00\x01garbage")
+    result = runner.invoke(app, ["cluster", str(runs), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "could be analyzed" in result.output

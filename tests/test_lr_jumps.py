@@ -1,0 +1,91 @@
+"""The vectorized lr_jumps finds exactly what the original per-point loop found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tscope.analyzers.explainers.learning_rate import (
+    LR_JUMP_MIN_RELATIVE,
+    LR_JUMP_SLOPE_MULTIPLE,
+    LrJump,
+    lr_jumps,
+)
+
+KINDS = ("warmup_cosine", "step_decay", "planted_jumps", "rounded", "random")
+
+
+def lr_jumps_loop(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
+    """The original implementation, one point at a time: the reference for the vectorized one."""
+    jumps = []
+    for i in range(2, lrs.size):
+        previous, earlier = lrs[i - 1], lrs[i - 2]
+        if not (np.isfinite(lrs[i]) and np.isfinite(previous) and np.isfinite(earlier)):
+            continue
+        gap = (steps[i] - steps[i - 1]) / max(steps[i - 1] - steps[i - 2], 1)
+        predicted = previous + (previous - earlier) * gap
+        slopes = np.abs(np.diff(lrs[max(0, i - 4) : i]))
+        typical = float(slopes.max()) * max(gap, 1.0) if slopes.size else 0.0
+        relative = abs(lrs[i] / previous - 1.0) if previous else float("inf")
+        residual = abs(lrs[i] - predicted)
+        if relative >= LR_JUMP_MIN_RELATIVE and residual > LR_JUMP_SLOPE_MULTIPLE * typical:
+            jumps.append(LrJump(i, int(steps[i]), float(previous), float(lrs[i])))
+    return jumps
+
+
+def schedule(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    position = np.arange(n) / n
+    warmup = rng.uniform(0.01, 0.2)
+    base = 3e-4 * np.minimum(position / warmup, 1.0)
+    if kind == "warmup_cosine":
+        return base * np.where(position < warmup, 1.0, 0.5 * (1 + np.cos(np.pi * position)))
+    if kind == "step_decay":
+        return 1e-3 * 0.1 ** np.floor(position * int(rng.integers(1, 5)))
+    if kind == "planted_jumps":
+        lrs = base.copy()
+        for at in rng.integers(3, n, 4):
+            lrs[at:] *= rng.choice([0.1, 0.5, 2.0, 10.0])
+        return lrs
+    if kind == "rounded":
+        return np.round(base, 6)  # logged LRs are rounded: flat runs, then a step
+    return rng.lognormal(-8.0, 1.0, n)  # no structure at all
+
+
+def steps_for(n: int, rng: np.random.Generator) -> np.ndarray:
+    gaps = rng.choice([1, 1, 1, 2, 5, 10, 100], n)  # uneven logging, as after a resume or eval
+    return np.cumsum(gaps).astype(np.int64)
+
+
+def with_holes(lrs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    holed = lrs.copy()
+    count = int(rng.integers(0, 6))
+    holed[rng.integers(0, lrs.size, count)] = rng.choice([np.nan, np.inf, 0.0], count)
+    return holed
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("kind", KINDS)
+def test_vectorized_lr_jumps_match_the_loop(kind: str, seed: int) -> None:
+    rng = np.random.default_rng([seed, KINDS.index(kind)])
+    n = int(rng.integers(3, 400))
+    steps = steps_for(n, rng)
+    lrs = with_holes(schedule(kind, n, rng), rng)
+    with np.errstate(all="ignore"):  # the loop warns on inf - inf in its slope window
+        expected = lr_jumps_loop(steps, lrs)
+    assert lr_jumps(steps, lrs) == expected
+
+
+def test_a_planted_jump_is_found_where_the_loop_finds_it() -> None:
+    steps = np.arange(1, 1001, dtype=np.int64)
+    lrs = np.minimum(steps / 100, 1.0) * 3e-4
+    lrs[600:] *= 4.0
+    lrs[300] = np.nan
+    found = lr_jumps(steps, lrs)
+    assert found == lr_jumps_loop(steps, lrs)
+    assert [(jump.index, jump.step) for jump in found] == [(600, 601)]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_short_schedules(n: int) -> None:
+    steps = np.arange(n, dtype=np.int64)
+    lrs = np.array([1e-3, 1e-3, 5e-3][:n])
+    assert lr_jumps(steps, lrs) == lr_jumps_loop(steps, lrs)

@@ -1,0 +1,272 @@
+"""cluster(runs_dir) -> ClusterReport: analyze every run of a sweep once, then compare them.
+
+    report = cluster("sweep/", out_dir="sweep-cluster/", jobs=2)
+
+Each entry of `runs_dir` (a sub-directory, a symlink to one, or a single log file) is one run.
+Each run's case is written to `out_dir/runs/<name>/` (case.json, the full-resolution loss and LR in
+series.parquet, and inputs.json, the fingerprint of the files it was built from); a later call
+reuses that case when the run's files, the tscope version and the options are unchanged. Runs are
+analyzed in worker processes; the cross-run analysis (`tscope.analyzers.cluster`) runs once at the
+end on the profiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tscope import __version__
+from tscope.errors import TscopeError, UsageError
+from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
+
+CASES_DIR = "runs"
+SERIES_FILE = "series.parquet"
+FINGERPRINT_FILE = "inputs.json"
+# cluster.html links each unstable run's own case.html; beyond this many unstable runs the
+# per-run reports are not rendered (case.json is always written; `tscope report` renders it).
+CASE_HTML_LIMIT = 50
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class RunTask:
+    name: str
+    path: str
+    case_dir: str
+    read_weights: bool
+    trust_pickle: bool
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    name: str
+    profile: RunProfile | None
+    problem: str | None  # why the run could not be analyzed
+
+
+def find_runs(runs_dir: Path) -> list[Path]:
+    """Every run under runs_dir: sub-directories (symlinks followed) and loose files, by name."""
+    if not runs_dir.is_dir():
+        raise UsageError(
+            f"{runs_dir} is not a directory. Pass a folder whose sub-folders (or files) are runs."
+        )
+    entries = sorted(
+        (entry for entry in runs_dir.iterdir() if not entry.name.startswith(".")),
+        key=lambda entry: entry.name,
+    )
+    runs = [entry for entry in entries if entry.is_dir() or entry.is_file()]
+    if not runs:
+        raise UsageError(
+            f"{runs_dir} holds no runs. Put one sub-folder (or log file) per run in it."
+        )
+    return runs
+
+
+def cluster(
+    runs_dir: str | Path,
+    out_dir: str | Path,
+    jobs: int | None = None,
+    read_weights: bool = True,
+    trust_pickle: bool = False,
+    on_run_done: Callable[[int, int], None] | None = None,
+) -> ClusterReport:
+    from tscope.analyzers.cluster import cluster_runs
+
+    root = Path(runs_dir)
+    runs = find_runs(root)
+    cases_root = Path(out_dir) / CASES_DIR
+    names = _unique_names([run.name for run in runs])
+    tasks = [
+        RunTask(name, str(run), str(cases_root / name), read_weights, trust_pickle)
+        for name, run in zip(names, runs, strict=True)
+    ]
+    outcomes = _run_all(tasks, jobs, on_run_done)
+    profiles = [o.profile for o in outcomes if o.profile is not None]
+    skipped = [
+        {"run": o.name, "problem": o.problem} for o in outcomes if o.profile is None and o.problem
+    ]
+    if not profiles:
+        first = skipped[0] if skipped else {"run": str(root), "problem": "no run"}
+        raise UsageError(
+            f"No run in {root} could be analyzed (e.g. {first['run']}: {first['problem']})."
+        )
+    report = cluster_runs(profiles, runs_dir=str(root))
+    report.skipped = skipped
+    report.tool_version = __version__
+    if skipped:
+        report.limits.append(
+            f"{len(skipped)} of {len(tasks)} runs could not be analyzed and are left out "
+            f"(e.g. {skipped[0]['run']}: {skipped[0]['problem']})."
+        )
+    _render_unstable_cases(report, Path(out_dir))
+    return report
+
+
+def _run_all(
+    tasks: list[RunTask], jobs: int | None, on_run_done: Callable[[int, int], None] | None
+) -> list[RunOutcome]:
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    outcomes: dict[str, RunOutcome] = {}
+    if workers == 1:
+        for done, task in enumerate(tasks, start=1):
+            outcomes[task.name] = profile_task(task)
+            if on_run_done:
+                on_run_done(done, len(tasks))
+    else:
+        # spawn, not fork: the parent may hold torch/OpenMP threads, which fork copies broken.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(profile_task, task) for task in tasks]
+            for done, future in enumerate(as_completed(futures), start=1):
+                outcome = future.result()
+                outcomes[outcome.name] = outcome
+                if on_run_done:
+                    on_run_done(done, len(tasks))
+    return [outcomes[task.name] for task in tasks]
+
+
+def profile_task(task: RunTask) -> RunOutcome:
+    """Analyze one run (or reuse its fresh cached case) and build its profile. Runs in a worker."""
+    from tscope.analyzers.cluster import profile_run
+
+    case_dir = Path(task.case_dir)
+    fingerprint = _fingerprint(Path(task.path), task)
+    try:
+        cached = _load_cached(case_dir, fingerprint)
+        reused = cached is not None
+        if cached is None:
+            cached = _analyze_and_cache(task, case_dir, fingerprint)
+    except TscopeError as error:
+        return RunOutcome(task.name, None, str(error))
+    payload, loss, lr_max = cached
+    extra = {} if lr_max is None else {"logged.max_learning_rate": lr_max}
+    profile = profile_run(
+        task.name,
+        task.path,
+        payload,
+        loss,
+        case_path=f"{CASES_DIR}/{case_dir.name}/case.json",  # relative to the report folder
+        reused_case=reused,
+        extra_config=extra,
+    )
+    return RunOutcome(task.name, profile, None)
+
+
+def _analyze_and_cache(
+    task: RunTask, case_dir: Path, fingerprint: dict[str, Any]
+) -> tuple[dict[str, Any], LossCurve, float | None]:
+    import pandas as pd
+
+    from tscope.analyzers.signals import loss_series, primary_loss
+    from tscope.model.metric_names import LEARNING_RATE
+    from tscope.pipeline import analyze_run
+    from tscope.render.json_file import case_json_text
+
+    case, run = analyze_run(
+        task.path, trust_pickle=task.trust_pickle, read_weights=task.read_weights
+    )
+    metric = primary_loss(run)
+    steps, values = loss_series(run, metric) if metric else (np.empty(0, np.int64), np.empty(0))
+    lr_steps, lrs = run.series(LEARNING_RATE)
+    case_dir.mkdir(parents=True, exist_ok=True)
+    payload = case.to_dict()
+    (case_dir / "case.json").write_text(case_json_text(payload), encoding="utf-8")
+    table = pd.concat(
+        [
+            pd.DataFrame({"metric": "loss", "step": steps, "value": values}),
+            pd.DataFrame({"metric": "learning_rate", "step": lr_steps, "value": lrs}),
+        ],
+        ignore_index=True,
+    )
+    table.to_parquet(case_dir / SERIES_FILE, index=False)
+    if case.layers_table is not None:
+        from tscope.ingest.checkpoint_stats import write_layers_parquet
+
+        write_layers_parquet(case.layers_table, case_dir / "layers.parquet")
+    # Written last: its presence means the rest of the folder is complete.
+    (case_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, sort_keys=True), "utf-8")
+    return payload, LossCurve(steps, values), _max_finite(lrs)
+
+
+def _load_cached(
+    case_dir: Path, fingerprint: dict[str, Any]
+) -> tuple[dict[str, Any], LossCurve, float | None] | None:
+    try:
+        stored = json.loads((case_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+        if stored != fingerprint:
+            return None
+        payload = json.loads((case_dir / "case.json").read_text(encoding="utf-8"))
+        import pandas as pd
+
+        table = pd.read_parquet(case_dir / SERIES_FILE)
+    except (OSError, ValueError):
+        return None  # missing or damaged cache: analyze again
+    loss = table[table["metric"] == "loss"]
+    lrs = table[table["metric"] == "learning_rate"]["value"].to_numpy(np.float64)
+    curve = LossCurve(loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64))
+    return payload, curve, _max_finite(lrs)
+
+
+def _fingerprint(path: Path, task: RunTask) -> dict[str, Any]:
+    """Every input file's size and modification time, plus what else decides the case."""
+    files = []
+    candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in candidates:
+        try:
+            stat = file.stat()
+        except OSError:
+            continue
+        files.append(
+            [
+                str(file.relative_to(path)) if file != path else file.name,
+                stat.st_size,
+                stat.st_mtime_ns,
+            ]
+        )
+    return {
+        "tool_version": __version__,
+        "read_weights": task.read_weights,
+        "trust_pickle": task.trust_pickle,
+        "files": files,
+    }
+
+
+def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
+    from tscope.render import load_case_payload, render_case
+
+    unstable = [p for p in report.profiles if p.status == "unstable"]
+    if len(unstable) > CASE_HTML_LIMIT:
+        report.limits.append(
+            f"{len(unstable)} unstable runs: their case.html files are not rendered (limit "
+            f"{CASE_HTML_LIMIT}); `tscope report {out_dir / CASES_DIR}/<run>` renders one."
+        )
+        return
+    for profile in unstable:
+        case_dir = (out_dir / profile.case_path).parent
+        if not (case_dir / "case.html").is_file() or not profile.reused_case:
+            render_case(load_case_payload(case_dir), case_dir, ("html",))
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    """Folder-safe, unique names for the per-run case folders (and the report)."""
+    seen: dict[str, int] = {}
+    unique = []
+    for name in names:
+        safe = _UNSAFE_NAME.sub("_", name) or "run"
+        count = seen.get(safe, 0)
+        seen[safe] = count + 1
+        unique.append(safe if count == 0 else f"{safe}-{count + 1}")
+    return unique
+
+
+def _max_finite(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else None

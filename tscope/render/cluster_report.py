@@ -1,0 +1,173 @@
+"""Renderers of the cluster report: cluster.json (the source of truth), cluster.html, and
+cluster.md with its SVG charts.
+
+    render_cluster(report, "sweep-cluster/")                                  # after `cluster`
+    render_cluster(load_cluster_payload("sweep-cluster/"), "sweep-cluster/")  # re-render only
+
+Both calls go through the payload exactly as cluster.json holds it, so a report re-rendered from
+cluster.json into the same folder is byte-identical to the one written after the analysis. The
+pieces are the case renderers': the same JSON writer, Jinja environment, escaping filters, SVG
+primitives and number formats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from tscope.errors import UnreadableInput, UsageError
+from tscope.model.case import SCHEMA_VERSION
+from tscope.model.cluster import ClusterReport
+from tscope.render.charts import Chart
+from tscope.render.cluster_charts import aligned_chart, overview_chart
+from tscope.render.cluster_view import aligned_chart_name, build_cluster_view
+from tscope.render.html import inline_html
+from tscope.render.json_file import case_json_text, normalized_payload
+from tscope.render.markdown import md_cell, md_code, md_text
+from tscope.render.series import as_list
+from tscope.render.view import template_environment
+
+FORMATS = ("html", "md", "json")
+CLUSTER_JSON = "cluster.json"
+CLUSTER_HTML = "cluster.html"
+CLUSTER_MD = "cluster.md"
+OVERVIEW_CHART = "overview"
+RECLUSTER_HINT = "Re-run `tscope cluster` to write it again"
+
+__all__ = [
+    "CLUSTER_HTML",
+    "CLUSTER_JSON",
+    "CLUSTER_MD",
+    "chart_file_name",
+    "load_cluster_payload",
+    "render_cluster",
+]
+
+
+def render_cluster(
+    report_or_payload: ClusterReport | dict[str, Any],
+    out_dir: str | os.PathLike[str],
+    formats: Sequence[str] = FORMATS,
+) -> list[Path]:
+    """Write the requested renderings into out_dir and return the paths written, in order."""
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown:
+        raise UsageError(
+            f"Unknown report format {', '.join(map(repr, unknown))}: choose from {', '.join(FORMATS)}."
+        )
+    raw = (
+        report_or_payload.to_dict()
+        if isinstance(report_or_payload, ClusterReport)
+        else report_or_payload
+    )
+    payload = normalized_payload(raw)
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(
+            f"Cannot write the cluster report into {directory}: {error.strerror or error}. "
+            "Pass --out with a folder you can write to."
+        ) from error
+    pages = bool({"html", "md"} & set(formats))
+    charts = draw_cluster_charts(payload) if pages else {}
+    view = build_cluster_view(payload, directory) if pages else {}
+    written: list[Path] = []
+    for name in dict.fromkeys(formats):  # each format once, in the order asked
+        if name == "json":
+            written.append(_write(directory / CLUSTER_JSON, case_json_text(payload)))
+        elif name == "html":
+            written.append(_write(directory / CLUSTER_HTML, render_cluster_html(view, charts)))
+        else:
+            for chart_name, chart in charts.items():
+                written.append(_write(directory / chart_file_name(chart_name), chart.svg + "\n"))
+            markdown = render_cluster_markdown(view, charts)
+            written.append(_write(directory / CLUSTER_MD, markdown))
+    return written
+
+
+def draw_cluster_charts(payload: dict[str, Any]) -> dict[str, Chart]:
+    """The all-runs overview, then one aligned-curves chart per cluster that has data to draw."""
+    drawn: dict[str, Chart | None] = {
+        OVERVIEW_CHART: overview_chart(payload, len(as_list(payload.get("runs"))))
+    }
+    for index, _ in enumerate(as_list(payload.get("clusters"))):
+        drawn[aligned_chart_name(index)] = aligned_chart(payload, index)
+    return {name: chart for name, chart in drawn.items() if chart is not None}
+
+
+def chart_file_name(chart_name: str) -> str:
+    """cluster-chart.svg for the overview, cluster-aligned-1.svg for the first cluster, …"""
+    return "cluster-chart.svg" if chart_name == OVERVIEW_CHART else f"cluster-{chart_name}.svg"
+
+
+def render_cluster_html(view: dict[str, Any], charts: Mapping[str, Chart]) -> str:
+    environment = template_environment(autoescape=True)
+    environment.filters["inline"] = inline_html
+    drawn = {
+        name: {"svg": Markup(chart.svg), "notes": list(chart.notes)}
+        for name, chart in charts.items()
+    }
+    return environment.get_template("cluster.html.j2").render(view=view, charts=drawn)
+
+
+def render_cluster_markdown(view: dict[str, Any], charts: Mapping[str, Chart]) -> str:
+    environment = template_environment(autoescape=False)
+    environment.filters["md"] = md_text
+    environment.filters["md_cell"] = md_cell
+    environment.filters["md_code"] = md_code
+    drawn = {
+        name: {"file": chart_file_name(name), "notes": list(chart.notes)}
+        for name, chart in charts.items()
+    }
+    return environment.get_template("cluster.md.j2").render(view=view, charts=drawn)
+
+
+def load_cluster_payload(dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:
+    """cluster.json from a cluster report folder (or the file itself), checked enough to render."""
+    path = Path(dir_or_file)
+    file = path / CLUSTER_JSON if path.is_dir() else path
+    if not file.is_file():
+        raise UnreadableInput(
+            str(file),
+            "no such file",
+            "Point at the folder `tscope cluster --out` wrote, or at its cluster.json",
+        )
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UnreadableInput(str(file), "not UTF-8 text", RECLUSTER_HINT) from error
+    except OSError as error:
+        raise UnreadableInput(str(file), str(error.strerror or error), RECLUSTER_HINT) from error
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as error:
+        problem = f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        raise UnreadableInput(str(file), problem, RECLUSTER_HINT) from error
+    if not isinstance(payload, dict) or "schema_version" not in payload:
+        raise UnreadableInput(str(file), "not a tscope cluster file (no schema_version)", "")
+    if not isinstance(payload.get("runs"), list) or not isinstance(payload.get("clusters"), list):
+        raise UnreadableInput(
+            str(file),
+            "not a tscope cluster file (no runs and clusters lists)",
+            "A case.json is rendered by `tscope report`",
+        )
+    major = str(payload["schema_version"]).split(".")[0]
+    if major != SCHEMA_VERSION.split(".")[0]:
+        raise UnreadableInput(
+            str(file),
+            f"cluster schema {payload['schema_version']} is not schema {SCHEMA_VERSION}, "
+            "the one this tscope reads",
+            "Re-render it with the tscope that wrote it, or re-run `tscope cluster`",
+        )
+    return payload
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8", newline="\n")
+    return path
