@@ -37,13 +37,13 @@ def write_runs(root: Path, count: int, seed: int = 0) -> None:
         grad = 1.0 + 0.1 * rng.standard_normal(STEPS)
         if hot:
             at = int(rng.integers(2_000, 8_000))
-            loss[at:] *= np.linspace(4.0, 40.0, STEPS - at)
+            loss[at:] *= np.linspace(8.0, 80.0, STEPS - at)
             grad[at - 20 :] *= 30.0
             loss[min(at + 500, STEPS - 1) :] = np.nan
         folder = root / f"run{index:04d}_lr{peak_lr:g}"
         folder.mkdir(parents=True)
         pd.DataFrame({"step": steps, "loss": loss, "grad_norm": grad, "learning_rate": lr}).to_csv(
-            folder / "metrics.csv", index=False
+            folder / "metrics.csv", index=False, na_rep="nan"
         )
 
 

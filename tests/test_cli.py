@@ -81,7 +81,14 @@ def test_report_rerenders_identically_from_case_json(tmp_path):
     assert json.loads(first["case.json"])["schema_version"] == "1"
 
 
-@pytest.mark.parametrize("command", ["analyze", "report", "demo"])
+def test_the_command_surface_is_what_the_readme_documents():
+    from tscope.cli import app
+
+    names = sorted(command.name or command.callback.__name__ for command in app.registered_commands)
+    assert names == ["analyze", "cluster", "demo", "report"]
+
+
+@pytest.mark.parametrize("command", ["analyze", "cluster", "report", "demo"])
 def test_every_command_has_help(command):
     result = invoke(command, "--help")
     assert result.exit_code == 0 and "Usage" in result.output

@@ -189,3 +189,13 @@ def test_cluster_of_only_unreadable_runs_exits_2(tmp_path):
     result = runner.invoke(app, ["cluster", str(runs), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "could be analyzed" in result.output
+
+
+def test_a_damaged_cached_case_is_rebuilt(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(SWEEP / "lr5_seed7", runs / "lr5_seed7")
+    out = tmp_path / "out"
+    cluster(runs, out, jobs=1)
+    (out / "runs" / "lr5_seed7" / "case.json").write_text("{truncated", encoding="utf-8")
+    (again,) = cluster(runs, out, jobs=1).profiles
+    assert not again.reused_case and again.status == "unstable"

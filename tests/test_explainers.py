@@ -132,3 +132,21 @@ def test_lr_jump_after_warmup_is_not_a_long_warmup():
     case = build_case(lr_jump_run(at=240, factor=20.0), [])
     warmups = [f for f in case.findings if f.category == "warmup_too_short"]
     assert all(f.evidence["warmup_steps"] < 30 for f in warmups)
+
+
+def test_a_grad_norm_spike_while_the_loss_is_nan_counts_as_the_loss_reacting():
+    """Regression: an all-NaN loss window during a grad-norm spike raised a NumPy warning."""
+    import warnings
+
+    from tscope.analyzers.explainers.spikes import _loss_rises_after
+
+    from tscope.model import Spike
+    from tscope.model.metric_names import GRAD_NORM
+
+    loss = np.linspace(4.0, 3.0, 60)
+    loss[40:] = np.nan
+    run = make_run({LOSS: loss, GRAD_NORM: np.ones(60)})
+    spike = Spike("S1", GRAD_NORM, 41, 43, None, 50.0, ("robust_z",), 1.0, 50.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _loss_rises_after(run, spike)

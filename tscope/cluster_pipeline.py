@@ -4,7 +4,7 @@
 
 Each entry of `runs_dir` (a sub-directory, a symlink to one, or a single log file) is one run.
 Each run's case is written to `out_dir/runs/<name>/` (case.json, the full-resolution loss and LR in
-series.parquet, and inputs.json, the fingerprint of the files it was built from); a later call
+series.npz, and inputs.json, the fingerprint of the files it was built from); a later call
 reuses that case when the run's files, the tscope version and the options are unchanged. Runs are
 analyzed in worker processes; the cross-run analysis (`tscope.analyzers.cluster`) runs once at the
 end on the profiles.
@@ -15,10 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ from tscope.errors import TscopeError, UsageError
 from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
 
 CASES_DIR = "runs"
-SERIES_FILE = "series.parquet"
+SERIES_FILE = "series.npz"
 FINGERPRINT_FILE = "inputs.json"
 # cluster.html links each unstable run's own case.html; beyond this many unstable runs the
 # per-run reports are not rendered (case.json is always written; `tscope report` renders it).
@@ -122,8 +125,7 @@ def _run_all(
             if on_run_done:
                 on_run_done(done, len(tasks))
     else:
-        # spawn, not fork: the parent may hold torch/OpenMP threads, which fork copies broken.
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
             futures = [pool.submit(profile_task, task) for task in tasks]
             for done, future in enumerate(as_completed(futures), start=1):
                 outcome = future.result()
@@ -131,6 +133,19 @@ def _run_all(
                 if on_run_done:
                     on_run_done(done, len(tasks))
     return [outcomes[task.name] for task in tasks]
+
+
+def _pool_context() -> BaseContext:
+    """fork when it is safe (fast: no re-import; works from a REPL or stdin, where spawn cannot
+    re-import `__main__`); spawn once torch is loaded or threads run, since fork copies their
+    locks and OpenMP pools in whatever state they are."""
+    if (
+        "fork" in get_all_start_methods()
+        and "torch" not in sys.modules
+        and threading.active_count() == 1
+    ):
+        return get_context("fork")
+    return get_context("spawn")
 
 
 def profile_task(task: RunTask) -> RunOutcome:
@@ -163,12 +178,9 @@ def profile_task(task: RunTask) -> RunOutcome:
 def _analyze_and_cache(
     task: RunTask, case_dir: Path, fingerprint: dict[str, Any]
 ) -> tuple[dict[str, Any], LossCurve, float | None]:
-    import pandas as pd
-
     from tscope.analyzers.signals import loss_series, primary_loss
     from tscope.model.metric_names import LEARNING_RATE
     from tscope.pipeline import analyze_run
-    from tscope.render.json_file import case_json_text
 
     case, run = analyze_run(
         task.path, trust_pickle=task.trust_pickle, read_weights=task.read_weights
@@ -177,16 +189,19 @@ def _analyze_and_cache(
     steps, values = loss_series(run, metric) if metric else (np.empty(0, np.int64), np.empty(0))
     lr_steps, lrs = run.series(LEARNING_RATE)
     case_dir.mkdir(parents=True, exist_ok=True)
-    payload = case.to_dict()
-    (case_dir / "case.json").write_text(case_json_text(payload), encoding="utf-8")
-    table = pd.concat(
-        [
-            pd.DataFrame({"metric": "loss", "step": steps, "value": values}),
-            pd.DataFrame({"metric": "learning_rate", "step": lr_steps, "value": lrs}),
-        ],
-        ignore_index=True,
+    payload = case.to_dict()  # already JSON-safe: NaN as strings, floats rounded
+    # Compact, sorted JSON: the C encoder (an indented dump is ~10x slower in pure Python, which
+    # dominates a 1,000-run sweep). `tscope report` reads it; `--format json` rewrites it indented.
+    compact = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    (case_dir / "case.json").write_text(compact + "\n", encoding="utf-8")
+    # numpy's own format, read back with allow_pickle=False: arrays only, nothing executes.
+    np.savez(
+        case_dir / SERIES_FILE,
+        loss_steps=steps,
+        loss_values=values,
+        lr_steps=lr_steps,
+        lr_values=lrs,
     )
-    table.to_parquet(case_dir / SERIES_FILE, index=False)
     if case.layers_table is not None:
         from tscope.ingest.checkpoint_stats import write_layers_parquet
 
@@ -204,14 +219,13 @@ def _load_cached(
         if stored != fingerprint:
             return None
         payload = json.loads((case_dir / "case.json").read_text(encoding="utf-8"))
-        import pandas as pd
-
-        table = pd.read_parquet(case_dir / SERIES_FILE)
-    except (OSError, ValueError):
+        with np.load(case_dir / SERIES_FILE, allow_pickle=False) as series:
+            curve = LossCurve(
+                series["loss_steps"].astype(np.int64), series["loss_values"].astype(np.float64)
+            )
+            lrs = series["lr_values"].astype(np.float64)
+    except (OSError, ValueError, KeyError):
         return None  # missing or damaged cache: analyze again
-    loss = table[table["metric"] == "loss"]
-    lrs = table[table["metric"] == "learning_rate"]["value"].to_numpy(np.float64)
-    curve = LossCurve(loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64))
     return payload, curve, _max_finite(lrs)
 
 

@@ -122,9 +122,12 @@ def _loss_rises_after(run: Run, spike: Spike) -> bool:
     steps, values = run.series(loss)
     before = values[(steps < spike.onset_step)][-20:]
     during = values[(steps >= spike.onset_step) & (steps <= spike.peak_step + 3)]
+    before = before[np.isfinite(before)]
     if before.size < 3 or during.size == 0:
         return False
-    return bool(np.nanmax(during) >= (1 + MIN_WARNING_EXCESS / 2) * np.nanmedian(before))
+    if not np.isfinite(during).all():
+        return True  # the loss went non-finite during the excursion: it reacted
+    return bool(during.max() >= (1 + MIN_WARNING_EXCESS / 2) * np.median(before))
 
 
 def spike_confidence(spike: Spike) -> float:
