@@ -12,6 +12,8 @@ _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 # Causes explain an incident; symptoms describe it. At equal severity a cause linked to the
 # incident ranks above the incident's own description.
 CAUSE_CATEGORIES = (
+    "bad_batch",  # a replay named the samples (tscope replay)
+    "nonfinite_origin",
     "lr_schedule_jump",
     "resume_discontinuity",
     "lr_too_high",

@@ -36,7 +36,11 @@ def summarize(
         }
     headline = alerts[0]
     incident = _incident_of(headline, incidents)
-    if headline.category in CAUSE_CATEGORIES and headline.spike_id is None:
+    if (
+        headline.category in CAUSE_CATEGORIES
+        and headline.spike_id is None
+        and headline.source == "logs"
+    ):
         incident = None  # the cause itself is the news (e.g. a faulty resume with no spike yet)
     return {
         "status": "incident",
@@ -132,7 +136,28 @@ def _incident_verdict(
     if corroborating:
         first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
         verdict += f" Checkpoints agree: {first_sentence}."
-    return verdict
+    return verdict + _what_if_note(findings, incident)
+
+
+def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
+    """The replay experiments that changed the outcome of this incident, in one sentence."""
+    if incident is None:
+        return ""
+    end = incident.end_step if incident.end_step is not None else incident.peak_step
+    removed = [
+        f
+        for f in findings
+        if f.category == "intervention_effect"
+        and f.evidence.get("spike_removed") is True
+        and f.step is not None
+        and incident.onset_step <= f.step <= end
+    ]
+    if not removed:
+        return ""
+    described = "; ".join(
+        f.message.split(": the peak loss")[0].removeprefix("What-if ") for f in removed
+    )
+    return f" Replay what-ifs that remove the spike: {described}."
 
 
 def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:

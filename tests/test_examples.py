@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+# Replay entry files are imported by `tscope replay`, not run: tests/test_replay_core.py runs them.
+EXAMPLES = sorted(
+    p
+    for p in (Path(__file__).resolve().parents[1] / "examples").glob("*.py")
+    if not p.name.startswith("replay_entry_")
+)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)

@@ -136,6 +136,137 @@ def analyze(
 
 
 @app.command()
+def replay(
+    run_dir: Annotated[
+        Path, typer.Argument(help="The run directory holding the checkpoints and logs.")
+    ] = Path("."),
+    around: Annotated[
+        int | None, typer.Option("--around", help="The optimizer step to investigate.")
+    ] = None,
+    entry: Annotated[
+        Path | None,
+        typer.Option("--entry", help="Your entry file: batches(start_step), optional build_model…"),
+    ] = None,
+    window: Annotated[
+        str, typer.Option("--window", help="Steps before:after --around to replay, e.g. -5:5.")
+    ] = "-5:5",
+    device: Annotated[
+        str, typer.Option("--device", help="cpu, cuda, or auto (cuda when available).")
+    ] = "cpu",
+    what_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--what-if",
+            help="Repeatable: skip | lr=FACTOR | clip=MAX_NORM | from=STEP (each a replay).",
+        ),
+    ] = None,
+    check_resume: Annotated[
+        bool,
+        typer.Option(
+            "--check-resume",
+            help="Also reload each checkpoint the run resumed from and check the first steps.",
+        ),
+    ] = False,
+    relaxed: Annotated[
+        bool,
+        typer.Option("--relaxed", help="Allow non-deterministic kernels (faster, may drift)."),
+    ] = False,
+    no_stats: Annotated[
+        bool, typer.Option("--no-stats", help="No per-layer statistics (a plain replay).")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
+    ] = None,
+    formats: Annotated[
+        str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
+    ] = "html,md,json",
+    trust_pickle: Annotated[
+        bool,
+        typer.Option(
+            "--trust-pickle",
+            help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
+        ),
+    ] = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Re-run the steps around a spike from a checkpoint: fidelity, per-layer statistics, bad
+    samples and what-if experiments. Writes replay.json and updates case.html/md/json."""
+    from tscope.replay_pipeline import (
+        case_with_replay,
+        check_resumes,
+        investigate,
+        write_replay_files,
+    )
+
+    try:
+        chosen = _parse_formats(formats)
+        if entry is None:
+            raise UsageError(
+                "tscope replay needs --entry FILE.py defining batches(start_step): the batches "
+                "the run consumed (see the README's replay section)."
+            )
+        if around is None and not check_resume:
+            raise UsageError("Give --around STEP (the step to investigate), or --check-resume.")
+        offsets = _parse_window(window)
+        target = out or Path(f"tscope-case-{run_dir.resolve().name}")
+        _check_output_outside_inputs(target, [run_dir])
+        with _Progress(_progress_enabled(quiet), "replaying") as progress:
+            if around is not None:
+                investigation = investigate(
+                    run_dir,
+                    around,
+                    entry,
+                    window=offsets,
+                    device=device,
+                    deterministic=not relaxed,
+                    what_ifs=what_if or (),
+                    statistics=not no_stats,
+                    on_step=lambda done, total, _step: progress.advance(done, total),
+                )
+            if check_resume:
+                checks, resume_findings = check_resumes(
+                    run_dir, entry, device=device, deterministic=not relaxed
+                )
+                if around is None:
+                    raise UsageError(
+                        "--check-resume without --around is not supported yet; add --around STEP."
+                    )
+                investigation.resume_checks = checks
+                investigation.findings.extend(resume_findings)
+            case = case_with_replay(investigation, trust_pickle=trust_pickle)
+        written = _write_case(case, target, chosen)
+        written += write_replay_files(investigation, target)
+    except TscopeError as error:
+        _fail(str(error))
+    if not quiet:
+        fidelity = investigation.result.fidelity
+        typer.echo(
+            f"Replayed steps {investigation.result.steps[0]}–{investigation.result.steps[1]} "
+            f"from {investigation.result.checkpoint_path}: "
+            + (
+                "reproduces the log"
+                if fidelity.reproduced
+                else "does NOT reproduce the log (see replay_mismatch)"
+            )
+            + f" (max rel. loss diff {fidelity.max_rel_loss_diff})",
+            err=True,
+        )
+    typer.echo(str(_main_file(written)))
+
+
+def _parse_window(text: str) -> tuple[int, int]:
+    before, sep, after = text.partition(":")
+    try:
+        low, high = int(before), int(after)
+    except ValueError:
+        raise UsageError(f"--window {text!r}: use -BEFORE:+AFTER, e.g. -5:5.") from None
+    if not sep or low > 0 or high < 0:
+        raise UsageError(f"--window {text!r}: use -BEFORE:+AFTER around --around, e.g. -5:5.")
+    return low, high
+
+
+@app.command()
 def cluster(
     runs_dir: Annotated[
         Path,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -15,7 +15,7 @@ from tscope.ingest.checkpoints import checkpoint_inventory
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.discover import discover
 from tscope.ingest.run_config import checkpoint_config
-from tscope.model import Case, CheckpointInfo, PartialInput, Run
+from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
 
 # Charts keep at most this many buckets per series; each bucket keeps its last value and its
@@ -49,6 +49,7 @@ def analyze_run(
     on_file: Callable[[str], None] | None = None,
     trust_pickle: bool = False,
     read_weights: bool = True,
+    extra_findings: Sequence[Finding] = (),
 ) -> Analysis:
     """`analyze`, also returning the normalized run (for cross-run work that needs every step)."""
     if not paths:
@@ -87,7 +88,7 @@ def analyze_run(
         checkpoints = [snapshot.info for snapshot in checkpoint_evidence.snapshots]
     if run.metrics.empty and not checkpoints:
         raise NothingToAnalyze(_nothing_message(roots, partial, unclaimed))
-    return Analysis(build_case(run, checkpoints, checkpoint_evidence), run)
+    return Analysis(build_case(run, checkpoints, checkpoint_evidence, extra_findings), run)
 
 
 def _merge(parts: list[CheckpointEvidence]) -> CheckpointEvidence | None:
@@ -105,7 +106,9 @@ def build_case(
     run: Run,
     checkpoints: list[CheckpointInfo],
     checkpoint_evidence: CheckpointEvidence | None = None,
+    extra_findings: Sequence[Finding] = (),
 ) -> Case:
+    """`extra_findings`: found by other components (a replay), ranked with the rest."""
     from tscope.analyzers import Evidence, explain
     from tscope.analyzers.detect import detect
     from tscope.analyzers.incidents import incidents as find_incidents
@@ -116,7 +119,7 @@ def build_case(
     spikes, change_points = detect(run)
     evidence = Evidence(run, spikes, change_points, checkpoint_evidence)
     incidents = find_incidents(evidence)
-    findings = rank_findings(explain(evidence), incidents)
+    findings = rank_findings(explain(evidence) + list(extra_findings), incidents)
     case = Case(
         run={
             "name": run.name,

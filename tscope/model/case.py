@@ -112,6 +112,8 @@ class Case:
     # which is written as layers.parquet (not part of case.json).
     layers: dict[str, Any] | None = None
     layers_table: Any = None
+    # What `tscope replay` added: fidelity, per-step series, samples, what-ifs (see docs).
+    replay: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The case.json payload: contract keys plus documented extensions, JSON-safe floats."""
@@ -144,6 +146,8 @@ class Case:
         }
         if self.layers is not None:
             payload["layers"] = self.layers
+        if self.replay is not None:
+            payload["replay"] = self.replay
         result: dict[str, Any] = json_safe(payload)
         return result
 

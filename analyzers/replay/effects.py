@@ -1,0 +1,144 @@
+"""intervention_effect: what each what-if replay shows about the cause of the spike.
+
+Reading the experiments together answers "data or state?":
+- dropping the flagged samples (or skipping the spike batch) removes the spike → the data;
+- the same batches from an earlier checkpoint still spike → the data, whatever the state
+  (PaLM, Chowdhery et al. 2022 §5.1); they no longer spike → the state at this checkpoint;
+- a smaller learning rate or clipping removes it → the optimization step size (the state and the
+  settings), not one batch alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tscope.analyzers.signals import fmt
+
+from tscope.model import Finding
+from tscope.model.replay import InterventionOutcome
+
+
+def effect_findings(outcomes: Sequence[InterventionOutcome], qualified: bool) -> list[Finding]:
+    findings = []
+    for outcome in outcomes:
+        if outcome.spike_line is None:
+            continue  # too little history to tell a spike from the loss's own level
+        if (
+            outcome.baseline_peak_loss is not None
+            and outcome.baseline_peak_loss < outcome.spike_line
+        ):
+            continue  # no spike in the baseline window: the experiment has nothing to remove
+        reading = _reading(outcome)
+        message = (
+            f"What-if {_describe(outcome)}: the peak loss in the window goes from "
+            f"{fmt(outcome.baseline_peak_loss)} (step {outcome.baseline_peak_step}) to "
+            f"{fmt(outcome.peak_loss)} (step {outcome.peak_step}); the spike line is "
+            f"{fmt(outcome.spike_line)}. {reading}"
+        )
+        if qualified:
+            message += " (The baseline replay did not reproduce the log; read with care.)"
+        findings.append(
+            Finding(
+                category="intervention_effect",
+                severity="info",
+                confidence=0.5 if qualified else 0.85,
+                step=outcome.baseline_peak_step,
+                layer=None,
+                message=message,
+                evidence={
+                    "what_if": outcome.name,
+                    **{key: value for key, value in outcome.params.items()},
+                    "spike_removed": outcome.spike_removed,
+                    "baseline_peak_loss": outcome.baseline_peak_loss,
+                    "what_if_peak_loss": outcome.peak_loss,
+                    "spike_line": outcome.spike_line,
+                },
+                suggestion=_suggestion(outcome),
+                source="replay",
+                threshold="spike line = median of the steps before the window + 6 robust σ",
+            )
+        )
+    return findings
+
+
+def cause_verdict(outcomes: Sequence[InterventionOutcome]) -> str | None:
+    """'data', 'state' or None, from the experiments that were run."""
+    judged = [o for o in outcomes if o.spike_line is not None]
+    by_name = {o.name: o for o in judged}
+    skip, earlier = by_name.get("skip"), by_name.get("from")
+    data = (skip is not None and skip.spike_removed) or (
+        earlier is not None and not earlier.spike_removed and _earlier_peak_high(earlier)
+    )
+    state = (earlier is not None and earlier.spike_removed) or (
+        skip is not None
+        and not skip.spike_removed
+        and any(o.spike_removed for o in judged if o.name in ("lr", "clip"))
+    )
+    if data and not state:
+        return "data"
+    if state and not data:
+        return "state"
+    return None
+
+
+def _earlier_peak_high(outcome: InterventionOutcome) -> bool:
+    return outcome.spike_line is not None and outcome.peak_loss >= outcome.spike_line
+
+
+def _describe(outcome: InterventionOutcome) -> str:
+    params = outcome.params
+    if outcome.name == "lr":
+        return f"learning rate ×{fmt(float(str(params.get('lr_factor'))))} over the window"
+    if outcome.name == "clip":
+        return f"gradient norm clipped at {fmt(float(str(params.get('max_grad_norm'))))}"
+    if outcome.name == "from":
+        return f"the window's batches fed to the state of checkpoint step {outcome.checkpoint_step}"
+    if "samples" in params:
+        samples = params["samples"]
+        count = sum(len(rows) for rows in samples.values()) if isinstance(samples, dict) else 0
+        return f"the {count} flagged samples dropped"
+    return "the spike batch's update skipped"
+
+
+def _reading(outcome: InterventionOutcome) -> str:
+    removed = outcome.spike_removed
+    if outcome.name == "skip":
+        what = "these samples" if "samples" in outcome.params else "this batch"
+        return (
+            "The spike is gone: the data caused it."
+            if removed
+            else f"The spike remains: {what} alone do not cause it."
+        )
+    if outcome.name == "from":
+        return (
+            "From the earlier state the same batches do not spike: the spike needs the state the "
+            "run had (bad state, not bad data)."
+            if removed
+            else "From the earlier state the same batches spike too: the data is bad whatever "
+            "the state."
+        )
+    if outcome.name == "lr":
+        return (
+            "The spike is gone: the step size drives it (the learning rate, not one batch alone)."
+            if removed
+            else "The spike remains at this learning rate: the step size alone does not drive it."
+        )
+    return (
+        "The spike is gone: clipping would have contained it."
+        if removed
+        else "The spike remains: clipping at this threshold would not have contained it."
+    )
+
+
+def _suggestion(outcome: InterventionOutcome) -> str:
+    if outcome.name == "skip" and outcome.spike_removed:
+        return "Restart from the checkpoint before the spike with these samples skipped."
+    if outcome.name == "from" and not outcome.spike_removed:
+        return "Remove or repair the batch; restarting from an earlier checkpoint will not help."
+    if outcome.name == "from":
+        return "Restart from an earlier checkpoint; inspect the optimizer state between them."
+    if outcome.name == "lr" and outcome.spike_removed:
+        return "Lower the learning rate (or fix the schedule) around this step and restart."
+    if outcome.name == "clip" and outcome.spike_removed:
+        return "Enable or tighten gradient clipping and restart from the checkpoint before it."
+    return "Combine with the other what-ifs to separate data from state."

@@ -1,0 +1,60 @@
+"""bad_batch: samples whose loss and gradient sit far outside their batch's distribution."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tscope.analyzers.signals import fmt
+
+from tscope.model import Finding
+from tscope.model.replay import BadSample, ReplayResult
+
+
+def bad_batch_findings(result: ReplayResult, qualified: bool) -> list[Finding]:
+    """One finding per step holding flagged samples. `qualified`: the replay did not reproduce
+    the log, so what it flags is about the replayed data, which may differ from the run's."""
+    by_step: dict[int, list[BadSample]] = defaultdict(list)
+    for sample in result.bad_samples:
+        by_step[sample.step].append(sample)
+    findings = []
+    for step, samples in sorted(by_step.items()):
+        samples.sort(key=lambda s: s.index)
+        indices = [s.index for s in samples]
+        share = sum(s.share for s in samples)
+        message = (
+            f"Step {step}'s batch holds {len(samples)} outlier sample"
+            f"{'s' if len(samples) != 1 else ''} (indices {', '.join(map(str, indices))} in the "
+            f"batch) with losses {fmt(min(s.loss for s in samples))}–"
+            f"{fmt(max(s.loss for s in samples))}; together they carry {share:.0%} of the "
+            "step's gradient."
+        )
+        if qualified:
+            message += " The replay did not reproduce the log: these are the replayed batches."
+        findings.append(
+            Finding(
+                category="bad_batch",
+                severity="warning",
+                confidence=0.5 if qualified else min(0.95, 0.6 + 0.4 * share),
+                step=step,
+                layer=None,
+                message=message,
+                evidence={
+                    "step": step,
+                    "indices": indices,
+                    "losses": [s.loss for s in samples],
+                    "gradient_shares": [s.share for s in samples],
+                    "combined_share": share,
+                },
+                suggestion=(
+                    f"Skip these samples (or step {step}'s batch) on restart: skip_batches.json "
+                    "in the case folder lists the batches in Lightning's SpikeDetection format; "
+                    "inspect the samples' tokens for corruption."
+                ),
+                source="replay",
+                threshold=(
+                    "gradient-norm z ≥ 5 and loss z ≥ 5 within the batch (two-pass robust z), "
+                    "the flagged rows together ≥ 50% of the step's gradient"
+                ),
+            )
+        )
+    return findings

@@ -1,0 +1,182 @@
+"""replay(run_dir, around=...) -> ReplayResult: pick the checkpoint, restore, replay, compare.
+
+    from tscope.replay import replay
+    result = replay("runs/exp1", around=145, window=(-5, 5), entry="replay_entry.py")
+    print(result.fidelity.reproduced, result.fidelity.max_rel_loss_diff)
+
+Nothing is written; the caller's RNG states and global torch settings are given back unchanged.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tscope import __version__
+from tscope.errors import UsageError
+from tscope.model import Run
+from tscope.model.replay import ReplayResult, RestoreReport
+from tscope.replay.determinism import replay_settings
+from tscope.replay.diagnosis import ReplayConditions
+from tscope.replay.entry import load_entry
+from tscope.replay.fidelity import compare
+from tscope.replay.files import CheckpointFiles
+from tscope.replay.logs import logged_series
+from tscope.replay.loop import ProgressCallback, run_steps
+from tscope.replay.model_build import quiet_transformers
+from tscope.replay.observers import Intervention, StepObserver
+from tscope.replay.restore import restore
+from tscope.replay.rng import caller_rng_preserved
+from tscope.replay.select import choose_checkpoint
+
+if TYPE_CHECKING:
+    import torch
+
+# Steps before and after --around replayed when no window is given: enough context to see a
+# spike rise and fall, short enough for a CPU replay of a small model in seconds.
+DEFAULT_WINDOW = (-5, 5)
+DEVICES = ("cpu", "cuda", "auto")
+
+
+def replay(
+    run_dir: str | Path,
+    around: int,
+    window: tuple[int, int] = DEFAULT_WINDOW,
+    entry: str | Path | None = None,
+    device: str = "cpu",
+    deterministic: bool = True,
+    on_step: ProgressCallback | None = None,
+    observers: Sequence[StepObserver] = (),
+    interventions: Sequence[Intervention] = (),
+    run: Run | None = None,
+    state_from: int | None = None,
+    load_everything: bool = False,
+) -> ReplayResult:
+    """Replay the optimizer steps around `around` from the newest checkpoint before them.
+
+    `window` = (-A, +B) asks for steps around-A .. around+B; the replay starts at the
+    checkpoint, so it usually covers more. `run` is the run's normalized logs when the caller
+    already has them (else they are read with analyze_run). `state_from` restores the newest
+    checkpoint at or before that step instead and feeds it the window's batches directly (the
+    what-if "same batches, earlier state"; it cannot reproduce the log by design). Raises
+    UsageError for inputs that cannot be replayed, with a one-line message naming the file and
+    the fix. `load_everything` restores every state the checkpoint holds even where the
+    producer's resume would drop some (the faithful resume that --check-resume compares with).
+    """
+    started = time.perf_counter()
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a run directory. Pass the folder holding checkpoints.")
+    if entry is None:
+        raise UsageError(
+            "Replay needs an entry file (--entry FILE.py) defining batches(start_step): the "
+            "batches the run consumed, which no checkpoint stores."
+        )
+    first_wanted, last = around + window[0], around + window[1]
+    if first_wanted > last or first_wanted < 0:
+        raise UsageError(f"--window {window[0]}:{window[1]} around {around} is empty or negative.")
+    loaded_entry = load_entry(entry)
+    choice = choose_checkpoint(root, first_wanted if state_from is None else state_from)
+    first = choice.first_step if state_from is None else first_wanted
+    torch_device = resolve_device(device)
+    if run is None:
+        from tscope.pipeline import analyze_run
+
+        run = analyze_run(root, read_weights=False).run
+    files = CheckpointFiles(choice)
+    try:
+        producer = files.producer_version
+        logs = logged_series(run, choice.format, files.run_config)
+        with (
+            replay_settings(torch_device.type, relaxed=not deterministic) as settings_report,
+            caller_rng_preserved(torch_device.type),
+        ):
+            restored = restore(
+                files, loaded_entry, torch_device, logs, first, last, load_everything
+            )
+            restored.settings.observers = tuple(observers)
+            for observer in observers:
+                observer.bind(loaded_entry, restored.settings)
+            restored.settings.interventions = tuple(interventions)
+            try:
+                with quiet_transformers():
+                    steps, skipped = run_steps(
+                        restored.model,
+                        restored.optimizer,
+                        loaded_entry,
+                        first,
+                        last,
+                        restored.plan,
+                        restored.settings,
+                        on_step,
+                    )
+            except RuntimeError as error:
+                if "deterministic" in str(error):
+                    raise _nondeterministic_op(error) from error
+                raise
+    finally:
+        files.close()
+    installed = getattr(sys.modules.get("transformers"), "__version__", None)
+    conditions = ReplayConditions(
+        optimizer_restored=restored.optimizer_restored,
+        rng_restored=restored.rng_restored,
+        deterministic=deterministic,
+        device_type=torch_device.type,
+        producer_device=restored.producer_device,
+        lr_source=restored.plan.source,
+        producer_software=f"transformers {producer}" if producer else None,
+        replay_software=f"transformers {installed}" if producer and installed else None,
+    )
+    comparisons, fidelity = compare(steps, logs, conditions)
+    report = RestoreReport(
+        optimizer=restored.optimizer_restored,
+        scheduler=restored.scheduler_restored,
+        rng=restored.rng_restored,
+        scaler=restored.scaler_restored,
+        lr_source=restored.plan.source,
+        loss_path=restored.settings.loss_path,
+        notes=tuple(settings_report.notes + restored.notes),
+        caveats=tuple(settings_report.caveats + restored.caveats),
+    )
+    return ReplayResult(
+        run_name=root.resolve().name,
+        checkpoint_step=choice.step,
+        checkpoint_path=choice.shown,
+        checkpoint_format=choice.format,
+        steps=(first, steps[-1].step if steps else first - 1),
+        around=around,
+        window=window,
+        device=torch_device.type,
+        deterministic=deterministic,
+        restore=report,
+        per_step=tuple(steps),
+        comparisons=tuple(comparisons),
+        fidelity=fidelity,
+        skipped=tuple(skipped),
+        seconds=time.perf_counter() - started,
+        tool_version=__version__,
+    )
+
+
+def resolve_device(device: str) -> torch.device:
+    """cpu, cuda, or auto (cuda when available)."""
+    import torch
+
+    if device not in DEVICES:
+        raise UsageError(f"Unknown device {device!r}; valid devices: {', '.join(DEVICES)}.")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available here. Use --device cpu.")
+    return torch.device(device)
+
+
+def _nondeterministic_op(error: RuntimeError) -> UsageError:
+    first = str(error).strip().splitlines()[0][:200]
+    return UsageError(
+        f"The model uses an operation without a deterministic kernel ({first}). Replay with "
+        "deterministic settings relaxed (deterministic=False) to run it anyway."
+    )

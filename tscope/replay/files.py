@@ -1,0 +1,121 @@
+"""The files of one checkpoint a replay restores from, each read through the safe loaders.
+
+Tensors and state dicts come through `safe_torch_load` (weights_only=True, numpy allowed only for
+RNG state); `training_args.bin` is decoded by the ingest reader without unpickling. Nothing is
+written, and nothing is read that the replay does not use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tscope.errors import UnreadableInput, UsageError
+from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.hf_trainer import HfTrainerCheckpoint
+from tscope.ingest.checkpoints.safe_load import safe_torch_load
+from tscope.ingest.checkpoints.state_dict_files import normalize_name
+from tscope.replay.select import CheckpointChoice
+
+if TYPE_CHECKING:
+    import torch
+
+_SAFE = LoadOptions(trust_pickle=False)  # replay never unpickles a stranger's objects
+_OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin")
+
+
+class CheckpointFiles:
+    """Config, weights and the resume state of one checkpoint, loaded on demand."""
+
+    def __init__(self, choice: CheckpointChoice) -> None:
+        self.choice = choice
+        self._hf: HfTrainerCheckpoint | None = None
+        self._nanogpt: Mapping[str, Any] | None = None
+        if choice.format == "hf_trainer":
+            self._hf = HfTrainerCheckpoint(choice.path, choice.shown, _SAFE)
+        else:
+            loaded = safe_torch_load(choice.path, choice.shown, _SAFE)
+            if not isinstance(loaded, Mapping) or not isinstance(loaded.get("model"), Mapping):
+                raise UnreadableInput(choice.shown, "holds no `model` state dict")
+            self._nanogpt = loaded
+
+    # --- what the producer recorded --------------------------------------------------------
+
+    @property
+    def model_config(self) -> dict[str, Any] | None:
+        """What build_model receives: config.json (Trainer) or model_args (nanoGPT)."""
+        if self._hf is not None:
+            return dict(self._hf.config) if self._hf.config else None
+        assert self._nanogpt is not None
+        args = self._nanogpt.get("model_args")
+        return dict(args) if isinstance(args, Mapping) else None
+
+    @property
+    def run_config(self) -> dict[str, Any]:
+        """Training settings: TrainingArguments as plain data, or nanoGPT's saved `config`."""
+        if self._hf is not None:
+            return dict(self._hf.training_args or {})
+        assert self._nanogpt is not None
+        config = self._nanogpt.get("config")
+        return dict(config) if isinstance(config, Mapping) else {}
+
+    @property
+    def trainer_state(self) -> dict[str, Any]:
+        return dict(self._hf.trainer_state or {}) if self._hf is not None else {}
+
+    @property
+    def producer_version(self) -> str | None:
+        """transformers version that wrote the checkpoint (config.json), if known."""
+        version = (self.model_config or {}).get("transformers_version")
+        return version if isinstance(version, str) and self._hf is not None else None
+
+    def has(self, name: str) -> bool:
+        return self.choice.format == "hf_trainer" and (self.choice.path / name).is_file()
+
+    # --- tensors and states ----------------------------------------------------------------
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The model state dict on CPU, names without wrapper prefixes; tied copies stored once."""
+        if self._hf is not None:
+            names = self._hf.tensor_names()
+            if not names:
+                raise UsageError(f"{self.choice.shown} holds no model weights to replay from.")
+            return {name: self._hf.load_tensor(name) for name in names}
+        assert self._nanogpt is not None
+        return {normalize_name(str(k)): v for k, v in self._nanogpt["model"].items()}
+
+    def optimizer_state(self) -> Any | None:
+        """The saved `Optimizer.state_dict()` (integer ids), or None when there is none."""
+        if self._nanogpt is not None:
+            return self._nanogpt.get("optimizer")
+        file = next((f for f in _OPTIMIZER_FILES if self.has(f)), None)
+        return self._load(file) if file is not None else None
+
+    def optimizer_file(self) -> str | None:
+        if self._nanogpt is not None:
+            return self.choice.shown if self._nanogpt.get("optimizer") is not None else None
+        return next((f for f in _OPTIMIZER_FILES if self.has(f)), None)
+
+    def scheduler_state(self) -> Any | None:
+        return self._load("scheduler.pt") if self.has("scheduler.pt") else None
+
+    def scaler_state(self) -> Any | None:
+        return self._load("scaler.pt") if self.has("scaler.pt") else None
+
+    def rng_state(self) -> tuple[Mapping[str, Any] | None, str]:
+        """Rank 0's RNG states and the file they came from ("" when there is none)."""
+        for name in ("rng_state.pth", "rng_state_0.pth"):
+            if self.has(name):
+                state = self._load(name, rng=True)
+                return (state if isinstance(state, Mapping) else None), name
+        return None, ""
+
+    def _load(self, name: str, rng: bool = False) -> Any:
+        return safe_torch_load(
+            self.choice.path / name, f"{self.choice.shown}/{name}", _SAFE, allow_numpy=rng
+        )
+
+    def close(self) -> None:
+        if self._hf is not None:
+            self._hf.close()
+        self._nanogpt = None

@@ -1,0 +1,73 @@
+"""Which checkpoint a replay starts from: the newest one whose state precedes the window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tscope.errors import UsageError
+from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.registry import find_checkpoints
+from tscope.ingest.checkpoints.state_dict_files import step_from_name
+
+# The layouts a replay can restore: weights, optimizer and (Trainer) scheduler, scaler and RNG.
+REPLAYABLE_FORMATS = ("hf_trainer", "nanogpt")
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    path: Path
+    shown: str  # relative to the run directory
+    format: str  # a REPLAYABLE_FORMATS name
+    step: int  # the step number the producer gave the checkpoint
+    first_step: int  # the first optimizer step a replay from it runs
+
+
+def first_replay_step(checkpoint_format: str, step: int) -> int:
+    """The step whose update comes right after the checkpoint's state.
+
+    Trainer `checkpoint-N/` is saved after update N (global_step counts finished updates), so the
+    next is N+1. nanoGPT saves `iter_num` N at the top of iteration N, before update N.
+    """
+    return step if checkpoint_format == "nanogpt" else step + 1
+
+
+def replayable_checkpoints(run_dir: Path) -> list[CheckpointChoice]:
+    """Every checkpoint under run_dir a replay can start from, in step order."""
+    choices = []
+    for reader, path, shown in find_checkpoints(run_dir):
+        if reader.name not in REPLAYABLE_FORMATS:
+            continue
+        step = step_from_name(path.name)
+        if step is None:  # e.g. nanoGPT's plain ckpt.pt: its iter_num says
+            handle = reader.open(path, shown, LoadOptions())
+            try:
+                step = handle.info.step
+            finally:
+                handle.close()
+        if step is None:
+            continue
+        choices.append(
+            CheckpointChoice(path, shown, reader.name, step, first_replay_step(reader.name, step))
+        )
+    return sorted(choices, key=lambda c: (c.step, c.shown))
+
+
+def choose_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
+    """The newest checkpoint from which step `window_start` can be replayed."""
+    available = replayable_checkpoints(run_dir)
+    if not available:
+        raise UsageError(
+            f"No replayable checkpoint in {run_dir}: replay needs Hugging Face Trainer "
+            "checkpoint-N/ folders or nanoGPT ckpt*.pt files."
+        )
+    usable = [c for c in available if c.first_step <= window_start]
+    if not usable:
+        steps = ", ".join(str(c.step) for c in available)
+        earliest = min(c.first_step for c in available)
+        raise UsageError(
+            f"No checkpoint in {run_dir} precedes step {window_start} (checkpoints at steps "
+            f"{steps}). Choose --around and --window so the window starts at step {earliest} "
+            "or later."
+        )
+    return max(usable, key=lambda c: (c.step, c.shown))

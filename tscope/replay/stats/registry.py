@@ -1,0 +1,78 @@
+"""The registry of replay statistics: every observer tscope.replay.stats provides, by name.
+
+observers = statistics_observers(model)                 # all that apply to this model
+observers = statistics_observers(model, names=("gradients", "attention"))
+replay(run_dir, around=145, entry="entry.py", observers=observers)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tscope.errors import UsageError
+from tscope.replay.stats.activations import ActivationStatistics
+from tscope.replay.stats.attention import AttentionLogits
+from tscope.replay.stats.base import StatisticsObserver
+from tscope.replay.stats.gradients import GradientStatistics
+from tscope.replay.stats.logits import OutputLogitStatistics
+from tscope.replay.stats.nonfinite import NonfiniteOrigin
+from tscope.replay.stats.router import RouterShares
+
+if TYPE_CHECKING:
+    import torch
+
+# In the order they run at each hook point. Gradients first: its on_backward copies the weights
+# before any other observer allocates.
+STEP_OBSERVERS: tuple[type[StatisticsObserver], ...] = (
+    GradientStatistics,
+    ActivationStatistics,
+    AttentionLogits,
+    OutputLogitStatistics,
+    RouterShares,
+    NonfiniteOrigin,
+)
+OBSERVER_NAMES = tuple(kind.name for kind in STEP_OBSERVERS)
+
+
+def statistics_observers(
+    model: torch.nn.Module,
+    config: Any = None,
+    names: Sequence[str] | None = None,
+    *,
+    grad_scaler: Any = None,
+    update_ratio: bool = True,
+) -> list[StatisticsObserver]:
+    """The observers named (default: all) that apply to `model`, ready for replay(observers=...).
+
+    `config`: the model's config when `model.config` is missing (an entry's build_model config);
+    `grad_scaler`: the restored torch.amp.GradScaler, so gradient norms are unscaled;
+    `update_ratio=False` skips the weight snapshot (one copy of the trainable weights).
+    """
+    wanted = list(OBSERVER_NAMES if names is None else names)
+    unknown = [name for name in wanted if name not in OBSERVER_NAMES]
+    if unknown:
+        raise UsageError(
+            f"Unknown replay statistic {', '.join(map(repr, unknown))}; valid ones: "
+            f"{', '.join(OBSERVER_NAMES)}."
+        )
+    observers: list[StatisticsObserver] = []
+    for kind in STEP_OBSERVERS:
+        if kind.name not in wanted:
+            continue
+        observer = _build(kind, config, grad_scaler, update_ratio)
+        if observer.applies(model):
+            observers.append(observer)
+    return observers
+
+
+def _build(
+    kind: type[StatisticsObserver], config: Any, grad_scaler: Any, update_ratio: bool
+) -> StatisticsObserver:
+    if kind is GradientStatistics:
+        return GradientStatistics(update_ratio=update_ratio, grad_scaler=grad_scaler)
+    if kind is AttentionLogits:
+        return AttentionLogits(config=config)
+    if kind is RouterShares:
+        return RouterShares(config=config)
+    return kind()

@@ -1,0 +1,53 @@
+"""Every per-layer statistic of tscope.replay.stats, built on the replay's model at its first step.
+
+The replay builds the model itself (from the checkpoint), so the statistics observers, which need
+the model to find blocks, attention and routers, are created when the first step starts and then
+called in the registry's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tscope.replay.observers import StepContext, StepObserver
+
+if TYPE_CHECKING:
+    from tscope.replay.entry import Entry
+    from tscope.replay.loop import LoopSettings
+
+
+class StatisticsSuite(StepObserver):
+    def __init__(self, names: Sequence[str] | None = None) -> None:
+        self.names = names
+        self.observers: list[StepObserver] = []
+        self._settings: LoopSettings | None = None
+        self._built = False
+
+    def bind(self, entry: Entry, settings: LoopSettings) -> None:
+        self._settings = settings
+
+    def _build(self, model: Any) -> None:
+        from tscope.replay.stats import statistics_observers
+
+        scaler = self._settings.scaler if self._settings is not None else None
+        self.observers = list(statistics_observers(model, names=self.names, grad_scaler=scaler))
+        self._built = True
+
+    def on_step_start(self, context: StepContext) -> None:
+        if not self._built:
+            self._build(context.model)
+        for observer in self.observers:
+            observer.on_step_start(context)
+
+    def on_micro_batch(self, context: StepContext, index: int, per_sample: Any) -> None:
+        for observer in self.observers:
+            observer.on_micro_batch(context, index, per_sample)
+
+    def on_backward(self, context: StepContext) -> None:
+        for observer in self.observers:
+            observer.on_backward(context)
+
+    def on_step_end(self, context: StepContext) -> None:
+        for observer in self.observers:
+            observer.on_step_end(context)
