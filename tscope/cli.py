@@ -196,6 +196,7 @@ def replay(
         case_with_replay,
         check_resumes,
         investigate,
+        resume_investigation,
         write_replay_files,
     )
 
@@ -229,11 +230,10 @@ def replay(
                     run_dir, entry, device=device, deterministic=not relaxed
                 )
                 if around is None:
-                    raise UsageError(
-                        "--check-resume without --around is not supported yet; add --around STEP."
-                    )
-                investigation.resume_checks = checks
-                investigation.findings.extend(resume_findings)
+                    investigation = resume_investigation(run_dir, checks, resume_findings)
+                else:
+                    investigation.resume_checks = checks
+                    investigation.findings.extend(resume_findings)
             case = case_with_replay(investigation, trust_pickle=trust_pickle)
         written = _write_case(case, target, chosen)
         written += write_replay_files(investigation, target)

@@ -95,6 +95,7 @@ def investigate(
                 (first, last),
                 reference,
                 result.checkpoint_step,
+                own_level=experiment.name == "from",
             )
         )
     result = replace(
@@ -164,19 +165,39 @@ def check_resumes(
         )
     results, findings = [], []
     for step in resumes:
-        result = replay(
-            run_dir,
-            step,
-            window=(0, steps - 1),
-            entry=entry,
-            device=device,
-            deterministic=deterministic,
-            run=run,
-            load_everything=True,
-        )
-        results.append(result)
-        findings.extend(mismatch_findings(result, at_step=step))
+        arguments: dict[str, Any] = {
+            "window": (0, steps - 1),
+            "entry": entry,
+            "device": device,
+            "deterministic": deterministic,
+            "run": run,
+        }
+        faithful = replay(run_dir, step, load_everything=True, **arguments)
+        results.append(faithful)
+        dropped: list[str] = []
+        if not faithful.fidelity.reproduced:
+            as_producer = replay(run_dir, step, **arguments)
+            if as_producer.fidelity.reproduced:
+                dropped = [note for note in as_producer.restore.notes if "not loaded" in note]
+                dropped = dropped or ["state the producer's resume rule leaves out"]
+        findings.extend(mismatch_findings(faithful, at_step=step, dropped=dropped))
     return results, findings
+
+
+def resume_investigation(
+    run_dir: str | Path, checks: list[ReplayResult], findings: list[Finding]
+) -> Investigation:
+    """--check-resume on its own: the case shows the first resume's replay."""
+    from tscope.pipeline import analyze_run
+
+    run = analyze_run(run_dir, read_weights=False).run
+    return Investigation(
+        run_dir=str(run_dir),
+        result=checks[0],
+        findings=list(findings),
+        run=run,
+        resume_checks=list(checks),
+    )
 
 
 def write_replay_files(investigation: Investigation, out_dir: Path) -> list[Path]:

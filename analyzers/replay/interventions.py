@@ -64,7 +64,11 @@ def judge(
     window: tuple[int, int],
     reference: tuple[float, float] | None,
     checkpoint_step: int | None = None,
+    own_level: bool = False,
 ) -> InterventionOutcome:
+    """`own_level`: the what-if starts from another state (what-if "from"), whose loss level
+    differs: its spike line is its own window median (the baseline's peak step and neighbours
+    left out) plus the same noise band as the baseline's."""
     first, last = window
     peak, peak_step = window_peak(what_if, first, last)
     base_peak, base_step = window_peak(baseline, first, last)
@@ -72,7 +76,20 @@ def judge(
     median = line = None
     if reference is not None:
         median, line = reference
-        removed = base_peak >= line and peak < line
+        if own_level and base_step is not None:
+            others = [
+                s.loss
+                for s in what_if
+                if first <= s.step <= last
+                and abs(s.step - base_step) > 1
+                and not s.update_skipped
+                and math.isfinite(s.loss)
+            ]
+            if others:
+                band = line - median
+                median = float(np.median(others))
+                line = median + band
+        removed = base_peak >= reference[1] and peak < line
     return InterventionOutcome(
         name=name,
         params=dict(params),

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tscope.analyzers.signals import fmt
 
 from tscope.model import Finding
 from tscope.model.replay import ReplayResult
 
 
-def mismatch_findings(result: ReplayResult, at_step: int | None = None) -> list[Finding]:
-    """One finding when the loss did not reproduce (`at_step`: e.g. the resume being checked)."""
+def mismatch_findings(
+    result: ReplayResult, at_step: int | None = None, dropped: Sequence[str] = ()
+) -> list[Finding]:
+    """One finding when the loss did not reproduce (`at_step`: e.g. the resume being checked;
+    `dropped`: what the producer's own resume rule leaves out of this checkpoint, when a replay
+    under that rule does reproduce the log — then that is the reason)."""
     fidelity = result.fidelity
     if fidelity.reproduced:
         return []
     reasons = [reason.message for reason in fidelity.reasons]
+    if dropped:
+        reasons = [f"the resumed run did not restore what the checkpoint holds: {dropped[0]}"]
     step = at_step if at_step is not None else fidelity.first_mismatch_step
     where = (
         f"from step {fidelity.first_mismatch_step}"
@@ -26,7 +34,7 @@ def mismatch_findings(result: ReplayResult, at_step: int | None = None) -> list[
         f"{fidelity.compared_steps} compared steps; tolerance {fmt(fidelity.tolerance)})."
     )
     if reasons:
-        message += f" Most likely: {reasons[0]}"
+        message += f" Most likely: {reasons[0].rstrip('.')}."
     if at_step is not None:
         message += (
             f" The run resumed here: a load that does not give back the state the run had "
@@ -47,7 +55,9 @@ def mismatch_findings(result: ReplayResult, at_step: int | None = None) -> list[
                 "max_abs_loss_diff": fidelity.max_abs_loss_diff,
                 "max_rel_loss_diff": fidelity.max_rel_loss_diff,
                 "first_mismatch_step": fidelity.first_mismatch_step,
-                "reasons": [reason.code for reason in fidelity.reasons],
+                "reasons": ["resume_dropped_state"]
+                if dropped
+                else [reason.code for reason in fidelity.reasons],
             },
             suggestion=(
                 "Findings from this replay describe the replayed run, not necessarily the logged "

@@ -30,7 +30,7 @@ from tscope.replay.model_build import quiet_transformers
 from tscope.replay.observers import Intervention, StepObserver
 from tscope.replay.restore import restore
 from tscope.replay.rng import caller_rng_preserved
-from tscope.replay.select import choose_checkpoint
+from tscope.replay.select import checkpoint_at_or_before, choose_checkpoint
 
 if TYPE_CHECKING:
     import torch
@@ -79,8 +79,15 @@ def replay(
     if first_wanted > last or first_wanted < 0:
         raise UsageError(f"--window {window[0]}:{window[1]} around {around} is empty or negative.")
     loaded_entry = load_entry(entry)
-    choice = choose_checkpoint(root, first_wanted if state_from is None else state_from)
+    choice = (
+        choose_checkpoint(root, first_wanted)
+        if state_from is None
+        else checkpoint_at_or_before(root, state_from)
+    )
     first = choice.first_step if state_from is None else first_wanted
+    # The learning rates of the state's own next steps (an LR anomaly in the window belongs to
+    # the run's state and schedule, not to its batches).
+    lr_offset = first - choice.first_step
     torch_device = resolve_device(device)
     if run is None:
         from tscope.pipeline import analyze_run
@@ -95,8 +102,15 @@ def replay(
             caller_rng_preserved(torch_device.type),
         ):
             restored = restore(
-                files, loaded_entry, torch_device, logs, first, last, load_everything
+                files,
+                loaded_entry,
+                torch_device,
+                logs,
+                first - lr_offset,
+                last - lr_offset,
+                load_everything,
             )
+            restored.settings.lr_step_offset = lr_offset
             restored.settings.observers = tuple(observers)
             for observer in observers:
                 observer.bind(loaded_entry, restored.settings)

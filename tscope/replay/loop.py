@@ -44,6 +44,9 @@ class LoopSettings:
     scaler: Any = None  # torch.amp.GradScaler restored from scaler.pt
     observers: Sequence[StepObserver] = field(default_factory=tuple)
     interventions: Sequence[Intervention] = field(default_factory=tuple)
+    # Steps read from the LR plan at step − offset: a replay that feeds later batches to an
+    # earlier state follows that state's own schedule (what-if "from").
+    lr_step_offset: int = 0
 
 
 def run_steps(
@@ -104,7 +107,7 @@ def _one_step(
     rows = [_rows(b, entry) for b in micro]
     samples = sum(rows)
     n_items, n_alternative = _normalisers(micro, settings)
-    lrs = _learning_rates(step, plan, settings.interventions)
+    lrs = _learning_rates(step - settings.lr_step_offset, plan, settings.interventions)
     for group, lr in zip(optimizer.param_groups, lrs, strict=False):
         group["lr"] = lr
     if any(intervention.skips_update(step) for intervention in settings.interventions):

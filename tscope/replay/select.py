@@ -71,3 +71,16 @@ def choose_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
             "or later."
         )
     return max(usable, key=lambda c: (c.step, c.shown))
+
+
+def checkpoint_at_or_before(run_dir: Path, step: int) -> CheckpointChoice:
+    """The newest checkpoint saved at or before `step` (what-if "from=STEP")."""
+    available = replayable_checkpoints(run_dir)
+    usable = [c for c in available if c.step <= step]
+    if not usable:
+        steps = ", ".join(str(c.step) for c in available) or "none"
+        raise UsageError(
+            f"--what-if from={step}: no checkpoint in {run_dir} was saved at or before step "
+            f"{step} (checkpoints at steps {steps})."
+        )
+    return max(usable, key=lambda c: (c.step, c.shown))

@@ -1,0 +1,160 @@
+"""`tscope replay` end to end on real Trainer runs with planted causes: the replay names the
+corrupted samples, the what-if replays answer "data or state?", a bad resume is caught, and the
+stable control stays quiet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tscope.cli import app
+from tscope.replay_pipeline import (
+    case_with_replay,
+    check_resumes,
+    investigate,
+    write_replay_files,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "fixtures" / "data" / "trainer"
+ENTRY = ROOT / "fixtures" / "entries" / "trainer_fixtures.py"
+
+
+def manifest(name: str) -> dict:
+    return json.loads((RUNS / name / "manifest.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def corrupted(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")
+        found = investigate(
+            RUNS / "corrupted_batch", 145, ENTRY, what_ifs=["skip", "from=60", "lr=0.5"]
+        )
+        case = case_with_replay(found)
+    out = tmp_path_factory.mktemp("corrupted-case")
+    return found, case, out, write_replay_files(found, out)
+
+
+@pytest.fixture(scope="module")
+def lr_jump():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TSCOPE_FIXTURE_RUN", "lr_jump")
+        factor = manifest("lr_jump")["planted"]["factor"]
+        return investigate(RUNS / "lr_jump", 151, ENTRY, what_ifs=["skip", f"lr={1 / factor}"])
+
+
+def test_the_replay_reproduces_the_log_and_names_the_corrupted_samples(corrupted):
+    found, _, _, _ = corrupted
+    assert found.result.fidelity.reproduced
+    planted = manifest("corrupted_batch")["planted"]
+    flagged = [(s.step, s.index) for s in found.result.bad_samples]
+    assert flagged == [(planted["step"], i) for i in planted["in_batch_indices"]]
+
+
+def test_the_best_explanation_is_the_bad_batch_with_its_indices(corrupted):
+    _, case, _, _ = corrupted
+    first = case.findings[0]
+    assert (first.category, first.step, first.source) == ("bad_batch", 145, "replay")
+    assert first.evidence["indices"] == [2, 5, 11, 13, 17, 22]
+    assert "bad_batch" in case.summary["verdict"]
+
+
+def test_the_what_ifs_say_data_for_the_corrupted_batch(corrupted):
+    found, _, _, _ = corrupted
+    outcomes = {o.name: o for o in found.result.interventions}
+    assert outcomes["skip"].spike_removed  # dropping the flagged samples removes the spike
+    assert not outcomes["from"].spike_removed  # an earlier state spikes on the same batch
+    assert outcomes["from"].checkpoint_step == 60
+    assert found.result.cause == "data"
+
+
+def test_the_what_ifs_say_state_for_the_lr_jump(lr_jump):
+    outcomes = {o.name: o for o in lr_jump.result.interventions}
+    assert lr_jump.result.fidelity.reproduced
+    assert lr_jump.result.bad_samples == ()
+    assert outcomes["lr"].spike_removed  # the spike disappears under lr = 1/factor
+    assert not outcomes["skip"].spike_removed  # skipping the spike batch does not help
+    assert lr_jump.result.cause == "state"
+
+
+def test_replay_files_are_written_to_the_case_folder_only(corrupted):
+    _, _, out, written = corrupted
+    names = {path.name for path in written}
+    assert {"replay.json", "replay_steps.parquet", "skip_batches.json"} <= names
+    assert json.loads((out / "skip_batches.json").read_text(encoding="utf-8")) == [143, 144]
+    payload = json.loads((out / "replay.json").read_text(encoding="utf-8"))
+    assert {"checkpoint", "steps", "fidelity", "per_step", "bad_samples", "interventions"} <= set(
+        payload
+    )
+    assert payload["fidelity"]["reproduced"] is True
+    assert not any((RUNS / "corrupted_batch").glob("**/skip_batches.json"))
+    assert not any((RUNS / "corrupted_batch").glob("**/replay.json"))
+
+
+def test_per_step_layer_statistics_are_recorded(corrupted):
+    found, case, _, _ = corrupted
+    step = next(s for s in found.result.per_step if s.step == 145)
+    statistics = {name for values in step.layers.values() for name in values}
+    assert {"grad_norm", "update_ratio_per_step", "activation_max_abs"} <= statistics
+    assert "attention_logit_max" in statistics
+    assert case.replay is not None and case.replay["layer_series"]
+
+
+def test_a_stable_run_gives_no_replay_warning(monkeypatch):
+    monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "stable")
+    found = investigate(RUNS / "stable", 145, ENTRY, what_ifs=["skip"])
+    assert found.result.fidelity.reproduced
+    assert found.result.bad_samples == ()
+    assert [f for f in found.findings if f.severity != "info"] == []
+    assert found.result.cause is None
+
+
+def test_check_resume_catches_the_resume_that_dropped_the_optimizer_state(monkeypatch):
+    monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "resumed_lr_restart")
+    results, findings = check_resumes(RUNS / "resumed_lr_restart", ENTRY)
+    assert [r.checkpoint_step for r in results] == [120]
+    (finding,) = findings
+    assert (finding.category, finding.step) == ("replay_mismatch", 121)
+    assert finding.evidence["reasons"] == ["resume_dropped_state"]
+    assert "scheduler.pt" in finding.message
+
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--around", "145"], "needs --entry"),
+        (["--around", "145", "--entry", str(ENTRY), "--what-if", "dance"], "Unknown --what-if"),
+        (["--around", "145", "--entry", str(ENTRY), "--window", "5:-5"], "--window"),
+        (["--entry", str(ENTRY)], "--around"),
+    ],
+)
+def test_replay_usage_errors_are_one_line_and_exit_2(args, needle, tmp_path):
+    result = runner.invoke(
+        app, ["replay", str(RUNS / "corrupted_batch"), *args, "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2
+    assert needle in result.output and "Traceback" not in result.output
+
+
+def test_replay_refuses_to_write_into_the_run():
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            str(RUNS / "corrupted_batch"),
+            "--around",
+            "145",
+            "--entry",
+            str(ENTRY),
+            "--out",
+            str(RUNS / "corrupted_batch" / "case"),
+        ],
+    )
+    assert result.exit_code == 2 and "never writes into an input" in result.output
