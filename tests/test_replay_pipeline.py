@@ -158,3 +158,32 @@ def test_replay_refuses_to_write_into_the_run():
         ],
     )
     assert result.exit_code == 2 and "never writes into an input" in result.output
+
+
+def test_an_inf_planted_in_one_layer_is_traced_to_that_module(tmp_path, monkeypatch):
+    """A real safetensors checkpoint with one weight set to inf: nonfinite_origin names it."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "stable"
+    shutil.copytree(RUNS / "stable", run)
+    weights = run / "checkpoint-120" / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["transformer.h.1.mlp.c_fc.weight"][0, 0] = float("inf")
+    save_file(tensors, weights, metadata={"format": "pt"})
+    monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "stable")
+    found = investigate(run, 123, ENTRY, window=(-2, 0))
+    origin = next(f for f in found.findings if f.category == "nonfinite_origin")
+    assert (origin.step, origin.layer) == (121, "transformer.h.1.mlp.c_fc")
+    assert origin.evidence["phase"] == "forward"
+    assert not found.result.fidelity.reproduced  # the run never had that inf
+    assert any(f.category == "replay_mismatch" for f in found.findings)
+
+
+def test_the_blowup_run_shows_where_nan_starts_and_the_attention_logits(monkeypatch):
+    monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "lr_blowup")
+    found = investigate(RUNS / "lr_blowup", 185, ENTRY, window=(-4, 4), what_ifs=[])
+    categories = {f.category: f for f in found.findings}
+    assert categories["nonfinite_origin"].step == 183
+    assert categories["attention_logit_growth"].evidence["attention_logit_max"] >= 1e4

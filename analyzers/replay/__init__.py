@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tscope.analyzers.replay.effects import cause_verdict, effect_findings
 from tscope.analyzers.replay.interventions import judge, spike_line, window_peak
+from tscope.analyzers.replay.layers import layer_findings
 from tscope.analyzers.replay.mismatch import mismatch_findings
 from tscope.analyzers.replay.samples import bad_batch_findings
 
@@ -27,5 +28,6 @@ def replay_findings(result: ReplayResult) -> list[Finding]:
     qualified = not result.fidelity.reproduced
     findings = mismatch_findings(result)
     findings += bad_batch_findings(result, qualified)
+    findings += layer_findings(result, qualified)
     findings += effect_findings(result.interventions, qualified)
     return findings

@@ -22,6 +22,8 @@ from tscope.render.heatmap import layers_heatmap
 from tscope.render.html import render_html
 from tscope.render.json_file import case_json_text, normalized_payload
 from tscope.render.markdown import render_markdown
+from tscope.render.replay_charts import replay_chart, whatif_chart
+from tscope.render.replay_layers import layer_statistics_chart
 
 FORMATS = ("html", "md", "json")
 CASE_JSON = "case.json"
@@ -33,9 +35,23 @@ CHART_FILES = {
     "metrics": "case-metrics.svg",
     "layers": "case-layers.svg",
 }
+# Only a case that `tscope replay` wrote has these: the replayed loss, the what-ifs, the layers.
+REPLAY_CHART_FILES = {
+    "replay": "case-replay.svg",
+    "whatif": "case-whatif.svg",
+    "replay_layers": "case-replay-layers.svg",
+}
+ALL_CHART_FILES = {**CHART_FILES, **REPLAY_CHART_FILES}
 REANALYZE_HINT = "Re-run `tscope analyze` to write it again"
 
-__all__ = ["CASE_JSON", "CHART_FILES", "FORMATS", "load_case_payload", "render_case"]
+__all__ = [
+    "CASE_JSON",
+    "CHART_FILES",
+    "FORMATS",
+    "REPLAY_CHART_FILES",
+    "load_case_payload",
+    "render_case",
+]
 
 
 def render_case(
@@ -68,18 +84,21 @@ def render_case(
             written.append(_write(directory / CASE_HTML, render_html(payload, charts)))
         else:
             for chart_name, chart in charts.items():
-                written.append(_write(directory / CHART_FILES[chart_name], chart.svg + "\n"))
-            markdown = render_markdown(payload, charts, CHART_FILES)
+                written.append(_write(directory / ALL_CHART_FILES[chart_name], chart.svg + "\n"))
+            markdown = render_markdown(payload, charts, ALL_CHART_FILES)
             written.append(_write(directory / CASE_MD, markdown))
     return written
 
 
 def draw_charts(payload: dict[str, Any]) -> dict[str, Chart]:
-    """Every chart the payload has data for, keyed as in CHART_FILES."""
+    """Every chart the payload has data for, keyed as in CHART_FILES and REPLAY_CHART_FILES."""
     drawn = {
         "chart": incident_chart(payload),
         "metrics": other_metrics_chart(payload),
         "layers": layers_heatmap(payload),
+        "replay": replay_chart(payload),
+        "whatif": whatif_chart(payload),
+        "replay_layers": layer_statistics_chart(payload),
     }
     return {name: chart for name, chart in drawn.items() if chart is not None}
 

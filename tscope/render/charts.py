@@ -48,8 +48,8 @@ SPIKE_FILL = "#d62728"
 FINDING_COLOR = "#6a1b9a"
 NONFINITE_COLOR = "#c62828"
 
-# The drawings a case can have: the first-screen chart, other metrics, the per-layer heat map.
-CHART_NAMES = ("chart", "metrics", "layers")
+# The drawings a case can have: first-screen chart, other metrics, heat map; then `tscope replay`'s.
+CHART_NAMES = ("chart", "metrics", "layers", "replay", "whatif", "replay_layers")
 MAIN_PANELS = (
     ("Loss", (LOSS, EVAL_LOSS)),
     ("Gradient norm", (GRAD_NORM,)),

@@ -23,6 +23,7 @@ from tscope.render.formatting import (
     parse_number,
 )
 from tscope.render.heatmap import MEASURES
+from tscope.render.replay_view import replay_view
 
 TEMPLATE_PACKAGE = "tscope.templates"  # the top-level templates/ folder, installed inside tscope
 STATUS_LABELS = {"incident": "Incident", "healthy": "Healthy", "no_data": "No data"}
@@ -109,6 +110,7 @@ def build_view(payload: dict[str, Any]) -> dict[str, Any]:
         "config": flatten(_mapping(_mapping(payload.get("run")).get("config"))),
         "other_metrics": _other_metrics(payload),
         "layer_tables": _layer_tables(_mapping(payload.get("layers"))),
+        "replay": replay_view(payload),
         "tool": _tool_line(payload),
     }
 

@@ -2,14 +2,16 @@
 
 Statistics in context.layers (L2 norms, float32 per tensor, combined in float64):
 
-    {tensor}: grad_norm              ‖g‖ of the accumulated gradient before clipping (unscaled when
+    {tensor}: numel                  elements of the parameter tensor (only tensor entries have
+                                     it: this is how a reader tells them from blocks)
+              grad_norm              ‖g‖ of the accumulated gradient before clipping (unscaled when
                                      a GradScaler is passed): Σ grad_norm² over tensors = the
                                      logged pre-clip grad_norm²
               weight_norm            ‖W‖ before optimizer.step()
               delta_norm             ‖W_after − W_before‖ of this step's update
               update_ratio_per_step  delta_norm / weight_norm (the checkpoint layers table's name
                                      and meaning, for one step)
-    {block}:  the same four, over all of the block's tensors (√Σ of squares)
+    {block}:  the four norms and ratio over all of the block's tensors (√Σ of squares)
 
 Only parameters with a gradient this step are measured (frozen ones never move).
 
@@ -33,6 +35,7 @@ from tscope.replay.stats.structure import block_of, transformer_blocks
 if TYPE_CHECKING:
     import torch
 
+NUMEL = "numel"
 GRAD_NORM = "grad_norm"
 WEIGHT_NORM = "weight_norm"
 DELTA_NORM = "delta_norm"
@@ -83,6 +86,8 @@ class GradientStatistics(StatisticsObserver):
             values = torch.stack(rows).tolist()  # the step's one device→host transfer
         blocks = [name for name, _ in transformer_blocks(context.model)]
         _fill(context.layers, self._names, values, blocks)
+        for name, parameter in zip(self._names, self._parameters, strict=True):
+            context.layers[name][NUMEL] = float(parameter.numel())
         self._parameters = []  # no reference to the model between steps
 
     def _grad_scale(self) -> torch.Tensor | None:

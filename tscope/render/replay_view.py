@@ -1,0 +1,273 @@
+"""The case's `replay` section turned into the strings the templates print.
+
+    view["replay"] = replay_view(payload)   # None when the case has no replay: nothing renders
+
+Read as defensively as the rest of the payload (a case.json from another tscope may lack a key);
+every number formatted here, every list ordered here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tscope.render.formatting import MISSING, format_number, format_step, one_line, parse_number
+from tscope.render.replay_charts import section_of
+from tscope.render.replay_layers import read_layer_series
+from tscope.render.replay_names import (
+    FILE_DESCRIPTIONS,
+    LOSS_PATHS,
+    LR_SOURCES,
+    statistic,
+    what_if_label,
+    what_if_words,
+)
+
+SKIP_FILE = "skip_batches.json"
+RESTORED_PARTS = (
+    ("optimizer", "optimizer state"),
+    ("scheduler", "LR scheduler"),
+    ("rng", "RNG state"),
+    ("scaler", "gradient scaler"),
+)
+CAUSES = {
+    "data": "The what-if replays point at the data (the batches), not the training state.",
+    "state": "The what-if replays point at the state (optimizer, learning rate), not the data.",
+}
+NO_CAUSE = "The what-if replays do not single out data or state."
+
+
+def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
+    section = section_of(payload)
+    if section is None:
+        return None
+    fidelity = _mapping(section.get("fidelity"))
+    status = _status(fidelity)
+    interventions = _records(section.get("interventions"))
+    cause = section.get("cause")
+    files = [str(name) for name in _list(section.get("files"))]
+    return {
+        "status": status,
+        "status_label": {
+            "reproduced": "reproduces the log",
+            "not_reproduced": "does not reproduce the log",
+            "unchecked": "not compared with the log",
+        }[status],
+        "verdict": _verdict(section, fidelity, status),
+        "scope": _scope(section),
+        "reasons": [
+            f"{one_line(str(reason.get('message', '')))} ({reason.get('code', '')})"
+            for reason in _records(fidelity.get("reasons"))
+        ],
+        "restore": _restore(section),
+        "cause": CAUSES.get(str(cause), f"The what-if replays point at: {cause}.")
+        if cause
+        else (NO_CAUSE if interventions else ""),
+        "bad_samples": _bad_samples(section),
+        "bad_sample_totals": _bad_sample_totals(section),
+        "skip_file": SKIP_FILE if SKIP_FILE in files else "",
+        "what_ifs": [_what_if(item) for item in interventions],
+        "layer_rows": _layer_rows(section),
+        "files": [
+            {"name": name, "description": FILE_DESCRIPTIONS.get(name, "written by the replay")}
+            for name in files
+        ],
+        "resume_checks": [
+            {
+                "checkpoint": str(check.get("checkpoint") or MISSING),
+                "steps": _step_span(check.get("steps")),
+                "reproduced": format_number(bool(check.get("reproduced"))),
+                "max_rel": format_number(parse_number(check.get("max_rel_loss_diff"))),
+            }
+            for check in _records(section.get("resume_checks"))
+        ],
+    }
+
+
+def _status(fidelity: dict[str, Any]) -> str:
+    if not parse_number(fidelity.get("compared_steps")):
+        return "unchecked"
+    return "reproduced" if fidelity.get("reproduced") is True else "not_reproduced"
+
+
+def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> str:
+    """One line: what was replayed, from where, and whether it reproduces the log."""
+    checkpoint = _mapping(section.get("checkpoint"))
+    source = (
+        checkpoint.get("path") or f"the checkpoint of step {format_step(checkpoint.get('step'))}"
+    )
+    mode = "deterministic" if section.get("deterministic") else "not deterministic"
+    head = (
+        f"Replayed {_step_span(section.get('steps'), 'steps ')} from `{one_line(str(source))}` "
+        f"on {one_line(str(section.get('device') or 'an unknown device'))} ({mode})"
+    )
+    replayed = len(_records(section.get("per_step")))
+    compared = format_step(fidelity.get("compared_steps"))
+    relative = format_number(parse_number(fidelity.get("max_rel_loss_diff")))
+    tolerance = format_number(parse_number(fidelity.get("tolerance")))
+    reasons = _records(fidelity.get("reasons"))
+    likely = (
+        f"; most likely: {one_line(str(reasons[0].get('message', ''))).rstrip('.')}"
+        if reasons
+        else ""
+    )
+    if status == "unchecked":
+        return f"{head}: not compared with the log — no logged loss falls on the replayed steps{likely}."
+    extras = []
+    bit_exact = parse_number(fidelity.get("bit_exact_steps"))
+    if bit_exact:
+        extras.append(f"{format_step(bit_exact)} bit-exact")
+    nonfinite = parse_number(fidelity.get("nonfinite_agreed_steps"))
+    if nonfinite:
+        extras.append(f"{format_step(nonfinite)} NaN/Inf in both")
+    counted = f"{compared} of {replayed} steps compared" + (
+        f" ({', '.join(extras)})" if extras else ""
+    )
+    numbers = f"{counted}, max relative loss difference {relative} (tolerance {tolerance})"
+    if fidelity.get("grad_norm_reproduced") is False:
+        grad = format_number(parse_number(fidelity.get("max_rel_grad_norm_diff")))
+        numbers += f"; the gradient norm differs (max relative difference {grad})"
+    if status == "reproduced":
+        return f"{head}: reproduces the log — {numbers}."
+    first = fidelity.get("first_mismatch_step")
+    where = f", first mismatch at step {format_step(first)}" if first is not None else ""
+    return f"{head}: does NOT reproduce the log — {numbers}{where}{likely}."
+
+
+def _scope(section: dict[str, Any]) -> str:
+    around = parse_number(section.get("around"))
+    window = [parse_number(offset) for offset in _list(section.get("window"))]
+    low, high = window if len(window) == 2 else (None, None)
+    if around is None or low is None or high is None:
+        return ""
+    return (
+        f"Asked for: around step {format_step(around)}, window {_signed(low)}…{_signed(high)} "
+        f"(steps {format_step(around + low)}–{format_step(around + high)}, shaded in the chart), "
+        "the steps the what-ifs change and judge; the steps before the window carry the restored "
+        "state up to it."
+    )
+
+
+def _restore(section: dict[str, Any]) -> dict[str, Any]:
+    restore = _mapping(section.get("restore"))
+    checkpoint = _mapping(section.get("checkpoint"))
+    source = checkpoint.get("path") or "the checkpoint"
+    restored = ["model weights"] + [words for key, words in RESTORED_PARTS if restore.get(key)]
+    missing = [words for key, words in RESTORED_PARTS if not restore.get(key)]
+    lr_source = str(restore.get("lr_source") or "")
+    loss_path = str(restore.get("loss_path") or "")
+    return {
+        "restored": f"Restored from `{one_line(str(source))}`: {', '.join(restored)}.",
+        "not_restored": f"Not restored: {', '.join(missing)}." if missing else "",
+        "learning_rate": f"Learning rate: {LR_SOURCES.get(lr_source, lr_source or MISSING)}.",
+        "loss": f"Loss: {LOSS_PATHS.get(loss_path, loss_path or MISSING)}.",
+        "caveats": [one_line(str(item)) for item in _list(restore.get("caveats"))],
+        "notes": [one_line(str(item)) for item in _list(restore.get("notes"))],
+    }
+
+
+def _bad_samples(section: dict[str, Any]) -> list[dict[str, str]]:
+    samples = sorted(_records(section.get("bad_samples")), key=_sample_key)
+    return [
+        {
+            "step": format_step(sample.get("step")),
+            "index": format_step(sample.get("index")),
+            "loss": format_number(parse_number(sample.get("loss"))),
+            "share": _percent(parse_number(sample.get("share"))),
+        }
+        for sample in samples
+    ]
+
+
+def _bad_sample_totals(section: dict[str, Any]) -> list[str]:
+    """Per step: how many samples were flagged and the gradient share they carry together."""
+    by_step: dict[float, list[float | None]] = {}
+    for sample in _records(section.get("bad_samples")):
+        step = parse_number(sample.get("step"))
+        if step is not None:
+            by_step.setdefault(step, []).append(parse_number(sample.get("share")))
+    lines = []
+    for step, shares in sorted(by_step.items()):
+        known = [share for share in shares if share is not None and math.isfinite(share)]
+        together = f", together {_percent(sum(known))} of its gradient" if known else ""
+        plural = "s" if len(shares) != 1 else ""
+        lines.append(f"Step {format_step(step)}: {len(shares)} flagged sample{plural}{together}.")
+    return lines
+
+
+def _what_if(item: dict[str, Any]) -> dict[str, str]:
+    name = str(item.get("name", ""))
+    params = _mapping(item.get("params"))
+    judged = parse_number(item.get("spike_line")) is not None
+    return {
+        "label": what_if_label(name, params),
+        "words": what_if_words(name, params),
+        "checkpoint": format_step(item.get("checkpoint_step")),
+        "baseline_peak": _peak(item.get("baseline_peak_loss"), item.get("baseline_peak_step")),
+        "peak": _peak(item.get("peak_loss"), item.get("peak_step")),
+        "spike_line": format_number(parse_number(item.get("spike_line"))),
+        "removed": format_number(bool(item.get("spike_removed"))) if judged else "not judged",
+        "removed_class": ("yes" if item.get("spike_removed") else "no") if judged else "unknown",
+    }
+
+
+def _layer_rows(section: dict[str, Any]) -> list[dict[str, str]]:
+    """Per statistic: the layer with the largest value, the value and its step."""
+    rows = []
+    for item in read_layer_series(section):
+        peaks = [(item.peak(row), name) for row, name in enumerate(item.layers)]
+        found = [(peak, name) for peak, name in peaks if peak is not None]
+        if not found:
+            continue
+        (value, column), layer = found[0]  # layers are ranked by this peak already
+        rows.append(
+            {
+                "title": statistic(item.name).title,
+                "name": item.name,
+                "layers": str(len(item.layers)),
+                "peak": format_number(value),
+                "layer": layer,
+                "step": format_step(item.steps[column]),
+            }
+        )
+    return rows
+
+
+def _peak(loss: Any, step: Any) -> str:
+    value = format_number(parse_number(loss))
+    return f"{value} at step {format_step(step)}" if step is not None else value
+
+
+def _percent(share: float | None) -> str:
+    if share is None or not math.isfinite(share):
+        return format_number(share)
+    return f"{format_number(share * 100)}%"
+
+
+def _signed(offset: float) -> str:
+    return f"+{format_step(offset)}" if offset > 0 else format_step(offset).replace("-", "−")
+
+
+def _step_span(value: Any, prefix: str = "") -> str:
+    steps = _list(value)
+    if len(steps) != 2:
+        return MISSING
+    return f"{prefix}{format_step(steps[0])}–{format_step(steps[1])}"
+
+
+def _sample_key(sample: dict[str, Any]) -> tuple[float, float]:
+    step = parse_number(sample.get("step"))
+    index = parse_number(sample.get("index"))
+    return (step if step is not None else math.inf, index if index is not None else math.inf)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _records(value: Any) -> list[dict[str, Any]]:
+    return [item for item in _list(value) if isinstance(item, dict)]
