@@ -32,6 +32,7 @@ from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig
 from tscope.errors import UsageError
 from tscope.model.replay import ReplayStep
 from tscope.replay import StepContext, StepObserver
+from tscope.replay.attribution import SampleAttribution
 from tscope.replay.determinism import replay_settings
 from tscope.replay.entry import Entry
 from tscope.replay.loop import LoopSettings, run_steps
@@ -138,6 +139,8 @@ def replay_steps(
         scaler=scaler,
         observers=tuple(observers),
     )
+    for observer in observers:  # as tscope.replay.api does once the state is restored
+        observer.bind(entry, settings)
     with replay_settings("cpu"):
         records, skipped = run_steps(model, optimizer, entry, 1, steps, plan, settings)
     assert not skipped
@@ -564,3 +567,19 @@ def test_statistics_do_not_change_the_replay_by_a_single_bit(factory, micro, los
         assert not a.layers and b.layers
     for name, tensor in plain_weights.items():
         assert torch.equal(tensor, observed_weights[name]), name
+
+
+@pytest.mark.parametrize("factory", [gpt2, llama], ids=["gpt2", "llama"])
+def test_statistics_count_the_training_step_not_the_per_sample_gradient_passes(factory):
+    runs = {}
+    attribution = SampleAttribution([1, 2])  # first: it suspends later observers' hooks
+    for attributed in (False, True):
+        model = built(factory)
+        observers: list[StepObserver] = [attribution] if attributed else []
+        runs[attributed] = replay_steps(model, [*observers, *statistics_observers(model)])
+    assert [r.step for r in attribution.results] == [1, 2]
+    assert all(r.gradients_checked for r in attribution.results)
+    for plain, attributed in zip(runs[False], runs[True], strict=True):
+        assert (plain.loss, plain.grad_norm) == (attributed.loss, attributed.grad_norm)
+        for layer, stats in plain.layers.items():
+            assert {k: attributed.layers[layer][k] for k in stats} == stats, layer

@@ -64,8 +64,9 @@ def investigate(
     run = analyze_run(run_dir, read_weights=False).run
     attribution = SampleAttribution(attribution_steps(around))
     observers: list[Any] = [attribution]  # first: it suspends the others' hooks for its passes
-    if statistics:
-        observers.append(StatisticsSuite())
+    suite = StatisticsSuite() if statistics else None
+    if suite is not None:
+        observers.append(suite)
     common: dict[str, Any] = {
         "entry": entry,
         "device": device,
@@ -98,6 +99,9 @@ def investigate(
                 own_level=experiment.name == "from",
             )
         )
+    if suite is not None and suite.notes:
+        restore = replace(baseline.restore, notes=baseline.restore.notes + tuple(suite.notes))
+        baseline = replace(baseline, restore=restore)
     result = replace(
         baseline,
         bad_samples=bad,

@@ -39,6 +39,8 @@ class ReplayStep:
     alternative_loss: float | None = None
     seconds: float = 0.0
     update_skipped: bool = False  # a what-if skipped this step's update (loss: forward only)
+    # Observers' structured records, e.g. {"nonfinite_origin": {phase, module, micro_batch}}.
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,7 @@ def _step_dict(step: ReplayStep, comparison: StepComparison | None) -> dict[str,
         "micro_batches": len(step.micro_losses),
         "seconds": step.seconds,
         "update_skipped": step.update_skipped,
+        "extras": step.extras,
     }
     if comparison is not None:
         data["logged_loss"] = comparison.logged_loss

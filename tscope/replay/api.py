@@ -133,6 +133,10 @@ def replay(
                 raise
     finally:
         files.close()
+        for observer in observers:  # a step that raised leaves hooks or wrappers installed
+            close = getattr(observer, "close", None)
+            if callable(close):
+                close()
     installed = getattr(sys.modules.get("transformers"), "__version__", None)
     conditions = ReplayConditions(
         optimizer_restored=restored.optimizer_restored,

@@ -168,6 +168,7 @@ def _one_step(
         micro_losses=tuple(values),
         per_sample_loss=tuple(per_sample_all),
         layers=context.layers,
+        extras=context.extras,
         samples=samples,
         num_items=float(n_items) if n_items is not None else None,
         alternative_loss=alternative,

@@ -51,3 +51,19 @@ class StatisticsSuite(StepObserver):
     def on_step_end(self, context: StepContext) -> None:
         for observer in self.observers:
             observer.on_step_end(context)
+
+    def close(self) -> None:
+        """Remove every hook and wrapper the statistics installed (also after a failed step)."""
+        for observer in self.observers:
+            close = getattr(observer, "close", None)
+            if callable(close):
+                close()
+
+    @property
+    def notes(self) -> list[str]:
+        """What the statistics could not measure, one line each."""
+        return [
+            f"{getattr(observer, 'name', 'statistics')}: {note}"
+            for observer in self.observers
+            for note in getattr(observer, "notes", [])
+        ]

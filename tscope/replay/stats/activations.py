@@ -34,6 +34,8 @@ MAX_ABS = "activation_max_abs"
 KURTOSIS = "activation_excess_kurtosis"
 # Keeps the rescaled deviations' 4th powers away from float32 underflow for an all-zero output.
 _TINY = 1e-30
+# Deviations formed at a time: 16 Mi float32 values = 64 MiB of scratch, one chunk for most blocks.
+CHUNK_ELEMENTS = 1 << 24
 
 
 class ActivationStatistics(StatisticsObserver):
@@ -83,20 +85,26 @@ def moments(tensor: torch.Tensor) -> torch.Tensor:
 
     The deviations are divided by a bound on their magnitude before they are raised to the 4th
     power, so the sums cannot overflow float32 however large the activations grow. Only
-    reductions with fast CPU kernels (mean, aminmax, dot): vector_norm(x, 4) and var_mean
-    cost 20-40× more per element there.
+    reductions with fast CPU kernels (mean, aminmax, sum, dot): vector_norm(x, 4) and var_mean
+    cost 20-40× more per element there. Deviations are formed CHUNK_ELEMENTS at a time, so the
+    scratch memory stays at 64 MiB however large the block output.
     """
     import torch
 
-    x = tensor.float()  # no copy for float32
-    count = x.numel()
-    mean = x.mean()
-    low, high = torch.aminmax(x)
-    max_abs = torch.maximum(high, -low)
+    flat = tensor.reshape(-1)  # (n,), a view of a contiguous output
+    count = flat.numel()
+    mean = torch.mean(flat, dtype=torch.float32)
+    low, high = torch.aminmax(flat)
+    max_abs = torch.maximum(high, -low).float()
     scale = (max_abs + mean.abs()).clamp_min(_TINY)  # ≥ max |x − mean|
-    squares = (x - mean).div_(scale).square_().reshape(-1)  # (n,), each ≤ 1
-    second = squares.mean()  # m2 / scale²
-    fourth = torch.dot(squares, squares) / count  # m4 / scale⁴
+    second = torch.zeros((), device=flat.device)  # Σ ((x − mean) / scale)²
+    fourth = torch.zeros((), device=flat.device)  # Σ ((x − mean) / scale)⁴
+    for start in range(0, count, CHUNK_ELEMENTS):
+        part = flat[start : start + CHUNK_ELEMENTS].float()
+        squares = (part - mean).div_(scale).square_()  # each ≤ 1
+        second = second + squares.sum()
+        fourth = fourth + torch.dot(squares, squares)
+    second, fourth = second / count, fourth / count  # m2 / scale², m4 / scale⁴
     std = second.sqrt() * scale
     kurtosis = fourth / (second * second) - 3.0  # m4 / m2² − 3, the scale cancelled
     return torch.stack([mean, std, max_abs, kurtosis])

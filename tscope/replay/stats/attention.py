@@ -159,6 +159,8 @@ class AttentionLogits(StatisticsObserver):
         ) -> Any:
             result = original(module, query, key, value, attention_mask, *args, **kwargs)
             name = self._module_names.get(id(module))
+            # Per-sample gradient passes (tscope.replay.attribution) re-run the forward, under
+            # vmap: not the training step, so not measured (module hooks are suspended there).
             if self._active and name is not None and not in_extra_pass():
                 if args:  # positional extras: read scaling / is_causal by the original's names
                     bound = signature.bind(

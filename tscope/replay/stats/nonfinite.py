@@ -71,6 +71,7 @@ class NonfiniteOrigin(StatisticsObserver):
         self._forward_events, self._forward_values = [], []
         self._backward_events, self._backward_values = [], []
         self._grad_names, self._grad_values = [], None
+        self._last_checked = None
         self._modules = []
         for index, (name, module) in enumerate(context.model.named_modules()):
             self._modules.append(name or ROOT_NAME)
