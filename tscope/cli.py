@@ -63,6 +63,22 @@ def _progress_enabled(quiet: bool) -> bool:
 QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress or warnings on stderr.")
 ]
+FormatsOption = Annotated[
+    str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
+]
+TrustPickleOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-pickle",
+        help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
+    ),
+]
+NoWeightsOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-weights", help="Skip checkpoint tensors: logs and checkpoint inventory only."
+    ),
+]
 
 
 @app.command()
@@ -75,9 +91,7 @@ def analyze(
         Path | None,
         typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
     ] = None,
-    formats: Annotated[
-        str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
-    ] = "html,md,json",
+    formats: FormatsOption = "html,md,json",
     fail_on: Annotated[
         str | None,
         typer.Option(
@@ -85,19 +99,8 @@ def analyze(
             help="Exit 1 when a finding at or above this severity exists: info|warning|critical.",
         ),
     ] = None,
-    trust_pickle: Annotated[
-        bool,
-        typer.Option(
-            "--trust-pickle",
-            help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
-        ),
-    ] = False,
-    no_weights: Annotated[
-        bool,
-        typer.Option(
-            "--no-weights", help="Skip checkpoint tensors: logs and checkpoint inventory only."
-        ),
-    ] = False,
+    trust_pickle: TrustPickleOption = False,
+    no_weights: NoWeightsOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Analyze what a run left behind and write case.html, case.md and case.json (+ layers.parquet)."""
@@ -178,16 +181,8 @@ def replay(
         Path | None,
         typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
     ] = None,
-    formats: Annotated[
-        str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
-    ] = "html,md,json",
-    trust_pickle: Annotated[
-        bool,
-        typer.Option(
-            "--trust-pickle",
-            help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
-        ),
-    ] = False,
+    formats: FormatsOption = "html,md,json",
+    trust_pickle: TrustPickleOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Re-run the steps around a spike from a checkpoint: fidelity, per-layer statistics, bad
@@ -276,26 +271,13 @@ def cluster(
         Path | None,
         typer.Option("--out", "-o", help="Where to write (default: ./tscope-cluster-NAME)."),
     ] = None,
-    formats: Annotated[
-        str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
-    ] = "html,md,json",
+    formats: FormatsOption = "html,md,json",
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", "-j", min=1, help="Runs analyzed in parallel (default: CPU count)."),
     ] = None,
-    trust_pickle: Annotated[
-        bool,
-        typer.Option(
-            "--trust-pickle",
-            help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
-        ),
-    ] = False,
-    no_weights: Annotated[
-        bool,
-        typer.Option(
-            "--no-weights", help="Skip checkpoint tensors: logs and checkpoint inventory only."
-        ),
-    ] = False,
+    trust_pickle: TrustPickleOption = False,
+    no_weights: NoWeightsOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Compare the runs of a sweep: which blew up, what they share, what the stable ones do not.
@@ -333,9 +315,7 @@ def cluster(
 @app.command()
 def report(
     case_dir: Annotated[Path, typer.Argument(help="A case directory (or its case.json).")],
-    formats: Annotated[
-        str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
-    ] = "html,md,json",
+    formats: FormatsOption = "html,md,json",
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Where to write (default: the case dir).")
     ] = None,

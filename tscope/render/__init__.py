@@ -9,19 +9,19 @@ case.json is byte-identical to the one written at analysis time.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tscope.errors import UnreadableInput, UsageError
-from tscope.model.case import SCHEMA_VERSION, Case
+from tscope.errors import UsageError
+from tscope.model.case import Case
 from tscope.render.charts import Chart, incident_chart, other_metrics_chart
 from tscope.render.heatmap import layers_heatmap
 from tscope.render.html import render_html
 from tscope.render.json_file import case_json_text, normalized_payload
 from tscope.render.markdown import render_markdown
+from tscope.render.payload_file import read_payload
 from tscope.render.replay_charts import replay_chart, whatif_chart
 from tscope.render.replay_layers import layer_statistics_chart
 
@@ -42,7 +42,6 @@ REPLAY_CHART_FILES = {
     "replay_layers": "case-replay-layers.svg",
 }
 ALL_CHART_FILES = {**CHART_FILES, **REPLAY_CHART_FILES}
-REANALYZE_HINT = "Re-run `tscope analyze` to write it again"
 
 __all__ = [
     "CASE_JSON",
@@ -105,35 +104,13 @@ def draw_charts(payload: dict[str, Any]) -> dict[str, Chart]:
 
 def load_case_payload(case_dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:
     """case.json from a case folder (or the file itself), checked enough to render."""
-    path = Path(case_dir_or_file)
-    file = path / CASE_JSON if path.is_dir() else path
-    if not file.is_file():
-        raise UnreadableInput(
-            str(file),
-            "no such file",
-            "Point at the folder `tscope analyze --out` wrote, or at its case.json",
-        )
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise UnreadableInput(str(file), "not UTF-8 text", REANALYZE_HINT) from error
-    except OSError as error:
-        raise UnreadableInput(str(file), str(error.strerror or error), REANALYZE_HINT) from error
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as error:
-        problem = f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
-        raise UnreadableInput(str(file), problem, REANALYZE_HINT) from error
-    if not isinstance(payload, dict) or "schema_version" not in payload:
-        raise UnreadableInput(str(file), "not a tscope case file (no schema_version)", "")
-    major = str(payload["schema_version"]).split(".")[0]
-    if major != SCHEMA_VERSION.split(".")[0]:
-        raise UnreadableInput(
-            str(file),
-            f"case schema {payload['schema_version']} is not schema {SCHEMA_VERSION}, "
-            "the one this tscope reads",
-            "Re-render it with the tscope that wrote it, or re-run `tscope analyze`",
-        )
+    _, payload = read_payload(
+        case_dir_or_file,
+        CASE_JSON,
+        "case",
+        "analyze",
+        "Point at the folder `tscope analyze --out` wrote, or at its case.json",
+    )
     return payload
 
 

@@ -12,7 +12,6 @@ primitives and number formats.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 from markupsafe import Markup
 
 from tscope.errors import UnreadableInput, UsageError
-from tscope.model.case import SCHEMA_VERSION
 from tscope.model.cluster import ClusterReport
 from tscope.render.charts import Chart
 from tscope.render.cluster_charts import aligned_chart, overview_chart
@@ -29,6 +27,7 @@ from tscope.render.cluster_view import aligned_chart_name, build_cluster_view
 from tscope.render.html import inline_html
 from tscope.render.json_file import case_json_text, normalized_payload
 from tscope.render.markdown import md_cell, md_code, md_text
+from tscope.render.payload_file import read_payload
 from tscope.render.series import as_list
 from tscope.render.view import template_environment
 
@@ -37,7 +36,6 @@ CLUSTER_JSON = "cluster.json"
 CLUSTER_HTML = "cluster.html"
 CLUSTER_MD = "cluster.md"
 OVERVIEW_CHART = "overview"
-RECLUSTER_HINT = "Re-run `tscope cluster` to write it again"
 
 __all__ = [
     "CLUSTER_HTML",
@@ -130,40 +128,18 @@ def render_cluster_markdown(view: dict[str, Any], charts: Mapping[str, Chart]) -
 
 def load_cluster_payload(dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:
     """cluster.json from a cluster report folder (or the file itself), checked enough to render."""
-    path = Path(dir_or_file)
-    file = path / CLUSTER_JSON if path.is_dir() else path
-    if not file.is_file():
-        raise UnreadableInput(
-            str(file),
-            "no such file",
-            "Point at the folder `tscope cluster --out` wrote, or at its cluster.json",
-        )
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise UnreadableInput(str(file), "not UTF-8 text", RECLUSTER_HINT) from error
-    except OSError as error:
-        raise UnreadableInput(str(file), str(error.strerror or error), RECLUSTER_HINT) from error
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as error:
-        problem = f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
-        raise UnreadableInput(str(file), problem, RECLUSTER_HINT) from error
-    if not isinstance(payload, dict) or "schema_version" not in payload:
-        raise UnreadableInput(str(file), "not a tscope cluster file (no schema_version)", "")
+    file, payload = read_payload(
+        dir_or_file,
+        CLUSTER_JSON,
+        "cluster",
+        "cluster",
+        "Point at the folder `tscope cluster --out` wrote, or at its cluster.json",
+    )
     if not isinstance(payload.get("runs"), list) or not isinstance(payload.get("clusters"), list):
         raise UnreadableInput(
             str(file),
             "not a tscope cluster file (no runs and clusters lists)",
             "A case.json is rendered by `tscope report`",
-        )
-    major = str(payload["schema_version"]).split(".")[0]
-    if major != SCHEMA_VERSION.split(".")[0]:
-        raise UnreadableInput(
-            str(file),
-            f"cluster schema {payload['schema_version']} is not schema {SCHEMA_VERSION}, "
-            "the one this tscope reads",
-            "Re-render it with the tscope that wrote it, or re-run `tscope cluster`",
         )
     return payload
 

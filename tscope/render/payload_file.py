@@ -1,0 +1,45 @@
+"""Read a tscope JSON report (case.json, cluster.json) back for re-rendering, with one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tscope.errors import UnreadableInput
+from tscope.model.case import SCHEMA_VERSION
+
+
+def read_payload(
+    dir_or_file: str | os.PathLike[str], file_name: str, kind: str, command: str, where: str
+) -> tuple[Path, dict[str, Any]]:
+    """(the file, its JSON object) from a report folder or the file itself, for `kind` ("case",
+    "cluster") written by `tscope {command}`; the schema's major version must be ours."""
+    path = Path(dir_or_file)
+    file = path / file_name if path.is_dir() else path
+    rewrite = f"Re-run `tscope {command}` to write it again"
+    if not file.is_file():
+        raise UnreadableInput(str(file), "no such file", where)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UnreadableInput(str(file), "not UTF-8 text", rewrite) from error
+    except OSError as error:
+        raise UnreadableInput(str(file), str(error.strerror or error), rewrite) from error
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as error:
+        problem = f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        raise UnreadableInput(str(file), problem, rewrite) from error
+    if not isinstance(payload, dict) or "schema_version" not in payload:
+        raise UnreadableInput(str(file), f"not a tscope {kind} file (no schema_version)", "")
+    major = str(payload["schema_version"]).split(".")[0]
+    if major != SCHEMA_VERSION.split(".")[0]:
+        raise UnreadableInput(
+            str(file),
+            f"{kind} schema {payload['schema_version']} is not schema {SCHEMA_VERSION}, "
+            "the one this tscope reads",
+            f"Re-render it with the tscope that wrote it, or re-run `tscope {command}`",
+        )
+    return file, payload
