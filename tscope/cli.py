@@ -6,16 +6,13 @@ that need them.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
+from tscope.cli_output import Progress, main_file, progress_enabled, write_case
 from tscope.errors import TscopeError, UsageError
-
-if TYPE_CHECKING:
-    from tscope.model import Case
 
 app = typer.Typer(
     add_completion=False,
@@ -54,10 +51,6 @@ def _check_output_outside_inputs(out: Path, inputs: list[Path]) -> None:
                 f"--out {out} is inside the input {path}; tscope never writes into an input. "
                 "Choose an output directory elsewhere."
             )
-
-
-def _progress_enabled(quiet: bool) -> bool:
-    return not quiet and sys.stderr.isatty()
 
 
 QuietOption = Annotated[
@@ -114,7 +107,7 @@ def analyze(
             )
         if out is not None:
             _check_output_outside_inputs(out, list(paths))  # before any work
-        with _Progress(_progress_enabled(quiet), "reading") as progress:
+        with Progress(progress_enabled(quiet), "reading") as progress:
             case = analyze_run(
                 *paths,
                 on_file=progress.update,
@@ -123,7 +116,7 @@ def analyze(
             )
         target = out or Path(f"tscope-case-{case.run['name']}")
         _check_output_outside_inputs(target, list(paths))
-        written = _write_case(case, target, chosen)
+        written = write_case(case, target, chosen)
     except TscopeError as error:
         _fail(str(error))
     if not quiet:
@@ -131,7 +124,7 @@ def analyze(
             typer.echo(
                 f"tscope: warning: partial input {item['path']}: {item['problem']}", err=True
             )
-    typer.echo(str(_main_file(written)))
+    typer.echo(str(main_file(written)))
     if fail_on is not None:
         threshold = SEVERITY_ORDER.index(fail_on)
         if any(SEVERITY_ORDER.index(f.severity) >= threshold for f in case.findings):
@@ -207,7 +200,7 @@ def replay(
         offsets = _parse_window(window)
         target = out or Path(f"tscope-case-{run_dir.resolve().name}")
         _check_output_outside_inputs(target, [run_dir])
-        with _Progress(_progress_enabled(quiet), "replaying") as progress:
+        with Progress(progress_enabled(quiet), "replaying") as progress:
             if around is not None:
                 investigation = investigate(
                     run_dir,
@@ -230,7 +223,7 @@ def replay(
                     investigation.resume_checks = checks
                     investigation.findings.extend(resume_findings)
             case = case_with_replay(investigation, trust_pickle=trust_pickle)
-        written = _write_case(case, target, chosen)
+        written = write_case(case, target, chosen)
         written += write_replay_files(investigation, target)
     except TscopeError as error:
         _fail(str(error))
@@ -247,7 +240,7 @@ def replay(
             + f" (max rel. loss diff {fidelity.max_rel_loss_diff})",
             err=True,
         )
-    typer.echo(str(_main_file(written)))
+    typer.echo(str(main_file(written)))
 
 
 def _parse_window(text: str) -> tuple[int, int]:
@@ -294,7 +287,7 @@ def cluster(
         target = out or Path(f"tscope-cluster-{runs_dir.resolve().name}")
         # Symlinked runs live elsewhere: the output may not land inside any of them either.
         _check_output_outside_inputs(target, [runs_dir, *find_runs(runs_dir)])
-        with _Progress(_progress_enabled(quiet), "analyzing runs") as progress:
+        with Progress(progress_enabled(quiet), "analyzing runs") as progress:
             result = cluster_runs(
                 runs_dir,
                 target,
@@ -309,7 +302,7 @@ def cluster(
     if not quiet:
         for item in result.skipped:
             typer.echo(f"tscope: warning: run {item['run']} skipped: {item['problem']}", err=True)
-    typer.echo(str(_main_file(written)))
+    typer.echo(str(main_file(written)))
 
 
 @app.command()
@@ -346,10 +339,10 @@ def demo(
     from tscope.pipeline import analyze as analyze_run
 
     try:
-        with _Progress(_progress_enabled(quiet), "training demo") as progress:
+        with Progress(progress_enabled(quiet), "training demo") as progress:
             demo_run = make_demo_run(out / "run", progress=progress.advance)
         case = analyze_run(demo_run.run_dir)
-        written = _write_case(case, out / "case", FORMATS)
+        written = write_case(case, out / "case", FORMATS)
     except TscopeError as error:
         _fail(str(error))
     if not quiet:
@@ -358,60 +351,7 @@ def demo(
             f"{demo_run.window_steps} steps. Verdict: {case.summary.get('verdict', '')}",
             err=True,
         )
-    typer.echo(str(_main_file(written)))
-
-
-def _write_case(case: Case, target: Path, formats: tuple[str, ...]) -> list[Path]:
-    """The case files, plus layers.parquet when checkpoints were read."""
-    from tscope.render import render_case
-
-    written = render_case(case, target, formats)
-    if case.layers_table is not None:
-        from tscope.ingest.checkpoint_stats import write_layers_parquet
-
-        write_layers_parquet(case.layers_table, target / "layers.parquet")
-        written.append(target / "layers.parquet")
-    return written
-
-
-def _main_file(written: list[Path]) -> Path:
-    for suffix in (".html", ".md", ".json"):
-        for path in written:
-            if path.suffix == suffix:
-                return path
-    return written[0]
-
-
-class _Progress:
-    """A rich progress line on a terminal; silent when piped or with --quiet."""
-
-    def __init__(self, enabled: bool, label: str) -> None:
-        self.enabled = enabled
-        self.label = label
-        self._progress: object | None = None
-        self._task: object | None = None
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            from rich.progress import Progress
-
-            progress = Progress(transient=True)
-            progress.start()
-            self._task = progress.add_task(self.label, total=None)
-            self._progress = progress
-        return self
-
-    def update(self, description: str) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, description=f"{self.label} {description}")  # type: ignore[attr-defined]
-
-    def advance(self, done: int, total: int) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, completed=done, total=total)  # type: ignore[attr-defined]
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()  # type: ignore[attr-defined]
+    typer.echo(str(main_file(written)))
 
 
 def main() -> None:

@@ -1,0 +1,70 @@
+"""What the CLI shows and writes around a command: progress on a terminal, the case files.
+
+Kept apart from tscope/cli.py, which only parses arguments and delegates.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tscope.model import Case
+
+
+def progress_enabled(quiet: bool) -> bool:
+    return not quiet and sys.stderr.isatty()
+
+
+def write_case(case: Case, target: Path, formats: tuple[str, ...]) -> list[Path]:
+    """The case files, plus layers.parquet when checkpoints were read."""
+    from tscope.render import render_case
+
+    written = render_case(case, target, formats)
+    if case.layers_table is not None:
+        from tscope.ingest.checkpoint_stats import write_layers_parquet
+
+        write_layers_parquet(case.layers_table, target / "layers.parquet")
+        written.append(target / "layers.parquet")
+    return written
+
+
+def main_file(written: list[Path]) -> Path:
+    for suffix in (".html", ".md", ".json"):
+        for path in written:
+            if path.suffix == suffix:
+                return path
+    return written[0]
+
+
+class Progress:
+    """A rich progress line on a terminal; silent when piped or with --quiet."""
+
+    def __init__(self, enabled: bool, label: str) -> None:
+        self.enabled = enabled
+        self.label = label
+        self._progress: object | None = None
+        self._task: object | None = None
+
+    def __enter__(self) -> Progress:
+        if self.enabled:
+            from rich.progress import Progress
+
+            progress = Progress(transient=True)
+            progress.start()
+            self._task = progress.add_task(self.label, total=None)
+            self._progress = progress
+        return self
+
+    def update(self, description: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{self.label} {description}")  # type: ignore[attr-defined]
+
+    def advance(self, done: int, total: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, total=total)  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()  # type: ignore[attr-defined]
