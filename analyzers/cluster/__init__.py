@@ -202,15 +202,23 @@ def _summary(
         verdict = f"All {total} runs are stable."
     else:
         parts = [f"{len(unstable)} of {total} runs blew up"]
-        if len(report.clusters) == 1:
+        if len(report.clusters) == 1 and len(unstable) > 1:
             parts.append("all the same way")
-        else:
+        elif len(report.clusters) > 1:
             parts.append(f"in {len(report.clusters)} different ways")
         first = report.clusters[0]
         if first.traits:
+            group = (
+                "it has"
+                if len(unstable) == 1
+                else f"the largest group ({len(first.members)} runs) has"
+                if len(report.clusters) > 1
+                else "they have"
+            )
             parts.append(
-                f"the largest group ({len(first.members)} runs) has {first.traits[0].text}, "
-                f"which separates it from the {len(stable)} stable runs"
+                f"{group} {first.traits[0].text}, which separates "
+                f"{'it' if len(first.members) == 1 else 'them'} from the {len(stable)} stable "
+                f"run{'s' if len(stable) != 1 else ''}"
             )
         verdict = "; ".join(parts) + "."
     aligned = [f for f in report.findings if f.category == "data_aligned_spike"]
