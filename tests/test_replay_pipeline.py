@@ -187,3 +187,32 @@ def test_the_blowup_run_shows_where_nan_starts_and_the_attention_logits(monkeypa
     categories = {f.category: f for f in found.findings}
     assert categories["nonfinite_origin"].step == 183
     assert categories["attention_logit_growth"].evidence["attention_logit_max"] >= 1e4
+
+
+def test_replay_command_writes_the_case_replay_json_and_skip_list(tmp_path, monkeypatch):
+    monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")
+    out = tmp_path / "case"
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            str(RUNS / "corrupted_batch"),
+            "--around",
+            "145",
+            "--entry",
+            str(ENTRY),
+            "--what-if",
+            "skip",
+            "--no-stats",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "reproduces the log" in result.output
+    assert {"case.html", "case.md", "case.json", "replay.json", "skip_batches.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    case = json.loads((out / "case.json").read_text(encoding="utf-8"))
+    assert case["findings"][0]["category"] == "bad_batch"
+    assert case["replay"]["cause"] == "data"
