@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tscope.errors import UnreadableInput
@@ -237,6 +237,7 @@ CKPT = (LAYOUTS / "lightning_named_groups" / "epoch=0-step=2.ckpt").read_bytes()
     cut=st.integers(0, len(METADATA) - 1),
     flips=st.lists(st.integers(0, len(METADATA) - 1), max_size=3),
 )
+@example(cut=0, flips=[1388])  # a flip that left a tensor entry without its `size` field
 def test_damaged_metadata_is_unreadable_input_or_still_a_checkpoint(tmp_path, cut, flips):
     data = bytearray(METADATA[:cut] if not flips else METADATA)
     for position in flips:

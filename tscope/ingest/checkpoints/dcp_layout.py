@@ -57,6 +57,20 @@ class KeyLayout:
     loop_roots: set[str] = field(default_factory=set)  # lr_scheduler, dataloader, ...
 
 
+def _well_formed(entry: Any) -> bool:
+    """A tensor entry a damaged .metadata can still describe: integer shape and a torch dtype
+    (the restricted unpickler builds objects whose fields a flipped byte may have dropped)."""
+    import torch
+
+    size = getattr(entry, "size", None)
+    dtype = getattr(getattr(entry, "properties", None), "dtype", None)
+    try:
+        dims = [int(d) for d in size]  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        return False
+    return all(d >= 0 for d in dims) and isinstance(dtype, torch.dtype)
+
+
 def load_folder(
     path: Path, shown: str, options: LoadOptions, partial: list[PartialInput]
 ) -> DcpFolder:
@@ -68,11 +82,21 @@ def load_folder(
 
     metadata = dcp_storage.read_metadata(path, shown, options)
     folder = DcpFolder(path=path, shown=shown, metadata=metadata)
+    damaged = []
     for key, entry in metadata.state_dict_metadata.items():
         if isinstance(entry, TensorStorageMetadata):
-            folder.tensor_keys.append(key)
+            if _well_formed(entry):
+                folder.tensor_keys.append(key)
+            else:
+                damaged.append(key)
         elif isinstance(entry, BytesStorageMetadata):
             folder.bytes_keys.append(key)
+    if damaged and not folder.tensor_keys:
+        raise UnreadableInput(shown, "every tensor entry of .metadata is damaged (no shape/dtype)")
+    if damaged:
+        partial.append(
+            PartialInput(shown, f"damaged .metadata entries skipped: {', '.join(damaged[:5])}")
+        )
     files = {str(getattr(where, "relative_path", "")) for where in metadata.storage_data.values()}
     for file in files:
         match = SHARD_FILE.match(file)
