@@ -1,8 +1,20 @@
-"""Shared pytest options: `pytest --update-golden` rewrites the golden files after review."""
+"""Shared pytest options: `pytest --update-golden` rewrites the golden files after review.
+
+Property tests (hypothesis) run a fixed, reproducible set of cases by default, so CI is never red
+by the luck of a draw; `HYPOTHESIS_PROFILE=explore pytest` draws fresh cases each run (run it
+after touching a reader: that is how damaged-file bugs are found, then pinned with @example).
+"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
