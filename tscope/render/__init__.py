@@ -14,18 +14,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tscope.errors import UsageError
 from tscope.model.case import Case
 from tscope.render.charts import Chart, incident_chart, other_metrics_chart
 from tscope.render.heatmap import layers_heatmap
 from tscope.render.html import render_html
 from tscope.render.json_file import case_json_text, normalized_payload
 from tscope.render.markdown import render_markdown
-from tscope.render.payload_file import read_payload
 from tscope.render.replay_charts import replay_chart, whatif_chart
 from tscope.render.replay_layers import layer_statistics_chart
+from tscope.render.report_files import (
+    FORMATS,
+    check_formats,
+    output_directory,
+    read_payload,
+    write_text,
+)
 
-FORMATS = ("html", "md", "json")
 CASE_JSON = "case.json"
 CASE_HTML = "case.html"
 CASE_MD = "case.md"
@@ -59,33 +63,24 @@ def render_case(
     formats: Sequence[str] = FORMATS,
 ) -> list[Path]:
     """Write the requested renderings into out_dir and return the paths written, in order."""
-    unknown = [name for name in formats if name not in FORMATS]
-    if unknown:
-        raise UsageError(
-            f"Unknown report format {', '.join(map(repr, unknown))}: choose from {', '.join(FORMATS)}."
-        )
+    check_formats(formats)
     raw = case_or_payload.to_dict() if isinstance(case_or_payload, Case) else case_or_payload
     payload = normalized_payload(raw)
-    directory = Path(out_dir)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(
-            f"Cannot write the case into {directory}: {error.strerror or error}. "
-            "Pass --out with a folder you can write to."
-        ) from error
+    directory = output_directory(out_dir, "the case")
     charts = draw_charts(payload) if {"html", "md"} & set(formats) else {}
     written: list[Path] = []
     for name in dict.fromkeys(formats):  # each format once, in the order asked
         if name == "json":
-            written.append(_write(directory / CASE_JSON, case_json_text(payload)))
+            written.append(write_text(directory / CASE_JSON, case_json_text(payload)))
         elif name == "html":
-            written.append(_write(directory / CASE_HTML, render_html(payload, charts)))
+            written.append(write_text(directory / CASE_HTML, render_html(payload, charts)))
         else:
             for chart_name, chart in charts.items():
-                written.append(_write(directory / ALL_CHART_FILES[chart_name], chart.svg + "\n"))
+                written.append(
+                    write_text(directory / ALL_CHART_FILES[chart_name], chart.svg + "\n")
+                )
             markdown = render_markdown(payload, charts, ALL_CHART_FILES)
-            written.append(_write(directory / CASE_MD, markdown))
+            written.append(write_text(directory / CASE_MD, markdown))
     return written
 
 
@@ -112,8 +107,3 @@ def load_case_payload(case_dir_or_file: str | os.PathLike[str]) -> dict[str, Any
         "Point at the folder `tscope analyze --out` wrote, or at its case.json",
     )
     return payload
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8", newline="\n")
-    return path

@@ -19,7 +19,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from tscope.errors import UnreadableInput, UsageError
+from tscope.errors import UnreadableInput
 from tscope.model.cluster import ClusterReport
 from tscope.render.charts import Chart
 from tscope.render.cluster_charts import aligned_chart, overview_chart
@@ -27,11 +27,16 @@ from tscope.render.cluster_view import aligned_chart_name, build_cluster_view
 from tscope.render.html import inline_html
 from tscope.render.json_file import case_json_text, normalized_payload
 from tscope.render.markdown import md_cell, md_code, md_text
-from tscope.render.payload_file import read_payload
+from tscope.render.report_files import (
+    FORMATS,
+    check_formats,
+    output_directory,
+    read_payload,
+    write_text,
+)
 from tscope.render.series import as_list
 from tscope.render.view import template_environment
 
-FORMATS = ("html", "md", "json")
 CLUSTER_JSON = "cluster.json"
 CLUSTER_HTML = "cluster.html"
 CLUSTER_MD = "cluster.md"
@@ -53,39 +58,30 @@ def render_cluster(
     formats: Sequence[str] = FORMATS,
 ) -> list[Path]:
     """Write the requested renderings into out_dir and return the paths written, in order."""
-    unknown = [name for name in formats if name not in FORMATS]
-    if unknown:
-        raise UsageError(
-            f"Unknown report format {', '.join(map(repr, unknown))}: choose from {', '.join(FORMATS)}."
-        )
+    check_formats(formats)
     raw = (
         report_or_payload.to_dict()
         if isinstance(report_or_payload, ClusterReport)
         else report_or_payload
     )
     payload = normalized_payload(raw)
-    directory = Path(out_dir)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(
-            f"Cannot write the cluster report into {directory}: {error.strerror or error}. "
-            "Pass --out with a folder you can write to."
-        ) from error
+    directory = output_directory(out_dir, "the cluster report")
     pages = bool({"html", "md"} & set(formats))
     charts = draw_cluster_charts(payload) if pages else {}
     view = build_cluster_view(payload, directory) if pages else {}
     written: list[Path] = []
     for name in dict.fromkeys(formats):  # each format once, in the order asked
         if name == "json":
-            written.append(_write(directory / CLUSTER_JSON, case_json_text(payload)))
+            written.append(write_text(directory / CLUSTER_JSON, case_json_text(payload)))
         elif name == "html":
-            written.append(_write(directory / CLUSTER_HTML, render_cluster_html(view, charts)))
+            written.append(write_text(directory / CLUSTER_HTML, render_cluster_html(view, charts)))
         else:
             for chart_name, chart in charts.items():
-                written.append(_write(directory / chart_file_name(chart_name), chart.svg + "\n"))
+                written.append(
+                    write_text(directory / chart_file_name(chart_name), chart.svg + "\n")
+                )
             markdown = render_cluster_markdown(view, charts)
-            written.append(_write(directory / CLUSTER_MD, markdown))
+            written.append(write_text(directory / CLUSTER_MD, markdown))
     return written
 
 
@@ -142,8 +138,3 @@ def load_cluster_payload(dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:
             "A case.json is rendered by `tscope report`",
         )
     return payload
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8", newline="\n")
-    return path

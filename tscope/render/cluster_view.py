@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from tscope.render.cluster_charts import aligned_spike_ids
 from tscope.render.formatting import MISSING, format_number, format_step, format_value, one_line
-from tscope.render.series import as_list
+from tscope.render.series import as_list, as_mapping, as_records
 
 FAILURE_MODES = {
     "blowup": "blew up and never recovered",
@@ -41,10 +41,10 @@ CASE_HTML = "case.html"  # the per-run report beside each run's case.json
 def build_cluster_view(payload: dict[str, Any], out_dir: Path | None = None) -> dict[str, Any]:
     """Everything the cluster templates print, as strings. `out_dir` (where cluster.html goes)
     lets each run link its own case.html when that file exists; without it no link is made."""
-    summary = _mapping(payload.get("summary"))
-    runs = _records(payload.get("runs"))
-    clusters = _records(payload.get("clusters"))
-    findings = _records(payload.get("findings"))
+    summary = as_mapping(payload.get("summary"))
+    runs = as_records(payload.get("runs"))
+    clusters = as_records(payload.get("clusters"))
+    findings = as_records(payload.get("findings"))
     spikes = aligned_spike_ids(payload)
     spike_steps = {spike.get("first_step") for _, spike in spikes}
     unstable = [run for run in runs if run.get("status") == "unstable"]
@@ -68,11 +68,11 @@ def build_cluster_view(payload: dict[str, Any], out_dir: Path | None = None) -> 
         "limits": [one_line(str(item)) for item in as_list(payload.get("limits"))],
         "skipped": [
             {"run": str(item.get("run", "")), "problem": one_line(str(item.get("problem", "")))}
-            for item in _records(payload.get("skipped"))
+            for item in as_records(payload.get("skipped"))
         ],
         "method": [
             (METHOD_LABELS.get(str(key), str(key).replace("_", " ")), format_value(value))
-            for key, value in sorted(_mapping(payload.get("method")).items())
+            for key, value in sorted(as_mapping(payload.get("method")).items())
         ],
         "tool": _tool_line(payload),
     }
@@ -129,7 +129,7 @@ def _cluster_view(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
                 "member_values": format_value(as_list(trait.get("member_values"))),
                 "stable_values": format_value(as_list(trait.get("stable_values"))),
             }
-            for trait in _records(cluster.get("discriminant_traits"))
+            for trait in as_records(cluster.get("discriminant_traits"))
         ],
         "lead": _lead_text(
             cluster.get("typical_lead_steps"), cluster.get("warned_runs"), len(members)
@@ -140,7 +140,7 @@ def _cluster_view(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
                 "runs": f"{format_number(signal.get('runs'))} of {len(members)}",
                 "offset": _offset_text(signal.get("median_offset_steps")),
             }
-            for signal in _records(cluster.get("signal_detail"))
+            for signal in as_records(cluster.get("signal_detail"))
         ],
         "counterexample": _counterexample_view(cluster.get("counterexample")),
         "chart": aligned_chart_name(index),
@@ -188,7 +188,7 @@ def _counterexample_view(raw: Any) -> dict[str, Any] | None:
                 "run_value": format_value(row.get("run_value")),
                 "stable_value": format_value(row.get("stable_value")),
             }
-            for row in _records(raw.get("config_diff"))
+            for row in as_records(raw.get("config_diff"))
         ],
     }
 
@@ -308,14 +308,6 @@ def _relative(path: Path, base: Path, inside: bool = False) -> str | None:
     return None if inside and relative.startswith("../") else relative
 
 
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _records(value: Any) -> list[dict[str, Any]]:
-    return [item for item in as_list(value) if isinstance(item, dict)]
-
-
 def _run_order(run: dict[str, Any]) -> tuple[bool, str, str]:
     """Unstable runs first, grouped by cluster; then stable runs; by name within each."""
     return (run.get("status") != "unstable", str(run.get("cluster") or "~"), str(run.get("name")))
@@ -327,5 +319,5 @@ def _plural(count: Any, noun: str) -> str:
 
 
 def _tool_line(payload: dict[str, Any]) -> str:
-    tool = _mapping(payload.get("tool"))
+    tool = as_mapping(payload.get("tool"))
     return f"tscope {tool.get('version', '?')}, cluster schema {payload.get('schema_version', '?')}"

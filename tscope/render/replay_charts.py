@@ -33,7 +33,7 @@ from tscope.render.replay_plot import (
     window_band,
     x_labels,
 )
-from tscope.render.series import as_list, is_finite
+from tscope.render.series import as_list, as_mapping, is_finite
 from tscope.render.svg import CHAR_WIDTH, svg_document, text, triangle
 
 LABEL_ROW = 18  # "around 145" above the panels
@@ -107,7 +107,7 @@ def replay_chart(payload: dict[str, Any]) -> Chart | None:
         if window is not None:
             body.append(window_band(box, *window))
         body.extend(grid(box))
-    body.extend(_loss_panel(boxes[0], data, _mapping(section.get("fidelity")), notes))
+    body.extend(_loss_panel(boxes[0], data, as_mapping(section.get("fidelity")), notes))
     if len(boxes) > 1:
         body.extend(polyline(boxes[1], data.steps, data.grad_norm, REPLAYED_COLOR))
         body.extend(nonfinite_marks(boxes[1], data.steps, data.grad_norm))
@@ -186,7 +186,7 @@ def whatif_chart(payload: dict[str, Any]) -> Chart | None:
             continue
         kept = _what_if_losses(item)
         if kept:
-            params = _mapping(item.get("params"))
+            params = as_mapping(item.get("params"))
             label = what_if_label(str(item.get("name", "")), params)
             experiments.append((label, kept))
     if not experiments:
@@ -285,7 +285,3 @@ def _legend_rows(
 
 def _top_label(x: float, label: str, baseline: float = LABEL_ROW - 4) -> str:
     return text(x, baseline, label, anchor="middle", color=MARK_COLOR, weight="bold")
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

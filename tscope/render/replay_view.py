@@ -22,6 +22,7 @@ from tscope.render.replay_names import (
     what_if_label,
     what_if_words,
 )
+from tscope.render.series import as_list, as_mapping, as_records
 
 SKIP_FILE = "skip_batches.json"
 RESTORED_PARTS = (
@@ -41,11 +42,11 @@ def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
     section = section_of(payload)
     if section is None:
         return None
-    fidelity = _mapping(section.get("fidelity"))
+    fidelity = as_mapping(section.get("fidelity"))
     status = _status(fidelity)
-    interventions = _records(section.get("interventions"))
+    interventions = as_records(section.get("interventions"))
     cause = section.get("cause")
-    files = [str(name) for name in _list(section.get("files"))]
+    files = [str(name) for name in as_list(section.get("files"))]
     return {
         "status": status,
         "status_label": {
@@ -57,7 +58,7 @@ def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
         "scope": _scope(section),
         "reasons": [
             f"{one_line(str(reason.get('message', '')))} ({reason.get('code', '')})"
-            for reason in _records(fidelity.get("reasons"))
+            for reason in as_records(fidelity.get("reasons"))
         ],
         "restore": _restore(section),
         "cause": CAUSES.get(str(cause), f"The what-if replays point at: {cause}.")
@@ -79,7 +80,7 @@ def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
                 "reproduced": format_number(bool(check.get("reproduced"))),
                 "max_rel": format_number(parse_number(check.get("max_rel_loss_diff"))),
             }
-            for check in _records(section.get("resume_checks"))
+            for check in as_records(section.get("resume_checks"))
         ],
     }
 
@@ -92,7 +93,7 @@ def _status(fidelity: dict[str, Any]) -> str:
 
 def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> str:
     """One line: what was replayed, from where, and whether it reproduces the log."""
-    checkpoint = _mapping(section.get("checkpoint"))
+    checkpoint = as_mapping(section.get("checkpoint"))
     source = (
         checkpoint.get("path") or f"the checkpoint of step {format_step(checkpoint.get('step'))}"
     )
@@ -101,11 +102,11 @@ def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> 
         f"Replayed {_step_span(section.get('steps'), 'steps ')} from `{one_line(str(source))}` "
         f"on {one_line(str(section.get('device') or 'an unknown device'))} ({mode})"
     )
-    replayed = len(_records(section.get("per_step")))
+    replayed = len(as_records(section.get("per_step")))
     compared = format_step(fidelity.get("compared_steps"))
     relative = format_number(parse_number(fidelity.get("max_rel_loss_diff")))
     tolerance = format_number(parse_number(fidelity.get("tolerance")))
-    reasons = _records(fidelity.get("reasons"))
+    reasons = as_records(fidelity.get("reasons"))
     likely = (
         f"; most likely: {one_line(str(reasons[0].get('message', ''))).rstrip('.')}"
         if reasons
@@ -136,7 +137,7 @@ def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> 
 
 def _scope(section: dict[str, Any]) -> str:
     around = parse_number(section.get("around"))
-    window = [parse_number(offset) for offset in _list(section.get("window"))]
+    window = [parse_number(offset) for offset in as_list(section.get("window"))]
     low, high = window if len(window) == 2 else (None, None)
     if around is None or low is None or high is None:
         return ""
@@ -149,8 +150,8 @@ def _scope(section: dict[str, Any]) -> str:
 
 
 def _restore(section: dict[str, Any]) -> dict[str, Any]:
-    restore = _mapping(section.get("restore"))
-    checkpoint = _mapping(section.get("checkpoint"))
+    restore = as_mapping(section.get("restore"))
+    checkpoint = as_mapping(section.get("checkpoint"))
     source = checkpoint.get("path") or "the checkpoint"
     restored = ["model weights"] + [words for key, words in RESTORED_PARTS if restore.get(key)]
     missing = [words for key, words in RESTORED_PARTS if not restore.get(key)]
@@ -161,13 +162,13 @@ def _restore(section: dict[str, Any]) -> dict[str, Any]:
         "not_restored": f"Not restored: {', '.join(missing)}." if missing else "",
         "learning_rate": f"Learning rate: {LR_SOURCES.get(lr_source, lr_source or MISSING)}.",
         "loss": f"Loss: {LOSS_PATHS.get(loss_path, loss_path or MISSING)}.",
-        "caveats": [one_line(str(item)) for item in _list(restore.get("caveats"))],
-        "notes": [one_line(str(item)) for item in _list(restore.get("notes"))],
+        "caveats": [one_line(str(item)) for item in as_list(restore.get("caveats"))],
+        "notes": [one_line(str(item)) for item in as_list(restore.get("notes"))],
     }
 
 
 def _bad_samples(section: dict[str, Any]) -> list[dict[str, str]]:
-    samples = sorted(_records(section.get("bad_samples")), key=_sample_key)
+    samples = sorted(as_records(section.get("bad_samples")), key=_sample_key)
     return [
         {
             "step": format_step(sample.get("step")),
@@ -182,7 +183,7 @@ def _bad_samples(section: dict[str, Any]) -> list[dict[str, str]]:
 def _bad_sample_totals(section: dict[str, Any]) -> list[str]:
     """Per step: how many samples were flagged and the gradient share they carry together."""
     by_step: dict[float, list[float | None]] = {}
-    for sample in _records(section.get("bad_samples")):
+    for sample in as_records(section.get("bad_samples")):
         step = parse_number(sample.get("step"))
         if step is not None:
             by_step.setdefault(step, []).append(parse_number(sample.get("share")))
@@ -197,7 +198,7 @@ def _bad_sample_totals(section: dict[str, Any]) -> list[str]:
 
 def _what_if(item: dict[str, Any]) -> dict[str, str]:
     name = str(item.get("name", ""))
-    params = _mapping(item.get("params"))
+    params = as_mapping(item.get("params"))
     judged = parse_number(item.get("spike_line")) is not None
     return {
         "label": what_if_label(name, params),
@@ -249,7 +250,7 @@ def _signed(offset: float) -> str:
 
 
 def _step_span(value: Any, prefix: str = "") -> str:
-    steps = _list(value)
+    steps = as_list(value)
     if len(steps) != 2:
         return MISSING
     return f"{prefix}{format_step(steps[0])}–{format_step(steps[1])}"
@@ -259,15 +260,3 @@ def _sample_key(sample: dict[str, Any]) -> tuple[float, float]:
     step = parse_number(sample.get("step"))
     index = parse_number(sample.get("index"))
     return (step if step is not None else math.inf, index if index is not None else math.inf)
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _records(value: Any) -> list[dict[str, Any]]:
-    return [item for item in _list(value) if isinstance(item, dict)]

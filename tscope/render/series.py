@@ -144,6 +144,16 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def as_mapping(value: Any) -> dict[str, Any]:
+    """A payload object read defensively: a case written by another version may lack it."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_records(value: Any) -> list[dict[str, Any]]:
+    """The objects of a payload list (anything else in it is skipped)."""
+    return [item for item in as_list(value) if isinstance(item, dict)]
+
+
 def _padded(low: float, high: float) -> tuple[float, float]:
     if high == low:
         spread = abs(low) * 0.1 or 1.0

@@ -24,6 +24,7 @@ from tscope.render.formatting import (
 )
 from tscope.render.heatmap import MEASURES
 from tscope.render.replay_view import replay_view
+from tscope.render.series import as_list, as_mapping, as_records
 
 TEMPLATE_PACKAGE = "tscope.templates"  # the top-level templates/ folder, installed inside tscope
 STATUS_LABELS = {"incident": "Incident", "healthy": "Healthy", "no_data": "No data"}
@@ -49,31 +50,31 @@ def template_environment(autoescape: bool) -> jinja2.Environment:
 
 def build_view(payload: dict[str, Any]) -> dict[str, Any]:
     """Everything a template prints, as plain strings and lists (no numbers left to format)."""
-    summary = _mapping(payload.get("summary"))
-    spikes = [_spike_view(spike) for spike in _records(payload.get("spikes"))]
+    summary = as_mapping(payload.get("summary"))
+    spikes = [_spike_view(spike) for spike in as_records(payload.get("spikes"))]
     status = str(summary.get("status") or "no_data")
     return {
         "run": _run_view(payload),
         "status": status if status in STATUS_LABELS else "unknown",
         "status_label": STATUS_LABELS.get(status, status),
         "verdict": one_line(str(summary.get("verdict") or "No verdict was recorded.")),
-        "next_steps": [one_line(str(step)) for step in _list(summary.get("next_steps"))],
+        "next_steps": [one_line(str(step)) for step in as_list(summary.get("next_steps"))],
         "no_next_steps": NO_NEXT_STEPS.get(status, "No next step was recorded."),
         "headline": str(summary.get("headline_finding") or ""),
-        "findings": [_finding_view(item) for item in _records(payload.get("findings"))],
-        "severity_counts": _severity_counts(_records(payload.get("findings"))),
+        "findings": [_finding_view(item) for item in as_records(payload.get("findings"))],
+        "severity_counts": _severity_counts(as_records(payload.get("findings"))),
         "alternatives": [
             {
                 "category": str(item.get("category", "")),
                 "reason": one_line(str(item.get("reason", ""))),
                 "spike_id": str(item.get("spike_id") or MISSING),
             }
-            for item in _records(payload.get("alternatives"))
+            for item in as_records(payload.get("alternatives"))
         ],
         "spikes": spikes,
-        "story_groups": _story_groups(_records(payload.get("story")), spikes),
+        "story_groups": _story_groups(as_records(payload.get("story")), spikes),
         "change_points": [
-            _change_point_view(item) for item in _records(payload.get("change_points"))
+            _change_point_view(item) for item in as_records(payload.get("change_points"))
         ],
         "events": [
             {
@@ -82,20 +83,20 @@ def build_view(payload: dict[str, Any]) -> dict[str, Any]:
                 "detail": one_line(str(item.get("detail", ""))),
                 "source": str(item.get("source", "")),
             }
-            for item in sorted(_records(payload.get("events")), key=_step_key)
+            for item in sorted(as_records(payload.get("events")), key=_step_key)
         ],
-        "limits": [one_line(str(item)) for item in _list(payload.get("limits"))],
+        "limits": [one_line(str(item)) for item in as_list(payload.get("limits"))],
         "caveats": [
             {
                 "kind": str(item.get("kind", "")),
                 "message": one_line(str(item.get("message", ""))),
                 "source": str(item.get("source", "")),
             }
-            for item in _records(payload.get("caveats"))
+            for item in as_records(payload.get("caveats"))
         ],
         "partial": [
             {"path": str(item.get("path", "")), "problem": one_line(str(item.get("problem", "")))}
-            for item in _records(payload.get("partial"))
+            for item in as_records(payload.get("partial"))
         ],
         "checkpoints": [
             {
@@ -105,18 +106,18 @@ def build_view(payload: dict[str, Any]) -> dict[str, Any]:
                 "has_optimizer": format_number(bool(item.get("has_optimizer"))),
                 "has_rng": format_number(bool(item.get("has_rng"))),
             }
-            for item in sorted(_records(payload.get("checkpoints")), key=_step_key)
+            for item in sorted(as_records(payload.get("checkpoints")), key=_step_key)
         ],
-        "config": flatten(_mapping(_mapping(payload.get("run")).get("config"))),
+        "config": flatten(as_mapping(as_mapping(payload.get("run")).get("config"))),
         "other_metrics": _other_metrics(payload),
-        "layer_tables": _layer_tables(_mapping(payload.get("layers"))),
+        "layer_tables": _layer_tables(as_mapping(payload.get("layers"))),
         "replay": replay_view(payload),
         "tool": _tool_line(payload),
     }
 
 
 def _run_view(payload: dict[str, Any]) -> dict[str, Any]:
-    run = _mapping(payload.get("run"))
+    run = as_mapping(payload.get("run"))
     return {
         "name": str(run.get("name") or "unnamed run"),
         "path": str(run.get("path") or ""),
@@ -125,7 +126,7 @@ def _run_view(payload: dict[str, Any]) -> dict[str, Any]:
         "steps": _steps_text(run.get("first_step"), run.get("last_step")),
         "sources": [
             {"kind": str(source.get("kind", "")), "path": str(source.get("path", ""))}
-            for source in _records(run.get("sources"))
+            for source in as_records(run.get("sources"))
         ],
     }
 
@@ -137,7 +138,7 @@ def _steps_text(first: Any, last: Any) -> str:
 
 
 def _finding_view(finding: dict[str, Any]) -> dict[str, Any]:
-    evidence = _mapping(finding.get("evidence"))
+    evidence = as_mapping(finding.get("evidence"))
     return {
         "id": str(finding.get("id") or ""),
         "category": str(finding.get("category", "")),
@@ -166,7 +167,7 @@ def _spike_view(spike: dict[str, Any]) -> dict[str, Any]:
         "magnitude": format_number(parse_number(spike.get("magnitude"))),
         "baseline": format_number(parse_number(spike.get("baseline"))),
         "peak_value": format_number(parse_number(spike.get("peak_value"))),
-        "detectors": ", ".join(str(name) for name in _list(spike.get("detectors"))) or MISSING,
+        "detectors": ", ".join(str(name) for name in as_list(spike.get("detectors"))) or MISSING,
         "nonfinite": format_number(bool(spike.get("nonfinite"))),
     }
 
@@ -221,8 +222,8 @@ def _offset_text(lead_steps: float | None) -> str:
 
 
 def _change_point_view(change: dict[str, Any]) -> dict[str, Any]:
-    before = parse_number(_mapping(change.get("before")).get("mean"))
-    after = parse_number(_mapping(change.get("after")).get("mean"))
+    before = parse_number(as_mapping(change.get("before")).get("mean"))
+    after = parse_number(as_mapping(change.get("after")).get("mean"))
     ratio = MISSING
     if before and after is not None:
         ratio = f"×{format_number(after / before)}"
@@ -247,16 +248,16 @@ def _severity_counts(findings: list[dict[str, Any]]) -> str:
 
 def _other_metrics(payload: dict[str, Any]) -> list[dict[str, str]]:
     """Series not on the main chart: name, points charted, range and last value."""
-    charted = set(main_chart_metrics(_mapping(payload.get("chart_series"))))
-    series_map = _mapping(payload.get("chart_series"))
-    names = [str(name) for name in _list(payload.get("metrics"))]
+    charted = set(main_chart_metrics(as_mapping(payload.get("chart_series"))))
+    series_map = as_mapping(payload.get("chart_series"))
+    names = [str(name) for name in as_list(payload.get("metrics"))]
     names += [name for name in sorted(series_map) if name not in names]
     rows = []
     for name in names:
         if name in charted:
             continue
-        series = _mapping(series_map.get(name))
-        values = [parse_number(value) for value in _list(series.get("values"))]
+        series = as_mapping(series_map.get(name))
+        values = [parse_number(value) for value in as_list(series.get("values"))]
         finite = [value for value in values if value is not None and math.isfinite(value)]
         rows.append(
             {
@@ -272,16 +273,16 @@ def _other_metrics(payload: dict[str, Any]) -> list[dict[str, str]]:
 
 def _layer_tables(layers: dict[str, Any]) -> list[dict[str, Any]]:
     """The layers that moved most, per measure: where the heat map's dark cells are, by name."""
-    steps = _list(layers.get("steps"))
-    names = [str(name) for name in _list(layers.get("names"))]
+    steps = as_list(layers.get("steps"))
+    names = [str(name) for name in as_list(layers.get("names"))]
     tables = []
     for key, title in MEASURES:
-        matrix = _list(layers.get(key))
+        matrix = as_list(layers.get(key))
         if not matrix:
             continue
         ranked: list[tuple[float, str, int, float | None]] = []
         for name, row in zip(names, matrix, strict=False):
-            values = [parse_number(value) for value in _list(row)]
+            values = [parse_number(value) for value in as_list(row)]
             finite = [
                 (value, index)
                 for index, value in enumerate(values)
@@ -310,7 +311,7 @@ def _layer_tables(layers: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _tool_line(payload: dict[str, Any]) -> str:
-    tool = _mapping(payload.get("tool"))
+    tool = as_mapping(payload.get("tool"))
     version = tool.get("version", "?")
     return f"tscope {version}, case schema {payload.get('schema_version', '?')}"
 
@@ -318,15 +319,3 @@ def _tool_line(payload: dict[str, Any]) -> str:
 def _step_key(record: dict[str, Any]) -> tuple[float, str]:
     step = parse_number(record.get("step"))
     return (step if step is not None else float("inf"), str(record.get("kind", "")))
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _records(value: Any) -> list[dict[str, Any]]:
-    return [item for item in _list(value) if isinstance(item, dict)]

@@ -1,14 +1,44 @@
-"""Read a tscope JSON report (case.json, cluster.json) back for re-rendering, with one-line errors."""
+"""The files of a tscope report (case.*, cluster.*): the formats asked for, the output folder, the
+text files written, and reading a JSON report back for re-rendering, with one-line errors."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tscope.errors import UnreadableInput
+from tscope.errors import UnreadableInput, UsageError
 from tscope.model.case import SCHEMA_VERSION
+
+FORMATS = ("html", "md", "json")
+
+
+def check_formats(formats: Sequence[str]) -> None:
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown:
+        raise UsageError(
+            f"Unknown report format {', '.join(map(repr, unknown))}: choose from {', '.join(FORMATS)}."
+        )
+
+
+def output_directory(out_dir: str | os.PathLike[str], what: str) -> Path:
+    """The folder to write `what` ("the case", "the cluster report") into, created if needed."""
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(
+            f"Cannot write {what} into {directory}: {error.strerror or error}. "
+            "Pass --out with a folder you can write to."
+        ) from error
+    return directory
+
+
+def write_text(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8", newline="\n")
+    return path
 
 
 def read_payload(
