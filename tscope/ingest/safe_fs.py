@@ -1,0 +1,73 @@
+"""Filesystem access for inputs that come from strangers.
+
+Every reader opens its files through this module so the promises in docs/security.md hold in one
+place: only regular files are read (a FIFO, a device or a socket can hang or never end), nothing
+is read through a symlink inside the input tree or outside it, and no read is larger than the
+file can hold.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from tscope.errors import UnreadableInput
+
+NOT_REGULAR = (
+    "not a regular file (a FIFO, device, socket or directory); tscope reads only regular files"
+)
+SYMLINK_REFUSED = "a symbolic link; tscope does not follow links inside the input"
+OUTSIDE_INPUT = "outside the input folder; tscope reads only files inside the input it is given"
+
+
+def is_inside(root: Path, candidate: Path) -> bool:
+    """Whether `candidate`, once resolved, lies inside `root` resolved (or is root itself)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(candidate)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def is_regular_file(path: Path) -> bool:
+    """A regular file that is not itself a symlink (lstat: the link is judged, not its target)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def open_regular(path: Path, display_path: str) -> BinaryIO:
+    """Open `path` for reading only if it is a regular file reached without a symlink.
+
+    O_NOFOLLOW refuses a link at the last component; O_NONBLOCK keeps open() of a FIFO from
+    blocking until fstat can refuse it. The check is made on the opened descriptor, so a file
+    swapped between check and open is still judged by what was actually opened.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        if os.path.islink(path):
+            raise UnreadableInput(display_path, SYMLINK_REFUSED) from error
+        raise UnreadableInput(display_path, f"cannot be opened ({error.strerror})") from error
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise UnreadableInput(display_path, NOT_REGULAR)
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def read_bytes_bounded(path: Path, display_path: str, limit: int | None = None) -> bytes:
+    """The whole file, refusing it when it is larger than `limit` bytes."""
+    with open_regular(path, display_path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if limit is not None and size > limit:
+            raise UnreadableInput(
+                display_path,
+                f"{size} bytes, more than the {limit} bytes tscope reads from such a file",
+            )
+        return handle.read(size if limit is None else limit + 1)
