@@ -13,6 +13,7 @@ import typer
 
 from tscope.cli_output import Progress, main_file, progress_enabled, write_case
 from tscope.errors import TscopeError, UsageError
+from tscope.model.visible_text import visible
 
 app = typer.Typer(
     add_completion=False,
@@ -27,7 +28,8 @@ EXIT_BAD_INPUT = 2
 
 
 def _fail(message: str) -> NoReturn:
-    typer.echo(f"tscope: error: {message}", err=True)
+    # visible(): a file name in the message may hold a newline or a terminal escape.
+    typer.echo(f"tscope: error: {visible(message)}", err=True)
     raise typer.Exit(code=EXIT_BAD_INPUT)
 
 
@@ -122,9 +124,10 @@ def analyze(
     if not quiet:
         for item in case.partial:
             typer.echo(
-                f"tscope: warning: partial input {item['path']}: {item['problem']}", err=True
+                visible(f"tscope: warning: partial input {item['path']}: {item['problem']}"),
+                err=True,
             )
-    typer.echo(str(main_file(written)))
+    typer.echo(visible(main_file(written)))
     if fail_on is not None:
         threshold = SEVERITY_ORDER.index(fail_on)
         if any(SEVERITY_ORDER.index(f.severity) >= threshold for f in case.findings):
@@ -231,7 +234,7 @@ def replay(
         fidelity = investigation.result.fidelity
         typer.echo(
             f"Replayed steps {investigation.result.steps[0]}–{investigation.result.steps[1]} "
-            f"from {investigation.result.checkpoint_path}: "
+            f"from {visible(investigation.result.checkpoint_path)}: "
             + (
                 "reproduces the log"
                 if fidelity.reproduced
@@ -240,7 +243,7 @@ def replay(
             + f" (max rel. loss diff {fidelity.max_rel_loss_diff})",
             err=True,
         )
-    typer.echo(str(main_file(written)))
+    typer.echo(visible(main_file(written)))
 
 
 def _parse_window(text: str) -> tuple[int, int]:
@@ -301,8 +304,10 @@ def cluster(
         _fail(str(error))
     if not quiet:
         for item in result.skipped:
-            typer.echo(f"tscope: warning: run {item['run']} skipped: {item['problem']}", err=True)
-    typer.echo(str(main_file(written)))
+            typer.echo(
+                visible(f"tscope: warning: run {item['run']} skipped: {item['problem']}"), err=True
+            )
+    typer.echo(visible(main_file(written)))
 
 
 @app.command()
@@ -324,7 +329,7 @@ def report(
     except TscopeError as error:
         _fail(str(error))
     for path in written:
-        typer.echo(str(path))
+        typer.echo(visible(path))
 
 
 @app.command()
@@ -351,7 +356,7 @@ def demo(
             f"{demo_run.window_steps} steps. Verdict: {case.summary.get('verdict', '')}",
             err=True,
         )
-    typer.echo(str(main_file(written)))
+    typer.echo(visible(main_file(written)))
 
 
 def main() -> None:

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tscope.model.visible_text import visible
+
 if TYPE_CHECKING:
     from tscope.model import Case
 
@@ -59,7 +61,12 @@ class Progress:
 
     def update(self, description: str) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, description=f"{self.label} {description}")  # type: ignore[attr-defined]
+            from rich.markup import escape
+
+            # A file name is shown as text: its control characters escaped, its "[bold]" not
+            # taken as rich markup.
+            shown = escape(visible(description))
+            self._progress.update(self._task, description=f"{self.label} {shown}")  # type: ignore[attr-defined]
 
     def advance(self, done: int, total: int) -> None:
         if self._progress is not None:

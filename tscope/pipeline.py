@@ -15,6 +15,7 @@ from tscope.ingest.checkpoints import checkpoint_inventory
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.discover import discover
 from tscope.ingest.run_config import checkpoint_config
+from tscope.ingest.safe_fs import NOT_REGULAR
 from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
 
@@ -54,12 +55,8 @@ def analyze_run(
     """`analyze`, also returning the normalized run (for cross-run work that needs every step)."""
     if not paths:
         raise UsageError("Give at least one run directory, checkpoint or log file to analyze.")
-    roots = [Path(p) for p in paths]
-    for root in roots:
-        if not root.exists():
-            raise UsageError(
-                f"{root} does not exist. Pass a run directory, checkpoint or log file."
-            )
+    named = [Path(p) for p in paths]
+    roots = [_named_input(path) for path in named]
     reads, partial, checkpoints, unclaimed = [], [], [], []
     evidence_parts: list[CheckpointEvidence] = []
     side_config: dict[str, Any] = {}
@@ -87,8 +84,19 @@ def analyze_run(
     if checkpoint_evidence is not None:
         checkpoints = [snapshot.info for snapshot in checkpoint_evidence.snapshots]
     if run.metrics.empty and not checkpoints:
-        raise NothingToAnalyze(_nothing_message(roots, partial, unclaimed))
+        raise NothingToAnalyze(_nothing_message(named, partial, unclaimed))
     return Analysis(build_case(run, checkpoints, checkpoint_evidence, extra_findings), run)
+
+
+def _named_input(path: Path) -> Path:
+    """A path the user named, resolved once: the user chose it, so a link here is followed (and
+    no link inside it is). Only a folder or a regular file can be read."""
+    if not path.exists():
+        raise UsageError(f"{path} does not exist. Pass a run directory, checkpoint or log file.")
+    resolved = path.resolve()
+    if not (resolved.is_dir() or resolved.is_file()):
+        raise UsageError(f"{path}: {NOT_REGULAR}. Pass a run directory, checkpoint or log file.")
+    return resolved
 
 
 def _merge(parts: list[CheckpointEvidence]) -> CheckpointEvidence | None:

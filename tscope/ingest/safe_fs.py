@@ -19,6 +19,11 @@ NOT_REGULAR = (
     "not a regular file (a FIFO, device, socket or directory); tscope reads only regular files"
 )
 SYMLINK_REFUSED = "a symbolic link; tscope does not follow links inside the input"
+# What discovery lists for a link met while walking the input tree.
+SYMLINK_NOT_FOLLOWED = (
+    "a symbolic link; not followed (a link may lead outside the input or to a device). "
+    "Copy what it points to into the run folder, or name it on the command line"
+)
 OUTSIDE_INPUT = "outside the input folder; tscope reads only files inside the input it is given"
 
 

@@ -21,6 +21,7 @@ from tscope.render.formatting import (
     format_step,
     one_line,
     parse_number,
+    shown_in_template,
 )
 from tscope.render.heatmap import MEASURES
 from tscope.render.replay_view import replay_view
@@ -41,6 +42,7 @@ def template_environment(autoescape: bool) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader(TEMPLATE_PACKAGE, package_path="."),
         autoescape=autoescape,
+        finalize=shown_in_template,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
