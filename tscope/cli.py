@@ -11,7 +11,13 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from tscope.cli_output import Progress, main_file, progress_enabled, write_case
+from tscope.cli_output import (
+    Progress,
+    main_file,
+    prepare_case_folder,
+    progress_enabled,
+    write_case,
+)
 from tscope.errors import TscopeError, UsageError
 from tscope.model.visible_text import visible
 
@@ -53,6 +59,10 @@ def _check_output_outside_inputs(out: Path, inputs: list[Path]) -> None:
                 f"--out {out} is inside the input {path}; tscope never writes into an input. "
                 "Choose an output directory elsewhere."
             )
+
+
+def _same_folder(first: Path, second: Path) -> bool:
+    return first.exists() and second.exists() and first.resolve() == second.resolve()
 
 
 QuietOption = Annotated[
@@ -261,7 +271,7 @@ def _parse_window(text: str) -> tuple[int, int]:
 def cluster(
     runs_dir: Annotated[
         Path,
-        typer.Argument(help="A folder with one sub-folder (or log file) per run; symlinks work."),
+        typer.Argument(help="A folder with one sub-folder (or log file) per run."),
     ],
     out: Annotated[
         Path | None,
@@ -274,6 +284,13 @@ def cluster(
     ] = None,
     trust_pickle: TrustPickleOption = False,
     no_weights: NoWeightsOption = False,
+    follow_run_links: Annotated[
+        bool,
+        typer.Option(
+            "--follow-run-links",
+            help="Read runs that are symlinks to folders outside RUNS_DIR (only links you made).",
+        ),
+    ] = False,
     quiet: QuietOption = False,
 ) -> None:
     """Compare the runs of a sweep: which blew up, what they share, what the stable ones do not.
@@ -289,7 +306,7 @@ def cluster(
         chosen = _parse_formats(formats)
         target = out or Path(f"tscope-cluster-{runs_dir.resolve().name}")
         # Symlinked runs live elsewhere: the output may not land inside any of them either.
-        _check_output_outside_inputs(target, [runs_dir, *find_runs(runs_dir)])
+        _check_output_outside_inputs(target, [runs_dir, *find_runs(runs_dir, follow_run_links)])
         with Progress(progress_enabled(quiet), "analyzing runs") as progress:
             result = cluster_runs(
                 runs_dir,
@@ -298,6 +315,7 @@ def cluster(
                 read_weights=not no_weights,
                 trust_pickle=trust_pickle,
                 on_run_done=progress.advance,
+                follow_run_links=follow_run_links,
             )
         written = render_cluster(result, target, chosen)
     except TscopeError as error:
@@ -324,7 +342,11 @@ def report(
     try:
         chosen = _parse_formats(formats)
         payload = load_case_payload(case_dir)
-        target = out or (case_dir if case_dir.is_dir() else case_dir.parent)
+        source = case_dir if case_dir.is_dir() else case_dir.parent
+        target = out or source
+        # Re-rendering in place keeps the case's other files; another folder gets only this case.
+        if not _same_folder(target, source):
+            prepare_case_folder(target)
         written = render_case(payload, target, chosen)
     except TscopeError as error:
         _fail(str(error))
