@@ -247,8 +247,12 @@ def _analyze_and_cache(
     compact = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     write_text(case_dir / "case.json", compact + "\n")
     # numpy's own format, read back with allow_pickle=False: arrays only, nothing executes.
-    series = {"loss_steps": steps, "loss_values": values, "lr_steps": lr_steps, "lr_values": lrs}
-    write_with(case_dir / SERIES_FILE, lambda handle: np.savez(handle, **series))
+    write_with(
+        case_dir / SERIES_FILE,
+        lambda handle: np.savez(
+            handle, loss_steps=steps, loss_values=values, lr_steps=lr_steps, lr_values=lrs
+        ),
+    )
     if case.layers_table is not None:
         from tscope.ingest.checkpoint_stats import write_layers_parquet
 

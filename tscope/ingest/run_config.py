@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
+from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
 from tscope.model import CheckpointInfo
 
 MODEL_CONFIG_PREFIX = "model_config."  # the same prefix the TensorBoard reader gives model_config
@@ -40,16 +42,16 @@ def checkpoint_config(root: Path, checkpoints: list[CheckpointInfo]) -> dict[str
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
-            return {}
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        if not is_regular_file(path) or path.stat().st_size > MAX_CONFIG_BYTES:
+            return {}  # a link or a FIFO is not read (docs/security.md)
+        loaded = json.loads(read_bytes_bounded(path, path.name, MAX_CONFIG_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, UnreadableInput):
         return {}  # a broken side file costs only its settings; the checkpoint reader reports it
     return loaded if isinstance(loaded, dict) else {}
 
 
 def _training_args(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    if not is_regular_file(path):
         return {}
     recovered = torch_file_literals(path)
     return recovered if isinstance(recovered, dict) else {}
