@@ -172,7 +172,13 @@ def test_cluster_skips_a_run_entry_linked_from_outside_the_runs_folder(tmp_path)
 
 @pytest.mark.parametrize(
     "name",
-    ["trainer_state.json", "events.out.tfevents.1.host", "other.csv", "train.log", "model_step_5.pt"],
+    [
+        "trainer_state.json",
+        "events.out.tfevents.1.host",
+        "other.csv",
+        "train.log",
+        "model_step_5.pt",
+    ],
 )
 def test_a_fifo_named_like_a_run_file_is_skipped_without_hanging(tmp_path, name):
     run = tmp_path / "run"
@@ -254,7 +260,8 @@ def test_control_characters_in_names_and_metrics_are_escaped_in_the_case(tmp_pat
     for name in ("case.html", "case.md", "case-chart.svg"):
         text = (tmp_path / "case" / name).read_text(encoding="utf-8")
         assert not any(char in text for char in RAW_CONTROLS), name
-    assert "evil\\nFAKE" in (tmp_path / "case" / "case.md").read_text(encoding="utf-8")
+    # In a report a newline becomes a space (a table row stays one row); the rest shows escaped.
+    assert "evil FAKE: all good\\x1b[2J" in (tmp_path / "case" / "case.md").read_text("utf-8")
 
 
 # Item 10: a case folder holds only what this case wrote.
@@ -290,3 +297,52 @@ def test_an_out_folder_holding_files_tscope_did_not_write_is_refused(tmp_path):
 
     outcome.assert_one_line_error("thesis.tex", "--out")
     assert tree_digest(out) == before
+
+
+def test_the_case_folder_list_covers_every_file_a_case_writes():
+    """A name missing from CASE_FOLDER_FILES would make tscope refuse its own earlier case."""
+    from tscope.cli_output import CASE_FOLDER_FILES
+    from tscope.output_files import is_owned
+    from tscope.render import ALL_CHART_FILES, CASE_HTML, CASE_JSON, CASE_MD
+    from tscope.replay.skip_list import SKIP_BATCHES_FILE
+    from tscope.replay_pipeline import LAYERS_TABLE, REPLAY_JSON, SAMPLES_TABLE, STEPS_TABLE
+
+    names = [CASE_JSON, CASE_HTML, CASE_MD, *ALL_CHART_FILES.values(), "layers.parquet"]
+    names += [REPLAY_JSON, STEPS_TABLE, LAYERS_TABLE, SAMPLES_TABLE, SKIP_BATCHES_FILE]
+    assert [name for name in names if not is_owned(name, CASE_FOLDER_FILES)] == []
+    assert not is_owned("thesis.tex", CASE_FOLDER_FILES)
+
+
+def test_a_write_replaces_a_planted_link_and_leaves_its_target(tmp_path):
+    from tscope.output_files import write_text
+
+    target = tmp_path / "bashrc"
+    target.write_text("export PATH=/usr/bin\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "case.md").symlink_to(target)
+
+    write_text(tmp_path / "out" / "case.md", "# case\n")
+
+    assert target.read_text() == "export PATH=/usr/bin\n"
+    assert (tmp_path / "out" / "case.md").read_text() == "# case\n"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["case.md"]  # no temporary
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\nb", "a\\nb"),
+        ("\x1b[2J", "\\x1b[2J"),
+        ("nul\x00", "nul\\x00"),
+        ("csi\x9b", "csi\\x9b"),
+        ("del\x7f", "del\\x7f"),
+        ("gpj\u202eexe", "gpj\\u202eexe"),
+        ("iso\u2066late\u2069", "iso\\u2066late\\u2069"),
+        ("line\u2028sep", "line\\u2028sep"),
+        ("plain ünïcode ✓ 日本", "plain ünïcode ✓ 日本"),
+    ],
+)
+def test_visible_shows_every_control_character_as_its_escape(raw, shown):
+    from tscope.model.visible_text import visible
+
+    assert visible(raw) == shown

@@ -55,7 +55,7 @@ def open_regular(path: Path, display_path: str) -> BinaryIO:
     except OSError as error:
         if os.path.islink(path):
             raise UnreadableInput(display_path, SYMLINK_REFUSED) from error
-        raise UnreadableInput(display_path, f"cannot be opened ({error.strerror})") from error
+        raise UnreadableInput(display_path, f"cannot open the file ({error.strerror})") from error
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise UnreadableInput(display_path, NOT_REGULAR)

@@ -103,9 +103,9 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
 
 
 def one_line(text: str) -> str:
-    """Log-derived text on one line: a message with a newline must not break a table row, and a
-    name's control characters (a newline, ESC, a bidi override) are shown as their escapes."""
-    return " ".join(visible(text).split())
+    """Log-derived text on one line: a newline or tab must not break a table row (it becomes a
+    space), and the other control characters (ESC, NUL, a bidi override) show as their escapes."""
+    return visible(" ".join(str(text).split()))
 
 
 def shown_in_template(value: Any) -> Any:
