@@ -346,3 +346,35 @@ def test_visible_shows_every_control_character_as_its_escape(raw, shown):
     from tscope.model.visible_text import visible
 
     assert visible(raw) == shown
+
+
+def test_report_into_another_folder_refuses_foreign_files_and_a_fifo_case_json(tmp_path):
+    write_metrics(tmp_path / "run")
+    case_dir = tmp_path / "case"
+    assert run_tscope("analyze", tmp_path / "run", "-o", case_dir, "-q").returncode == 0
+    foreign = tmp_path / "home"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("mine\n")
+    before = tree_digest(foreign)
+
+    refused = run_tscope("report", case_dir, "-o", foreign)
+
+    refused.assert_one_line_error("thesis.tex")
+    assert tree_digest(foreign) == before
+    fifo_case = tmp_path / "fifo-case"
+    fifo_case.mkdir()
+    os.mkfifo(fifo_case / "case.json")
+    run_tscope("report", fifo_case, timeout=60).assert_one_line_error("not a regular file")
+
+
+def test_cluster_reads_a_run_entry_that_links_inside_the_runs_folder(tmp_path):
+    sweep = tmp_path / "sweep"
+    write_metrics(sweep / "a")
+    write_metrics(sweep / "b")
+    (sweep / "latest").symlink_to(sweep / "b", target_is_directory=True)
+
+    outcome = run_tscope("cluster", sweep, "-o", tmp_path / "out", "-j", "1")
+
+    assert outcome.returncode == 0, outcome.stderr
+    assert "skipped" not in outcome.stderr
+    assert (tmp_path / "out" / "runs" / "latest" / "case.json").is_file()
