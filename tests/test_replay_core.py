@@ -1,7 +1,8 @@
 """tscope.replay on the real Trainer fixture runs and the demo's nanoGPT-style run (CPU).
 
-A replay must reproduce what the run logged — bit for bit here, since the fixtures were trained
-on CPU with one thread — and say why when it does not.
+A replay must reproduce what the run logged — within the fidelity tolerance on the committed
+fixtures (recorded on another CPU), bit for bit on a run trained on this machine (see
+tests/any_cpu.py) — and say why when it does not.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import numpy as np
 import pytest
 import torch
 
+from any_cpu import like_another_cpu, within_tolerance
+
 from tscope.errors import UsageError
 from tscope.model.replay import COMPARED, NONFINITE_AGREED, ReplayStep, StepComparison
 from tscope.replay import StepContext, StepObserver, replay
 from tscope.replay.diagnosis import ReplayConditions, likely_reasons
 from tscope.replay.entry import load_entry
-from tscope.replay.fidelity import logged_decimals, trainer_logged_loss
+from tscope.replay.fidelity import compare, logged_decimals, trainer_logged_loss
+from tscope.replay.logs import TRAINER_LOGGING, LoggedSeries
 from tscope.replay.normaliser import trainer_rule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,19 +80,47 @@ def corrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
-def test_corrupted_batch_replays_from_checkpoint_120_bit_for_bit(corrupted):
-    result = corrupted["result"]
+def assert_corrupted_batch_reproduced(result: Any) -> None:
+    """What the replay of the committed corrupted_batch run must show on any CPU."""
     fidelity = result.fidelity
     assert result.checkpoint_path == "checkpoint-120"
     assert result.steps == (121, 150)
     assert fidelity.reproduced and fidelity.compared_steps == 30
     assert fidelity.max_rel_loss_diff <= REL_TOL and fidelity.max_rel_grad_norm_diff <= REL_TOL
     assert fidelity.grad_norm_reproduced
-    assert fidelity.bit_exact_steps == 30  # same kernels, one thread: not merely close
+    assert 0 <= fidelity.bit_exact_steps <= 30  # reported apart: a property of the machine
     logged = trainer_log("corrupted_batch")
     by_step = {s.step: s for s in result.per_step}
-    assert by_step[145].loss == logged[145]["loss"]
-    assert by_step[145].grad_norm == logged[145]["grad_norm"]
+    assert within_tolerance(by_step[145].loss, logged[145]["loss"])
+    assert within_tolerance(by_step[145].grad_norm, logged[145]["grad_norm"])
+    assert result.restore.optimizer and result.restore.scheduler and result.restore.rng
+
+
+def test_corrupted_batch_replays_from_checkpoint_120_within_tolerance(corrupted):
+    assert_corrupted_batch_reproduced(corrupted["result"])
+
+
+def test_corrupted_batch_still_reproduces_when_replayed_as_on_another_cpu(monkeypatch):
+    like_another_cpu(monkeypatch)
+    result = fixture_replay(monkeypatch, "corrupted_batch", 145, (-5, 5))
+    assert result.fidelity.bit_exact_steps < 30  # the perturbation is real: not bit for bit
+    assert_corrupted_batch_reproduced(result)
+
+
+def test_a_run_trained_on_this_machine_replays_bit_for_bit(monkeypatch, local_trainer_run):
+    monkeypatch.setenv("TSCOPE_FIXTURE_RUN", local_trainer_run.name)
+    result = replay(
+        local_trainer_run,
+        around=22,
+        window=(-5, 5),
+        entry=FIXTURE_ENTRY,
+        observers=[GradNormsByParameter()],
+    )
+    fidelity = result.fidelity
+    assert result.checkpoint_path == "checkpoint-10" and result.steps == (11, 27)
+    # Same machine, same kernels, one thread: not merely close, and an observer changes nothing.
+    assert fidelity.reproduced and fidelity.bit_exact_steps == fidelity.compared_steps == 17
+    assert fidelity.max_rel_loss_diff == 0.0 and fidelity.max_rel_grad_norm_diff == 0.0
     assert result.restore.optimizer and result.restore.scheduler and result.restore.rng
 
 
@@ -135,7 +167,8 @@ def test_lr_jump_replays_through_the_jump_with_an_observer_attached(monkeypatch)
     )
     fidelity = result.fidelity
     assert result.steps == (121, 160)
-    assert fidelity.reproduced and fidelity.bit_exact_steps == fidelity.compared_steps == 40
+    assert fidelity.reproduced and fidelity.compared_steps == 40
+    assert fidelity.max_rel_loss_diff <= REL_TOL
     assert result.restore.lr_source == "log"
     jumped = {s.step: s.learning_rate for s in result.per_step}
     assert jumped[150] > 40 * jumped[149]  # the planted x50 window is in the replayed rates
@@ -148,8 +181,8 @@ def test_resume_without_scheduler_pt_restores_neither_optimizer_nor_scheduler(mo
     assert not result.restore.optimizer and not result.restore.scheduler
     assert any("no scheduler.pt" in note for note in result.restore.notes)
     assert result.per_step[0].learning_rate == 0.0  # the schedule restarted, as in the run
-    assert result.fidelity.reproduced
-    assert result.fidelity.bit_exact_steps == result.fidelity.compared_steps == 15
+    assert result.fidelity.reproduced and result.fidelity.compared_steps == 15
+    assert result.fidelity.max_rel_loss_diff <= REL_TOL
 
 
 def test_logging_every_5_steps_compares_window_means(monkeypatch):
@@ -158,19 +191,59 @@ def test_logging_every_5_steps_compares_window_means(monkeypatch):
     assert result.steps == (181, 195)
     assert fidelity.logging_window == 5
     assert [c.window for c in result.comparisons] == [(181, 185), (186, 190), (191, 195)]
-    assert fidelity.reproduced and fidelity.bit_exact_steps == 3
+    assert fidelity.reproduced and fidelity.max_rel_loss_diff <= REL_TOL
     assert result.restore.lr_source == "scheduler"  # the LR is logged every 5th step only
 
 
-def test_nan_steps_the_trainer_logged_as_zero_are_not_mismatches(monkeypatch):
-    result = fixture_replay(monkeypatch, "lr_blowup", 186, (-5, 4))
+# lr_blowup's LR is ~9 from step 181: each step multiplies a rounding difference, so on a CPU
+# other than the recording one the replay leaves the log within a step or two (measured: 181
+# reproduces, 182 is 6e-4 off, the loss overflows at 186 instead of 184). What holds anywhere:
+# the first step reproduces, every replayed NaN the Trainer logged as 0.0 is agreement, never a
+# mismatch, and a replay that drifts says it is numerical drift.
+NONFINITE_ONSET_SLACK_STEPS = 3
+LOGGED_FIRST_HIDDEN_NAN = 184  # the first step lr_blowup's Trainer logged as loss 0.0
+
+
+def assert_nan_steps_logged_as_zero_agree(result: Any) -> None:
     assert result.steps == (181, 190)
-    by_step = {s.step: s for s in result.per_step}
-    assert math.isnan(by_step[184].loss)  # the replay shows the real value
+    first_nan = next(s.step for s in result.per_step if math.isnan(s.loss))  # the real value
+    assert abs(first_nan - LOGGED_FIRST_HIDDEN_NAN) <= NONFINITE_ONSET_SLACK_STEPS
     hidden = [c for c in result.comparisons if c.status == NONFINITE_AGREED]
-    assert [c.step for c in hidden] == list(range(184, 191))
+    assert [c.step for c in hidden] == list(range(first_nan, 191))
     assert all(c.logged_loss == 0.0 for c in hidden)
-    assert result.fidelity.reproduced and result.fidelity.nonfinite_agreed_steps == 7
+    fidelity = result.fidelity
+    assert fidelity.nonfinite_agreed_steps == len(hidden)
+    assert not {c.step for c in hidden} & set(fidelity.mismatched_steps)
+    first = result.comparisons[0]
+    assert first.step == 181 and first.rel_diff is not None and first.rel_diff <= REL_TOL
+    assert fidelity.reproduced or fidelity.reasons[0].code == "numerical_drift"
+
+
+def test_nan_steps_the_trainer_logged_as_zero_are_not_mismatches(monkeypatch):
+    assert_nan_steps_logged_as_zero_agree(fixture_replay(monkeypatch, "lr_blowup", 186, (-5, 4)))
+
+
+def test_nan_steps_logged_as_zero_agree_when_replayed_as_on_another_cpu(monkeypatch):
+    like_another_cpu(monkeypatch)
+    assert_nan_steps_logged_as_zero_agree(fixture_replay(monkeypatch, "lr_blowup", 186, (-5, 4)))
+
+
+def test_a_nan_the_trainer_logged_as_zero_is_agreement_not_a_mismatch():
+    """The fidelity rule itself, free of any CPU: the Trainer's NaN filter logs 0.0 for a
+    non-finite step (logging_nan_inf_filter); a replay NaN there agrees with the log."""
+    logs = LoggedSeries(
+        loss={1: 3.0, 2: 0.0, 3: 0.0},
+        grad_norm={1: 1.0, 2: math.nan, 3: math.nan},
+        learning_rate={},
+        convention=TRAINER_LOGGING,
+        nan_filter=True,
+        hidden_nonfinite=frozenset({2, 3}),
+    )
+    steps = [_step(1, 3.0), _step(2, math.nan), _step(3, math.nan)]
+    conditions = ReplayConditions(True, True, True, "cpu", "cpu", "log")
+    comparisons, fidelity = compare(steps, logs, conditions)
+    assert [c.status for c in comparisons] == [COMPARED, NONFINITE_AGREED, NONFINITE_AGREED]
+    assert fidelity.reproduced and fidelity.nonfinite_agreed_steps == 2
 
 
 def test_batches_shifted_by_one_step_do_not_reproduce_and_say_why(monkeypatch, tmp_path):

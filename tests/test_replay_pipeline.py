@@ -181,11 +181,16 @@ def test_an_inf_planted_in_one_layer_is_traced_to_that_module(tmp_path, monkeypa
     assert any(f.category == "replay_mismatch" for f in found.findings)
 
 
+NONFINITE_ONSET_SLACK_STEPS = 3  # as in test_replay_core
+
+
 def test_the_blowup_run_shows_where_nan_starts_and_the_attention_logits(monkeypatch):
     monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "lr_blowup")
     found = investigate(RUNS / "lr_blowup", 185, ENTRY, window=(-4, 4), what_ifs=[])
     categories = {f.category: f for f in found.findings}
-    assert categories["nonfinite_origin"].step == 183
+    # 183 on the recording CPU; where a run diverges, rounding moves the overflow by a step or two
+    # from one CPU to another (185 measured on a second machine).
+    assert abs(categories["nonfinite_origin"].step - 183) <= NONFINITE_ONSET_SLACK_STEPS
     assert categories["attention_logit_growth"].evidence["attention_logit_max"] >= 1e4
 
 
