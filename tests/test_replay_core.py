@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-
 from any_cpu import like_another_cpu, within_tolerance
 
 from tscope.errors import UsageError
