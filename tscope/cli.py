@@ -13,6 +13,7 @@ import typer
 
 from tscope.cli_output import Progress, main_file, progress_enabled, write_case
 from tscope.errors import TscopeError, UsageError
+from tscope.output_location import check_outside_inputs, default_output
 
 app = typer.Typer(
     add_completion=False,
@@ -24,6 +25,8 @@ FORMATS = ("html", "md", "json")
 SEVERITY_ORDER = ("info", "warning", "critical")
 EXIT_FINDINGS = 1  # only with --fail-on
 EXIT_BAD_INPUT = 2
+CASE_PREFIX = "tscope-case"  # default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>
+CLUSTER_PREFIX = "tscope-cluster"
 
 
 def _fail(message: str) -> NoReturn:
@@ -41,16 +44,14 @@ def _parse_formats(text: str) -> tuple[str, ...]:
     return formats
 
 
-def _check_output_outside_inputs(out: Path, inputs: list[Path]) -> None:
-    resolved = out.resolve()
-    for path in inputs:
-        root = path.resolve()
-        root = root if root.is_dir() else root.parent
-        if resolved == root or root in resolved.parents:
-            raise UsageError(
-                f"--out {out} is inside the input {path}; tscope never writes into an input. "
-                "Choose an output directory elsewhere."
-            )
+def _say_where_it_goes(target: Path, prefix: str, quiet: bool) -> None:
+    """The default moved beside the run (the working directory is inside an input): say so."""
+    if not quiet and target.parent != Path("."):
+        typer.echo(
+            f"tscope: writing to {target} (./{prefix}-… would be inside the input; --out DIR to "
+            "choose)",
+            err=True,
+        )
 
 
 QuietOption = Annotated[
@@ -106,7 +107,7 @@ def analyze(
                 f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}, not {fail_on!r}"
             )
         if out is not None:
-            _check_output_outside_inputs(out, list(paths))  # before any work
+            check_outside_inputs(out, list(paths))  # before any work
         with Progress(progress_enabled(quiet), "reading") as progress:
             case = analyze_run(
                 *paths,
@@ -114,8 +115,9 @@ def analyze(
                 trust_pickle=trust_pickle,
                 read_weights=not no_weights,
             )
-        target = out or Path(f"tscope-case-{case.run['name']}")
-        _check_output_outside_inputs(target, list(paths))
+        target = out or default_output(CASE_PREFIX, str(case.run["name"]), list(paths))
+        if out is None:
+            _say_where_it_goes(target, CASE_PREFIX, quiet)
         written = write_case(case, target, chosen)
     except TscopeError as error:
         _fail(str(error))
@@ -198,8 +200,11 @@ def replay(
         if around is None and not check_resume:
             raise UsageError("Give --around STEP (the step to investigate), or --check-resume.")
         offsets = _parse_window(window)
-        target = out or Path(f"tscope-case-{run_dir.resolve().name}")
-        _check_output_outside_inputs(target, [run_dir])
+        if out is not None:
+            check_outside_inputs(out, [run_dir])
+        target = out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
+        if out is None:
+            _say_where_it_goes(target, CASE_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "replaying") as progress:
             if around is not None:
                 investigation = investigate(
@@ -284,9 +289,13 @@ def cluster(
 
     try:
         chosen = _parse_formats(formats)
-        target = out or Path(f"tscope-cluster-{runs_dir.resolve().name}")
         # Symlinked runs live elsewhere: the output may not land inside any of them either.
-        _check_output_outside_inputs(target, [runs_dir, *find_runs(runs_dir)])
+        inputs = [runs_dir, *find_runs(runs_dir)]
+        if out is not None:
+            check_outside_inputs(out, inputs)
+        target = out or default_output(CLUSTER_PREFIX, runs_dir.resolve().name, inputs)
+        if out is None:
+            _say_where_it_goes(target, CLUSTER_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "analyzing runs") as progress:
             result = cluster_runs(
                 runs_dir,
