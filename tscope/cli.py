@@ -11,11 +11,14 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from tscope import __version__
+from tscope.cli_help import PlainCommand, PlainGroup
 from tscope.cli_output import Progress, main_file, progress_enabled, write_case
 from tscope.errors import TscopeError, UsageError
 from tscope.output_location import check_outside_inputs, default_output
 
 app = typer.Typer(
+    cls=PlainGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Offline post-mortem analyzer for LLM training runs: what happened, when, where, why.",
@@ -58,7 +61,8 @@ QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress or warnings on stderr.")
 ]
 FormatsOption = Annotated[
-    str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
+    str,
+    typer.Option("--format", "-f", metavar="FORMATS", help="Comma-separated: html, md, json."),
 ]
 TrustPickleOption = Annotated[
     bool,
@@ -75,21 +79,50 @@ NoWeightsOption = Annotated[
 ]
 
 
-@app.command()
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"tscope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Offline post-mortem analyzer for LLM training runs: what happened, when, where, why."""
+
+
+# Where the case goes when --out is not given (see tscope.output_location.default_output).
+CASE_OUT_HELP = "Case directory to write (default: ./tscope-case-RUN, or beside the run when you are inside it)."
+
+
+@app.command(cls=PlainCommand)
 def analyze(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Run directory (searched recursively), checkpoint or log file."),
+        typer.Argument(
+            metavar="PATH...",
+            help="Run directory (searched recursively), checkpoint or log file; several are merged.",
+        ),
     ],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
+        typer.Option("--out", "-o", metavar="DIR", help=CASE_OUT_HELP),
     ] = None,
     formats: FormatsOption = "html,md,json",
     fail_on: Annotated[
         str | None,
         typer.Option(
             "--fail-on",
+            metavar="SEVERITY",
             help="Exit 1 when a finding at or above this severity exists: info|warning|critical.",
         ),
     ] = None,
@@ -133,28 +166,50 @@ def analyze(
             raise typer.Exit(code=EXIT_FINDINGS)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def replay(
     run_dir: Annotated[
-        Path, typer.Argument(help="The run directory holding the checkpoints and logs.")
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="The run directory holding the checkpoints and logs (default: the current one).",
+        ),
     ] = Path("."),
     around: Annotated[
-        int | None, typer.Option("--around", help="The optimizer step to investigate.")
+        int | None,
+        typer.Option(
+            "--around",
+            metavar="STEP",
+            help="Required (unless --check-resume): the optimizer step to investigate.",
+        ),
     ] = None,
     entry: Annotated[
         Path | None,
-        typer.Option("--entry", help="Your entry file: batches(start_step), optional build_model…"),
+        typer.Option(
+            "--entry",
+            metavar="FILE.py",
+            help="Required: your entry file. It defines batches(start_step), the batches of the "
+            "steps after start_step, and optionally build_model(config), loss_fn(model, batch), "
+            "build_optimizer(model) (see the README's replay section).",
+        ),
     ] = None,
     window: Annotated[
-        str, typer.Option("--window", help="Steps before:after --around to replay, e.g. -5:5.")
+        str,
+        typer.Option(
+            "--window", metavar="-A:B", help="Steps before:after --around to replay, e.g. -5:5."
+        ),
     ] = "-5:5",
     device: Annotated[
-        str, typer.Option("--device", help="cpu, cuda, or auto (cuda when available).")
+        str,
+        typer.Option(
+            "--device", metavar="DEVICE", help="cpu, cuda, or auto (cuda when available)."
+        ),
     ] = "cpu",
     what_if: Annotated[
         list[str] | None,
         typer.Option(
             "--what-if",
+            metavar="WHAT_IF",
             help="Repeatable: skip | lr=FACTOR | clip=MAX_NORM | from=STEP (each a replay).",
         ),
     ] = None,
@@ -174,14 +229,17 @@ def replay(
     ] = False,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
+        typer.Option("--out", "-o", metavar="DIR", help=CASE_OUT_HELP),
     ] = None,
     formats: FormatsOption = "html,md,json",
     trust_pickle: TrustPickleOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Re-run the steps around a spike from a checkpoint: fidelity, per-layer statistics, bad
-    samples and what-if experiments. Writes replay.json and updates case.html/md/json."""
+    """Re-run the steps around a spike from a checkpoint and write a new case folder.
+
+    Fidelity, per-layer statistics, bad samples and what-if experiments: --out gets replay.json,
+    the replay tables and case.html/md/json with the replay's findings; the run is never touched.
+    """
     from tscope.replay_pipeline import (
         case_with_replay,
         check_resumes,
@@ -259,20 +317,34 @@ def _parse_window(text: str) -> tuple[int, int]:
     return low, high
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def cluster(
     runs_dir: Annotated[
         Path,
-        typer.Argument(help="A folder with one sub-folder (or log file) per run; symlinks work."),
+        typer.Argument(
+            metavar="RUNS_DIR",
+            help="A folder with one sub-folder (or log file) per run; symlinks work.",
+        ),
     ],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Where to write (default: ./tscope-cluster-NAME)."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="DIR",
+            help="Where to write (default: ./tscope-cluster-NAME, or beside RUNS_DIR from inside it).",
+        ),
     ] = None,
     formats: FormatsOption = "html,md,json",
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", min=1, help="Runs analyzed in parallel (default: CPU count)."),
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Runs analyzed in parallel (default: CPU count).",
+        ),
     ] = None,
     trust_pickle: TrustPickleOption = False,
     no_weights: NoWeightsOption = False,
@@ -314,12 +386,15 @@ def cluster(
     typer.echo(str(main_file(written)))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def report(
-    case_dir: Annotated[Path, typer.Argument(help="A case directory (or its case.json).")],
+    case_dir: Annotated[
+        Path, typer.Argument(metavar="CASE_DIR", help="A case directory (or its case.json).")
+    ],
     formats: FormatsOption = "html,md,json",
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Where to write (default: the case dir).")
+        Path | None,
+        typer.Option("--out", "-o", metavar="DIR", help="Where to write (default: the case dir)."),
     ] = None,
 ) -> None:
     """Re-render a case from its case.json, with no recomputation."""
@@ -336,10 +411,13 @@ def report(
         typer.echo(str(path))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def demo(
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Where to write the demo run and its case.")
+        Path,
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="Where to write the demo run and its case."
+        ),
     ] = Path("tscope-demo"),
     quiet: QuietOption = False,
 ) -> None:
