@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from any_cpu import like_another_cpu
 from typer.testing import CliRunner
 
 from tscope.cli import app
@@ -184,7 +185,10 @@ def test_an_inf_planted_in_one_layer_is_traced_to_that_module(tmp_path, monkeypa
 NONFINITE_ONSET_SLACK_STEPS = 3  # as in test_replay_core
 
 
-def test_the_blowup_run_shows_where_nan_starts_and_the_attention_logits(monkeypatch):
+@pytest.mark.parametrize("another_cpu", [False, True], ids=["this_cpu", "another_cpu"])
+def test_the_blowup_run_shows_where_nan_starts_and_the_attention_logits(monkeypatch, another_cpu):
+    if another_cpu:
+        like_another_cpu(monkeypatch)
     monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "lr_blowup")
     found = investigate(RUNS / "lr_blowup", 185, ENTRY, window=(-4, 4), what_ifs=[])
     categories = {f.category: f for f in found.findings}
