@@ -10,6 +10,7 @@ resumed run's several log files, a run's logs of different formats side by side.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,17 @@ def test_a_runs_logs_of_different_formats_are_one_run(tmp_path):
     nanogpt_log(tmp_path / "run" / "train.log", 0, 60)
     metrics_csv(tmp_path / "run" / "eval" / "scores.csv")  # another kind elsewhere: same run
     assert len(groups_in(tmp_path / "demo")) == 1 and len(groups_in(tmp_path / "run")) == 1
+
+
+def test_train_and_eval_tables_under_different_names_are_one_run(tmp_path):
+    """Different names, different series: parts of one run, not two runs (a Trainer output
+    folder with its own metric files beside the checkpoints)."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "fixtures/data/trainer/stable", run)
+    (run / "eval_metrics.jsonl").write_text(
+        '{"step": 60, "eval/accuracy": 0.5}\n{"step": 120, "eval/accuracy": 0.6}\n',
+        encoding="utf-8",
+    )
+    (run / "lr_log.csv").write_text("step,learning_rate\n1,0.001\n2,0.002\n", encoding="utf-8")
+    (run / "train_results.json").write_text('{"epoch": 3.0, "train_loss": 2.9}', encoding="utf-8")
+    assert len(groups_in(run)) == 1

@@ -6,8 +6,9 @@ and 176B excerpts of a log archive, three trainer_state.json files of different 
 with one sub-folder per run). Merging those into one timeline invents resumes and incidents
 across models, so the folders are told apart here and the pipeline refuses to merge them.
 
-The rule, from what producers write: the same kind of log appearing in several places that are
-not parts of one run means several runs. Two places are parts of one run when
+The rule, from what producers write: the same series (a metric read by the same kind of reader)
+logged in several places that are not parts of one run means several runs. Two places are parts
+of one run when
 
 - their folders differ only below a folder a producer makes inside a run (`checkpoint-N/`,
   TensorBoard's `runs/`, `wandb/`, …), or
@@ -15,7 +16,8 @@ not parts of one run means several runs. Two places are parts of one run when
   `train-resume.log` / `…-prequel.log`, a W&B run id `_0ydn3v9s`), or are fixed by the producer
   (`events.out.tfevents.<time>.<host>…`).
 
-Files of different kinds in one place (`train.log` and `metrics.jsonl`) are one run.
+Files that log different series (`train.log` and `metrics.jsonl`, `train_metrics.csv` and
+`eval_metrics.csv`) are parts of one run wherever they sit.
 """
 
 from __future__ import annotations
@@ -58,33 +60,34 @@ def run_groups(reads: Sequence[LogRead]) -> list[RunGroup]:
     by_folder: dict[str, list[LogRead]] = {}
     for read in reads:
         by_folder.setdefault(_place(read)[0], []).append(read)
-    groups = [group for found in by_folder.values() for group in _split_by_name(found)]
-    if len(groups) <= 1:
-        return groups
-    kinds = [{read.kind for read in reads_of(group, reads)} for group in groups]
-    every_kind = set().union(*kinds)
-    if not any(sum(kind in found for found in kinds) > 1 for kind in every_kind):
-        # Different kinds in different places (train.log beside eval/metrics.csv): one run.
-        return [_group(list(reads))]
-    return sorted(groups, key=lambda group: group.paths)
+    units = [unit for found in by_folder.values() for unit in _split_by_name(found)]
+    if len(units) > 1 and not _share_a_series([found for found, _ in units]):
+        # Different series in different places (train.log beside eval/metrics.csv): one run.
+        units = [(list(reads), False)]
+    return sorted((_group(found, whole) for found, whole in units), key=lambda g: g.paths)
 
 
-def reads_of(group: RunGroup, reads: Sequence[LogRead]) -> list[LogRead]:
-    wanted = set(group.paths)
-    return [read for read in reads if read.path in wanted]
-
-
-def _split_by_name(found: list[LogRead]) -> list[RunGroup]:
-    """One folder's files: one run, unless one kind of log appears under several names."""
-    names_by_kind: dict[str, set[str]] = {}
-    for read in found:
-        names_by_kind.setdefault(read.kind, set()).add(_place(read)[1])
-    if all(len(names) == 1 for names in names_by_kind.values()):
-        return [_group(found, whole_folder=True)]
+def _split_by_name(found: list[LogRead]) -> list[tuple[list[LogRead], bool]]:
+    """One folder's files as (reads, whole folder?): one run, unless files under different
+    names log the same series with the same kind of log (two runs' train logs side by side,
+    not train_metrics.csv beside eval_metrics.csv)."""
     by_name: dict[str, list[LogRead]] = {}
     for read in found:
         by_name.setdefault(_place(read)[1], []).append(read)
-    return [_group(named) for named in by_name.values()]
+    if len(by_name) > 1 and _share_a_series(list(by_name.values())):
+        return [(named, False) for named in by_name.values()]
+    return [(found, True)]
+
+
+def _share_a_series(units: Sequence[Sequence[LogRead]]) -> bool:
+    """Do two of `units` hold the same metric read by the same kind of reader?"""
+    seen: set[tuple[str, str]] = set()
+    for unit in units:
+        series = {(read.kind, str(m)) for read in unit for m in read.metrics["metric"].unique()}
+        if series & seen:
+            return True
+        seen |= series
+    return False
 
 
 def several_runs_message(where: str, groups: Sequence[RunGroup]) -> str:
