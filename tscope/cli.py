@@ -11,9 +11,25 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from tscope import __version__
 from tscope.cli_help import PlainCommand, PlainGroup
-from tscope.cli_output import Progress, main_file, progress_enabled, write_case
+from tscope.cli_options import (
+    FORMATS,
+    CaseOutOption,
+    FormatsOption,
+    NoWeightsOption,
+    QuietOption,
+    TrustPickleOption,
+    parse_formats,
+    parse_window,
+    print_version,
+)
+from tscope.cli_output import (
+    Progress,
+    main_file,
+    progress_enabled,
+    say_where_it_goes,
+    write_case,
+)
 from tscope.errors import TscopeError, UsageError
 from tscope.output_location import check_outside_inputs, default_output
 
@@ -21,10 +37,8 @@ app = typer.Typer(
     cls=PlainGroup,
     add_completion=False,
     no_args_is_help=True,
-    help="Offline post-mortem analyzer for LLM training runs: what happened, when, where, why.",
 )
 
-FORMATS = ("html", "md", "json")
 SEVERITY_ORDER = ("info", "warning", "critical")
 EXIT_FINDINGS = 1  # only with --fail-on
 EXIT_BAD_INPUT = 2
@@ -37,54 +51,6 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(code=EXIT_BAD_INPUT)
 
 
-def _parse_formats(text: str) -> tuple[str, ...]:
-    formats = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise UsageError(
-            f"Unknown format {', '.join(unknown) or text!r}; use any of html, md, json."
-        )
-    return formats
-
-
-def _say_where_it_goes(target: Path, prefix: str, quiet: bool) -> None:
-    """The default moved beside the run (the working directory is inside an input): say so."""
-    if not quiet and target.parent != Path("."):
-        typer.echo(
-            f"tscope: writing to {target} (./{prefix}-… would be inside the input; --out DIR to "
-            "choose)",
-            err=True,
-        )
-
-
-QuietOption = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No progress or warnings on stderr.")
-]
-FormatsOption = Annotated[
-    str,
-    typer.Option("--format", "-f", metavar="FORMATS", help="Comma-separated: html, md, json."),
-]
-TrustPickleOption = Annotated[
-    bool,
-    typer.Option(
-        "--trust-pickle",
-        help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
-    ),
-]
-NoWeightsOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-weights", help="Skip checkpoint tensors: logs and checkpoint inventory only."
-    ),
-]
-
-
-def _print_version(wanted: bool) -> None:
-    if wanted:
-        typer.echo(f"tscope {__version__}")
-        raise typer.Exit()
-
-
 @app.callback()
 def main_options(
     version: Annotated[
@@ -92,16 +58,12 @@ def main_options(
         typer.Option(
             "--version",
             is_eager=True,
-            callback=_print_version,
+            callback=print_version,
             help="Print the version and exit.",
         ),
     ] = False,
 ) -> None:
     """Offline post-mortem analyzer for LLM training runs: what happened, when, where, why."""
-
-
-# Where the case goes when --out is not given (see tscope.output_location.default_output).
-CASE_OUT_HELP = "Case directory to write (default: ./tscope-case-RUN, or beside the run when you are inside it)."
 
 
 @app.command(cls=PlainCommand)
@@ -113,10 +75,7 @@ def analyze(
             help="Run directory (searched recursively), checkpoint or log file; several are merged.",
         ),
     ],
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", metavar="DIR", help=CASE_OUT_HELP),
-    ] = None,
+    out: CaseOutOption = None,
     formats: FormatsOption = "html,md,json",
     fail_on: Annotated[
         str | None,
@@ -134,7 +93,7 @@ def analyze(
     from tscope.pipeline import analyze as analyze_run
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         if fail_on is not None and fail_on not in SEVERITY_ORDER:
             raise UsageError(
                 f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}, not {fail_on!r}"
@@ -150,7 +109,7 @@ def analyze(
             )
         target = out or default_output(CASE_PREFIX, str(case.run["name"]), list(paths))
         if out is None:
-            _say_where_it_goes(target, CASE_PREFIX, quiet)
+            say_where_it_goes(target, CASE_PREFIX, quiet)
         written = write_case(case, target, chosen)
     except TscopeError as error:
         _fail(str(error))
@@ -227,10 +186,7 @@ def replay(
     no_stats: Annotated[
         bool, typer.Option("--no-stats", help="No per-layer statistics (a plain replay).")
     ] = False,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", metavar="DIR", help=CASE_OUT_HELP),
-    ] = None,
+    out: CaseOutOption = None,
     formats: FormatsOption = "html,md,json",
     trust_pickle: TrustPickleOption = False,
     quiet: QuietOption = False,
@@ -249,7 +205,7 @@ def replay(
     )
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         if entry is None:
             raise UsageError(
                 "tscope replay needs --entry FILE.py defining batches(start_step): the batches "
@@ -257,12 +213,12 @@ def replay(
             )
         if around is None and not check_resume:
             raise UsageError("Give --around STEP (the step to investigate), or --check-resume.")
-        offsets = _parse_window(window)
+        offsets = parse_window(window)
         if out is not None:
             check_outside_inputs(out, [run_dir])
         target = out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
         if out is None:
-            _say_where_it_goes(target, CASE_PREFIX, quiet)
+            say_where_it_goes(target, CASE_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "replaying") as progress:
             if around is not None:
                 investigation = investigate(
@@ -304,17 +260,6 @@ def replay(
             err=True,
         )
     typer.echo(str(main_file(written)))
-
-
-def _parse_window(text: str) -> tuple[int, int]:
-    before, sep, after = text.partition(":")
-    try:
-        low, high = int(before), int(after)
-    except ValueError:
-        raise UsageError(f"--window {text!r}: use -BEFORE:+AFTER, e.g. -5:5.") from None
-    if not sep or low > 0 or high < 0:
-        raise UsageError(f"--window {text!r}: use -BEFORE:+AFTER around --around, e.g. -5:5.")
-    return low, high
 
 
 @app.command(cls=PlainCommand)
@@ -360,14 +305,14 @@ def cluster(
     from tscope.render.cluster_report import render_cluster
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         # Symlinked runs live elsewhere: the output may not land inside any of them either.
         inputs = [runs_dir, *find_runs(runs_dir)]
         if out is not None:
             check_outside_inputs(out, inputs)
         target = out or default_output(CLUSTER_PREFIX, runs_dir.resolve().name, inputs)
         if out is None:
-            _say_where_it_goes(target, CLUSTER_PREFIX, quiet)
+            say_where_it_goes(target, CLUSTER_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "analyzing runs") as progress:
             result = cluster_runs(
                 runs_dir,
@@ -401,7 +346,7 @@ def report(
     from tscope.render import load_case_payload, render_case
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         payload = load_case_payload(case_dir)
         target = out or (case_dir if case_dir.is_dir() else case_dir.parent)
         written = render_case(payload, target, chosen)
