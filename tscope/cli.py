@@ -11,26 +11,40 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from tscope.cli_help import PlainCommand, PlainGroup
+from tscope.cli_options import (
+    FORMATS,
+    CaseOutOption,
+    FormatsOption,
+    NoWeightsOption,
+    QuietOption,
+    TrustPickleOption,
+    parse_formats,
+    parse_window,
+    print_version,
+)
 from tscope.cli_output import (
     Progress,
     main_file,
-    prepare_case_folder,
     progress_enabled,
+    say_where_it_goes,
     write_case,
 )
 from tscope.errors import TscopeError, UsageError
 from tscope.model.visible_text import visible
+from tscope.output_location import check_outside_inputs, default_output, report_folder
 
 app = typer.Typer(
+    cls=PlainGroup,
     add_completion=False,
     no_args_is_help=True,
-    help="Offline post-mortem analyzer for LLM training runs: what happened, when, where, why.",
 )
 
-FORMATS = ("html", "md", "json")
 SEVERITY_ORDER = ("info", "warning", "critical")
 EXIT_FINDINGS = 1  # only with --fail-on
 EXIT_BAD_INPUT = 2
+CASE_PREFIX = "tscope-case"  # default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>
+CLUSTER_PREFIX = "tscope-cluster"
 
 
 def _fail(message: str) -> NoReturn:
@@ -39,68 +53,37 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(code=EXIT_BAD_INPUT)
 
 
-def _parse_formats(text: str) -> tuple[str, ...]:
-    formats = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise UsageError(
-            f"Unknown format {', '.join(unknown) or text!r}; use any of html, md, json."
-        )
-    return formats
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Offline post-mortem analyzer for LLM training runs: what happened, when, where, why."""
 
 
-def _check_output_outside_inputs(out: Path, inputs: list[Path]) -> None:
-    resolved = out.resolve()
-    for path in inputs:
-        root = path.resolve()
-        root = root if root.is_dir() else root.parent
-        if resolved == root or root in resolved.parents:
-            raise UsageError(
-                f"--out {out} is inside the input {path}; tscope never writes into an input. "
-                "Choose an output directory elsewhere."
-            )
-
-
-def _same_folder(first: Path, second: Path) -> bool:
-    return first.exists() and second.exists() and first.resolve() == second.resolve()
-
-
-QuietOption = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No progress or warnings on stderr.")
-]
-FormatsOption = Annotated[
-    str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
-]
-TrustPickleOption = Annotated[
-    bool,
-    typer.Option(
-        "--trust-pickle",
-        help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
-    ),
-]
-NoWeightsOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-weights", help="Skip checkpoint tensors: logs and checkpoint inventory only."
-    ),
-]
-
-
-@app.command()
+@app.command(cls=PlainCommand)
 def analyze(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Run directory (searched recursively), checkpoint or log file."),
+        typer.Argument(
+            metavar="PATH...",
+            help="Run directory (searched recursively), checkpoint or log file; several are merged.",
+        ),
     ],
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
-    ] = None,
+    out: CaseOutOption = None,
     formats: FormatsOption = "html,md,json",
     fail_on: Annotated[
         str | None,
         typer.Option(
             "--fail-on",
+            metavar="SEVERITY",
             help="Exit 1 when a finding at or above this severity exists: info|warning|critical.",
         ),
     ] = None,
@@ -112,13 +95,13 @@ def analyze(
     from tscope.pipeline import analyze as analyze_run
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         if fail_on is not None and fail_on not in SEVERITY_ORDER:
             raise UsageError(
                 f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}, not {fail_on!r}"
             )
         if out is not None:
-            _check_output_outside_inputs(out, list(paths))  # before any work
+            check_outside_inputs(out, list(paths))  # before any work
         with Progress(progress_enabled(quiet), "reading") as progress:
             case = analyze_run(
                 *paths,
@@ -126,8 +109,9 @@ def analyze(
                 trust_pickle=trust_pickle,
                 read_weights=not no_weights,
             )
-        target = out or Path(f"tscope-case-{case.run['name']}")
-        _check_output_outside_inputs(target, list(paths))
+        target = out or default_output(CASE_PREFIX, str(case.run["name"]), list(paths))
+        if out is None:
+            say_where_it_goes(target, CASE_PREFIX, quiet)
         written = write_case(case, target, chosen)
     except TscopeError as error:
         _fail(str(error))
@@ -144,28 +128,50 @@ def analyze(
             raise typer.Exit(code=EXIT_FINDINGS)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def replay(
     run_dir: Annotated[
-        Path, typer.Argument(help="The run directory holding the checkpoints and logs.")
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="The run directory holding the checkpoints and logs (default: the current one).",
+        ),
     ] = Path("."),
     around: Annotated[
-        int | None, typer.Option("--around", help="The optimizer step to investigate.")
+        int | None,
+        typer.Option(
+            "--around",
+            metavar="STEP",
+            help="Required (unless --check-resume): the optimizer step to investigate.",
+        ),
     ] = None,
     entry: Annotated[
         Path | None,
-        typer.Option("--entry", help="Your entry file: batches(start_step), optional build_model…"),
+        typer.Option(
+            "--entry",
+            metavar="FILE.py",
+            help="Required: your entry file. It defines batches(start_step), the batches of the "
+            "steps after start_step, and optionally build_model(config), loss_fn(model, batch), "
+            "build_optimizer(model) (see the README's replay section).",
+        ),
     ] = None,
     window: Annotated[
-        str, typer.Option("--window", help="Steps before:after --around to replay, e.g. -5:5.")
+        str,
+        typer.Option(
+            "--window", metavar="-A:B", help="Steps before:after --around to replay, e.g. -5:5."
+        ),
     ] = "-5:5",
     device: Annotated[
-        str, typer.Option("--device", help="cpu, cuda, or auto (cuda when available).")
+        str,
+        typer.Option(
+            "--device", metavar="DEVICE", help="cpu, cuda, or auto (cuda when available)."
+        ),
     ] = "cpu",
     what_if: Annotated[
         list[str] | None,
         typer.Option(
             "--what-if",
+            metavar="WHAT_IF",
             help="Repeatable: skip | lr=FACTOR | clip=MAX_NORM | from=STEP (each a replay).",
         ),
     ] = None,
@@ -183,16 +189,16 @@ def replay(
     no_stats: Annotated[
         bool, typer.Option("--no-stats", help="No per-layer statistics (a plain replay).")
     ] = False,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
-    ] = None,
+    out: CaseOutOption = None,
     formats: FormatsOption = "html,md,json",
     trust_pickle: TrustPickleOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Re-run the steps around a spike from a checkpoint: fidelity, per-layer statistics, bad
-    samples and what-if experiments. Writes replay.json and updates case.html/md/json."""
+    """Re-run the steps around a spike from a checkpoint and write a new case folder.
+
+    Fidelity, per-layer statistics, bad samples and what-if experiments: --out gets replay.json,
+    the replay tables and case.html/md/json with the replay's findings; the run is never touched.
+    """
     from tscope.replay_pipeline import (
         case_with_replay,
         check_resumes,
@@ -202,7 +208,7 @@ def replay(
     )
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         if entry is None:
             raise UsageError(
                 "tscope replay needs --entry FILE.py defining batches(start_step): the batches "
@@ -210,9 +216,12 @@ def replay(
             )
         if around is None and not check_resume:
             raise UsageError("Give --around STEP (the step to investigate), or --check-resume.")
-        offsets = _parse_window(window)
-        target = out or Path(f"tscope-case-{run_dir.resolve().name}")
-        _check_output_outside_inputs(target, [run_dir])
+        offsets = parse_window(window)
+        if out is not None:
+            check_outside_inputs(out, [run_dir])
+        target = out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
+        if out is None:
+            say_where_it_goes(target, CASE_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "replaying") as progress:
             if around is not None:
                 investigation = investigate(
@@ -256,31 +265,34 @@ def replay(
     typer.echo(visible(main_file(written)))
 
 
-def _parse_window(text: str) -> tuple[int, int]:
-    before, sep, after = text.partition(":")
-    try:
-        low, high = int(before), int(after)
-    except ValueError:
-        raise UsageError(f"--window {text!r}: use -BEFORE:+AFTER, e.g. -5:5.") from None
-    if not sep or low > 0 or high < 0:
-        raise UsageError(f"--window {text!r}: use -BEFORE:+AFTER around --around, e.g. -5:5.")
-    return low, high
-
-
-@app.command()
+@app.command(cls=PlainCommand)
 def cluster(
     runs_dir: Annotated[
         Path,
-        typer.Argument(help="A folder with one sub-folder (or log file) per run."),
+        typer.Argument(
+            metavar="RUNS_DIR",
+            help="A folder with one sub-folder (or log file) per run; links inside it work (see --follow-run-links).",
+        ),
     ],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Where to write (default: ./tscope-cluster-NAME)."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="DIR",
+            help="Where to write (default: ./tscope-cluster-NAME, or beside RUNS_DIR from inside it).",
+        ),
     ] = None,
     formats: FormatsOption = "html,md,json",
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", min=1, help="Runs analyzed in parallel (default: CPU count)."),
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Runs analyzed in parallel (default: CPU count).",
+        ),
     ] = None,
     trust_pickle: TrustPickleOption = False,
     no_weights: NoWeightsOption = False,
@@ -303,10 +315,14 @@ def cluster(
     from tscope.render.cluster_report import render_cluster
 
     try:
-        chosen = _parse_formats(formats)
-        target = out or Path(f"tscope-cluster-{runs_dir.resolve().name}")
+        chosen = parse_formats(formats)
         # Symlinked runs live elsewhere: the output may not land inside any of them either.
-        _check_output_outside_inputs(target, [runs_dir, *find_runs(runs_dir, follow_run_links)])
+        inputs = [runs_dir, *find_runs(runs_dir, follow_run_links)]
+        if out is not None:
+            check_outside_inputs(out, inputs)
+        target = out or default_output(CLUSTER_PREFIX, runs_dir.resolve().name, inputs)
+        if out is None:
+            say_where_it_goes(target, CLUSTER_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "analyzing runs") as progress:
             result = cluster_runs(
                 runs_dir,
@@ -328,25 +344,24 @@ def cluster(
     typer.echo(visible(main_file(written)))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def report(
-    case_dir: Annotated[Path, typer.Argument(help="A case directory (or its case.json).")],
+    case_dir: Annotated[
+        Path, typer.Argument(metavar="CASE_DIR", help="A case directory (or its case.json).")
+    ],
     formats: FormatsOption = "html,md,json",
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Where to write (default: the case dir).")
+        Path | None,
+        typer.Option("--out", "-o", metavar="DIR", help="Where to write (default: the case dir)."),
     ] = None,
 ) -> None:
     """Re-render a case from its case.json, with no recomputation."""
     from tscope.render import load_case_payload, render_case
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         payload = load_case_payload(case_dir)
-        source = case_dir if case_dir.is_dir() else case_dir.parent
-        target = out or source
-        # Re-rendering in place keeps the case's other files; another folder gets only this case.
-        if not _same_folder(target, source):
-            prepare_case_folder(target)
+        target = report_folder(case_dir, out)
         written = render_case(payload, target, chosen)
     except TscopeError as error:
         _fail(str(error))
@@ -354,10 +369,13 @@ def report(
         typer.echo(visible(path))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def demo(
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Where to write the demo run and its case.")
+        Path,
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="Where to write the demo run and its case."
+        ),
     ] = Path("tscope-demo"),
     quiet: QuietOption = False,
 ) -> None:

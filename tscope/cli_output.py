@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import typer
+
 from tscope.model.visible_text import visible
 
 if TYPE_CHECKING:
@@ -56,6 +58,16 @@ def write_case(case: Case, target: Path, formats: tuple[str, ...]) -> list[Path]
         write_layers_parquet(case.layers_table, target / "layers.parquet")
         written.append(target / "layers.parquet")
     return written
+
+
+def say_where_it_goes(target: Path, prefix: str, quiet: bool) -> None:
+    """The default moved beside the run (the working directory is inside an input): say so."""
+    if not quiet and target.parent != Path("."):
+        typer.echo(
+            f"tscope: writing to {target} (./{prefix}-… would be inside the input; --out DIR to "
+            "choose)",
+            err=True,
+        )
 
 
 def main_file(written: list[Path]) -> Path:

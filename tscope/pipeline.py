@@ -8,13 +8,14 @@ from typing import Any, NamedTuple
 
 from tscope import __version__
 from tscope.chart_buckets import bucketed
-from tscope.errors import NothingToAnalyze, UsageError
+from tscope.errors import NothingToAnalyze, SeveralRuns, UsageError
 from tscope.ingest.assemble import assemble_run
 from tscope.ingest.checkpoint_evidence import read_checkpoints
 from tscope.ingest.checkpoints import checkpoint_inventory
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.discover import discover
 from tscope.ingest.run_config import checkpoint_config
+from tscope.ingest.run_groups import run_groups, several_runs_message
 from tscope.ingest.safe_fs import NOT_REGULAR
 from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
@@ -62,6 +63,10 @@ def analyze_run(
     side_config: dict[str, Any] = {}
     for root in roots:
         found = discover(root, on_file=on_file)
+        if root.is_dir():
+            groups = run_groups(found.reads)
+            if len(groups) > 1:  # never merged (nor all but one dropped) silently
+                raise SeveralRuns(several_runs_message(str(root), groups))
         reads.extend(found.reads)
         partial.extend(found.partial)
         unclaimed.extend(found.unclaimed)
