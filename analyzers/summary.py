@@ -91,7 +91,7 @@ def _healthy_verdict(evidence: Evidence, findings: list[Finding]) -> str:
         f"No incident: {steps.size} points of {loss} from step {int(steps[0])} to "
         f"{int(steps[-1])} ({fmt(float(values[0]))} → {fmt(float(values[-1]))}); no spike, "
         "divergence or schedule anomaly crossed its threshold"
-        + (f" ({notes} informational notes below)." if notes else ".")
+        + (f" ({notes} informational note{'s' if notes > 1 else ''} below)." if notes else ".")
     )
 
 

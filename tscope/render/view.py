@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 
+from tscope.render.card_view import card_view
 from tscope.render.charts import main_chart_metrics
 from tscope.render.formatting import (
     MISSING,
@@ -58,6 +59,7 @@ def build_view(payload: dict[str, Any]) -> dict[str, Any]:
         "status": status if status in STATUS_LABELS else "unknown",
         "status_label": STATUS_LABELS.get(status, status),
         "verdict": one_line(str(summary.get("verdict") or "No verdict was recorded.")),
+        "card": card_view(summary),
         "next_steps": [one_line(str(step)) for step in as_list(summary.get("next_steps"))],
         "no_next_steps": NO_NEXT_STEPS.get(status, "No next step was recorded."),
         "headline": str(summary.get("headline_finding") or ""),
@@ -164,12 +166,27 @@ def _spike_view(spike: dict[str, Any]) -> dict[str, Any]:
         "peak_step": format_step(spike.get("peak_step")),
         "end_step": format_step(end) if end is not None else "not recovered",
         "peak_raw": parse_number(spike.get("peak_step")),
-        "magnitude": format_number(parse_number(spike.get("magnitude"))),
+        "alarm_score": _alarm_score_text(spike),
         "baseline": format_number(parse_number(spike.get("baseline"))),
         "peak_value": format_number(parse_number(spike.get("peak_value"))),
         "detectors": ", ".join(str(name) for name in as_list(spike.get("detectors"))) or MISSING,
         "nonfinite": format_number(bool(spike.get("nonfinite"))),
     }
+
+
+def _alarm_score_text(spike: dict[str, Any]) -> str:
+    """The score the detector compared with its threshold, in its unit; NaN/Inf named instead.
+
+    A case written before alarm_score existed shows its magnitude (robust σ of the window).
+    """
+    if spike.get("nonfinite"):
+        return "non-finite"
+    score = parse_number(spike.get("alarm_score"))
+    if score is None:
+        magnitude = parse_number(spike.get("magnitude"))
+        return f"{format_number(magnitude)} robust σ" if magnitude is not None else MISSING
+    unit = "σ (spike score)" if spike.get("alarm_detector") == "spike_score" else "robust σ"
+    return f"{format_number(score)} {unit}"
 
 
 def _story_groups(
