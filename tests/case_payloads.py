@@ -191,6 +191,25 @@ def incident_case() -> Case:
             ],
             "headline_finding": "F1",
             "status": "incident",
+            # The incident card as tscope.analyzers.card.incident_card writes it.
+            "card": {
+                "what": "loss spiked from 2.84 to 2890 at step 600 and recovered by step 680",
+                "step": 600,
+                "severity": "critical",
+                "headline_id": "F1",
+                "cause": {
+                    "category": "lr_schedule_jump",
+                    "words": "a learning-rate schedule jump",
+                    "finding_id": "F1",
+                    "confidence": 0.8,
+                },
+                "restart": {
+                    "path": "runs/gpt-small/checkpoint-500",
+                    "step": 500,
+                    "has_optimizer": True,
+                    "command": 'trainer.train(resume_from_checkpoint="runs/gpt-small/checkpoint-500")',
+                },
+            },
         },
         chart_series={
             "train/loss": bucketed(steps, loss, 4),
