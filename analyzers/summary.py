@@ -152,15 +152,13 @@ def _diagnose(
         cause = causes[0]
         category, confidence = cause.category, cause.confidence
         because = (
-            f"{cause_words(category)} (confidence {confidence:.2f}): "
-            f"{cause.message.rstrip('.')}"
+            f"{cause_words(category)} (confidence {confidence:.2f}): {cause.message.rstrip('.')}"
         )
     elif incident is not None and incident.kind == "spike" and incident.end_step is not None:
         category, confidence = "bad_batch", headline.confidence * 0.8
-        because = (
-            f"{cause_words(category)} (confidence {confidence:.2f}): "
-            + _bad_batch_reasons(evidence, incident).rstrip(".")
-        )
+        because = f"{cause_words(category)} (confidence {confidence:.2f}): " + _bad_batch_reasons(
+            evidence, incident
+        ).rstrip(".")
     else:
         # The headline finding is the incident and its own explanation (a loss-scale collapse,
         # a resume with no spike yet): saying "see F1: <the same words>" would repeat it.

@@ -158,7 +158,7 @@ def peak_text(spike: Spike) -> str:
 
 
 def _size_text(spike: Spike) -> str:
-    """"(8.27 robust σ) " after the peak; nothing for NaN/Inf, which the peak already names."""
+    """ "(8.27 robust σ) " after the peak; nothing for NaN/Inf, which the peak already names."""
     return "" if spike.nonfinite else f"({spike_size(spike)}) "
 
 

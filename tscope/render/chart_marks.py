@@ -93,7 +93,9 @@ def finding_marks(
 
 
 def spike_marks(
-    payload: dict[str, Any], bands: Sequence[tuple[float, float, str]], x_of: Callable[[float], float]
+    payload: dict[str, Any],
+    bands: Sequence[tuple[float, float, str]],
+    x_of: Callable[[float], float],
 ) -> list[Mark]:
     shaded = {spike_id for _, _, spike_id in bands}
     marks = []
@@ -109,9 +111,7 @@ def spike_marks(
     return marks
 
 
-def finding_lines(
-    marks: Sequence[Mark], segments: Sequence[tuple[float, float]]
-) -> list[str]:
+def finding_lines(marks: Sequence[Mark], segments: Sequence[tuple[float, float]]) -> list[str]:
     """Each finding's dashed line through every panel (segments skip the title rows)."""
     xs = sorted({round(mark.x, 1) for mark in marks if mark.color == FINDING_COLOR})
     return [
@@ -143,7 +143,7 @@ def mark_labels(marks: Sequence[Mark], baseline: float) -> list[str]:
             left = max(left, placed[-1][1] + LABEL_GAP)
         placed.append((left, left + width, group, shown))
     # Pushed past the right edge: walk back from the right, keeping every gap.
-    limit = PLOT_RIGHT
+    limit: float = PLOT_RIGHT
     for index in range(len(placed) - 1, -1, -1):
         left, right, group, shown = placed[index]
         if right > limit:
@@ -152,16 +152,14 @@ def mark_labels(marks: Sequence[Mark], baseline: float) -> list[str]:
         limit = left - LABEL_GAP
     parts = []
     for left, _, group, shown in placed:
-        spans = [
-            f'<tspan fill="{mark.color}">{xml_text(mark.label)}</tspan>' for mark in shown
-        ]
+        spans = [f'<tspan fill="{mark.color}">{xml_text(mark.label)}</tspan>' for mark in shown]
         more = len(group) - len(shown)
         if more:
             spans.append(f'<tspan fill="{FINDING_COLOR}">+{more}</tspan>')
         hint = tooltip("; ".join(mark.description for mark in group))
         parts.append(
             f'<text x="{left:.1f}" y="{baseline:.1f}" font-weight="bold" class="marks">'
-            f'{hint}{" ".join(spans)}</text>'
+            f"{hint}{' '.join(spans)}</text>"
         )
     return parts
 
@@ -190,7 +188,9 @@ def hover_columns(
     parts = []
     for index, step in enumerate(kept):
         left = (x_of(kept[index - 1]) + x_of(step)) / 2 if index else x_of(step) - 1
-        right = (x_of(step) + x_of(kept[index + 1])) / 2 if index + 1 < len(kept) else x_of(step) + 1
+        right = (
+            (x_of(step) + x_of(kept[index + 1])) / 2 if index + 1 < len(kept) else x_of(step) + 1
+        )
         left, right = max(left, PLOT_LEFT), min(right, PLOT_RIGHT)
         label = f"step {format_step(step)}: " + ", ".join(values[step])
         parts.append(

@@ -26,7 +26,9 @@ from tscope.render.series import Scale, Series, choose_scale, finite_runs, ticks
 from tscope.render.svg import CHAR_WIDTH, line, rect, text, tooltip, triangle
 
 MAX_LABELLED_OUTLIERS = 3
-SPARSE_POINTS = 64  # this short (eval loss, a ±30-step zoom) gets a dot per point: the line only joins them
+SPARSE_POINTS = (
+    64  # this short (eval loss, a ±30-step zoom) gets a dot per point: the line only joins them
+)
 LABEL_GAP = 6  # px kept free between two labels on one row
 
 
@@ -233,8 +235,10 @@ def _placed_label(
     anchor_end = x + 6 + width > PLOT_RIGHT
     left = x - 6 - width if anchor_end else x + 6
     right = left + width
-    if any(left < taken_right + LABEL_GAP and taken_left < right + LABEL_GAP
-           for taken_left, taken_right in occupied):
+    if any(
+        left < taken_right + LABEL_GAP and taken_left < right + LABEL_GAP
+        for taken_left, taken_right in occupied
+    ):
         return ""
     occupied.append((left, right))
     if anchor_end:

@@ -126,7 +126,9 @@ def incident_zoom_chart(payload: dict[str, Any]) -> Chart | None:
             panels.append(replace(panel, series=inside))
     if not panels:
         return None
-    title = f"Zoom: steps {format_step(first)}–{format_step(last)} around step {format_step(centre)}"
+    title = (
+        f"Zoom: steps {format_step(first)}–{format_step(last)} around step {format_step(centre)}"
+    )
     return _stacked_chart(panels, payload, title, ZOOM_PANEL_HEIGHT, x_range=(first, last))
 
 
