@@ -35,6 +35,12 @@ NO_NEXT_STEPS = {
 }
 SEVERITY_ORDER = ("critical", "warning", "info")
 TOP_LAYERS = 10  # rows of the "top layers" table per per-layer measure
+# What the per-layer numbers measure: both are per optimizer step (tscope.ingest.weight_deltas),
+# which is why a weight norm that grew ×1.93 between checkpoints 60 steps apart reads 0.011.
+MEASURE_UNITS = {
+    "update_ratio": "‖ΔW‖ / ‖W‖ per optimizer step",
+    "norm_growth": "relative change of ‖W‖ per optimizer step",
+}
 
 
 def template_environment(autoescape: bool) -> jinja2.Environment:
@@ -310,21 +316,39 @@ def _layer_tables(layers: dict[str, Any]) -> list[dict[str, Any]]:
             peak, index = max(finite, key=lambda pair: (pair[0], -pair[1]))
             ranked.append((peak, name, index, values[-1]))
         ranked.sort(key=lambda item: (-item[0], item[1]))
+        growth = key == "norm_growth"
         tables.append(
             {
                 "title": title,
+                "unit": MEASURE_UNITS.get(key, ""),
+                "has_window": growth,
                 "rows": [
                     {
                         "layer": name,
                         "peak": format_number(peak),
                         "step": format_step(steps[index]) if index < len(steps) else MISSING,
                         "last": format_number(last),
+                        "window": _growth_over_window(peak, steps, index) if growth else "",
                     }
                     for peak, name, index, last in ranked[:TOP_LAYERS]
                 ],
             }
         )
     return tables
+
+
+def _growth_over_window(rate_per_step: float, steps: list[Any], index: int) -> str:
+    """A per-step growth rate as the factor over its checkpoint window ("×1.93 since step 120"),
+    the number the weight_norm_growth finding prints."""
+    step, previous = (
+        (parse_number(steps[index]), parse_number(steps[index - 1]))
+        if 0 < index < len(steps)
+        else (None, None)
+    )
+    if step is None or previous is None or step <= previous or rate_per_step <= -1:
+        return MISSING
+    factor = (1 + rate_per_step) ** (step - previous)
+    return f"×{format_number(factor)} since step {format_step(previous)}"
 
 
 def _tool_line(payload: dict[str, Any]) -> str:
