@@ -167,7 +167,7 @@ def _lead_text(lead: Any, warned: Any, members: int) -> str:
 
 
 def _signals_title(signals: list[dict[str, Any]]) -> str:
-    """"Warning signs" only when a signal typically came before the explosion; signals that all
+    """ "Warning signs" only when a signal typically came before the explosion; signals that all
     followed it are its consequences, and calling them warnings would promise a lead time."""
     offsets = [signal.get("median_offset_steps") for signal in signals]
     before = [o for o in offsets if isinstance(o, int) and not isinstance(o, bool) and o < 0]
