@@ -105,7 +105,6 @@ def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> 
     replayed = len(as_records(section.get("per_step")))
     compared = format_step(fidelity.get("compared_steps"))
     relative = format_number(parse_number(fidelity.get("max_rel_loss_diff")))
-    tolerance = format_number(parse_number(fidelity.get("tolerance")))
     reasons = as_records(fidelity.get("reasons"))
     likely = (
         f"; most likely: {one_line(str(reasons[0].get('message', ''))).rstrip('.')}"
