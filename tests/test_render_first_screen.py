@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from case_payloads import incident_case
 from layout import CONTENT_PX, inline_svgs, overlapping_labels, svg_label_boxes, table_min_widths
 from tscope.analyzers.summary import Diagnosis
 
@@ -21,6 +22,7 @@ import tscope
 from tscope.render import load_case_payload, render_case
 from tscope.render.card_view import confidence_word
 from tscope.render.chart_marks import Mark, mark_labels
+from tscope.render.charts import incident_zoom_chart
 from tscope.render.replay_view import replay_view
 from tscope.render.series import choose_scale
 
@@ -167,3 +169,10 @@ def test_a_replay_within_the_logs_rounding_says_so_in_the_same_sentence() -> Non
     fidelity["max_rel_loss_diff"] = 2e-7
     again = replay_view({"replay": section})
     assert again is not None and "(tolerance 1e-5)" in again["verdict"]
+
+
+def test_the_zoom_keeps_points_on_a_bucketed_long_run() -> None:
+    """One chart point per 4 steps: ±30 steps would be 15 points, so the zoom widens to ±60."""
+    chart = incident_zoom_chart(incident_case().to_dict())
+    assert chart is not None
+    assert "Zoom: steps 540–660 around step 600" in chart.svg

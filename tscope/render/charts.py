@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS, is_loss_like
@@ -69,6 +70,9 @@ MAX_OTHER_PANELS = 12
 # The zoomed chart shows this many steps either side of the headline incident's step: enough
 # for the lead-up a cause leaves (an LR jump acts within a few steps) and the recovery.
 ZOOM_HALF_WIDTH_STEPS = 30
+# A long run's chart series is bucketed (one point per ~N steps): the zoom then widens to keep
+# this many points either side of the incident rather than show one or none.
+ZOOM_MIN_POINTS_EACH_SIDE = 15
 # A learning rate spanning more than this factor is drawn on a log axis.
 LR_LOG_SPAN = 10.0
 
@@ -118,9 +122,11 @@ def incident_zoom_chart(payload: dict[str, Any]) -> Chart | None:
     centre = zoom_step(payload)
     if centre is None:
         return None
-    first, last = centre - ZOOM_HALF_WIDTH_STEPS, centre + ZOOM_HALF_WIDTH_STEPS
+    main = _main_panels(_series_map(payload))
+    half_width = max(ZOOM_HALF_WIDTH_STEPS, ZOOM_MIN_POINTS_EACH_SIDE * _spacing(main))
+    first, last = centre - half_width, centre + half_width
     panels = []
-    for panel in _main_panels(_series_map(payload)):
+    for panel in main:
         inside = tuple(s for s in (series.within(first, last) for series in panel.series) if s)
         if inside:
             panels.append(replace(panel, series=inside))
@@ -207,6 +213,13 @@ def _main_panels(series_map: dict[str, Any]) -> list[Panel]:
     fallback = sorted(series_map, key=lambda name: (not is_loss_like(name), name))[:3]
     found = [(name, read_series(series_map, name)) for name in fallback]
     return [Panel(name, (series,)) for name, series in found if series is not None]
+
+
+def _spacing(panels: Sequence[Panel]) -> float:
+    """The median step distance between charted points of the first series (1 when unknown)."""
+    steps = panels[0].series[0].steps if panels and panels[0].series else ()
+    gaps = sorted(b - a for a, b in pairwise(steps) if b > a)
+    return gaps[len(gaps) // 2] if gaps else 1.0
 
 
 def _series_map(payload: dict[str, Any]) -> dict[str, Any]:
