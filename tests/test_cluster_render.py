@@ -209,6 +209,19 @@ def test_sweep_runs_link_the_case_pages_that_exist(sweep_dir: Path) -> None:
         assert f'<a href="runs/{run}/case.html">case.html</a>' in html
 
 
+def test_sweep_counts_nan_runs_alike_and_does_not_call_consequences_warnings(
+    sweep_dir: Path,
+) -> None:
+    """Issue 10: "2 run(s) logged NaN" beside "3 of 4 to NaN/Inf", under "Warning signs" that
+    all came after the explosion."""
+    markdown = read(sweep_dir, "cluster.md")
+    assert "(3 of 4 to NaN/Inf)" in markdown  # the cluster's label, from every logged step
+    assert "- 3 of 4 runs logged NaN/Inf loss; 2 within the steps shown" in markdown  # aligned
+    assert "run(s)" not in markdown
+    assert "### Warning signs" not in markdown
+    assert "### Signals (all at or after the explosion: no warning sign)" in markdown
+
+
 def test_rerendering_from_cluster_json_gives_the_same_bytes(sweep_dir: Path) -> None:
     names = ("cluster.html", "cluster.md", "cluster.json", "cluster-chart.svg")
     names += ("cluster-aligned-1.svg",)
