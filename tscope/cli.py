@@ -250,6 +250,8 @@ def replay(
     except TscopeError as error:
         _fail(str(error))
     if not quiet:
+        from tscope.render.formatting import format_number  # the case's 3 significant digits
+
         fidelity = investigation.result.fidelity
         typer.echo(
             f"Replayed steps {investigation.result.steps[0]}–{investigation.result.steps[1]} "
@@ -259,7 +261,7 @@ def replay(
                 if fidelity.reproduced
                 else "does NOT reproduce the log (see replay_mismatch)"
             )
-            + f" (max rel. loss diff {fidelity.max_rel_loss_diff})",
+            + f" (max relative loss difference {format_number(fidelity.max_rel_loss_diff)})",
             err=True,
         )
     typer.echo(visible(main_file(written)))

@@ -41,8 +41,9 @@ from tscope.output_files import make_subfolder, prepare_folder, write_text, writ
 CASES_DIR = "runs"
 SERIES_FILE = "series.npz"
 FINGERPRINT_FILE = "inputs.json"
-# cluster.html links each unstable run's own case.html; beyond this many unstable runs the
-# per-run reports are not rendered (case.json is always written; `tscope report` renders it).
+# cluster.html links each run's own case.html, stable runs too (a reader compares a blown-up run
+# with its nearest stable one); beyond this many runs only the unstable ones are rendered, and
+# beyond this many unstable runs none (case.json is always written; `tscope report` renders it).
 CASE_HTML_LIMIT = 50
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 RUN_LINK_OUTSIDE = (
@@ -320,7 +321,8 @@ def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
             f"{CASE_HTML_LIMIT}); `tscope report {out_dir / CASES_DIR}/<run>` renders one."
         )
         return
-    for profile in unstable:
+    rendered = report.profiles if len(report.profiles) <= CASE_HTML_LIMIT else unstable
+    for profile in rendered:
         case_dir = (out_dir / profile.case_path).parent
         if not (case_dir / "case.html").is_file() or not profile.reused_case:
             render_case(load_case_payload(case_dir), case_dir, ("html",))
