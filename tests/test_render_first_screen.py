@@ -9,6 +9,7 @@ band, "4.38 robust σ" next to "≥ 6 robust σ", "851@(180)3" in `lr_blowup`'s 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,14 @@ def test_the_zoom_keeps_points_on_a_bucketed_long_run() -> None:
     chart = incident_zoom_chart(incident_case().to_dict())
     assert chart is not None
     assert "Zoom: steps 540–660 around step 600" in chart.svg
+
+
+def test_a_loss_the_trainer_logged_as_zero_after_it_went_nan_is_drawn_as_nan(
+    rendered: dict[str, Any],
+) -> None:
+    """lr_blowup: from step 183 the Trainer logs loss 0.0 (logging_nan_inf_filter) while the
+    gradient norm is NaN; the chart must not show a loss that fell to zero."""
+    chart = rendered["lr_blowup"]["payload"]["chart_series"]["train/loss"]
+    after = [v for s, v in zip(chart["steps"], chart["values"], strict=True) if s >= 184]
+    assert after, "the run logs steps after the blow-up"
+    assert all(v is None or not math.isfinite(float(v)) for v in after), after

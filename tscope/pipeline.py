@@ -19,6 +19,7 @@ from tscope.ingest.run_groups import run_groups, several_runs_message
 from tscope.ingest.safe_fs import NOT_REGULAR
 from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
+from tscope.model.metric_names import LOSS
 
 # Charts keep at most this many buckets per series; each bucket keeps its last value and its
 # min/max, so a one-step spike in a 10^6-step run still shows at full height.
@@ -169,7 +170,11 @@ def build_case(
 
 
 def chart_series(run: Run, metric: str) -> dict[str, list[object]]:
-    steps, values = run.series(metric)
+    """The chart's points; a loss the producer logged as 0.0 or a running mean where the step
+    was non-finite (the Trainer's logging_nan_inf_filter) is drawn as the NaN it was."""
+    from tscope.analyzers.signals import loss_series
+
+    steps, values = loss_series(run, metric) if metric == LOSS else run.series(metric)
     if steps.size <= CHART_BUCKETS:
         return {
             "steps": steps.tolist(),
