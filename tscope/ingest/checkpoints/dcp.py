@@ -345,7 +345,7 @@ def _note_once(partial: list[PartialInput], entry: PartialInput) -> None:
 
 
 def _stored_shape(folder: DcpFolder, key: str) -> tuple[int, ...]:
-    return tuple(int(d) for d in folder.metadata.state_dict_metadata[key].size)
+    return folder.metadata.tensors[key].size
 
 
 def _problem(error: UnreadableInput) -> str:
