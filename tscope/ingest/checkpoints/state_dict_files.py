@@ -24,8 +24,9 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
 )
 from tscope.ingest.checkpoints.param_order import ParamSpec, inferred_orders
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
-from tscope.ingest.lfs_pointer import refuse_lfs_pointer
-from tscope.ingest.safe_fs import read_bytes_bounded
+from tscope.ingest.checkpoints.safetensors_header import HeaderEntry, read_header, read_tensor
+from tscope.ingest.lfs_pointer import is_lfs_pointer, refuse_lfs_pointer
+from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -111,6 +112,8 @@ def normalize_name(name: str) -> str:
 
 def is_safetensors(path: Path) -> bool:
     """An 8-byte little-endian header length that fits the file, then a JSON object."""
+    if not is_regular_file(path):  # opening a FIFO to sniff it would block forever
+        return False
     try:
         with path.open("rb") as handle:
             head = handle.read(9)
@@ -125,6 +128,8 @@ def is_safetensors(path: Path) -> bool:
 
 def is_torch_file(path: Path) -> bool:
     """torch.save's zip format, or a legacy pickle (protocol 2+ starts with 0x80)."""
+    if not is_regular_file(path):
+        return False
     try:
         with path.open("rb") as handle:
             head = handle.read(4)
@@ -142,34 +147,26 @@ class TensorSource:
     """
 
     def __init__(self) -> None:
-        # name -> (file, key). The file is reopened for each tensor: a handle kept open keeps
-        # every page it touched mapped, and RSS would grow to the whole checkpoint.
-        self._safetensors: dict[str, tuple[Path, str]] = {}
+        # name -> (file, header entry). Each tensor is one read of its byte range: nothing stays
+        # mapped, and the header is never parsed again.
+        self._safetensors: dict[str, tuple[Path, HeaderEntry]] = {}
         self._tensors: dict[str, torch.Tensor] = {}
         self.order: list[ParamSpec] = []
         self.dtypes: dict[str, str] = {}
         self.stored_order_is_registration = True
 
     def add_safetensors(self, path: Path, shown: str) -> dict[str, str]:
-        """Index one safetensors file; returns its `__metadata__`."""
-        from safetensors import safe_open
-
-        try:
-            handle: Any = safe_open(str(path), framework="pt")
-            metadata = handle.metadata() or {}
-            stored_keys: list[str] = handle.keys()
-            for key in stored_keys:
-                view = handle.get_slice(key)
-                if view.get_dtype() not in _SAFETENSORS_FLOAT or _is_buffer(key):
-                    continue
-                name = normalize_name(key)
-                self._safetensors[name] = (path, key)
-                self.order.append(ParamSpec(name, tuple(int(d) for d in view.get_shape())))
-                self.dtypes[name] = view.get_dtype()
-        except Exception as error:  # safetensors raises its own error types for malformed files
-            raise UnreadableInput(shown, f"not a readable safetensors file ({error})") from error
+        """Index one safetensors file (its header, parsed once); returns its `__metadata__`."""
+        header = read_header(path, shown)
+        for entry in header.entries:
+            if entry.dtype not in _SAFETENSORS_FLOAT or _is_buffer(entry.name):
+                continue
+            name = normalize_name(entry.name)
+            self._safetensors[name] = (path, entry)
+            self.order.append(ParamSpec(name, entry.shape))
+            self.dtypes[name] = entry.dtype
         self.stored_order_is_registration = False
-        return {str(k): str(v) for k, v in metadata.items()}
+        return header.metadata
 
     def add_state_dict(self, state_dict: Mapping[Any, Any]) -> None:
         """Parameters of a loaded state dict in stored order; tied duplicates kept once."""
@@ -200,15 +197,8 @@ class TensorSource:
             return self._tensors[name]
         if name not in self._safetensors:
             raise UnreadableInput(shown, f"holds no tensor named {name}")
-        from safetensors import safe_open
-
-        path, key = self._safetensors[name]
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                tensor: torch.Tensor = handle.get_tensor(key)
-        except Exception as error:  # a file cut short after its header was read
-            raise UnreadableInput(shown, f"cannot read tensor {name} ({error})") from error
-        return tensor
+        path, entry = self._safetensors[name]
+        return read_tensor(path, entry, shown)
 
     def close(self) -> None:
         self._safetensors.clear()
@@ -351,6 +341,8 @@ class StateDictFileReader:
             return False
         if _NOT_A_STEP_FILE.search(path.name) or step_from_name(path.name) is None:
             return False
+        if is_lfs_pointer(path):  # opened to be reported ("run git lfs pull"), not skipped
+            return True
         return is_safetensors(path) if path.suffix == ".safetensors" else is_torch_file(path)
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:
