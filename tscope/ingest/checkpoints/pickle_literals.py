@@ -147,20 +147,25 @@ def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
 
 def torch_file_literals(path: Path) -> Any:
     """pickle_literals of a torch.save zip file's data.pkl (or of a bare pickle file)."""
+    payload = pickle_payload(path)
+    return None if payload is None else pickle_literals(payload)
+
+
+def pickle_payload(path: Path) -> bytes | None:
+    """The pickle bytes of a torch file: a zip's data.pkl, or the whole (bare pickle) file;
+    None when it cannot be read or is larger than MAX_PICKLE_BYTES."""
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
                 names = [n for n in archive.namelist() if n.endswith("data.pkl")]
                 if not names or archive.getinfo(names[0]).file_size > MAX_PICKLE_BYTES:
                     return None
-                payload = archive.read(names[0])
-        else:
-            if path.stat().st_size > MAX_PICKLE_BYTES:
-                return None
-            payload = path.read_bytes()
-    except (OSError, zipfile.BadZipFile, ValueError):
+                return archive.read(names[0])
+        if path.stat().st_size > MAX_PICKLE_BYTES:
+            return None
+        return path.read_bytes()
+    except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError, EOFError):
         return None
-    return pickle_literals(payload)
 
 
 def _pop(stack: list[Any], marks: list[int], count: int) -> list[Any]:

@@ -76,7 +76,10 @@ def safe_torch_load(
             loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
     except Exception as error:  # a stranger's file: every failure becomes one explained line
         text = str(error)
-        if any(marker in text for marker in _REFUSED_GLOBAL_MARKERS):
+        refused = any(marker in text for marker in _REFUSED_GLOBAL_MARKERS)
+        # torch's weights-only reader also stops at opcodes it does not implement (FRAME in a
+        # protocol-4 pickle): the file is still a real pickle that --trust-pickle would load.
+        if refused or ("Unsupported operand" in text and _is_real_pickle(path)):
             raise UnreadableInput(
                 display_path, "it holds pickled objects outside the safe set", TRUST_HINT
             ) from error
@@ -157,6 +160,24 @@ def tensor_backing_problem(loaded: Any) -> str:
         elif isinstance(value, (list, tuple)):
             pending.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
     return ""
+
+
+def _is_real_pickle(path: Path) -> bool:
+    """The file's pickle (data.pkl of a zip, else the file) decodes as a complete stream."""
+    from tscope.ingest.checkpoints.pickle_literals import (
+        UndecodablePickle,
+        decode_pickle,
+        pickle_payload,
+    )
+
+    payload = pickle_payload(path)
+    if payload is None:
+        return False
+    try:
+        decode_pickle(payload)
+    except UndecodablePickle:
+        return False
+    return True
 
 
 def _torch_failure(error: Exception) -> str:
