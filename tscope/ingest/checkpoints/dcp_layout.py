@@ -104,9 +104,11 @@ def load_folder(
                 f"{', '.join(repr(f) for f in refused[:5])}",
             )
         )
-    if missing and len(missing) + len(refused) == len(files):
+    if files and len(missing) + len(refused) == len(files):
         raise UnreadableInput(
-            shown, "every shard file listed in .metadata is missing (or not a regular file)"
+            shown,
+            "every shard file listed in .metadata is missing (or not a regular file inside "
+            "the checkpoint)",
         )
     if missing:  # the tensors stored elsewhere still read; these fail one by one
         partial.append(

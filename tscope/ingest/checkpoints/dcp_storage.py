@@ -49,6 +49,7 @@ METADATA_FILE = ".metadata"
 # A metadata file lists every chunk of every tensor (~150 bytes each): 64 MiB is ~400k chunks,
 # beyond the largest public FSDP checkpoints; the decoded records take ~10x the file in memory.
 MAX_METADATA_BYTES = 64 * 1024 * 1024
+BACKED_ONLY = "tscope allocates only what the files back"
 # A bytes item is a small torch.save'd value (a learning rate, a step, a list of names).
 MAX_BYTES_ITEM = 64 * 1024 * 1024
 
@@ -184,8 +185,8 @@ def _chunk_records(
         if math.prod(chunk.sizes) * element > record.length:
             raise UnreadableInput(
                 display_path,
-                f"tensor {key}: a chunk declares {math.prod(chunk.sizes) * element} bytes but its "
-                f"record holds {record.length}",
+                f"tensor {key} cannot be read: a chunk declares {math.prod(chunk.sizes) * element}"
+                f" bytes but its record holds {record.length}; {BACKED_ONLY}",
             )
         records.append((chunk, record))
     held = _backed_bytes(folder, [record for _, record in records], display_path, key)
@@ -195,7 +196,7 @@ def _chunk_records(
             display_path,
             f"tensor {key} cannot be read: it declares shape {list(entry.size)} ({wanted} bytes) "
             f"but its records "
-            f"hold {held} bytes; tscope allocates only what the files back",
+            f"hold {held} bytes; {BACKED_ONLY}",
         )
     return records
 
