@@ -58,6 +58,11 @@ def read_metadata(folder: Path, display_path: str, options: LoadOptions) -> DcpM
     """The folder's metadata as plain data, decoded without running anything from the file."""
     shown = f"{display_path}/{METADATA_FILE}"
     payload = read_bytes_bounded(folder / METADATA_FILE, shown, MAX_METADATA_BYTES)
+    return metadata_from_bytes(payload, shown, options)
+
+
+def metadata_from_bytes(payload: bytes, shown: str, options: LoadOptions) -> DcpMetadata:
+    """parse_metadata with every failure turned into UnreadableInput naming `shown`."""
     try:
         return parse_metadata(payload)
     except NotDcpMetadata as error:

@@ -21,7 +21,7 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
 )
 from tscope.ingest.checkpoints.param_order import ParamSpec, architecture_order, inferred_orders
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
-from tscope.ingest.checkpoints.rng_state import check_rng_state
+from tscope.ingest.checkpoints.rng_state import read_rng_state
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
 from tscope.ingest.checkpoints.state_dict_files import (
     TensorSource,
@@ -307,9 +307,10 @@ class HfTrainerCheckpoint:
         if not file.is_file():
             return False
         try:
-            loaded = safe_torch_load(file, self._file_shown(name), self._options, allow_numpy=rng)
             if rng:
-                check_rng_state(loaded, self._file_shown(name))
+                read_rng_state(file, self._file_shown(name), self._options)
+            else:
+                safe_torch_load(file, self._file_shown(name), self._options)
         except UnreadableInput as error:
             self.partial.append(_partial(error))
             return False

@@ -12,15 +12,25 @@ part is checked here against what the real generators produce, so a forged file 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.safe_load import safe_torch_load
 
 MT19937_WORDS = 624  # the Mersenne Twister's state: 624 32-bit words and a position
 PYTHON_STATE_WORDS = MT19937_WORDS + 1  # random.getstate(): the words plus the position
 # torch's CPU generator state (mt19937 + philox bookkeeping) is 5056 bytes in torch 2.x; device
 # generators are 16 bytes (seed, offset). Anything far larger is not a generator state.
 MAX_TORCH_STATE_BYTES = 1 << 16
+
+
+def read_rng_state(path: Path, display_path: str, options: LoadOptions) -> Mapping[str, Any]:
+    """An rng_state.pth loaded safely (numpy globals allowed) and checked; else UnreadableInput."""
+    state = safe_torch_load(path, display_path, options, allow_numpy=True)
+    check_rng_state(state, display_path)
+    return state  # type: ignore[no-any-return]  # checked to be a Mapping above
 
 
 def check_rng_state(state: Any, display_path: str) -> None:
