@@ -31,6 +31,7 @@ from tscope.ingest.checkpoints.pickle_literals import (
 )
 
 _DCP = "torch.distributed.checkpoint.metadata."
+_STORAGE_INFO = "torch.distributed.checkpoint.filesystem._StorageInfo"
 ALLOWED_GLOBALS = frozenset(
     {
         *(
@@ -46,7 +47,7 @@ ALLOWED_GLOBALS = frozenset(
                 "_MEM_FORMAT_ENCODING",
             )
         ),
-        "torch.distributed.checkpoint.filesystem._StorageInfo",
+        _STORAGE_INFO,
         "torch.Size",
         "torch.serialization._get_layout",
         "collections.OrderedDict",
@@ -303,17 +304,21 @@ def _storage_key(index: Any) -> StorageKey | None:
 
 
 def _storage_record(where: Any) -> StorageRecord | None:
-    if not isinstance(where, PickledObject) or not where.global_name.endswith("._StorageInfo"):
+    if not isinstance(where, PickledObject) or where.global_name != _STORAGE_INFO:
         return None
     state = _state_dict(where)
-    path, offset, length = state.get("relative_path"), state.get("offset"), state.get("length")
-    if not isinstance(path, str) or not _is_count(offset) or not _is_count(length):
+    path = state.get("relative_path")
+    offset, length = _count(state.get("offset")), _count(state.get("length"))
+    if not isinstance(path, str) or offset is None or length is None:
         return None
     return StorageRecord(path, offset, length, bool(state.get("transform_descriptors")))
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < (1 << 62)
+def _count(value: Any) -> int | None:
+    """A byte offset or length: a non-negative int below 2^62 (no file is larger)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < (1 << 62):
+        return value
+    return None
 
 
 __all__ = [
