@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tscope.ingest.safe_fs import is_regular_file
+
 MAX_PICKLE_BYTES = 16 * 1024 * 1024  # TrainingArguments pickles are ~5 kB
 MAX_OPCODES = 2_000_000
 MAX_PLAIN_NODES = 1_000_000  # values rebuilt from one pickle
@@ -154,6 +156,8 @@ def torch_file_literals(path: Path) -> Any:
 def pickle_payload(path: Path) -> bytes | None:
     """The pickle bytes of a torch file: a zip's data.pkl, or the whole (bare pickle) file;
     None when it cannot be read or is larger than MAX_PICKLE_BYTES."""
+    if not is_regular_file(path):  # never through a link, never a FIFO
+        return None
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
