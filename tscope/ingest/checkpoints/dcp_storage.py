@@ -23,7 +23,6 @@ import math
 import os
 import pickle
 import sys
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -37,7 +36,7 @@ from tscope.ingest.checkpoints.dcp_metadata import (
     from_unpickled,
     parse_metadata,
 )
-from tscope.ingest.checkpoints.safe_load import TRUST_HINT, safe_torch_load
+from tscope.ingest.checkpoints.safe_load import TRUST_HINT, safe_torch_loads
 from tscope.ingest.safe_fs import OUTSIDE_INPUT, is_inside, open_regular, read_bytes_bounded
 
 if TYPE_CHECKING:
@@ -242,12 +241,8 @@ def load_bytes_item(
     payload = _read_record(folder, record, display_path, f"entry {key}", MAX_BYTES_ITEM)
     if len(payload) != record.length:
         raise UnreadableInput(display_path, f"entry {key} is cut short (truncated data file)")
-    # safe_torch_load reads paths; the record is copied to a private temporary file (never next
-    # to the input) so that it goes through the one vetted loader.
-    with tempfile.TemporaryDirectory(prefix="tscope-dcp-") as scratch:
-        saved = Path(scratch) / "record.pt"
-        saved.write_bytes(payload)
-        return safe_torch_load(saved, f"{display_path} (entry {key})", options)
+    # Loaded from memory: nothing of the input is ever written anywhere.
+    return safe_torch_loads(payload, f"{display_path} (entry {key})", options)
 
 
 def _first_line(error: BaseException) -> str:

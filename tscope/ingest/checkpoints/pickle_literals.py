@@ -9,6 +9,7 @@ inert record of the global's *name* and its arguments; nothing is ever looked up
 
 from __future__ import annotations
 
+import io
 import pickletools
 import zipfile
 from dataclasses import dataclass, field
@@ -159,17 +160,30 @@ def pickle_payload(path: Path) -> bytes | None:
     if not is_regular_file(path):  # never through a link, never a FIFO
         return None
     try:
+        if path.stat().st_size > MAX_PICKLE_BYTES and not zipfile.is_zipfile(path):
+            return None
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
-                names = [n for n in archive.namelist() if n.endswith("data.pkl")]
-                if not names or archive.getinfo(names[0]).file_size > MAX_PICKLE_BYTES:
-                    return None
-                return archive.read(names[0])
-        if path.stat().st_size > MAX_PICKLE_BYTES:
-            return None
+                return _data_pkl(archive)
         return path.read_bytes()
     except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError, EOFError):
         return None
+
+
+def zip_pickle(payload: bytes) -> bytes | None:
+    """data.pkl of a torch zip held in memory."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+            return _data_pkl(archive)
+    except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError, EOFError):
+        return None
+
+
+def _data_pkl(archive: zipfile.ZipFile) -> bytes | None:
+    names = [n for n in archive.namelist() if n.endswith("data.pkl")]
+    if not names or archive.getinfo(names[0]).file_size > MAX_PICKLE_BYTES:
+        return None
+    return archive.read(names[0])
 
 
 def _pop(stack: list[Any], marks: list[int], count: int) -> list[Any]:

@@ -11,14 +11,22 @@ Beyond `weights_only=True`, a loaded file is held to what it actually contains:
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.pickle_literals import (
+    UndecodablePickle,
+    decode_pickle,
+    pickle_payload,
+    zip_pickle,
+)
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file
 
@@ -57,10 +65,27 @@ def safe_torch_load(
     the file is loaded with weights_only=False and a warning on stderr, because that runs code
     from the file. Every other failure is one explained line (UnreadableInput).
     """
+    _check_file(path, display_path)
+    zipped = _zip_records_check(path, path.stat().st_size, display_path)
+    return _load(path, zipped, display_path, options, allow_numpy, lambda: pickle_payload(path))
+
+
+def safe_torch_loads(payload: bytes, display_path: str, options: LoadOptions) -> Any:
+    """safe_torch_load of bytes already read (a DCP bytes item): nothing is written to disk."""
+    _zip_records_check(io.BytesIO(payload), len(payload), display_path)
+    return _load(io.BytesIO(payload), False, display_path, options, False, lambda: payload)
+
+
+def _load(
+    source: Path | io.BytesIO,
+    mmap: bool,
+    display_path: str,
+    options: LoadOptions,
+    allow_numpy: bool,
+    pickle_bytes: Callable[[], bytes | None],
+) -> Any:
     import torch
 
-    _check_file(path, display_path)
-    zipped = _zip_records_check(path, display_path)
     try:
         if options.trust_pickle:
             print(
@@ -68,18 +93,18 @@ def safe_torch_load(
                 "from the file.",
                 file=sys.stderr,
             )
-            loaded = torch.load(path, map_location="cpu", weights_only=False, mmap=zipped)
+            loaded = torch.load(source, map_location="cpu", weights_only=False, mmap=mmap)
         elif allow_numpy:
             with torch.serialization.safe_globals(_numpy_rng_globals()):
-                loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
+                loaded = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
         else:
-            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
+            loaded = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as error:  # a stranger's file: every failure becomes one explained line
         text = str(error)
         refused = any(marker in text for marker in _REFUSED_GLOBAL_MARKERS)
         # torch's weights-only reader also stops at opcodes it does not implement (FRAME in a
         # protocol-4 pickle): the file is still a real pickle that --trust-pickle would load.
-        if refused or ("Unsupported operand" in text and _is_real_pickle(path)):
+        if refused or ("Unsupported operand" in text and _is_real_pickle(pickle_bytes())):
             raise UnreadableInput(
                 display_path, "it holds pickled objects outside the safe set", TRUST_HINT
             ) from error
@@ -100,20 +125,23 @@ def _check_file(path: Path, display_path: str) -> None:
         )
 
 
-def _zip_records_check(path: Path, display_path: str) -> bool:
+def _zip_records_check(source: Path | io.BytesIO, size: int, display_path: str) -> bool:
     """Whether the file is torch's zip format (mmap works for it; legacy files are read whole).
 
     A zip whose records are compressed, or declare more bytes than the file holds, is refused:
     torch.save never writes one, and a deflated record can unpack to far more than the file.
     """
     try:
-        with path.open("rb") as handle:
-            if handle.read(4) != b"PK\x03\x04":
-                return False
-        size = path.stat().st_size
-        with zipfile.ZipFile(path) as archive:
+        if isinstance(source, Path):
+            with source.open("rb") as handle:
+                head = handle.read(4)
+        else:
+            head = source.getvalue()[:4]
+        if head != b"PK\x03\x04":
+            return False
+        with zipfile.ZipFile(source) as archive:
             records = archive.infolist()
-    except (OSError, zipfile.BadZipFile, ValueError):
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
         return True  # torch's own reader reports the damage
     declared = sum(info.file_size for info in records)
     if any(info.compress_type != zipfile.ZIP_STORED for info in records) or declared > size:
@@ -162,17 +190,14 @@ def tensor_backing_problem(loaded: Any) -> str:
     return ""
 
 
-def _is_real_pickle(path: Path) -> bool:
+def _is_real_pickle(payload: bytes | None) -> bool:
     """The file's pickle (data.pkl of a zip, else the file) decodes as a complete stream."""
-    from tscope.ingest.checkpoints.pickle_literals import (
-        UndecodablePickle,
-        decode_pickle,
-        pickle_payload,
-    )
-
-    payload = pickle_payload(path)
     if payload is None:
         return False
+    if payload[:4] == b"PK\x03\x04":  # bytes of a zip: its data.pkl
+        payload = zip_pickle(payload)
+        if payload is None:
+            return False
     try:
         decode_pickle(payload)
     except UndecodablePickle:
