@@ -89,7 +89,12 @@ def analyze_run(
     checkpoint_evidence = _merge(evidence_parts)
     if checkpoint_evidence is not None:
         checkpoints = [snapshot.info for snapshot in checkpoint_evidence.snapshots]
-    if run.metrics.empty and not checkpoints:
+    # Checkpoints whose every file was refused (all Git LFS pointers, all damaged) are listed by
+    # the inventory but hold nothing to judge: without metrics that is not a healthy run.
+    no_tensor_read = read_weights and (
+        checkpoint_evidence is None or checkpoint_evidence.layers.empty
+    )
+    if run.metrics.empty and (not checkpoints or no_tensor_read):
         raise NothingToAnalyze(_nothing_message(named, partial, unclaimed))
     return Analysis(build_case(run, checkpoints, checkpoint_evidence, extra_findings), run)
 

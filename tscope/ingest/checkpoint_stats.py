@@ -60,6 +60,11 @@ if TYPE_CHECKING:
     import torch
 
 LAYERS_VERSION = "1"
+# Tensors per checkpoint that get statistics. Dense LLMs hold a few hundred to ~1,000 tensors and
+# large MoE checkpoints tens of thousands; each costs ~1-2 ms of fixed overhead however small, so
+# a file listing 1,000,000 tiny tensors would take half an hour. Beyond the cap the first tensors
+# in name order are kept and the checkpoint's `partial` says how many were left out.
+MAX_TENSORS_PER_CHECKPOINT = 10_000
 _INT_COLUMNS = ("numel", "nonfinite_count")
 _STRING_COLUMNS = ("checkpoint", "tensor", "dtype", "delta_source")
 _FLOAT_COLUMNS = tuple(
@@ -101,6 +106,16 @@ def collect_layers(
             except UnreadableInput as error:
                 _note(handle, error)
                 continue
+            if len(names) > MAX_TENSORS_PER_CHECKPOINT:
+                handle.partial.append(
+                    PartialInput(
+                        handle.info.path,
+                        f"holds {len(names)} tensors; statistics cover the first "
+                        f"{MAX_TENSORS_PER_CHECKPOINT} by name (tscope's cap per checkpoint), "
+                        f"{len(names) - MAX_TENSORS_PER_CHECKPOINT} are not analyzed",
+                    )
+                )
+                names = names[:MAX_TENSORS_PER_CHECKPOINT]
             optimizer = _optimizer_state(handle)
             current = _Previous(
                 handle,

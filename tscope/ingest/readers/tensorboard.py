@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tscope.errors import UnreadableInput
+from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.names import canonical_metric
 from tscope.ingest.readers.event_proto import (
     WireFormatError,
@@ -82,6 +83,7 @@ class TensorBoardReader:
         return _FILE_NAME_MARKER in path.name
 
     def read(self, path: Path, display_path: str) -> LogRead:
+        refuse_lfs_pointer(path, display_path)  # a clone without `git lfs pull`
         try:
             buffer = read_bytes_bounded(path, display_path)  # regular files only, st_size bytes
         except OSError as error:
