@@ -8,10 +8,11 @@ checkpoint (or the output directory itself, after the final save) is the source.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.model import CheckpointInfo
 
@@ -39,11 +40,12 @@ def checkpoint_config(root: Path, checkpoints: list[CheckpointInfo]) -> dict[str
 
 
 def _json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
     try:
-        if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
-            return {}
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        # Bounded in size and nesting (a 100,000-deep config.json once ended in a traceback).
+        loaded = safe_json.load_file(path, path.name, MAX_CONFIG_BYTES)
+    except UnreadableInput:
         return {}  # a broken side file costs only its settings; the checkpoint reader reports it
     return loaded if isinstance(loaded, dict) else {}
 

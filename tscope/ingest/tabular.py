@@ -12,6 +12,7 @@ Cell rules, the same for every format:
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -156,31 +158,29 @@ def _add_text_column(table: ParsedTable, name: str, texts: pd.Series) -> None:
 
 
 def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
     # Fast path: Arrow's JSON reader (also takes NaN/Infinity literals). It refuses a key whose
     # type changes, nested lists or a cut-off last line; those files go through Python's json.
-    try:
-        return _from_arrow(pa_json.read_json(path))
-    except (pa.ArrowException, OSError, UnicodeDecodeError):
-        pass  # UnicodeDecodeError: a key that is not UTF-8; Python's json replaces the bytes
+    # Arrow recurses on nesting and crashes the process (SIGSEGV) on a 50,000-deep array, so it
+    # only sees files whose every line nests at most MAX_JSON_DEPTH deep (a C-speed pre-scan).
+    if safe_json.depth_over_limit(data) is None:
+        try:
+            return _from_arrow(pa_json.read_json(pa.BufferReader(data)))
+        except (pa.ArrowException, OSError, UnicodeDecodeError):
+            pass  # UnicodeDecodeError: a key that is not UTF-8; Python's json replaces the bytes
     columns = _RecordColumns()
     malformed = 0
     first_malformed = ""
-    try:
-        with path.open("rb") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                try:
-                    record = json.loads(line)  # bytes: json detects UTF-8 and a BOM itself
-                except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
-                    if not line.strip():
-                        continue
-                    record = _loads_lenient(line)
-                if isinstance(record, dict):
-                    columns.add(record)
-                else:
-                    malformed += 1
-                    first_malformed = first_malformed or f"line {line_number}"
-    except OSError as error:
-        raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
+    for line_number, line in enumerate(io.BytesIO(data), start=1):
+        record = _parse_line(line)
+        if isinstance(record, dict):
+            columns.add(record)
+        elif record is not _BLANK:
+            malformed += 1
+            first_malformed = first_malformed or f"line {line_number}"
     if not columns.n_rows and malformed:
         raise UnreadableInput(display_path, "no line is a JSON object", "Is it JSON Lines?")
     table = columns.finish()
@@ -188,9 +188,29 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
         table.problems.insert(
             0,
             f"{malformed} line(s) that are not a JSON object skipped (first at {first_malformed}; "
-            "a cut-off last line means the run was still writing)",
+            "a cut-off last line or one nested too deep means it was damaged)",
         )
     return table
+
+
+_BLANK = object()  # an empty line: neither a record nor a malformed line
+
+
+def _parse_line(line: bytes) -> Any:
+    """One line as JSON: the record, _BLANK for an empty line, or None when it is not JSON."""
+    # Counting brackets is a cheap upper bound of the nesting; only lines above it pay the
+    # exact check, and a line nested deeper than safe_json allows is malformed.
+    if (
+        line.count(b"[") + line.count(b"{") > safe_json.MAX_JSON_DEPTH
+        and safe_json.depth_over_limit(line) is not None
+    ):
+        return None
+    try:
+        return json.loads(line)  # bytes: json detects UTF-8 and a BOM itself
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, huge ints
+        if not line.strip():
+            return _BLANK
+        return _loads_lenient(line)
 
 
 def _loads_lenient(line: bytes) -> Any:
@@ -203,11 +223,11 @@ def _loads_lenient(line: bytes) -> Any:
 
 def _read_json_document(path: Path, display_path: str) -> ParsedTable:
     try:
-        document = json.loads(path.read_bytes().decode("utf-8-sig", errors="replace"))
-    except (json.JSONDecodeError, RecursionError, OSError) as error:
-        raise UnreadableInput(
-            display_path, f"not valid JSON ({error})", "The file may be truncated"
-        ) from error
+        data = path.read_bytes()
+    except OSError as error:
+        raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
+    # Bytes that are not UTF-8 are replaced, as a line of a JSON Lines file is.
+    document = safe_json.loads(data.decode("utf-8-sig", errors="replace"), display_path)
     records = records_from_json(document)
     if records is None:
         raise UnreadableInput(
