@@ -18,7 +18,6 @@ import re
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
 from multiprocessing.context import BaseContext
@@ -28,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from tscope import __version__
-from tscope.errors import TscopeError, UsageError
+from tscope.cluster_workers import run_in_workers
+from tscope.errors import TscopeError, UnreadableInput, UsageError
+from tscope.ingest import safe_json
 from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
 
 CASES_DIR = "runs"
@@ -37,6 +38,8 @@ FINGERPRINT_FILE = "inputs.json"
 # cluster.html links each unstable run's own case.html; beyond this many unstable runs the
 # per-run reports are not rendered (case.json is always written; `tscope report` renders it).
 CASE_HTML_LIMIT = 50
+# A cached case.json or inputs.json larger than this was not written by tscope: analyze again.
+CACHE_MAX_BYTES = 256 * 1024 * 1024
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -125,14 +128,23 @@ def _run_all(
             if on_run_done:
                 on_run_done(done, len(tasks))
     else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-            futures = [pool.submit(profile_task, task) for task in tasks]
-            for done, future in enumerate(as_completed(futures), start=1):
-                outcome = future.result()
-                outcomes[outcome.name] = outcome
-                if on_run_done:
-                    on_run_done(done, len(tasks))
+        # A run that crashes its worker (a segfault in a C parser, the OOM killer) is listed as
+        # unreadable; the others still get their results (cluster_workers.py).
+        finished = run_in_workers(tasks, profile_task, _crashed, workers, _pool_context())
+        for done, (_, outcome) in enumerate(finished, start=1):
+            outcomes[outcome.name] = outcome
+            if on_run_done:
+                on_run_done(done, len(tasks))
     return [outcomes[task.name] for task in tasks]
+
+
+def _crashed(task: RunTask, how: str) -> RunOutcome:
+    return RunOutcome(
+        task.name,
+        None,
+        f"analyzing it crashed the worker process ({how}): a file in it breaks a parser; "
+        "the other runs are analyzed. Please report it with the run's files",
+    )
 
 
 def _pool_context() -> BaseContext:
@@ -149,18 +161,34 @@ def _pool_context() -> BaseContext:
 
 
 def profile_task(task: RunTask) -> RunOutcome:
-    """Analyze one run (or reuse its fresh cached case) and build its profile. Runs in a worker."""
+    """Analyze one run (or reuse its fresh cached case) and build its profile. Runs in a worker.
+
+    Never raises: a run that cannot be analyzed is an outcome with the reason, so one bad run
+    costs that run and not the sweep's report (the README promises unreadable runs are skipped).
+    """
+    try:
+        return _profile(task)
+    except TscopeError as error:
+        return RunOutcome(task.name, None, str(error))
+    except Exception as error:
+        # A bug in tscope met on this run's files: reported as the reason, the sweep goes on.
+        return RunOutcome(
+            task.name,
+            None,
+            f"tscope failed on it ({type(error).__name__}: {str(error)[:200]}); this is a bug "
+            "in tscope: please report it with the run's files",
+        )
+
+
+def _profile(task: RunTask) -> RunOutcome:
     from tscope.analyzers.cluster import profile_run
 
     case_dir = Path(task.case_dir)
     fingerprint = _fingerprint(Path(task.path), task)
-    try:
-        cached = _load_cached(case_dir, fingerprint)
-        reused = cached is not None
-        if cached is None:
-            cached = _analyze_and_cache(task, case_dir, fingerprint)
-    except TscopeError as error:
-        return RunOutcome(task.name, None, str(error))
+    cached = _load_cached(case_dir, fingerprint)
+    reused = cached is not None
+    if cached is None:
+        cached = _analyze_and_cache(task, case_dir, fingerprint)
     payload, loss, lr_max = cached
     extra = {} if lr_max is None else {"logged.max_learning_rate": lr_max}
     profile = profile_run(
@@ -215,16 +243,21 @@ def _load_cached(
     case_dir: Path, fingerprint: dict[str, Any]
 ) -> tuple[dict[str, Any], LossCurve, float | None] | None:
     try:
-        stored = json.loads((case_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+        # The cache lies in --out, which may be an old or foreign folder: read it like input.
+        stored = safe_json.load_file(case_dir / FINGERPRINT_FILE, FINGERPRINT_FILE, CACHE_MAX_BYTES)
         if stored != fingerprint:
             return None
-        payload = json.loads((case_dir / "case.json").read_text(encoding="utf-8"))
+        payload = safe_json.load_file(
+            case_dir / "case.json", "case.json", CACHE_MAX_BYTES, refuse_huge_ints=True
+        )
+        if not isinstance(payload, dict):
+            return None
         with np.load(case_dir / SERIES_FILE, allow_pickle=False) as series:
             curve = LossCurve(
                 series["loss_steps"].astype(np.int64), series["loss_values"].astype(np.float64)
             )
             lrs = series["lr_values"].astype(np.float64)
-    except (OSError, ValueError, KeyError):
+    except (UnreadableInput, OSError, ValueError, KeyError):
         return None  # missing or damaged cache: analyze again
     return payload, curve, _max_finite(lrs)
 

@@ -88,8 +88,28 @@ def _parse_int(text: str) -> int | float:
     return float(text)
 
 
-def loads(data: bytes | str, display_path: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """Parse one JSON document under the nesting limit, numbers tamed (see module doc)."""
+class _HugeInteger(ValueError):
+    pass
+
+
+def _refuse_huge(text: str) -> int:
+    number = _parse_int(text)
+    if isinstance(number, float):
+        raise _HugeInteger(text[:20])
+    return number
+
+
+def loads(
+    data: bytes | str,
+    display_path: str,
+    max_depth: int = MAX_JSON_DEPTH,
+    refuse_huge_ints: bool = False,
+) -> Any:
+    """Parse one JSON document under the nesting limit, numbers tamed (see module doc).
+
+    `refuse_huge_ints`: for files tscope writes itself (case.json), where an integer beyond
+    int64 is not a value to render but a sign that the file was not written by tscope.
+    """
     raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
     depth = depth_over_limit(raw, max_depth)
     if depth is not None:
@@ -100,7 +120,11 @@ def loads(data: bytes | str, display_path: str, max_depth: int = MAX_JSON_DEPTH)
         )
     try:
         text = raw.decode("utf-8-sig") if isinstance(data, bytes) else data
-        return json.loads(text, parse_int=_parse_int)
+        return json.loads(text, parse_int=_refuse_huge if refuse_huge_ints else _parse_int)
+    except _HugeInteger as error:
+        raise UnreadableInput(
+            display_path, f"holds the integer {error}…, beyond the 64-bit range tscope writes"
+        ) from error
     except UnicodeDecodeError as error:
         raise UnreadableInput(display_path, f"not UTF-8 text ({error.reason})") from error
     except json.JSONDecodeError as error:
@@ -113,6 +137,13 @@ def loads(data: bytes | str, display_path: str, max_depth: int = MAX_JSON_DEPTH)
         raise UnreadableInput(display_path, f"not usable JSON ({type(error).__name__})") from error
 
 
-def load_file(path: Path, display_path: str, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def load_file(
+    path: Path,
+    display_path: str,
+    max_bytes: int,
+    max_depth: int = MAX_JSON_DEPTH,
+    refuse_huge_ints: bool = False,
+) -> Any:
     """`loads` of a regular file of at most `max_bytes` bytes."""
-    return loads(read_bytes_bounded(path, display_path, max_bytes), display_path, max_depth)
+    data = read_bytes_bounded(path, display_path, max_bytes)
+    return loads(data, display_path, max_depth, refuse_huge_ints)

@@ -3,16 +3,18 @@ text files written, and reading a JSON report back for re-rendering, with one-li
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput, UsageError
+from tscope.ingest import safe_json
 from tscope.model.case import SCHEMA_VERSION
 
 FORMATS = ("html", "md", "json")
+# A case.json holds bucketed charts (1,200 points per series) and capped lists: a few MB at most.
+MAX_REPORT_BYTES = 256 * 1024 * 1024
 
 
 def check_formats(formats: Sequence[str]) -> None:
@@ -52,16 +54,10 @@ def read_payload(
     if not file.is_file():
         raise UnreadableInput(str(file), "no such file", where)
     try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise UnreadableInput(str(file), "not UTF-8 text", rewrite) from error
-    except OSError as error:
-        raise UnreadableInput(str(file), str(error.strerror or error), rewrite) from error
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as error:
-        problem = f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
-        raise UnreadableInput(str(file), problem, rewrite) from error
+        # Bounded in size and nesting, numbers int64-safe: a crafted case.json ends in one line.
+        payload = safe_json.load_file(file, str(file), MAX_REPORT_BYTES, refuse_huge_ints=True)
+    except UnreadableInput as error:
+        raise UnreadableInput(str(file), error.problem, rewrite) from error
     if not isinstance(payload, dict) or "schema_version" not in payload:
         raise UnreadableInput(str(file), f"not a tscope {kind} file (no schema_version)", "")
     major = str(payload["schema_version"]).split(".")[0]
