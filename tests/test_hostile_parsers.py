@@ -152,7 +152,8 @@ def test_jsonl_line_50k_deep_does_not_crash_and_the_other_lines_are_read(tmp_pat
     run = tmp_path / "run"
     run.mkdir()
     lines = [json.dumps({"step": step, "loss": 3.0 - 0.01 * step}) for step in range(1, 61)]
-    lines.insert(30, '{"step": 31, "loss": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    # A key first seen with a 50,000-deep array: pyarrow's reader recursed until SIGSEGV.
+    lines.insert(30, '{"step": 31, "attention": ' + "[" * 50_000 + "]" * 50_000 + "}")
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
     outcome = run_tscope("analyze", run, "--out", tmp_path / "case", "--format", "json")
