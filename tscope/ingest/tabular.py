@@ -26,10 +26,13 @@ import pyarrow.json as pa_json
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
+from tscope.ingest.json_lines_shape import MAX_DENSE_PER_CELL, arrow_table_is_bounded
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 JSON_SUFFIX = ".json"
+# Bytes Arrow parses at a time; a header longer than this is refused as unreadable.
+CSV_BLOCK_BYTES = 32 * 1024 * 1024
 # Cells that mean "no value here". pandas and W&B write missing values as empty cells.
 MISSING_MARKERS = ("", "NA", "N/A", "n/a", "null", "NULL", "None", "none", "<NA>", "#N/A")
 _MISSING_SET = frozenset(MISSING_MARKERS)
@@ -89,6 +92,8 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
     try:
         arrow_table = pa_csv.read_csv(
             path,
+            # The header must fit in one block: Arrow's default 1 MB refuses 100,000 columns.
+            read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
             parse_options=pa_csv.ParseOptions(
                 delimiter=delimiter, invalid_row_handler=skip_malformed
             ),
@@ -166,7 +171,8 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
     # type changes, nested lists or a cut-off last line; those files go through Python's json.
     # Arrow recurses on nesting and crashes the process (SIGSEGV) on a 50,000-deep array, so it
     # only sees files whose every line nests at most MAX_JSON_DEPTH deep (a C-speed pre-scan).
-    if safe_json.depth_over_limit(data) is None:
+    # It also builds a dense column per key: a sparse, wide file goes the stdlib way instead.
+    if safe_json.depth_over_limit(data) is None and arrow_table_is_bounded(data):
         try:
             return _from_arrow(pa_json.read_json(pa.BufferReader(data)))
         except (pa.ArrowException, OSError, UnicodeDecodeError):
@@ -301,9 +307,10 @@ class _RecordColumns:
 
     def finish(self) -> ParsedTable:
         table = ParsedTable(n_rows=self.n_rows)
+        kept, left_out = self._densified_columns()
         for name, (rows, values, bad_rows) in self.cells.items():
             filled = len(rows) + len(bad_rows)
-            if not rows or len(rows) <= NUMERIC_COLUMN_MIN_SHARE * filled:
+            if not rows or len(rows) <= NUMERIC_COLUMN_MIN_SHARE * filled or name not in kept:
                 continue
             present = np.zeros(self.n_rows, dtype=bool)
             column = np.full(self.n_rows, np.nan)
@@ -315,7 +322,22 @@ class _RecordColumns:
                     f"column {name!r}: {len(bad_rows)} non-numeric value(s) skipped "
                     f"(first {self.bad_examples[str(name)]} in record {bad_rows[0] + 1})"
                 )
+        if left_out:
+            table.problems.append(
+                f"{left_out} sparse column(s) left out: the file has too many keys logged too "
+                "rarely to be a metrics log (the most-logged columns are kept)"
+            )
         return table
+
+    def _densified_columns(self) -> tuple[set[str], int]:
+        """The columns made dense (n_rows each), most-logged first, while the dense cells stay
+        within MAX_DENSE_PER_CELL times the cells logged: memory proportional to the file even
+        when each line brings a new key. Returns (kept names, how many were left out)."""
+        logged = sum(len(rows) for rows, _, _ in self.cells.values())
+        budget = max(1_000_000, MAX_DENSE_PER_CELL * logged)
+        by_count = sorted(self.cells, key=lambda name: -len(self.cells[name][0]))
+        most = max(1, budget // max(self.n_rows, 1))
+        return set(by_count[:most]), max(0, len(by_count) - most)
 
 
 def _json_number(value: Any) -> float | None:

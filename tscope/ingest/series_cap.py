@@ -1,0 +1,67 @@
+"""A cap on the number of series one case considers, with the key series always kept.
+
+Every series costs the analysis and, above all, the report (a chart bucket list per series in
+case.json, a row in the other-metrics chart): a CSV with 100,000 columns or a JSON Lines file
+with a new key on every line would take hours and a report nobody can read. Past MAX_SERIES the
+series kept are, in this order: the key series the analyzers use (loss, grad norm, learning rate,
+eval loss, loss scale, skipped steps), the other loss-like series (the ones spikes are searched
+in), then the rest in the order the files first logged them. A caveat in the case says how many
+were left out, and names a few.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tscope.model import Caveat, LogRead
+from tscope.model.metric_names import (
+    EVAL_LOSS,
+    GRAD_NORM,
+    LEARNING_RATE,
+    LOSS,
+    LOSS_SCALE,
+    SKIPPED_STEPS,
+    is_loss_like,
+)
+
+# Measured with bench/bench_wide_tables.py: 1,000 series of 100 steps analyze and render in
+# ~10 s on one core; real runs log tens to a few hundred series (per-layer statistics included).
+MAX_SERIES = 1000
+KEY_SERIES = (LOSS, GRAD_NORM, LEARNING_RATE, EVAL_LOSS, LOSS_SCALE, SKIPPED_STEPS)
+_NAMES_SHOWN = 5
+
+
+def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogRead], list[Caveat]]:
+    """The reads with at most `limit` distinct series among them, and a caveat if any were cut."""
+    first_seen: dict[str, int] = {}
+    for read in reads:
+        for metric in read.metrics["metric"].unique():
+            first_seen.setdefault(str(metric), len(first_seen))
+    if len(first_seen) <= limit:
+        return reads, []
+    key_rank = {name: rank for rank, name in enumerate(KEY_SERIES)}
+
+    def priority(name: str) -> tuple[int, int]:
+        if name in key_rank:
+            return (0, key_rank[name])
+        return (1 if is_loss_like(name) else 2, first_seen[name])
+
+    ranked = sorted(first_seen, key=priority)
+    kept = set(ranked[:limit])
+    left_out = ranked[limit:]
+    capped = []
+    for read in reads:
+        keep = read.metrics["metric"].isin(kept)
+        whole = bool(keep.all())
+        capped.append(
+            read if whole else replace(read, metrics=read.metrics[keep].reset_index(drop=True))
+        )
+    shown = ", ".join(left_out[:_NAMES_SHOWN]) + (", ..." if len(left_out) > _NAMES_SHOWN else "")
+    caveat = Caveat(
+        "series_cap",
+        f"{len(first_seen)} series were logged; tscope considers at most {limit} (the key and "
+        f"loss-like series first, then the first logged), so {len(left_out)} are left out of "
+        f"the analysis and the report: {shown}.",
+        "tscope",
+    )
+    return capped, [caveat]
