@@ -84,8 +84,10 @@ class _BoundedLoader(yaml.SafeLoader):
 
 def load(text: str, display_path: str) -> Any:
     """The YAML document in `text` as plain data; UnreadableInput when it is unusable."""
-    loader = _BoundedLoader(text, max(MIN_SIZE_BUDGET, SIZE_PER_BYTE * len(text)))
+    loader: _BoundedLoader | None = None
     try:
+        # The constructor already reads: a control character raises here (ReaderError).
+        loader = _BoundedLoader(text, max(MIN_SIZE_BUDGET, SIZE_PER_BYTE * len(text)))
         return _plain(loader.get_single_data())
     except _BudgetExceeded as error:
         raise UnreadableInput(
@@ -96,7 +98,8 @@ def load(text: str, display_path: str) -> Any:
         problem = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UnreadableInput(display_path, f"not valid YAML ({problem})") from error
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _plain(value: Any) -> Any:
