@@ -126,7 +126,9 @@ YAML_PIECES = [
     cut=st.integers(0, 400),
     noise=st.text(max_size=30),
 )
-def test_yaml_config_returns_plain_data_or_unreadable(pieces: list[str], cut: int, noise: str) -> None:
+def test_yaml_config_returns_plain_data_or_unreadable(
+    pieces: list[str], cut: int, noise: str
+) -> None:
     text = "".join(pieces)
     text = text[:cut] + noise + text[cut:]
     try:

@@ -81,7 +81,11 @@ class TrainerStateReader:
                     continue
                 rows.append((step, canonical_metric(key), number, key))
             epoch = entry.get("epoch")
-            if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and math.isfinite(epoch):
+            if (
+                isinstance(epoch, (int, float))
+                and not isinstance(epoch, bool)
+                and math.isfinite(epoch)
+            ):
                 epoch_index = math.floor(epoch + 1e-9)
                 if last_epoch_index is not None and epoch_index > last_epoch_index:
                     events.append(
