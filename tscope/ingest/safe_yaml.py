@@ -61,7 +61,7 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            anchor = self.peek_event().anchor
+            anchor = self.peek_event().anchor  # type: ignore[no-untyped-call]
             target = self.anchors.get(anchor)
             if target is not None:
                 size = self.expanded_size.get(id(target))
