@@ -28,7 +28,24 @@ from tscope.model.metric_names import (
 # ~10 s on one core; real runs log tens to a few hundred series (per-layer statistics included).
 MAX_SERIES = 1000
 KEY_SERIES = (LOSS, GRAD_NORM, LEARNING_RATE, EVAL_LOSS, LOSS_SCALE, SKIPPED_STEPS)
+# Columns a table reader converts, before names are known to be metrics: room for the series cap
+# with a W&B export's __MIN/__MAX companions. Arrow converts 100,000 CSV columns in 24 s.
+MAX_TABLE_COLUMNS = 3 * MAX_SERIES
+# Raw column names that hold the step or a key series, whatever the producer calls them.
+_KEY_COLUMN_WORDS = ("step", "loss", "grad_norm", "learning_rate", "lr", "epoch", "iter", "time")
 _NAMES_SHOWN = 5
+
+
+def columns_to_read(header: list[str], limit: int = MAX_TABLE_COLUMNS) -> list[str]:
+    """At most `limit` of a table's column names: those naming a step or a key series first,
+    then the others in file order."""
+    key = [name for name in header if any(word in name.lower() for word in _KEY_COLUMN_WORDS)]
+    chosen = set(key[:limit])
+    for name in header:
+        if len(chosen) >= limit:
+            break
+        chosen.add(name)
+    return [name for name in header if name in chosen]
 
 
 def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogRead], list[Caveat]]:
