@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput, UsageError
-from tscope.ingest import safe_json
+from tscope.model import json_parse
 from tscope.model.case import SCHEMA_VERSION
 
 FORMATS = ("html", "md", "json")
@@ -54,9 +54,16 @@ def read_payload(
     if not file.is_file():
         raise UnreadableInput(str(file), "no such file", where)
     try:
-        # Bounded in size and nesting, numbers int64-safe: a crafted case.json ends in one line.
-        payload = safe_json.load_file(file, str(file), MAX_REPORT_BYTES, refuse_huge_ints=True)
-    except UnreadableInput as error:
+        with file.open("rb") as handle:
+            data = handle.read(MAX_REPORT_BYTES + 1)
+    except OSError as error:
+        raise UnreadableInput(str(file), str(error.strerror or error), rewrite) from error
+    if len(data) > MAX_REPORT_BYTES:
+        raise UnreadableInput(str(file), f"larger than the {MAX_REPORT_BYTES} bytes of a case", "")
+    try:
+        # Bounded nesting, numbers int64-safe: a crafted case.json ends in one line.
+        payload = json_parse.parse(data, refuse_huge_ints=True)
+    except json_parse.RefusedJson as error:
         raise UnreadableInput(str(file), error.problem, rewrite) from error
     if not isinstance(payload, dict) or "schema_version" not in payload:
         raise UnreadableInput(str(file), f"not a tscope {kind} file (no schema_version)", "")
