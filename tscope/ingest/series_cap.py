@@ -24,8 +24,9 @@ from tscope.model.metric_names import (
     is_loss_like,
 )
 
-# Measured with bench/bench_wide_tables.py: 1,000 series of 100 steps analyze and render in
-# ~10 s on one core; real runs log tens to a few hundred series (per-layer statistics included).
+# bench/bench_wide_tables.py: a 1,000-column CSV analyzes and renders in ~3 s (the case.json and
+# the charts grow with every series kept); real runs log tens to a few hundred series, per-layer
+# statistics included.
 MAX_SERIES = 1000
 KEY_SERIES = (LOSS, GRAD_NORM, LEARNING_RATE, EVAL_LOSS, LOSS_SCALE, SKIPPED_STEPS)
 # Columns a table reader converts, before names are known to be metrics: room for the series cap
