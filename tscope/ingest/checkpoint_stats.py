@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +53,7 @@ from tscope.ingest.tensor_stats import LOG_HISTOGRAM_EDGES, TensorStats, tensor_
 from tscope.ingest.weight_deltas import WeightDelta, delta_source_name, histogram_kl, weight_delta
 from tscope.model import PartialInput
 from tscope.model.checkpoint import LAYER_COLUMNS
+from tscope.output_files import write_with
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -239,10 +239,9 @@ def write_layers_parquet(frame: pd.DataFrame, path: Path) -> None:
     arrays = [
         pa.array(_arrow_values(frame[c], c), type=schema.field(c).type) for c in LAYER_COLUMNS
     ]
-    path = Path(path)
-    scratch = path.with_name(path.name + ".partial")
-    pq.write_table(pa.Table.from_arrays(arrays, schema=schema), scratch)
-    os.replace(scratch, path)
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    # Through output_files: never written through a link planted at the name.
+    write_with(Path(path), lambda handle: pq.write_table(table, handle))
 
 
 def _arrow_values(column: pd.Series, name: str) -> list[Any]:

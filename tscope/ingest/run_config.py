@@ -14,6 +14,7 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
+from tscope.ingest.safe_fs import is_regular_file
 from tscope.model import CheckpointInfo
 
 MODEL_CONFIG_PREFIX = "model_config."  # the same prefix the TensorBoard reader gives model_config
@@ -40,8 +41,8 @@ def checkpoint_config(root: Path, checkpoints: list[CheckpointInfo]) -> dict[str
 
 
 def _json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
+    if not is_regular_file(path):
+        return {}  # a link or a FIFO is not read (docs/security.md)
     try:
         # Bounded in size and nesting (a 100,000-deep config.json once ended in a traceback).
         loaded = safe_json.load_file(path, path.name, MAX_CONFIG_BYTES)
@@ -51,7 +52,7 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def _training_args(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    if not is_regular_file(path):
         return {}
     recovered = torch_file_literals(path)
     return recovered if isinstance(recovered, dict) else {}

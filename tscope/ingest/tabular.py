@@ -12,7 +12,6 @@ Cell rules, the same for every format:
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from dataclasses import dataclass, field
@@ -22,20 +21,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
-from tscope.ingest.base import read_head
+from tscope.ingest.csv_arrow import parse_csv, wide_csv_header, without_row_decoding_dumps
 from tscope.ingest.json_lines_shape import MAX_DENSE_PER_CELL, arrow_table_is_bounded
-from tscope.ingest.series_cap import MAX_TABLE_COLUMNS, columns_to_read
+from tscope.ingest.safe_fs import open_regular, read_bytes_bounded
+from tscope.ingest.series_cap import columns_to_read
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 JSON_SUFFIX = ".json"
-# Bytes Arrow parses at a time; a header longer than this is refused as unreadable.
-CSV_BLOCK_BYTES = 32 * 1024 * 1024
 # Cells that mean "no value here". pandas and W&B write missing values as empty cells.
 MISSING_MARKERS = ("", "NA", "N/A", "n/a", "null", "NULL", "None", "none", "<NA>", "#N/A")
 _MISSING_SET = frozenset(MISSING_MARKERS)
@@ -92,24 +89,11 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
         malformed.append(str(row.text)[:80])
         return "skip"
 
-    header = _csv_header(path, delimiter)
+    header = wide_csv_header(path, delimiter)
     chosen = columns_to_read(header) if header is not None else None
     try:
-        arrow_table = pa_csv.read_csv(
-            path,
-            # The header must fit in one block: Arrow's default 1 MB refuses 100,000 columns.
-            read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
-            parse_options=pa_csv.ParseOptions(
-                delimiter=delimiter, invalid_row_handler=skip_malformed
-            ),
-            convert_options=pa_csv.ConvertOptions(
-                null_values=list(MISSING_MARKERS),
-                strings_can_be_null=True,
-                check_utf8=False,
-                # Arrow converts every column it is not told to skip: 100,000 columns took 24 s.
-                include_columns=chosen,
-            ),
-        )
+        with open_regular(path, display_path) as handle, without_row_decoding_dumps():
+            arrow_table = parse_csv(handle, delimiter, skip_malformed, chosen, MISSING_MARKERS)
         table = _from_arrow(arrow_table)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
         # UnicodeDecodeError: a header that is not UTF-8 (Arrow leaves values undecoded).
@@ -128,20 +112,6 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
             f"off mid-write): first {malformed[0]!r}",
         )
     return table
-
-
-def _csv_header(path: Path, delimiter: str) -> list[str] | None:
-    """The header's column names when the file has more than MAX_TABLE_COLUMNS, else None."""
-    head = read_head(path, CSV_BLOCK_BYTES)
-    first_line = head.split(b"\n", 1)[0]
-    if first_line.count(delimiter.encode()) < MAX_TABLE_COLUMNS:
-        return None
-    try:
-        names = next(csv.reader([first_line.decode("utf-8-sig").rstrip("\r")], delimiter=delimiter))
-    except (UnicodeDecodeError, csv.Error, StopIteration):
-        return None  # Arrow reads it (or reports it) as before
-    # Repeated names cannot be chosen one by one; such a header is read whole.
-    return names if len(set(names)) == len(names) > MAX_TABLE_COLUMNS else None
 
 
 def _from_arrow(arrow_table: pa.Table) -> ParsedTable:
@@ -190,7 +160,7 @@ def _add_text_column(table: ParsedTable, name: str, texts: pd.Series) -> None:
 
 def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
     try:
-        data = path.read_bytes()
+        data = read_bytes_bounded(path, display_path)  # regular files only (safe_fs)
     except OSError as error:
         raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
     # Fast path: Arrow's JSON reader (also takes NaN/Infinity literals). It refuses a key whose
@@ -255,7 +225,7 @@ def _loads_lenient(line: bytes) -> Any:
 
 def _read_json_document(path: Path, display_path: str) -> ParsedTable:
     try:
-        data = path.read_bytes()
+        data = read_bytes_bounded(path, display_path)
     except OSError as error:
         raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
     # Bytes that are not UTF-8 are replaced, as a line of a JSON Lines file is.

@@ -24,6 +24,7 @@ from tscope.ingest.readers.event_proto import (
     decode_scalar_records,
 )
 from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
+from tscope.ingest.safe_fs import read_bytes_bounded
 from tscope.model import LogRead, PartialInput, empty_metric_table
 
 # The file name TensorBoard writers use: events.out.tfevents.<time>.<host>.<pid>.<uid>.
@@ -82,7 +83,7 @@ class TensorBoardReader:
 
     def read(self, path: Path, display_path: str) -> LogRead:
         try:
-            buffer = path.read_bytes()
+            buffer = read_bytes_bounded(path, display_path)  # regular files only, st_size bytes
         except OSError as error:
             raise UnreadableInput(
                 display_path, f"cannot open the file ({error.strerror})"

@@ -51,6 +51,7 @@ class TrainerStateReader:
 
     def read(self, path: Path, display_path: str) -> LogRead:
         try:
+            # Through safe_fs (regular files only), bounded in size and nesting.
             state = safe_json.load_file(path, display_path, MAX_TRAINER_STATE_BYTES)
         except UnreadableInput as error:
             raise UnreadableInput(

@@ -47,6 +47,7 @@ from tscope.ingest.readers.wandb_history import (
     WANDB_STEP_KEY,
     is_wandb_metric_key,
 )
+from tscope.ingest.safe_fs import read_bytes_bounded
 from tscope.ingest.table_columns import is_bookkeeping_column, unique_metric_names
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 
@@ -77,7 +78,7 @@ class WandbOfflineReader:
 
     def read(self, path: Path, display_path: str) -> LogRead:
         try:
-            data = path.read_bytes()
+            data = read_bytes_bounded(path, display_path)
         except OSError as error:
             raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
         if len(data) < FILE_HEADER.size:
@@ -355,12 +356,9 @@ def _read_siblings(files_dir: Path, log: _RunLog) -> list[str]:
     config_path = files_dir / "config.yaml"
     if config_path.is_file():
         try:
-            if config_path.stat().st_size > CONFIG_YAML_MAX_BYTES:
-                raise ValueError("larger than wandb writes")
-            # Aliases budgeted, depth bounded, plain data out (an alias bomb took 4.5 GB here).
-            document = safe_yaml.load(
-                config_path.read_text(encoding="utf-8-sig"), "files/config.yaml"
-            )
+            raw = read_bytes_bounded(config_path, "files/config.yaml", CONFIG_YAML_MAX_BYTES)
+            # Aliases budgeted, depth bounded, plain data out (an alias bomb took 13 GB here).
+            document = safe_yaml.load(raw.decode("utf-8-sig"), "files/config.yaml")
             if isinstance(document, dict):
                 for key, entry in document.items():
                     internal = str(key) in CONFIG_INTERNAL_KEYS
