@@ -22,7 +22,6 @@ import re
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
 from multiprocessing.context import BaseContext
@@ -32,7 +31,9 @@ from typing import Any
 import numpy as np
 
 from tscope import __version__
+from tscope.cluster_workers import run_in_workers
 from tscope.errors import TscopeError, UnreadableInput, UsageError
+from tscope.ingest import safe_json
 from tscope.ingest.discover import iter_files
 from tscope.ingest.safe_fs import NOT_REGULAR, is_inside, is_regular_file, read_bytes_bounded
 from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
@@ -45,6 +46,8 @@ FINGERPRINT_FILE = "inputs.json"
 # with its nearest stable one); beyond this many runs only the unstable ones are rendered, and
 # beyond this many unstable runs none (case.json is always written; `tscope report` renders it).
 CASE_HTML_LIMIT = 50
+# A cached case.json or inputs.json larger than this was not written by tscope: analyze again.
+CACHE_MAX_BYTES = 256 * 1024 * 1024
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 RUN_LINK_OUTSIDE = (
     "a symbolic link to outside the runs folder; not followed (a stranger's sweep could point it "
@@ -176,14 +179,23 @@ def _run_all(
             if on_run_done:
                 on_run_done(done, len(tasks))
     else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-            futures = [pool.submit(profile_task, task) for task in tasks]
-            for done, future in enumerate(as_completed(futures), start=1):
-                outcome = future.result()
-                outcomes[outcome.name] = outcome
-                if on_run_done:
-                    on_run_done(done, len(tasks))
+        # A run that crashes its worker (a segfault in a C parser, the OOM killer) is listed as
+        # unreadable; the others still get their results (cluster_workers.py).
+        finished = run_in_workers(tasks, profile_task, _crashed, workers, _pool_context())
+        for done, (_, outcome) in enumerate(finished, start=1):
+            outcomes[outcome.name] = outcome
+            if on_run_done:
+                on_run_done(done, len(tasks))
     return [outcomes[task.name] for task in tasks]
+
+
+def _crashed(task: RunTask, how: str) -> RunOutcome:
+    return RunOutcome(
+        task.name,
+        None,
+        f"analyzing it crashed the worker process ({how}): a file in it breaks a parser; "
+        "the other runs are analyzed. Please report it with the run's files",
+    )
 
 
 def _pool_context() -> BaseContext:
@@ -200,18 +212,34 @@ def _pool_context() -> BaseContext:
 
 
 def profile_task(task: RunTask) -> RunOutcome:
-    """Analyze one run (or reuse its fresh cached case) and build its profile. Runs in a worker."""
+    """Analyze one run (or reuse its fresh cached case) and build its profile. Runs in a worker.
+
+    Never raises: a run that cannot be analyzed is an outcome with the reason, so one bad run
+    costs that run and not the sweep's report (the README promises unreadable runs are skipped).
+    """
+    try:
+        return _profile(task)
+    except TscopeError as error:
+        return RunOutcome(task.name, None, str(error))
+    except Exception as error:
+        # A bug in tscope met on this run's files: reported as the reason, the sweep goes on.
+        return RunOutcome(
+            task.name,
+            None,
+            f"tscope failed on it ({type(error).__name__}: {str(error)[:200]}); this is a bug "
+            "in tscope: please report it with the run's files",
+        )
+
+
+def _profile(task: RunTask) -> RunOutcome:
     from tscope.analyzers.cluster import profile_run
 
     case_dir = Path(task.case_dir)
     fingerprint = _fingerprint(Path(task.path), task)
-    try:
-        cached = _load_cached(case_dir, fingerprint)
-        reused = cached is not None
-        if cached is None:
-            cached = _analyze_and_cache(task, case_dir, fingerprint)
-    except TscopeError as error:
-        return RunOutcome(task.name, None, str(error))
+    cached = _load_cached(case_dir, fingerprint)
+    reused = cached is not None
+    if cached is None:
+        cached = _analyze_and_cache(task, case_dir, fingerprint)
     payload, loss, lr_max = cached
     extra = {} if lr_max is None else {"logged.max_learning_rate": lr_max}
     profile = profile_run(
@@ -271,10 +299,15 @@ def _load_cached(
     if case_dir.is_symlink():
         return None
     try:
-        stored = json.loads(read_bytes_bounded(case_dir / FINGERPRINT_FILE, FINGERPRINT_FILE))
+        # Bounded in size and nesting too: a crafted case.json here is analyzed again, not trusted.
+        stored = safe_json.load_file(case_dir / FINGERPRINT_FILE, FINGERPRINT_FILE, CACHE_MAX_BYTES)
         if stored != fingerprint:
             return None
-        payload = json.loads(read_bytes_bounded(case_dir / "case.json", "case.json"))
+        payload = safe_json.load_file(
+            case_dir / "case.json", "case.json", CACHE_MAX_BYTES, refuse_huge_ints=True
+        )
+        if not isinstance(payload, dict):
+            return None
         series_bytes = read_bytes_bounded(case_dir / SERIES_FILE, SERIES_FILE)
         with np.load(io.BytesIO(series_bytes), allow_pickle=False) as series:
             curve = LossCurve(

@@ -8,21 +8,25 @@ import numpy as np
 import pandas as pd
 
 from tscope.ingest.registry import READERS
+from tscope.ingest.series_cap import cap_series
 from tscope.model import Caveat, LogRead, PartialInput, Run, RunEvent, Source, empty_metric_table
 
 _READER_PRIORITY = {reader.name: rank for rank, reader in enumerate(READERS)}
 
 
 def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[PartialInput]) -> Run:
-    reads = _drop_superseded(reads)
+    reads, caveats = cap_series(_drop_superseded(reads))
     chosen_tables: list[pd.DataFrame] = []
     events: list[RunEvent] = [event for read in reads for event in read.events]
-    caveats: list[Caveat] = []
 
-    for metric, candidates in _reads_by_metric(reads).items():
-        kind = _preferred_kind(metric, candidates)
-        ordered = _file_order([read for read in candidates if read.kind == kind])
-        table, resume_events = _resolve_segments(metric, ordered)
+    # Each read's table split by metric once: filtering the whole table again for every metric
+    # made assembly quadratic in the number of series (8,000 CSV columns: minutes).
+    by_metric = _split_by_metric(reads)
+    first_steps = {id(read): _first_step(read) for read in reads}
+    for metric, candidates in _reads_by_metric(reads, by_metric).items():
+        kind = _preferred_kind(metric, candidates, by_metric)
+        ordered = _file_order([read for read in candidates if read.kind == kind], first_steps)
+        table, resume_events = _resolve_segments([by_metric[id(read)][metric] for read in ordered])
         chosen_tables.append(table)
         events.extend(resume_events)
         if any(read.kind != kind for read in candidates):
@@ -80,41 +84,60 @@ def _drop_superseded(reads: list[LogRead]) -> list[LogRead]:
     return kept + list(newest.values())
 
 
-def _reads_by_metric(reads: list[LogRead]) -> dict[str, list[LogRead]]:
-    by_metric: dict[str, list[LogRead]] = {}
+def _split_by_metric(reads: list[LogRead]) -> dict[int, dict[str, pd.DataFrame]]:
+    """id(read) -> {metric: its rows in the read's table, in file order}: one pass per read."""
+    split: dict[int, dict[str, pd.DataFrame]] = {}
     for read in reads:
-        for metric in read.metrics["metric"].unique():
-            by_metric.setdefault(str(metric), []).append(read)
-    return by_metric
+        table = read.metrics.sort_values("order", kind="stable")
+        split[id(read)] = {
+            str(metric): rows for metric, rows in table.groupby("metric", sort=False, observed=True)
+        }
+    return split
 
 
-def _preferred_kind(metric: str, candidates: list[LogRead]) -> str:
+def _first_step(read: LogRead) -> float:
+    return float(read.metrics["step"].min()) if not read.metrics.empty else 0.0
+
+
+def _reads_by_metric(
+    reads: list[LogRead], by_metric: dict[int, dict[str, pd.DataFrame]]
+) -> dict[str, list[LogRead]]:
+    grouped: dict[str, list[LogRead]] = {}
+    for read in reads:
+        for metric in by_metric[id(read)]:
+            grouped.setdefault(metric, []).append(read)
+    return grouped
+
+
+def _preferred_kind(
+    metric: str, candidates: list[LogRead], by_metric: dict[int, dict[str, pd.DataFrame]]
+) -> str:
     """The format whose files hold the most points of this metric; registry order breaks ties."""
     counts: dict[str, int] = {}
     for read in candidates:
-        counts[read.kind] = counts.get(read.kind, 0) + int((read.metrics["metric"] == metric).sum())
+        counts[read.kind] = counts.get(read.kind, 0) + len(by_metric[id(read)][metric])
     return min(counts, key=lambda kind: (-counts[kind], _READER_PRIORITY.get(kind, 99), kind))
 
 
-def _file_order(reads: list[LogRead]) -> list[LogRead]:
+def _file_order(reads: list[LogRead], first_steps: dict[int, float]) -> list[LogRead]:
     """Files of one format in the order they were written: wall time if known, else first step."""
 
     def key(read: LogRead) -> tuple[float, float, str]:
-        first_step = float(read.metrics["step"].min()) if not read.metrics.empty else 0.0
+        first_step = first_steps[id(read)]
         started = read.started_at if read.started_at is not None else first_step
         return (started, first_step, read.path)
 
     return sorted(reads, key=key)
 
 
-def _resolve_segments(metric: str, reads: list[LogRead]) -> tuple[pd.DataFrame, list[RunEvent]]:
-    """Concatenate files in write order; a step that goes backwards starts a new segment.
+def _resolve_segments(parts: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[RunEvent]]:
+    """Concatenate one metric's rows from each file in write order; a step that goes backwards
+    starts a new segment.
 
     The latest segment wins for every step it covers (a resumed run re-logs the steps after its
     checkpoint), and each rewind becomes a `resume` event.
     """
-    parts = [read.metrics[read.metrics["metric"] == metric].sort_values("order") for read in reads]
-    table = pd.concat(parts, ignore_index=True)
+    table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     steps = table["step"].to_numpy(np.int64)
     events: list[RunEvent] = []
     if len(steps) > 1:

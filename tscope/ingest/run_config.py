@@ -8,13 +8,13 @@ checkpoint (or the output directory itself, after the final save) is the source.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
-from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
+from tscope.ingest.safe_fs import is_regular_file
 from tscope.model import CheckpointInfo
 
 MODEL_CONFIG_PREFIX = "model_config."  # the same prefix the TensorBoard reader gives model_config
@@ -42,14 +42,13 @@ def checkpoint_config(root: Path, checkpoints: list[CheckpointInfo]) -> dict[str
 
 
 def _json(path: Path) -> dict[str, Any]:
+    if not is_regular_file(path):
+        return {}  # a link or a FIFO is not read (docs/security.md)
     try:
-        if not is_regular_file(path) or path.stat().st_size > MAX_CONFIG_BYTES:
-            return {}  # a link or a FIFO is not read (docs/security.md)
-        loaded = json.loads(read_bytes_bounded(path, path.name, MAX_CONFIG_BYTES).decode("utf-8"))
-    # A broken side file costs only its settings; the checkpoint reader reports it. json recurses
-    # once per nesting level, so a deeply nested file is a RecursionError, not a ValueError.
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, UnreadableInput):
-        return {}
+        # Bounded in size and nesting (a 100,000-deep config.json once ended in a traceback).
+        loaded = safe_json.load_file(path, path.name, MAX_CONFIG_BYTES)
+    except UnreadableInput:
+        return {}  # a broken side file costs only its settings; the checkpoint reader reports it
     return loaded if isinstance(loaded, dict) else {}
 
 

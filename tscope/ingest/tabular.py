@@ -12,22 +12,23 @@ Cell rules, the same for every format:
 
 from __future__ import annotations
 
+import io
 import json
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
+from tscope.ingest.csv_arrow import parse_csv, wide_csv_header, without_row_decoding_dumps
+from tscope.ingest.json_lines_shape import MAX_DENSE_PER_CELL, arrow_table_is_bounded
 from tscope.ingest.safe_fs import open_regular, read_bytes_bounded
+from tscope.ingest.series_cap import columns_to_read
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -88,15 +89,22 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
         malformed.append(str(row.text)[:80])
         return "skip"
 
+    header = wide_csv_header(path, delimiter)
+    chosen = columns_to_read(header) if header is not None else None
     try:
-        with open_regular(path, display_path) as handle, _without_row_decoding_dumps():
-            arrow_table = _parse_csv(handle, delimiter, skip_malformed)
+        with open_regular(path, display_path) as handle, without_row_decoding_dumps():
+            arrow_table = parse_csv(handle, delimiter, skip_malformed, chosen, MISSING_MARKERS)
         table = _from_arrow(arrow_table)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
         # UnicodeDecodeError: a header that is not UTF-8 (Arrow leaves values undecoded).
         raise UnreadableInput(
             display_path, f"not a readable {'TSV' if delimiter == chr(9) else 'CSV'} ({error})"
         ) from error
+    if header is not None and chosen is not None:
+        table.problems.append(
+            f"{len(header) - len(chosen)} of its {len(header)} columns not read: tscope reads at "
+            f"most {len(chosen)} columns of a table (the step and loss-like ones first)"
+        )
     if malformed:
         table.problems.insert(
             0,
@@ -104,36 +112,6 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
             f"off mid-write): first {malformed[0]!r}",
         )
     return table
-
-
-def _parse_csv(handle: BinaryIO, delimiter: str, on_malformed: Any) -> pa.Table:
-    return pa_csv.read_csv(
-        handle,
-        parse_options=pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_malformed),
-        convert_options=pa_csv.ConvertOptions(
-            null_values=list(MISSING_MARKERS),
-            strings_can_be_null=True,
-            check_utf8=False,
-        ),
-    )
-
-
-@contextmanager
-def _without_row_decoding_dumps() -> Iterator[None]:
-    """pyarrow decodes a malformed row as UTF-8 before it calls the row handler; for a binary row
-    that fails inside pyarrow, which prints a traceback through sys.unraisablehook and then fails
-    the read (ArrowInvalid: reported as partial). Keep that dump off the user's terminal."""
-    previous = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        if not isinstance(unraisable.exc_value, UnicodeDecodeError):
-            previous(unraisable)
-
-    sys.unraisablehook = hook
-    try:
-        yield
-    finally:
-        sys.unraisablehook = previous
 
 
 def _from_arrow(arrow_table: pa.Table) -> ParsedTable:
@@ -181,32 +159,30 @@ def _add_text_column(table: ParsedTable, name: str, texts: pd.Series) -> None:
 
 
 def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
+    try:
+        data = read_bytes_bounded(path, display_path)  # regular files only (safe_fs)
+    except OSError as error:
+        raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
     # Fast path: Arrow's JSON reader (also takes NaN/Infinity literals). It refuses a key whose
     # type changes, nested lists or a cut-off last line; those files go through Python's json.
-    try:
-        with open_regular(path, display_path) as handle:
-            return _from_arrow(pa_json.read_json(handle))
-    except (pa.ArrowException, OSError, UnicodeDecodeError):
-        pass  # UnicodeDecodeError: a key that is not UTF-8; Python's json replaces the bytes
+    # Arrow recurses on nesting and crashes the process (SIGSEGV) on a 50,000-deep array, so it
+    # only sees files whose every line nests at most MAX_JSON_DEPTH deep (a C-speed pre-scan).
+    # It also builds a dense column per key: a sparse, wide file goes the stdlib way instead.
+    if safe_json.depth_over_limit(data) is None and arrow_table_is_bounded(data):
+        try:
+            return _from_arrow(pa_json.read_json(pa.BufferReader(data)))
+        except (pa.ArrowException, OSError, UnicodeDecodeError):
+            pass  # UnicodeDecodeError: a key that is not UTF-8; Python's json replaces the bytes
     columns = _RecordColumns()
     malformed = 0
     first_malformed = ""
-    try:
-        with open_regular(path, display_path) as handle:
-            for line_number, line in enumerate(handle, start=1):
-                try:
-                    record = json.loads(line)  # bytes: json detects UTF-8 and a BOM itself
-                except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
-                    if not line.strip():
-                        continue
-                    record = _loads_lenient(line)
-                if isinstance(record, dict):
-                    columns.add(record)
-                else:
-                    malformed += 1
-                    first_malformed = first_malformed or f"line {line_number}"
-    except OSError as error:
-        raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
+    for line_number, line in enumerate(io.BytesIO(data), start=1):
+        record = _parse_line(line)
+        if isinstance(record, dict):
+            columns.add(record)
+        elif record is not _BLANK:
+            malformed += 1
+            first_malformed = first_malformed or f"line {line_number}"
     if not columns.n_rows and malformed:
         raise UnreadableInput(display_path, "no line is a JSON object", "Is it JSON Lines?")
     table = columns.finish()
@@ -214,9 +190,29 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
         table.problems.insert(
             0,
             f"{malformed} line(s) that are not a JSON object skipped (first at {first_malformed}; "
-            "a cut-off last line means the run was still writing)",
+            "a cut-off last line or one nested too deep means it was damaged)",
         )
     return table
+
+
+_BLANK = object()  # an empty line: neither a record nor a malformed line
+
+
+def _parse_line(line: bytes) -> Any:
+    """One line as JSON: the record, _BLANK for an empty line, or None when it is not JSON."""
+    # Counting brackets is a cheap upper bound of the nesting; only lines above it pay the
+    # exact check, and a line nested deeper than safe_json allows is malformed.
+    if (
+        line.count(b"[") + line.count(b"{") > safe_json.MAX_JSON_DEPTH
+        and safe_json.depth_over_limit(line) is not None
+    ):
+        return None
+    try:
+        return json.loads(line)  # bytes: json detects UTF-8 and a BOM itself
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, huge ints
+        if not line.strip():
+            return _BLANK
+        return _loads_lenient(line)
 
 
 def _loads_lenient(line: bytes) -> Any:
@@ -229,12 +225,11 @@ def _loads_lenient(line: bytes) -> Any:
 
 def _read_json_document(path: Path, display_path: str) -> ParsedTable:
     try:
-        raw = read_bytes_bounded(path, display_path)
-        document = json.loads(raw.decode("utf-8-sig", errors="replace"))
-    except (json.JSONDecodeError, RecursionError, OSError) as error:
-        raise UnreadableInput(
-            display_path, f"not valid JSON ({error})", "The file may be truncated"
-        ) from error
+        data = read_bytes_bounded(path, display_path)
+    except OSError as error:
+        raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
+    # Bytes that are not UTF-8 are replaced, as a line of a JSON Lines file is.
+    document = safe_json.loads(data.decode("utf-8-sig", errors="replace"), display_path)
     records = records_from_json(document)
     if records is None:
         raise UnreadableInput(
@@ -308,9 +303,10 @@ class _RecordColumns:
 
     def finish(self) -> ParsedTable:
         table = ParsedTable(n_rows=self.n_rows)
+        kept, left_out = self._densified_columns()
         for name, (rows, values, bad_rows) in self.cells.items():
             filled = len(rows) + len(bad_rows)
-            if not rows or len(rows) <= NUMERIC_COLUMN_MIN_SHARE * filled:
+            if not rows or len(rows) <= NUMERIC_COLUMN_MIN_SHARE * filled or name not in kept:
                 continue
             present = np.zeros(self.n_rows, dtype=bool)
             column = np.full(self.n_rows, np.nan)
@@ -322,7 +318,22 @@ class _RecordColumns:
                     f"column {name!r}: {len(bad_rows)} non-numeric value(s) skipped "
                     f"(first {self.bad_examples[str(name)]} in record {bad_rows[0] + 1})"
                 )
+        if left_out:
+            table.problems.append(
+                f"{left_out} sparse column(s) left out: the file has too many keys logged too "
+                "rarely to be a metrics log (the most-logged columns are kept)"
+            )
         return table
+
+    def _densified_columns(self) -> tuple[set[str], int]:
+        """The columns made dense (n_rows each), most-logged first, while the dense cells stay
+        within MAX_DENSE_PER_CELL times the cells logged: memory proportional to the file even
+        when each line brings a new key. Returns (kept names, how many were left out)."""
+        logged = sum(len(rows) for rows, _, _ in self.cells.values())
+        budget = max(1_000_000, MAX_DENSE_PER_CELL * logged)
+        by_count = sorted(self.cells, key=lambda name: -len(self.cells[name][0]))
+        most = max(1, budget // max(self.n_rows, 1))
+        return set(by_count[:most]), max(0, len(by_count) - most)
 
 
 def _json_number(value: Any) -> float | None:

@@ -3,7 +3,6 @@ text files written, and reading a JSON report back for re-rendering, with one-li
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Sequence
@@ -11,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput, UsageError
+from tscope.model import json_parse
 from tscope.model.case import SCHEMA_VERSION
 from tscope.output_files import prepare_folder, write_text
 
 __all__ = ["FORMATS", "check_formats", "output_directory", "read_payload", "write_text"]
 
 FORMATS = ("html", "md", "json")
+# A case.json holds bucketed charts (1,200 points per series) and capped lists: a few MB at most.
+MAX_REPORT_BYTES = 256 * 1024 * 1024
 
 
 def check_formats(formats: Sequence[str]) -> None:
@@ -50,16 +52,17 @@ def read_payload(
         problem = "a symbolic link" if stat.S_ISLNK(found.st_mode) else "not a regular file"
         raise UnreadableInput(str(file), f"{problem}; tscope reads only regular files", where)
     try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise UnreadableInput(str(file), "not UTF-8 text", rewrite) from error
+        with file.open("rb") as handle:
+            data = handle.read(MAX_REPORT_BYTES + 1)
     except OSError as error:
         raise UnreadableInput(str(file), str(error.strerror or error), rewrite) from error
+    if len(data) > MAX_REPORT_BYTES:
+        raise UnreadableInput(str(file), f"larger than the {MAX_REPORT_BYTES} bytes of a case", "")
     try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as error:
-        problem = f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
-        raise UnreadableInput(str(file), problem, rewrite) from error
+        # Bounded nesting, numbers int64-safe: a crafted case.json ends in one line.
+        payload = json_parse.parse(data, refuse_huge_ints=True)
+    except json_parse.RefusedJson as error:
+        raise UnreadableInput(str(file), error.problem, rewrite) from error
     if not isinstance(payload, dict) or "schema_version" not in payload:
         raise UnreadableInput(str(file), f"not a tscope {kind} file (no schema_version)", "")
     major = str(payload["schema_version"]).split(".")[0]

@@ -7,7 +7,6 @@ cut; corrupt framing stops the read at the corruption and keeps what came before
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.names import canonical_metric
 from tscope.ingest.readers.event_proto import (
@@ -354,8 +354,9 @@ def _add_text_config(config: dict[str, Any], tag: str, strings: list[bytes]) -> 
         return
     text = strings[0].decode("utf-8", errors="replace")
     try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError):
+        # Bounded nesting, int64-safe numbers: the settings end up in case.json and the report.
+        parsed = safe_json.loads(text, tag)
+    except UnreadableInput:
         parsed = text
     if isinstance(parsed, dict):
         _flatten_into(config, parsed, prefix, depth=0)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
 from tscope.ingest.base import read_head
 from tscope.ingest.names import canonical_metric
-from tscope.ingest.safe_fs import read_bytes_bounded
-from tscope.model import Caveat, LogRead, RunEvent
+from tscope.model import Caveat, LogRead, PartialInput, RunEvent
+
+# A Trainer logging every step of a 1M-step run writes ~150 MB; beyond this the file is not one
+# the Trainer wrote, and its parsed form (~5x the bytes) would crowd the machine.
+MAX_TRAINER_STATE_BYTES = 512 * 1024 * 1024
+# Steps are integers a float64 holds exactly (the long-form table is int64, charts are float).
+MAX_STEP = 2**53
 
 # Keys of log_history rows that are bookkeeping, not metrics.
 _NON_METRIC_KEYS = {"step", "epoch"}
@@ -46,12 +51,13 @@ class TrainerStateReader:
 
     def read(self, path: Path, display_path: str) -> LogRead:
         try:
-            state = json.loads(read_bytes_bounded(path, display_path).decode("utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            # Through safe_fs (regular files only), bounded in size and nesting.
+            state = safe_json.load_file(path, display_path, MAX_TRAINER_STATE_BYTES)
+        except UnreadableInput as error:
             raise UnreadableInput(
                 display_path,
-                f"not valid JSON ({error})",
-                "The file may be truncated; point tscope at an older checkpoint's copy",
+                error.problem,
+                "The file may be truncated or damaged; point tscope at an older checkpoint's copy",
             ) from error
         history = state.get("log_history") if isinstance(state, dict) else None
         if not isinstance(history, list):
@@ -60,13 +66,14 @@ class TrainerStateReader:
         rows: list[tuple[int, str, float, str]] = []
         events: list[RunEvent] = []
         last_epoch_index: int | None = None
+        bad_steps: list[Any] = []
         for entry in history:
             if not isinstance(entry, dict) or SUMMARY_ROW_MARKER in entry:
                 continue
-            step = entry.get("step")
-            if not isinstance(step, (int, float)) or isinstance(step, bool):
+            step = _as_step(entry.get("step"))
+            if step is None:
+                bad_steps.append(entry.get("step"))
                 continue
-            step = int(step)
             for key, value in entry.items():
                 if key in _NON_METRIC_KEYS or key in IGNORED_KEYS:
                     continue
@@ -75,7 +82,11 @@ class TrainerStateReader:
                     continue
                 rows.append((step, canonical_metric(key), number, key))
             epoch = entry.get("epoch")
-            if isinstance(epoch, (int, float)) and not isinstance(epoch, bool):
+            if (
+                isinstance(epoch, (int, float))
+                and not isinstance(epoch, bool)
+                and math.isfinite(epoch)
+            ):
                 epoch_index = math.floor(epoch + 1e-9)
                 if last_epoch_index is not None and epoch_index > last_epoch_index:
                     events.append(
@@ -85,7 +96,23 @@ class TrainerStateReader:
                     )
                 last_epoch_index = epoch_index
 
-        config = {key: state[key] for key in _CONFIG_KEYS if key in state}
+        # Plain scalars only: a crafted file may put anything here, and config is rendered.
+        config = {
+            key: state[key]
+            for key in _CONFIG_KEYS
+            if isinstance(state.get(key), (int, float, str, bool)) and _is_finite(state[key])
+        }
+        partial = []
+        if bad_steps:
+            partial.append(
+                PartialInput(
+                    display_path,
+                    f"{len(bad_steps)} log_history row(s) without a usable step skipped (first "
+                    f"step {_shown(bad_steps[0])}; a step must be an integer from 0 to 2**53). "
+                    "The other rows are analyzed; a file edited or damaged by hand can cause this",
+                )
+            )
+        global_step = _as_step(state.get("global_step"))
         return LogRead(
             kind=self.name,
             path=display_path,
@@ -93,8 +120,33 @@ class TrainerStateReader:
             events=events,
             caveats=trainer_logging_caveats(_logging_steps(state), display_path),
             config=config,
-            started_at=float(state.get("global_step", 0) or 0),
+            partial=partial,
+            started_at=float(global_step or 0),
         )
+
+
+def _as_step(value: Any) -> int | None:
+    """A log_history step: an integer (or integral float) in [0, 2**53); None otherwise.
+
+    NaN, inf (`1e400`), 2**63, text and lists are what damaged or crafted files hold here.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or value != math.floor(value)):
+        return None
+    return int(value) if 0 <= value < MAX_STEP else None
+
+
+def _is_finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _shown(value: Any) -> str:
+    """A short, printable form of a bad value for a message (the value may be huge)."""
+    text = repr(value) if isinstance(value, (int, float, str, bool)) or value is None else None
+    if text is None:
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _logging_steps(state: dict[str, Any]) -> int | None:

@@ -19,16 +19,14 @@ Read without wandb (which has no local reader since 0.31, DOMAIN.md §4):
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json, safe_yaml
 from tscope.ingest.base import read_head
 from tscope.ingest.names import canonical_metric
 from tscope.ingest.readers.wandb_framing import (
@@ -64,6 +62,9 @@ EXIT_CODE = 1
 
 # The sibling files are small; a huge one is not what wandb writes and is not worth the memory.
 SIBLING_MAX_BYTES = 16 * 1024 * 1024
+# PyYAML parses in pure Python (~1 MB/s): a larger config.yaml would cost more time than it is
+# worth, and wandb's own are a few KB (one `key: {value: ...}` per setting).
+CONFIG_YAML_MAX_BYTES = 2 * 1024 * 1024
 CONFIG_INTERNAL_KEYS = frozenset({"_wandb", "wandb_version"})
 # Integral floats above 2**53 lose precision; a step counter never gets there.
 MAX_STEP = 2.0**53
@@ -331,8 +332,8 @@ def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str
                 child = parent[part] = {}
             parent = child
         try:
-            parent[path[-1]] = json.loads(stored)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            parent[path[-1]] = safe_json.loads(stored, "config value")
+        except UnreadableInput:  # text, or JSON nested too deep to be a setting
             parent[path[-1]] = proto_text(stored)
     return state, malformed
 
@@ -355,22 +356,26 @@ def _read_siblings(files_dir: Path, log: _RunLog) -> list[str]:
     config_path = files_dir / "config.yaml"
     if config_path.is_file():
         try:
-            raw = read_bytes_bounded(config_path, "files/config.yaml", SIBLING_MAX_BYTES)
-            document = yaml.safe_load(raw.decode("utf-8-sig"))
+            raw = read_bytes_bounded(config_path, "files/config.yaml", CONFIG_YAML_MAX_BYTES)
+            # Aliases budgeted, depth bounded, plain data out (an alias bomb took 13 GB here).
+            document = safe_yaml.load(raw.decode("utf-8-sig"), "files/config.yaml")
             if isinstance(document, dict):
                 for key, entry in document.items():
                     internal = str(key) in CONFIG_INTERNAL_KEYS
                     if not internal and isinstance(entry, dict) and "value" in entry:
                         log.config[str(key)] = entry["value"]
-        except (OSError, ValueError, RecursionError, yaml.YAMLError, UnreadableInput) as error:
+        except UnreadableInput as error:
+            problems.append(f"files/config.yaml not read ({error.problem})")
+        except (OSError, ValueError) as error:  # UnicodeDecodeError is a ValueError
             problems.append(f"files/config.yaml not read ({error})")
     summary_path = files_dir / "wandb-summary.json"
     if summary_path.is_file():
         try:
-            raw = read_bytes_bounded(summary_path, "files/wandb-summary.json", SIBLING_MAX_BYTES)
-            summary = json.loads(raw.decode("utf-8-sig"))
+            summary = safe_json.load_file(
+                summary_path, "files/wandb-summary.json", SIBLING_MAX_BYTES
+            )
             if isinstance(summary, dict):
                 log.summary.update({str(key): value for key, value in summary.items()})
-        except (OSError, ValueError, RecursionError, UnreadableInput) as error:
-            problems.append(f"files/wandb-summary.json not read ({error})")
+        except UnreadableInput as error:
+            problems.append(f"files/wandb-summary.json not read ({error.problem})")
     return problems

@@ -1,0 +1,79 @@
+"""CSV through Arrow, for tabular.py: the header of a very wide table, and the parse itself.
+
+Arrow converts every column it is not told to skip and needs the header within one block, so a
+table with 100,000 columns used to be refused (a 1 MB block) or to take 24 s; tabular.py reads at
+most series_cap.MAX_TABLE_COLUMNS of them, chosen from the header read here.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+from tscope.ingest.base import read_head
+from tscope.ingest.series_cap import MAX_TABLE_COLUMNS
+
+# Bytes Arrow parses at a time; a header longer than this is refused as unreadable.
+CSV_BLOCK_BYTES = 32 * 1024 * 1024
+
+
+def wide_csv_header(path: Path, delimiter: str) -> list[str] | None:
+    """The header's column names when the file has more than MAX_TABLE_COLUMNS, else None."""
+    head = read_head(path, CSV_BLOCK_BYTES)
+    first_line = head.split(b"\n", 1)[0]
+    if first_line.count(delimiter.encode()) < MAX_TABLE_COLUMNS:
+        return None
+    try:
+        names = next(csv.reader([first_line.decode("utf-8-sig").rstrip("\r")], delimiter=delimiter))
+    except (UnicodeDecodeError, csv.Error, StopIteration):
+        return None  # Arrow reads it (or reports it) as before
+    # Repeated names cannot be chosen one by one; such a header is read whole.
+    return names if len(set(names)) == len(names) > MAX_TABLE_COLUMNS else None
+
+
+def parse_csv(
+    handle: BinaryIO,
+    delimiter: str,
+    on_malformed: Any,
+    columns: list[str] | None,
+    null_values: Sequence[str],
+) -> pa.Table:
+    """The table Arrow parses; `columns`: convert only these (None: all)."""
+    return pa_csv.read_csv(
+        handle,
+        # The header must fit in one block: Arrow's default 1 MB refuses 100,000 columns.
+        read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+        parse_options=pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_malformed),
+        convert_options=pa_csv.ConvertOptions(
+            null_values=list(null_values),
+            strings_can_be_null=True,
+            check_utf8=False,
+            # Arrow converts every column it is not told to skip: 100,000 columns took 24 s.
+            include_columns=columns,
+        ),
+    )
+
+
+@contextmanager
+def without_row_decoding_dumps() -> Iterator[None]:
+    """pyarrow decodes a malformed row as UTF-8 before it calls the row handler; for a binary row
+    that fails inside pyarrow, which prints a traceback through sys.unraisablehook and then fails
+    the read (ArrowInvalid: reported as partial). Keep that dump off the user's terminal."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, UnicodeDecodeError):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous

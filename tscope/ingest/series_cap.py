@@ -1,0 +1,85 @@
+"""A cap on the number of series one case considers, with the key series always kept.
+
+Every series costs the analysis and, above all, the report (a chart bucket list per series in
+case.json, a row in the other-metrics chart): a CSV with 100,000 columns or a JSON Lines file
+with a new key on every line would take hours and a report nobody can read. Past MAX_SERIES the
+series kept are, in this order: the key series the analyzers use (loss, grad norm, learning rate,
+eval loss, loss scale, skipped steps), the other loss-like series (the ones spikes are searched
+in), then the rest in the order the files first logged them. A caveat in the case says how many
+were left out, and names a few.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tscope.model import Caveat, LogRead
+from tscope.model.metric_names import (
+    EVAL_LOSS,
+    GRAD_NORM,
+    LEARNING_RATE,
+    LOSS,
+    LOSS_SCALE,
+    SKIPPED_STEPS,
+    is_loss_like,
+)
+
+# bench/bench_wide_tables.py: a 1,000-column CSV analyzes and renders in ~3 s (the case.json and
+# the charts grow with every series kept); real runs log tens to a few hundred series, per-layer
+# statistics included.
+MAX_SERIES = 1000
+KEY_SERIES = (LOSS, GRAD_NORM, LEARNING_RATE, EVAL_LOSS, LOSS_SCALE, SKIPPED_STEPS)
+# Columns a table reader converts, before names are known to be metrics: room for the series cap
+# with a W&B export's __MIN/__MAX companions. Arrow converts 100,000 CSV columns in 24 s.
+MAX_TABLE_COLUMNS = 3 * MAX_SERIES
+# Raw column names that hold the step or a key series, whatever the producer calls them.
+_KEY_COLUMN_WORDS = ("step", "loss", "grad_norm", "learning_rate", "lr", "epoch", "iter", "time")
+_NAMES_SHOWN = 5
+
+
+def columns_to_read(header: list[str], limit: int = MAX_TABLE_COLUMNS) -> list[str]:
+    """At most `limit` of a table's column names: those naming a step or a key series first,
+    then the others in file order."""
+    key = [name for name in header if any(word in name.lower() for word in _KEY_COLUMN_WORDS)]
+    chosen = set(key[:limit])
+    for name in header:
+        if len(chosen) >= limit:
+            break
+        chosen.add(name)
+    return [name for name in header if name in chosen]
+
+
+def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogRead], list[Caveat]]:
+    """The reads with at most `limit` distinct series among them, and a caveat if any were cut."""
+    first_seen: dict[str, int] = {}
+    for read in reads:
+        for metric in read.metrics["metric"].unique():
+            first_seen.setdefault(str(metric), len(first_seen))
+    if len(first_seen) <= limit:
+        return reads, []
+    key_rank = {name: rank for rank, name in enumerate(KEY_SERIES)}
+
+    def priority(name: str) -> tuple[int, int]:
+        if name in key_rank:
+            return (0, key_rank[name])
+        return (1 if is_loss_like(name) else 2, first_seen[name])
+
+    ranked = sorted(first_seen, key=priority)
+    kept = set(ranked[:limit])
+    left_out = ranked[limit:]
+    capped = []
+    for read in reads:
+        keep = read.metrics["metric"].isin(kept)
+        whole = bool(keep.all())
+        capped.append(
+            read if whole else replace(read, metrics=read.metrics[keep].reset_index(drop=True))
+        )
+    shown = ", ".join(left_out[:_NAMES_SHOWN]) + (", ..." if len(left_out) > _NAMES_SHOWN else "")
+    caveat = Caveat(
+        "series_cap",
+        f"{len(first_seen)} series were logged; tscope considers at most {limit} (the key and "
+        f"loss-like series first, then the first logged), so {len(left_out)} are left out of "
+        f"the analysis and the report: {shown}.",
+        "tscope",
+    )
+    return capped, [caveat]
