@@ -124,6 +124,8 @@ def _incident_verdict(
             f"most likely a bad batch (confidence {headline.confidence * 0.8:.2f}): "
             + _bad_batch_reasons(evidence, incident)
         )
+    elif incident is None:
+        because = f"see {headline.id}"  # `what` already is the headline's message
     else:
         because = f"see {headline.id}: {headline.message}"
     verdict = f"{what[0].upper()}{what[1:]}; {because}"

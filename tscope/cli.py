@@ -243,6 +243,61 @@ def replay(
     typer.echo(str(main_file(written)))
 
 
+@app.command()
+def xray(
+    run_dir: Annotated[
+        Path | None,
+        typer.Argument(help="A Hugging Face Trainer run (training_args.bin); not with --entry."),
+    ] = None,
+    entry: Annotated[
+        Path | None,
+        typer.Option("--entry", help="Your entry file defining train_step(model, sequences)."),
+    ] = None,
+    lengths: Annotated[
+        str | None,
+        typer.Option("--lengths", help="Probe sequence lengths, e.g. 5,9,3,12,7,4."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-xray-NAME)."),
+    ] = None,
+    formats: FormatsOption = "html,md,json",
+    quiet: QuietOption = False,
+) -> None:
+    """Audit a training step on a tracer model: the gradient weight of every target token, and
+    gradient leaking between sequences. Writes xray.json and case.html/md/json."""
+    from tscope.xray.probe import parse_lengths
+    from tscope.xray_pipeline import audit, case_with_xray, write_xray_files
+
+    try:
+        chosen = _parse_formats(formats)
+        probe_lengths = parse_lengths(lengths) if lengths is not None else None
+        named = entry if entry is not None else run_dir
+        if named is None:
+            raise UsageError(
+                "Give --entry FILE.py (defining train_step(model, sequences)) or a Hugging Face "
+                "Trainer run directory."
+            )
+        target = out or Path(f"tscope-xray-{named.resolve().stem}")
+        _check_output_outside_inputs(target, [p for p in (run_dir, entry) if p is not None])
+        with Progress(progress_enabled(quiet), "auditing the step"):
+            result = audit(run_dir, entry, probe_lengths)
+            case = case_with_xray(result)
+        written = write_case(case, target, chosen)
+        written += write_xray_files(result, target)
+    except TscopeError as error:
+        _fail(str(error))
+    if not quiet:
+        section = case.xray or {}
+        typer.echo(
+            f"Token audit: weights match {section.get('matched_rule')} "
+            f"(intended {section.get('intended')}); max leak {section.get('leak', {}).get('max')}; "
+            f"{len(result.findings)} finding(s).",
+            err=True,
+        )
+    typer.echo(str(main_file(written)))
+
+
 def _parse_window(text: str) -> tuple[int, int]:
     before, sep, after = text.partition(":")
     try:
