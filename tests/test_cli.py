@@ -85,10 +85,10 @@ def test_the_command_surface_is_what_the_readme_documents():
     from tscope.cli import app
 
     names = sorted(command.name or command.callback.__name__ for command in app.registered_commands)
-    assert names == ["analyze", "cluster", "demo", "replay", "report"]
+    assert names == ["analyze", "cluster", "demo", "replay", "report", "xray"]
 
 
-@pytest.mark.parametrize("command", ["analyze", "cluster", "replay", "report", "demo"])
+@pytest.mark.parametrize("command", ["analyze", "cluster", "replay", "report", "demo", "xray"])
 def test_every_command_has_help(command):
     result = invoke(command, "--help")
     assert result.exit_code == 0 and "Usage" in result.output

@@ -279,7 +279,7 @@ def xray(
                 "Trainer run directory."
             )
         target = out or Path(f"tscope-xray-{named.resolve().stem}")
-        _check_output_outside_inputs(target, [p for p in (run_dir, entry) if p is not None])
+        _check_output_outside_inputs(target, [run_dir] if run_dir is not None else [])
         with Progress(progress_enabled(quiet), "auditing the step"):
             result = audit(run_dir, entry, probe_lengths)
             case = case_with_xray(result)

@@ -78,7 +78,25 @@ def case_with_xray(audit_result: XrayAudit) -> Any:
         case.limits = [line for line in case.limits if not line.startswith("Logs only")]
     case.xray = xray_section(audit_result.result)
     case.limits.append(XRAY_LIMIT)
+    if case.summary.get("status") == "healthy" and not case.metrics:
+        notes = [f for f in case.findings if f.source == "xray"]
+        case.summary["verdict"] = (
+            f"Token audit: no warning. {notes[0].message}"
+            if notes
+            else clean_verdict(audit_result.result)
+        )
     return case
+
+
+def clean_verdict(result: XrayResult) -> str:
+    """The first sentence of a clean audit (no logs to judge, nothing found)."""
+    intended = result.fit(result.intended)
+    deviation = f"{intended.max_deviation:.1e}" if intended is not None else "n/a"
+    return (
+        f"Token audit clean: every target token weighs as the intended {result.intended} "
+        f"(max deviation {deviation}) and no gradient leaks between the {len(result.lengths)} "
+        "sequences of the probe batch."
+    )
 
 
 # What the audit cannot see, in the reader's words (the case's limits list).

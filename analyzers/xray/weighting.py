@@ -44,12 +44,12 @@ def weighting_findings(result: XrayResult) -> list[Finding]:
     findings: list[Finding] = []
     intended = result.fit(result.intended)
     if intended is not None and result.tokens:
-        if intended.max_deviation > RULE_MATCH_TOLERANCE:
+        low = min(t.cosine for t in result.tokens)
+        if low < 1 - COSINE_TOLERANCE:
+            # The loss itself changed: ⟨g, r⟩/‖r‖² is then only approximately a weight.
+            findings.append(_direction(result, low))
+        elif intended.max_deviation > RULE_MATCH_TOLERANCE:
             findings.append(_mismatch(result, intended.max_deviation))
-        else:
-            low = min(t.cosine for t in result.tokens)
-            if low < 1 - COSINE_TOLERANCE:
-                findings.append(_direction(result, low))
     if result.boundary_weight > BOUNDARY_TOLERANCE:
         findings.append(_boundary(result))
     return findings
@@ -122,6 +122,9 @@ def _mismatch(result: XrayResult, deviation: float) -> Finding:
 
 
 def _direction(result: XrayResult, low: float) -> Finding:
+    intended = result.fit(result.intended)
+    deviation = intended.max_deviation if intended is not None else 0.0
+    best = result.best_fit()
     label_smoothing = result.settings.get("label_smoothing_factor")
     hint = (
         f" (label_smoothing_factor={label_smoothing})"
@@ -135,13 +138,16 @@ def _direction(result: XrayResult, low: float) -> Finding:
         step=None,
         layer=None,
         message=(
-            f"The weights follow the intended {result.intended}, but the per-token gradient is not "
-            f"a rescaled cross-entropy gradient: min cos(g, r) = {low:.6f}{hint}. The loss itself "
-            "is changed (label smoothing, z-loss, an extra term)."
+            "The per-token gradient is not a rescaled cross-entropy gradient: min cos(g, r) = "
+            f"{low:.6f}{hint}. The loss itself is changed (label smoothing, z-loss, an extra "
+            f"term); against the intended {result.intended} the projected weights deviate by "
+            f"up to {fmt(deviation)}, an approximation while the direction differs."
         ),
         evidence={
             "min_cosine": low,
             "intended": result.intended,
+            "intended_max_deviation": deviation,
+            "nearest_rule": best.rule if best else None,
             **({"label_smoothing_factor": label_smoothing} if hint else {}),
         },
         suggestion=(
