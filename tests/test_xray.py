@@ -12,9 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tscope.analyzers.xray import xray_findings
 from typer.testing import CliRunner
 
-from tscope.analyzers.xray import RULE_MATCH_TOLERANCE, xray_findings
 from tscope.cli import app
 from tscope.xray import xray_entry
 from tscope.xray.probe import DEFAULT_LENGTHS
@@ -166,7 +166,9 @@ def test_cli_writes_xray_json_and_the_case_section(tmp_path):
     section = html[html.index('<section id="xray">') :]
     assert section.count("<svg") == 2  # the weight strips and the leak matrix
     assert "Token audit" in (out / "case.md").read_text()
-    rerendered = runner.invoke(app, ["report", str(out), "--format", "html", "--out", str(tmp_path / "again")])
+    rerendered = runner.invoke(
+        app, ["report", str(out), "--format", "html", "--out", str(tmp_path / "again")]
+    )
     assert rerendered.exit_code == 0
     assert (tmp_path / "again" / "case.html").read_text() == html
 
@@ -175,8 +177,16 @@ def test_cli_writes_xray_json_and_the_case_section(tmp_path):
     ("entry_text", "arguments", "words"),
     [
         ("x = 1\n", [], "defines no train_step"),
-        ("def train_step(model, sequences):\n    raise RuntimeError('boom')\n", [], "train_step failed"),
-        ("def train_step(model, sequences):\n    pass\nintended = 'median'\n", [], "intended must be"),
+        (
+            "def train_step(model, sequences):\n    raise RuntimeError('boom')\n",
+            [],
+            "train_step failed",
+        ),
+        (
+            "def train_step(model, sequences):\n    pass\nintended = 'median'\n",
+            [],
+            "intended must be",
+        ),
         ("def train_step(model, sequences):\n    pass\n", ["--lengths", "5,x"], "--lengths"),
         ("def train_step(model, sequences):\n    pass\n", ["--lengths", "1,4"], "at least 2"),
     ],
@@ -184,7 +194,9 @@ def test_cli_writes_xray_json_and_the_case_section(tmp_path):
 def test_bad_entries_and_arguments_exit_2_with_one_line(tmp_path, entry_text, arguments, words):
     entry = tmp_path / "entry.py"
     entry.write_text(entry_text, encoding="utf-8")
-    result = runner.invoke(app, ["xray", "--entry", str(entry), "--out", str(tmp_path / "o"), *arguments])
+    result = runner.invoke(
+        app, ["xray", "--entry", str(entry), "--out", str(tmp_path / "o"), *arguments]
+    )
     assert result.exit_code == 2
     assert words in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

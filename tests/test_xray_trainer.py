@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tscope.analyzers.xray import xray_findings
 from typer.testing import CliRunner
 
-from tscope.analyzers.xray import xray_findings
 from tscope.cli import app
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.xray.trainer_run import read_settings, xray_trainer_run
@@ -58,7 +58,16 @@ def test_a_trainer_run_with_accumulation_4_is_audited_without_an_entry(accumulat
     assert decoded["gradient_accumulation_steps"] == 4  # the run's own file
     out = tmp_path / "case"
     result = CliRunner().invoke(
-        app, ["xray", str(accumulation_run), "--lengths", ",".join(map(str, LENGTHS)), "-o", str(out), "-q"]
+        app,
+        [
+            "xray",
+            str(accumulation_run),
+            "--lengths",
+            ",".join(map(str, LENGTHS)),
+            "-o",
+            str(out),
+            "-q",
+        ],
     )
     assert result.exit_code == 0, result.output
     xray = json.loads((out / "xray.json").read_text())

@@ -27,7 +27,9 @@ def main() -> None:
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, n_positions=32, vocab_size=40))
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=1, n_embd=16, n_head=2, n_positions=32, vocab_size=40)
+    )
     generator = torch.Generator().manual_seed(0)
     rows = [
         torch.randint(3, 40, (int(n),), generator=generator).tolist()
@@ -39,9 +41,15 @@ def main() -> None:
         longest = max(len(f["input_ids"]) for f in features)
         pad = [longest - len(f["input_ids"]) for f in features]
         return {
-            "input_ids": torch.tensor([f["input_ids"] + [0] * p for f, p in zip(features, pad)]),
-            "attention_mask": torch.tensor([[1] * len(f["input_ids"]) + [0] * p for f, p in zip(features, pad)]),
-            "labels": torch.tensor([f["labels"] + [-100] * p for f, p in zip(features, pad)]),
+            "input_ids": torch.tensor(
+                [f["input_ids"] + [0] * p for f, p in zip(features, pad, strict=False)]
+            ),
+            "attention_mask": torch.tensor(
+                [[1] * len(f["input_ids"]) + [0] * p for f, p in zip(features, pad, strict=False)]
+            ),
+            "labels": torch.tensor(
+                [f["labels"] + [-100] * p for f, p in zip(features, pad, strict=False)]
+            ),
         }
 
     arguments = TrainingArguments(

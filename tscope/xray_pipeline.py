@@ -125,7 +125,9 @@ def write_xray_files(audit_result: XrayAudit, out_dir: Path) -> list[Path]:
     from tscope.model.case import json_safe
 
     path.write_text(
-        json.dumps(json_safe(payload), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+        json.dumps(
+            json_safe(payload), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False
+        )
         + "\n",
         encoding="utf-8",
     )

@@ -1,6 +1,6 @@
 """The case's `xray` section turned into what the templates print.
 
-    view["xray"] = xray_view(payload)   # None when the case has no token audit: nothing renders
+view["xray"] = xray_view(payload)   # None when the case has no token audit: nothing renders
 """
 
 from __future__ import annotations

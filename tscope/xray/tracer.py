@@ -47,7 +47,7 @@ def tracer_config(vocab_size: int, shape: TracerShape | None = None) -> Any:
     from transformers import LlamaConfig
 
     shape = shape or TracerShape()
-    return LlamaConfig(
+    return LlamaConfig(  # type: ignore[call-arg]
         vocab_size=vocab_size,
         hidden_size=shape.hidden_size,
         intermediate_size=shape.intermediate_size,
@@ -92,7 +92,8 @@ def embedding_gradient(model: Any) -> torch.Tensor:
     weight = model.get_input_embeddings().weight
     if weight.grad is None:
         return torch.zeros_like(weight).detach()
-    return weight.grad.detach().clone()
+    gradient: torch.Tensor = weight.grad.detach().clone()
+    return gradient
 
 
 @dataclass
@@ -149,7 +150,7 @@ def zero_nonfinite_embedding_grads(model: Any) -> tuple[Any, list[int]]:
             replaced.append(int((~finite).sum()))
             return torch.where(finite, gradient, torch.zeros_like(gradient))
 
-        output.register_hook(clean)
+        output.register_hook(clean)  # type: ignore[no-untyped-call]
 
     handle = model.get_input_embeddings().register_forward_hook(on_output)
     return handle, replaced

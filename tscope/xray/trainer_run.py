@@ -37,7 +37,9 @@ RANK_TIMEOUT_SECONDS = 600
 def find_run_files(run_dir: Path) -> tuple[Path, Path | None]:
     """training_args.bin and config.json: the run root's, else the newest checkpoint's."""
     if not run_dir.is_dir():
-        raise UsageError(f"{run_dir} is not a directory. Pass a Hugging Face Trainer run directory.")
+        raise UsageError(
+            f"{run_dir} is not a directory. Pass a Hugging Face Trainer run directory."
+        )
     folders = [run_dir]
     checkpoints = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
     folders += sorted(checkpoints, key=lambda p: -int(p.name[11:]))
@@ -91,7 +93,9 @@ def read_settings(run_dir: Path) -> tuple[TrainerSettings, list[str]]:
 
 def _int(decoded: dict[str, Any], key: str, defaults: TrainerSettings) -> int:
     value = decoded.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else getattr(defaults, key)
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) else getattr(defaults, key)
+    )
 
 
 def _model_class(config_file: Path | None, notes: list[str]) -> tuple[str, bool]:
@@ -105,7 +109,9 @@ def _model_class(config_file: Path | None, notes: list[str]) -> tuple[str, bool]
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        notes.append(f"{config_file} is unreadable: the model is assumed to accept num_items_in_batch.")
+        notes.append(
+            f"{config_file} is unreadable: the model is assumed to accept num_items_in_batch."
+        )
         return "", True
     names = config.get("architectures") if isinstance(config, dict) else None
     name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
@@ -157,8 +163,8 @@ def xray_trainer_run(
     from tscope.analyzers.xray import fit_rules, matching_rules
     from tscope.xray.api import LEAK_RELATIVE_THRESHOLD
     from tscope.xray.leak import run_leak
-    from tscope.xray.weighting import boundary_weight, reference_gradient, token_measures
     from tscope.xray.tracer import build_tracer
+    from tscope.xray.weighting import boundary_weight, reference_gradient, token_measures
 
     started = time.perf_counter()
     notes: list[str] = []
@@ -241,7 +247,9 @@ def _distributed_step(
         folder = Path(scratch)
         spec = folder / "spec.json"
         spec.write_text(
-            json.dumps({"settings": settings.as_dict(), "lengths": list(probe.lengths), "out": scratch}),
+            json.dumps(
+                {"settings": settings.as_dict(), "lengths": list(probe.lengths), "out": scratch}
+            ),
             encoding="utf-8",
         )
         command = [

@@ -82,7 +82,7 @@ def trainer_step_gradient(
     from transformers import Trainer, TrainerCallback, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    transformers.logging.set_verbosity_error()
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     captured: dict[str, Any] = {}
 
     class Capture(TrainerCallback):  # type: ignore[misc]

@@ -40,7 +40,7 @@ def reference_gradient(model: Any, probe: Probe) -> Any:
     loss = torch.nn.functional.cross_entropy(
         logits.float(), targets, ignore_index=-100, reduction="sum"
     )
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]
     gradient = model.get_input_embeddings().weight.grad.detach().clone()
     model.zero_grad(set_to_none=True)
     return gradient
@@ -69,10 +69,10 @@ def token_measures(
         weight = float(torch.dot(g, r)) / (r_norm * r_norm) if r_norm > 0 else float("nan")
         g_norm = float(g.norm())
         cosine = float(torch.dot(g, r)) / (g_norm * r_norm) if g_norm > 0 and r_norm > 0 else 0.0
-        call = first_call.get(target.row)
-        rank = rank_of_call[call] if call is not None and call < len(rank_of_call) else 0
+        seen_in = first_call.get(target.row)
+        rank = rank_of_call[seen_in] if seen_in is not None and seen_in < len(rank_of_call) else 0
         measures.append(
-            TokenWeight(target.sequence, target.position, weight * scale, cosine, call, rank)
+            TokenWeight(target.sequence, target.position, weight * scale, cosine, seen_in, rank)
         )
     return measures
 
