@@ -32,6 +32,17 @@ MAX_STEP_SEQUENCES = 512
 # More ranks than this are audited on this many CPU processes would be slow; refuse instead.
 MAX_AUDIT_RANKS = 8
 RANK_TIMEOUT_SECONDS = 600
+MAX_SIDE_FILE_BYTES = 4 * 1024 * 1024  # config.json / tokenizer_config.json: a few kB in practice
+
+
+def _small_json(path: Path) -> Any:
+    """A side file's JSON, or None when it is missing, oversized or broken."""
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_SIDE_FILE_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def find_run_files(run_dir: Path) -> tuple[Path, Path | None]:
@@ -106,14 +117,13 @@ def _model_class(config_file: Path | None, notes: list[str]) -> tuple[str, bool]
     if config_file is None:
         notes.append("No config.json: the model is assumed to accept num_items_in_batch.")
         return "", True
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    config = _small_json(config_file)
+    if not isinstance(config, dict):
         notes.append(
             f"{config_file} is unreadable: the model is assumed to accept num_items_in_batch."
         )
         return "", True
-    names = config.get("architectures") if isinstance(config, dict) else None
+    names = config.get("architectures")
     name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
     import transformers
 
@@ -140,13 +150,9 @@ def _model_class(config_file: Path | None, notes: list[str]) -> tuple[str, bool]
 def _padding_side(folder: Path, notes: list[str]) -> str:
     tokenizer_config = folder / "tokenizer_config.json"
     side = "right"
-    if tokenizer_config.is_file():
-        try:
-            loaded = json.loads(tokenizer_config.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            loaded = {}
-        if isinstance(loaded, dict) and loaded.get("padding_side") in ("left", "right"):
-            side = loaded["padding_side"]
+    loaded = _small_json(tokenizer_config)
+    if isinstance(loaded, dict) and loaded.get("padding_side") in ("left", "right"):
+        side = loaded["padding_side"]
     notes.append(
         f"Collator: pads each micro-batch to its longest sequence on the {side}, labels -100 on "
         "padding (a causal-LM Trainer run's padding collator)."
