@@ -203,7 +203,8 @@ def test_bad_entries_and_arguments_exit_2_with_one_line(tmp_path, entry_text, ar
 
 
 def test_no_entry_and_no_trainer_run_exits_2(tmp_path):
+    (tmp_path / "run").mkdir()
     none = runner.invoke(app, ["xray", "--out", str(tmp_path / "o")])
-    not_trainer = runner.invoke(app, ["xray", str(tmp_path), "--out", str(tmp_path / "o2")])
+    not_trainer = runner.invoke(app, ["xray", str(tmp_path / "run"), "--out", str(tmp_path / "o2")])
     assert (none.exit_code, not_trainer.exit_code) == (2, 2)
     assert "training_args.bin" in not_trainer.stderr
