@@ -61,6 +61,8 @@ def _spikes(
             baseline=float(candidate.baseline),
             peak_value=float(candidate.peak_value),
             nonfinite=candidate.nonfinite,
+            alarm_score=candidate.alarm_score,
+            alarm_detector=candidate.alarm_detector,
         )
         for candidate in merge_alarms(values, detections)
     ]

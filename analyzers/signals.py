@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tscope.model import Run
+from tscope.model import Run, Spike
 from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS, is_loss_like
 
 
@@ -38,6 +38,23 @@ def fmt(number: float | None) -> str:
     if not np.isfinite(number):
         return str(number)
     return f"{number:.3g}"
+
+
+def spike_size(spike: Spike) -> str:
+    """How far a spike went, in the unit of the threshold it crossed, for messages and verdicts.
+
+    NaN/Inf has no distance from a baseline: a σ printed for it (the largest finite point
+    before the NaN, or an infinite score) would read as absurd ("926 robust σ" to NaN), so the
+    text names it instead. A finite spike shows the score its detector compared with the
+    threshold, so "≥ 6 robust σ" is never printed next to "4.38 robust σ".
+    """
+    if spike.nonfinite:
+        return "non-finite"
+    if spike.alarm_score is None:
+        return f"{fmt(spike.magnitude)} robust σ"
+    if spike.alarm_detector == "spike_score":
+        return f"{fmt(spike.alarm_score)} σ, OLMo 2 spike score"
+    return f"{fmt(spike.alarm_score)} robust σ"
 
 
 def loss_series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:

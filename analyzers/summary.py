@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.card import cause_words, incident_card
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import CAUSE_CATEGORIES, CAUSE_LOOKBACK_STEPS
-from tscope.analyzers.signals import fmt, primary_loss, window
+from tscope.analyzers.signals import fmt, primary_loss, spike_size, window
 
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
@@ -42,11 +45,22 @@ def summarize(
         and headline.source == "logs"
     ):
         incident = None  # the cause itself is the news (e.g. a faulty resume with no spike yet)
+    diagnosis = _diagnose(evidence, headline, incident, findings)
+    restart = _restart_checkpoint(headline, incident, checkpoints)
     return {
         "status": "incident",
-        "verdict": _incident_verdict(evidence, headline, incident, findings),
-        "next_steps": _next_steps(headline, incident, checkpoints),
+        "verdict": diagnosis.sentence(),
+        "next_steps": _next_steps(evidence, headline, incident, checkpoints, restart),
         "headline_finding": headline.id,
+        "card": incident_card(
+            diagnosis.what,
+            headline,
+            _incident_step(headline, incident),
+            diagnosis.cause,
+            diagnosis.cause_category,
+            diagnosis.confidence,
+            restart,
+        ),
     }
 
 
@@ -77,7 +91,7 @@ def _healthy_verdict(evidence: Evidence, findings: list[Finding]) -> str:
         f"No incident: {steps.size} points of {loss} from step {int(steps[0])} to "
         f"{int(steps[-1])} ({fmt(float(values[0]))} → {fmt(float(values[-1]))}); no spike, "
         "divergence or schedule anomaly crossed its threshold"
-        + (f" ({notes} informational notes below)." if notes else ".")
+        + (f" ({notes} informational note{'s' if notes > 1 else ''} below)." if notes else ".")
     )
 
 
@@ -89,20 +103,39 @@ def _describe_incident(incident: Incident | None) -> str:
     spike = incident.spike
     assert spike is not None
     peak = "NaN/Inf" if spike.nonfinite else fmt(spike.peak_value)
+    size = "" if spike.nonfinite else f" ({spike_size(spike)})"  # NaN/Inf has no σ
     recovery = (
         f" and recovered by step {spike.end_step}"
         if spike.end_step is not None
         else " and did not recover"
     )
     return (
-        f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
-        f"({fmt(spike.magnitude)} robust σ){recovery}"
+        f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step}"
+        f"{size}{recovery}"
     )
 
 
-def _incident_verdict(
+@dataclass(frozen=True)
+class Diagnosis:
+    """The verdict's parts: what happened, the best explanation, and what corroborates it."""
+
+    what: str  # "train/loss spiked from 2.97 to 3.41 at step 145 (…) and recovered by step 146"
+    cause: Finding | None  # the finding that names the cause; None when it is inferred or unknown
+    cause_category: str
+    confidence: float
+    because: str  # the evidence for the cause, in words; "" when the headline is the whole story
+    corroboration: str  # "Checkpoints agree: …", replay what-ifs; "" when none
+
+    def sentence(self) -> str:
+        verdict = f"{self.what[0].upper()}{self.what[1:]}"
+        if self.because:
+            verdict += f"; most likely {self.because}"
+        return verdict + "." + self.corroboration
+
+
+def _diagnose(
     evidence: Evidence, headline: Finding, incident: Incident | None, findings: list[Finding]
-) -> str:
+) -> Diagnosis:
     what = _describe_incident(incident) or headline.message.rstrip(".")
     causes = [
         f
@@ -114,31 +147,41 @@ def _incident_verdict(
         and f.step >= incident.onset_step - CAUSE_LOOKBACK_STEPS
         and (incident.end_step is None or f.step <= incident.end_step)
     ]
+    cause: Finding | None = None
     if causes:
         cause = causes[0]
+        category, confidence = cause.category, cause.confidence
         because = (
-            f"most likely {cause.category} (confidence {cause.confidence:.2f}): {cause.message}"
+            f"{cause_words(category)} (confidence {confidence:.2f}): {cause.message.rstrip('.')}"
         )
     elif incident is not None and incident.kind == "spike" and incident.end_step is not None:
-        because = (
-            f"most likely a bad batch (confidence {headline.confidence * 0.8:.2f}): "
-            + _bad_batch_reasons(evidence, incident)
-        )
-    elif incident is None:
-        because = f"see {headline.id}"  # `what` already is the headline's message
+        category, confidence = "bad_batch", headline.confidence * 0.8
+        because = f"{cause_words(category)} (confidence {confidence:.2f}): " + _bad_batch_reasons(
+            evidence, incident
+        ).rstrip(".")
     else:
-        because = f"see {headline.id}: {headline.message}"
-    verdict = f"{what[0].upper()}{what[1:]}; {because}"
+        # The headline finding is the incident and its own explanation (a loss-scale collapse,
+        # a resume with no spike yet): saying "see F1: <the same words>" would repeat it.
+        cause, category, confidence, because = headline, headline.category, headline.confidence, ""
     spike_id = incident.spike.id if incident is not None and incident.spike is not None else None
     corroborating = [
         f
         for f in findings
         if f.source == "checkpoints" and f.spike_id is not None and f.spike_id == spike_id
     ]
+    corroboration = ""
     if corroborating:
         first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
-        verdict += f" Checkpoints agree: {first_sentence}."
-    return verdict + _what_if_note(findings, incident)
+        corroboration = f" Checkpoints agree: {first_sentence}."
+    corroboration += _what_if_note(findings, incident)
+    return Diagnosis(what, cause, category, confidence, because, corroboration)
+
+
+def _incident_step(headline: Finding, incident: Incident | None) -> int | None:
+    """The step the card shows and the chart zooms to: the incident's peak, else the finding's."""
+    if incident is not None:
+        return incident.onset_step if incident.kind == "divergence" else incident.peak_step
+    return headline.step
 
 
 def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
@@ -197,27 +240,50 @@ def _lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
     )
 
 
-def _next_steps(
+def _restart_checkpoint(
     headline: Finding, incident: Incident | None, checkpoints: list[CheckpointInfo]
-) -> list[str]:
-    steps = [headline.suggestion]
-    # Restart before whichever came first, the cause or the incident.
+) -> CheckpointInfo | None:
+    """The newest checkpoint before whichever came first, the cause or the incident."""
+    onset = _first_step(headline, incident)
+    before = [c for c in checkpoints if onset is not None and c.step is not None and c.step < onset]
+    return max(before, key=lambda c: c.step or 0) if before else None
+
+
+def _first_step(headline: Finding, incident: Incident | None) -> int | None:
     candidates = [
         s for s in (headline.step, incident.onset_step if incident else None) if s is not None
     ]
-    if not candidates:
+    return min(candidates) if candidates else None
+
+
+def _next_steps(
+    evidence: Evidence,
+    headline: Finding,
+    incident: Incident | None,
+    checkpoints: list[CheckpointInfo],
+    restart: CheckpointInfo | None,
+) -> list[str]:
+    steps = [headline.suggestion]
+    onset = _first_step(headline, incident)
+    if onset is None:
         return steps
-    onset = min(candidates)
-    before = [c for c in checkpoints if c.step is not None and c.step < onset]
-    if before:
-        newest = max(before, key=lambda c: c.step or 0)
+    if restart is not None:
         holds = (
-            "with optimizer state" if newest.has_optimizer else "weights only: no optimizer state"
+            "with optimizer state" if restart.has_optimizer else "weights only: no optimizer state"
         )
         steps.append(
-            f"Restart point: `{newest.path}` (step {newest.step}, {holds}), the newest checkpoint "
-            f"before step {onset}."
+            f"Restart point: `{restart.path}` (step {restart.step}, {holds}), the newest "
+            f"checkpoint before step {onset}."
         )
+        step = _incident_step(headline, incident)
+        if restart.has_optimizer and step is not None and headline.source == "logs":
+            # A replay from that checkpoint names the samples and tests a fix before a restart.
+            run_path = evidence.run.path or "RUN"
+            steps.append(
+                f"Replay the steps around it to name the samples and test a fix: "
+                f"`tscope replay {run_path} --around {step} --entry replay_entry.py` "
+                "(replay_entry.py builds your model; see examples/)."
+            )
     elif checkpoints:
         steps.append(f"No checkpoint precedes step {onset}: restart from scratch.")
     return steps

@@ -191,6 +191,25 @@ def incident_case() -> Case:
             ],
             "headline_finding": "F1",
             "status": "incident",
+            # The incident card as tscope.analyzers.card.incident_card writes it.
+            "card": {
+                "what": "loss spiked from 2.84 to 2890 at step 600 and recovered by step 680",
+                "step": 600,
+                "severity": "critical",
+                "headline_id": "F1",
+                "cause": {
+                    "category": "lr_schedule_jump",
+                    "words": "a learning-rate schedule jump",
+                    "finding_id": "F1",
+                    "confidence": 0.8,
+                },
+                "restart": {
+                    "path": "runs/gpt-small/checkpoint-500",
+                    "step": 500,
+                    "has_optimizer": True,
+                    "command": 'trainer.train(resume_from_checkpoint="runs/gpt-small/checkpoint-500")',
+                },
+            },
         },
         chart_series={
             "train/loss": bucketed(steps, loss, 4),
@@ -315,7 +334,8 @@ def _layers_section() -> dict[str, Any]:
     for layer in range(12):
         growth = 30.0 if layer == 3 else 1.0
         update_ratio.append([1e-3 * (1 + growth * column / 5) for column in range(6)])
-        norm_growth.append([1.0 + 0.01 * layer * column for column in range(6)])
+        # A per-step rate, as norm_growth_rate is: layer 11 grows ~×1.3 over its last 50 steps.
+        norm_growth.append([1e-4 * layer * column for column in range(6)])
     update_ratio[3][5] = 0.12
     norm_growth[3][5] = "nan"
     norm_growth[7][0] = None  # checkpoint lacked this tensor

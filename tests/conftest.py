@@ -8,9 +8,13 @@ after touching a reader: that is how damaged-file bugs are found, then pinned wi
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
 
 settings.register_profile("ci", derandomize=True)
 settings.register_profile("explore", derandomize=False)
@@ -29,3 +33,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session")
+def local_trainer_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short Trainer run made on this machine, once per test session: the only run a test may
+    expect a replay to reproduce bit for bit (see tests/any_cpu.py)."""
+    from any_cpu import LOCAL_RUN_NAME, LOCAL_RUN_SAVE_STEPS, LOCAL_RUN_STEPS
+
+    if str(FIXTURES_DIR) not in sys.path:
+        sys.path.insert(0, str(FIXTURES_DIR))
+    from local_trainer_run import train_locally
+
+    run_dir = tmp_path_factory.mktemp("local-trainer-run") / LOCAL_RUN_NAME
+    return train_locally(LOCAL_RUN_NAME, run_dir, LOCAL_RUN_STEPS, LOCAL_RUN_SAVE_STEPS)

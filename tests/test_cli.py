@@ -81,11 +81,113 @@ def test_report_rerenders_identically_from_case_json(tmp_path):
     assert json.loads(first["case.json"])["schema_version"] == "1"
 
 
+# The CLI surface, frozen: each command's parameters and the placeholder its help shows. Change
+# it deliberately, together with the README's command table and docs (CONTRACT.md).
+CLI_SURFACE = {
+    "analyze": {
+        "PATH...": "PATH...",
+        "--out": "DIR",
+        "--format": "FORMATS",
+        "--fail-on": "SEVERITY",
+        "--trust-pickle": None,
+        "--no-weights": None,
+        "--quiet": None,
+    },
+    "replay": {
+        "RUN_DIR": "RUN_DIR",
+        "--around": "STEP",
+        "--entry": "FILE.py",
+        "--window": "-A:B",
+        "--device": "DEVICE",
+        "--what-if": "WHAT_IF",
+        "--check-resume": None,
+        "--relaxed": None,
+        "--no-stats": None,
+        "--out": "DIR",
+        "--format": "FORMATS",
+        "--trust-pickle": None,
+        "--quiet": None,
+    },
+    "cluster": {
+        "RUNS_DIR": "RUNS_DIR",
+        "--out": "DIR",
+        "--format": "FORMATS",
+        "--jobs": "N",
+        "--trust-pickle": None,
+        "--no-weights": None,
+        "--follow-run-links": None,
+        "--quiet": None,
+    },
+    "report": {"CASE_DIR": "CASE_DIR", "--format": "FORMATS", "--out": "DIR"},
+    "demo": {"--out": "DIR", "--quiet": None},
+    "xray": {
+        "RUN_DIR": "RUN_DIR",
+        "--entry": "FILE.py",
+        "--lengths": "N,N,...",
+        "--out": "DIR",
+        "--format": "FORMATS",
+        "--quiet": None,
+    },
+}
+
+
 def test_the_command_surface_is_what_the_readme_documents():
+    import typer
+
     from tscope.cli import app
 
-    names = sorted(command.name or command.callback.__name__ for command in app.registered_commands)
-    assert names == ["analyze", "cluster", "demo", "replay", "report", "xray"]
+    group = typer.main.get_command(app)
+    surface = {
+        name: {
+            (param.metavar if param.param_type_name == "argument" else param.opts[0]): (
+                param.metavar
+            )
+            for param in command.params
+        }
+        for name, command in group.commands.items()  # type: ignore[attr-defined]
+    }
+    assert surface == CLI_SURFACE
+    assert [param.opts for param in group.params] == [["--version"]]
+
+
+def test_version_prints_the_name_and_version():
+    from tscope import __version__
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout == f"tscope {__version__}\n"
+
+
+def plain_help(*args: str) -> str:
+    """--help as one line of words: rich's box characters and line wrapping removed."""
+    text = runner.invoke(app, [*args, "--help"], prog_name="tscope", env={"COLUMNS": "100"}).output
+    return " ".join(text.replace("│", " ").replace("╭", " ").replace("╰", " ").split())
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        ("analyze", "Usage: tscope analyze [OPTIONS] PATH..."),
+        ("replay", "Usage: tscope replay [OPTIONS] [RUN_DIR]"),
+        ("cluster", "Usage: tscope cluster [OPTIONS] RUNS_DIR"),
+        ("report", "Usage: tscope report [OPTIONS] CASE_DIR"),
+        ("demo", "Usage: tscope demo [OPTIONS]"),
+        ("xray", "Usage: tscope xray [OPTIONS] [RUN_DIR]"),
+    ],
+)
+def test_help_placeholders_read_like_what_you_type(command, usage):
+    text = plain_help(command)
+    assert usage in text
+    # No Python types (<bool>, <list[Path]>, <path>) and no {paths}... placeholders.
+    assert "<" not in text and "{" not in text and "list[" not in text
+    assert "<" not in plain_help() and "{" not in plain_help()
+
+
+def test_replay_help_marks_what_is_required_and_says_it_writes_a_new_folder():
+    text = plain_help("replay")
+    assert "--around STEP Required (unless --check-resume)" in text
+    assert "--entry FILE.py Required: your entry file" in text
+    assert "build_optimizer(model)" in text  # the entry help is not cut off
+    assert "updates case" not in text and "write a new case folder" in text
 
 
 @pytest.mark.parametrize("command", ["analyze", "cluster", "replay", "report", "demo", "xray"])

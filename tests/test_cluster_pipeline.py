@@ -24,13 +24,14 @@ DIVERGED_RUNS = {"lr5_seed7", "lr6_seed1234", "lr8_seed7", "lr12_seed1234"}
 @pytest.fixture(scope="module")
 def sweep_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sweep as a user would point at it: one folder per run holding only what the Trainer
-    wrote (symlinks; manifest.json, which states the planted cause, is left out)."""
+    wrote (copies: tscope follows no link inside its input; manifest.json, which states the
+    planted cause, is left out)."""
     runs = tmp_path_factory.mktemp("sweep") / "runs"
     for run in sorted(SWEEP.iterdir()):
         folder = runs / run.name
         folder.mkdir(parents=True)
-        (folder / "trainer_state.json").symlink_to(run / "trainer_state.json")
-        (folder / "runs").symlink_to(run / "runs", target_is_directory=True)
+        shutil.copy2(run / "trainer_state.json", folder / "trainer_state.json")
+        shutil.copytree(run / "runs", folder / "runs")
     return runs
 
 

@@ -201,11 +201,25 @@ def test_sweep_charts_draw_the_band_and_parse_as_svg(sweep_dir: Path) -> None:
 
 def test_sweep_runs_link_the_case_pages_that_exist(sweep_dir: Path) -> None:
     html = read(sweep_dir, "cluster.html")
-    for run in ("lr12_seed1234", "lr5_seed7", "lr6_seed1234", "lr8_seed7"):
+    unstable = ("lr12_seed1234", "lr5_seed7", "lr6_seed1234", "lr8_seed7")
+    # Stable runs get their page too: the reader compares a blow-up with its nearest stable run.
+    stable = ("lr0.001_seed1234", "lr0.002_seed7", "lr0.003_seed1234", "lr0.005_seed7")
+    for run in (*unstable, *stable):
         assert (sweep_dir / "runs" / run / "case.html").is_file()
         assert f'<a href="runs/{run}/case.html">case.html</a>' in html
-    # Stable runs have no rendered case page: their case.json is named instead.
-    assert "<code>runs/lr0.001_seed1234/case.json</code>" in html
+
+
+def test_sweep_counts_nan_runs_alike_and_does_not_call_consequences_warnings(
+    sweep_dir: Path,
+) -> None:
+    """Issue 10: "2 run(s) logged NaN" beside "3 of 4 to NaN/Inf", under "Warning signs" that
+    all came after the explosion."""
+    markdown = read(sweep_dir, "cluster.md")
+    assert "(3 of 4 to NaN/Inf)" in markdown  # the cluster's label, from every logged step
+    assert "- 3 of 4 runs logged NaN/Inf loss; 2 within the steps shown" in markdown  # aligned
+    assert "run(s)" not in markdown
+    assert "### Warning signs" not in markdown
+    assert "### Signals (all at or after the explosion: no warning sign)" in markdown
 
 
 def test_rerendering_from_cluster_json_gives_the_same_bytes(sweep_dir: Path) -> None:

@@ -9,11 +9,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Which tscope packages each layer may import from (besides itself and tscope.errors).
+# tscope.output_files is the one writer (never through a link; docs/security.md): a leaf like
+# tscope.errors, used by every layer that writes a file (layers.parquet, reports, skip lists).
 ALLOWED = {
     "tscope/model": {"tscope.model"},
-    "tscope/ingest": {"tscope.ingest", "tscope.model", "tscope.errors"},
+    "tscope/ingest": {"tscope.ingest", "tscope.model", "tscope.errors", "tscope.output_files"},
     "analyzers": {"tscope.analyzers", "tscope.model", "tscope.errors"},
-    "tscope/render": {"tscope.render", "tscope.model", "tscope.errors", "tscope.templates"},
+    "tscope/render": {
+        "tscope.render",
+        "tscope.model",
+        "tscope.errors",
+        "tscope.templates",
+        "tscope.output_files",
+    },
     # Replay restores from checkpoints (ingest) into the model's dataclasses; it reads the logs
     # through the pipeline and the analyzers' view of the loss.
     "tscope/replay": {
@@ -23,6 +31,7 @@ ALLOWED = {
         "tscope.errors",
         "tscope.analyzers.signals",
         "tscope.pipeline",
+        "tscope.output_files",
     },
 }
 # Modules a layer may import by exact name only (not their subpackages): the package's version.

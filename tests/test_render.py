@@ -106,7 +106,7 @@ def test_html_is_self_contained_with_no_script_or_network(tmp_path: Path) -> Non
     for forbidden in ("<script", "src=", "<link", "@import", "url(", "<iframe", "<img"):
         assert forbidden not in html.lower(), forbidden
     assert set(re.findall(r"https?://[^\s\"'<>]+", html)) == {"http://www.w3.org/2000/svg"}
-    assert html.count("<svg ") == 2  # the incident chart and the other-metrics chart, inline
+    assert html.count("<svg ") == 3  # the incident chart, its zoom, the other metrics, inline
 
 
 def test_svg_files_are_valid_xml_and_the_same_drawing_as_the_html(tmp_path: Path) -> None:
@@ -134,11 +134,15 @@ def test_markdown_links_each_chart_file_and_holds_no_raw_html(tmp_path: Path) ->
 def test_markdown_table_rows_survive_pipes_and_newlines_in_messages(tmp_path: Path) -> None:
     markdown = rendered("partial", tmp_path)["case.md"]
     findings = markdown.split("## Findings", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in findings.splitlines() if line.startswith("|")]
+    summary, evidence = findings.split("### Evidence and thresholds", 1)
+    rows = [line for line in summary.splitlines() if line.startswith("|")]
     assert len(rows) == 3  # header, separator, the one finding: the newline did not split it
     cells_per_row = {len(re.findall(r"(?<!\\)\|", row)) for row in rows}
-    assert cells_per_row == {11}  # 10 columns everywhere: the message's pipe is escaped
+    assert cells_per_row == {6}  # 5 columns everywhere: the message's pipe is escaped
     assert "second line" in rows[2]
+    evidence_rows = [line for line in evidence.splitlines() if line.startswith("|")]
+    assert len(evidence_rows) == 3
+    assert {len(re.findall(r"(?<!\\)\|", row)) for row in evidence_rows} == {7}
 
 
 def test_markdown_escapes_characters_markdown_would_act_on() -> None:
@@ -157,7 +161,8 @@ def test_incident_chart_shades_the_spike_and_marks_every_finding(tmp_path: Path)
     assert sorted(labels) == ["F1", "F2", "F3", "S1"]
     assert svg.count('class="nonfinite"') == 1  # the NaN grad norms at steps 640-642
     html = rendered("incident", tmp_path / "again")["case.html"]
-    assert "Loss: log scale; the largest value is 1020× the median." in html
+    assert "Loss: log scale; the values span ×" in html
+    assert "(the largest is 1020× the median)" in html
 
 
 def test_a_1000x_spike_gets_a_log_axis_that_keeps_the_baseline_readable() -> None:

@@ -76,7 +76,9 @@ def test_the_verdict_says_the_replay_reproduces_the_log(replayed) -> None:
     assert expected in files["case.html"]
     assert 'class="badge replay-reproduced">reproduces the log<' in files["case.html"]
     assert f"Replayed steps {first}–{last} from `{checkpoint}`" in files["case.md"]
-    assert "max relative loss difference 0 (tolerance 1e-5)" in files["case.md"]
+    # The committed run was recorded on another CPU: within the tolerance, not necessarily 0.
+    shown = re.search(r"max relative loss difference (\S+) \(tolerance 1e-5\)", files["case.md"])
+    assert shown is not None and float(shown.group(1)) <= 1e-5
 
 
 def test_the_six_corrupted_rows_are_listed_with_their_gradient_share(replayed) -> None:

@@ -3,7 +3,8 @@ before it, the outlier rule, the bad_batch finding and skip_batches.json.
 
 The incident: corrupted_batch had six rows of step 145's batch replaced by random tokens. A
 replay around 145 must name exactly those rows, see nothing in the clean steps before it or in
-the stable run, and leave the replay bit-exact.
+the stable run, and leave the replay as it was: within the fidelity tolerance on the committed
+fixtures (recorded on another CPU), bit for bit on a run trained on this machine.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from any_cpu import REPRODUCED_REL_TOL
 
 from tscope.errors import UsageError
 from tscope.model.replay import BadSample
@@ -326,10 +328,16 @@ def test_skip_batches_are_never_written_into_the_run_directory(tmp_path):
 # --- the corrupted_batch incident --------------------------------------------------------------
 
 
-def attributed_replay(monkeypatch: pytest.MonkeyPatch, run: str) -> tuple[Any, SampleAttribution]:
-    """Replay `run` over 121..147 with the observer on 142..145, bound once restored."""
+def attributed_replay(
+    monkeypatch: pytest.MonkeyPatch,
+    run: str,
+    runs_dir: Path = TRAINER_RUNS,
+    spike_step: int = SPIKE_STEP,
+) -> tuple[Any, SampleAttribution]:
+    """Replay `run` over spike-24..spike+2 (121..147 for the fixtures) with the observer on the
+    spike and the 3 steps before it, bound once restored."""
     monkeypatch.setenv("TSCOPE_FIXTURE_RUN", run)
-    attribution = SampleAttribution(attribution_steps(SPIKE_STEP))
+    attribution = SampleAttribution(attribution_steps(spike_step))
     restore = api.restore
 
     def restore_and_bind(files: Any, entry: Entry, *args: Any, **kwargs: Any) -> Any:
@@ -339,8 +347,8 @@ def attributed_replay(monkeypatch: pytest.MonkeyPatch, run: str) -> tuple[Any, S
 
     monkeypatch.setattr(api, "restore", restore_and_bind)
     result = api.replay(
-        TRAINER_RUNS / run,
-        around=SPIKE_STEP,
+        runs_dir / run,
+        around=spike_step,
         window=(-3, 2),
         entry=FIXTURE_ENTRY,
         observers=[attribution],
@@ -385,16 +393,28 @@ def test_the_clean_steps_before_the_spike_flag_nothing(corrupted):
         assert results[step].verdict.applied and results[step].verdict.bad == ()
 
 
-def test_the_replay_stays_bit_exact_with_the_observer(corrupted):
+def test_the_replay_still_reproduces_the_log_with_the_observer(corrupted):
     result, _ = corrupted
     fidelity = result.fidelity
     assert result.steps == (121, 147)  # 146-147: the weights after the watched steps are right
-    assert fidelity.bit_exact_steps == fidelity.compared_steps == 27
+    assert fidelity.reproduced and fidelity.compared_steps == 27
+    assert fidelity.max_rel_loss_diff <= REPRODUCED_REL_TOL
+
+
+def test_the_observer_leaves_a_replay_on_this_machine_bit_exact(monkeypatch, local_trainer_run):
+    result, attribution = attributed_replay(
+        monkeypatch, local_trainer_run.name, local_trainer_run.parent, spike_step=22
+    )
+    fidelity = result.fidelity
+    assert [r.step for r in attribution.results] == [19, 20, 21, 22]
+    assert result.steps == (11, 24)  # 23-24: the weights after the watched steps are right
+    assert fidelity.bit_exact_steps == fidelity.compared_steps == 14
 
 
 def test_the_stable_run_flags_nothing_at_the_same_steps(monkeypatch):
     result, attribution = attributed_replay(monkeypatch, "stable")
-    assert result.fidelity.bit_exact_steps == result.fidelity.compared_steps
+    assert result.fidelity.reproduced
+    assert result.fidelity.max_rel_loss_diff <= REPRODUCED_REL_TOL
     assert [r.step for r in attribution.results] == [142, 143, 144, 145]
     assert attribution.bad_samples() == ()
 

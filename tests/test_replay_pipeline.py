@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from any_cpu import like_another_cpu
 from typer.testing import CliRunner
 
 from tscope.cli import app
@@ -60,7 +61,8 @@ def test_the_best_explanation_is_the_bad_batch_with_its_indices(corrupted):
     first = case.findings[0]
     assert (first.category, first.step, first.source) == ("bad_batch", 145, "replay")
     assert first.evidence["indices"] == [2, 5, 11, 13, 17, 22]
-    assert "bad_batch" in case.summary["verdict"]
+    assert "a bad batch" in case.summary["verdict"]  # the cause in words; its id on the card
+    assert case.summary["card"]["cause"]["category"] == "bad_batch"
 
 
 def test_the_what_ifs_say_data_for_the_corrupted_batch(corrupted):
@@ -181,11 +183,19 @@ def test_an_inf_planted_in_one_layer_is_traced_to_that_module(tmp_path, monkeypa
     assert any(f.category == "replay_mismatch" for f in found.findings)
 
 
-def test_the_blowup_run_shows_where_nan_starts_and_the_attention_logits(monkeypatch):
+NONFINITE_ONSET_SLACK_STEPS = 3  # as in test_replay_core
+
+
+@pytest.mark.parametrize("another_cpu", [False, True], ids=["this_cpu", "another_cpu"])
+def test_the_blowup_run_shows_where_nan_starts_and_the_attention_logits(monkeypatch, another_cpu):
+    if another_cpu:
+        like_another_cpu(monkeypatch)
     monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "lr_blowup")
     found = investigate(RUNS / "lr_blowup", 185, ENTRY, window=(-4, 4), what_ifs=[])
     categories = {f.category: f for f in found.findings}
-    assert categories["nonfinite_origin"].step == 183
+    # 183 on the recording CPU; where a run diverges, rounding moves the overflow by a step or two
+    # from one CPU to another (185 measured on a second machine).
+    assert abs(categories["nonfinite_origin"].step - 183) <= NONFINITE_ONSET_SLACK_STEPS
     assert categories["attention_logit_growth"].evidence["attention_logit_max"] >= 1e4
 
 

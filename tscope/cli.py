@@ -11,84 +11,79 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from tscope.cli_output import Progress, main_file, progress_enabled, write_case
+from tscope.cli_help import PlainCommand, PlainGroup
+from tscope.cli_options import (
+    FORMATS,
+    CaseOutOption,
+    FormatsOption,
+    NoWeightsOption,
+    QuietOption,
+    TrustPickleOption,
+    parse_formats,
+    parse_window,
+    print_version,
+)
+from tscope.cli_output import (
+    Progress,
+    main_file,
+    progress_enabled,
+    say_where_it_goes,
+    write_case,
+)
 from tscope.errors import TscopeError, UsageError
+from tscope.model.visible_text import visible
+from tscope.output_location import check_outside_inputs, default_output, report_folder
 
 app = typer.Typer(
+    cls=PlainGroup,
     add_completion=False,
     no_args_is_help=True,
-    help="Offline post-mortem analyzer for LLM training runs: what happened, when, where, why.",
 )
 
-FORMATS = ("html", "md", "json")
 SEVERITY_ORDER = ("info", "warning", "critical")
 EXIT_FINDINGS = 1  # only with --fail-on
 EXIT_BAD_INPUT = 2
+CASE_PREFIX = "tscope-case"  # default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>
+CLUSTER_PREFIX = "tscope-cluster"
 
 
 def _fail(message: str) -> NoReturn:
-    typer.echo(f"tscope: error: {message}", err=True)
+    # visible(): a file name in the message may hold a newline or a terminal escape.
+    typer.echo(f"tscope: error: {visible(message)}", err=True)
     raise typer.Exit(code=EXIT_BAD_INPUT)
 
 
-def _parse_formats(text: str) -> tuple[str, ...]:
-    formats = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise UsageError(
-            f"Unknown format {', '.join(unknown) or text!r}; use any of html, md, json."
-        )
-    return formats
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Offline post-mortem analyzer for LLM training runs: what happened, when, where, why."""
 
 
-def _check_output_outside_inputs(out: Path, inputs: list[Path]) -> None:
-    resolved = out.resolve()
-    for path in inputs:
-        root = path.resolve()
-        root = root if root.is_dir() else root.parent
-        if resolved == root or root in resolved.parents:
-            raise UsageError(
-                f"--out {out} is inside the input {path}; tscope never writes into an input. "
-                "Choose an output directory elsewhere."
-            )
-
-
-QuietOption = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No progress or warnings on stderr.")
-]
-FormatsOption = Annotated[
-    str, typer.Option("--format", "-f", help="Comma-separated: html, md, json.")
-]
-TrustPickleOption = Annotated[
-    bool,
-    typer.Option(
-        "--trust-pickle",
-        help="DANGEROUS: unpickle legacy files (runs code from them). Only for files you trust.",
-    ),
-]
-NoWeightsOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-weights", help="Skip checkpoint tensors: logs and checkpoint inventory only."
-    ),
-]
-
-
-@app.command()
+@app.command(cls=PlainCommand)
 def analyze(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Run directory (searched recursively), checkpoint or log file."),
+        typer.Argument(
+            metavar="PATH...",
+            help="Run directory (searched recursively), checkpoint or log file; several are merged.",
+        ),
     ],
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
-    ] = None,
+    out: CaseOutOption = None,
     formats: FormatsOption = "html,md,json",
     fail_on: Annotated[
         str | None,
         typer.Option(
             "--fail-on",
+            metavar="SEVERITY",
             help="Exit 1 when a finding at or above this severity exists: info|warning|critical.",
         ),
     ] = None,
@@ -100,13 +95,13 @@ def analyze(
     from tscope.pipeline import analyze as analyze_run
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         if fail_on is not None and fail_on not in SEVERITY_ORDER:
             raise UsageError(
                 f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}, not {fail_on!r}"
             )
         if out is not None:
-            _check_output_outside_inputs(out, list(paths))  # before any work
+            check_outside_inputs(out, list(paths))  # before any work
         with Progress(progress_enabled(quiet), "reading") as progress:
             case = analyze_run(
                 *paths,
@@ -114,45 +109,69 @@ def analyze(
                 trust_pickle=trust_pickle,
                 read_weights=not no_weights,
             )
-        target = out or Path(f"tscope-case-{case.run['name']}")
-        _check_output_outside_inputs(target, list(paths))
+        target = out or default_output(CASE_PREFIX, str(case.run["name"]), list(paths))
+        if out is None:
+            say_where_it_goes(target, CASE_PREFIX, quiet)
         written = write_case(case, target, chosen)
     except TscopeError as error:
         _fail(str(error))
     if not quiet:
         for item in case.partial:
             typer.echo(
-                f"tscope: warning: partial input {item['path']}: {item['problem']}", err=True
+                visible(f"tscope: warning: partial input {item['path']}: {item['problem']}"),
+                err=True,
             )
-    typer.echo(str(main_file(written)))
+    typer.echo(visible(main_file(written)))
     if fail_on is not None:
         threshold = SEVERITY_ORDER.index(fail_on)
         if any(SEVERITY_ORDER.index(f.severity) >= threshold for f in case.findings):
             raise typer.Exit(code=EXIT_FINDINGS)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def replay(
     run_dir: Annotated[
-        Path, typer.Argument(help="The run directory holding the checkpoints and logs.")
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="The run directory holding the checkpoints and logs (default: the current one).",
+        ),
     ] = Path("."),
     around: Annotated[
-        int | None, typer.Option("--around", help="The optimizer step to investigate.")
+        int | None,
+        typer.Option(
+            "--around",
+            metavar="STEP",
+            help="Required (unless --check-resume): the optimizer step to investigate.",
+        ),
     ] = None,
     entry: Annotated[
         Path | None,
-        typer.Option("--entry", help="Your entry file: batches(start_step), optional build_model…"),
+        typer.Option(
+            "--entry",
+            metavar="FILE.py",
+            help="Required: your entry file. It defines batches(start_step), the batches of the "
+            "steps after start_step, and optionally build_model(config), loss_fn(model, batch), "
+            "build_optimizer(model) (see the README's replay section).",
+        ),
     ] = None,
     window: Annotated[
-        str, typer.Option("--window", help="Steps before:after --around to replay, e.g. -5:5.")
+        str,
+        typer.Option(
+            "--window", metavar="-A:B", help="Steps before:after --around to replay, e.g. -5:5."
+        ),
     ] = "-5:5",
     device: Annotated[
-        str, typer.Option("--device", help="cpu, cuda, or auto (cuda when available).")
+        str,
+        typer.Option(
+            "--device", metavar="DEVICE", help="cpu, cuda, or auto (cuda when available)."
+        ),
     ] = "cpu",
     what_if: Annotated[
         list[str] | None,
         typer.Option(
             "--what-if",
+            metavar="WHAT_IF",
             help="Repeatable: skip | lr=FACTOR | clip=MAX_NORM | from=STEP (each a replay).",
         ),
     ] = None,
@@ -170,16 +189,16 @@ def replay(
     no_stats: Annotated[
         bool, typer.Option("--no-stats", help="No per-layer statistics (a plain replay).")
     ] = False,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-case-RUN)."),
-    ] = None,
+    out: CaseOutOption = None,
     formats: FormatsOption = "html,md,json",
     trust_pickle: TrustPickleOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Re-run the steps around a spike from a checkpoint: fidelity, per-layer statistics, bad
-    samples and what-if experiments. Writes replay.json and updates case.html/md/json."""
+    """Re-run the steps around a spike from a checkpoint and write a new case folder.
+
+    Fidelity, per-layer statistics, bad samples and what-if experiments: --out gets replay.json,
+    the replay tables and case.html/md/json with the replay's findings; the run is never touched.
+    """
     from tscope.replay_pipeline import (
         case_with_replay,
         check_resumes,
@@ -189,7 +208,7 @@ def replay(
     )
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         if entry is None:
             raise UsageError(
                 "tscope replay needs --entry FILE.py defining batches(start_step): the batches "
@@ -197,9 +216,12 @@ def replay(
             )
         if around is None and not check_resume:
             raise UsageError("Give --around STEP (the step to investigate), or --check-resume.")
-        offsets = _parse_window(window)
-        target = out or Path(f"tscope-case-{run_dir.resolve().name}")
-        _check_output_outside_inputs(target, [run_dir])
+        offsets = parse_window(window)
+        if out is not None:
+            check_outside_inputs(out, [run_dir])
+        target = out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
+        if out is None:
+            say_where_it_goes(target, CASE_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "replaying") as progress:
             if around is not None:
                 investigation = investigate(
@@ -228,38 +250,52 @@ def replay(
     except TscopeError as error:
         _fail(str(error))
     if not quiet:
+        from tscope.render.formatting import format_number  # the case's 3 significant digits
+
         fidelity = investigation.result.fidelity
         typer.echo(
             f"Replayed steps {investigation.result.steps[0]}–{investigation.result.steps[1]} "
-            f"from {investigation.result.checkpoint_path}: "
+            f"from {visible(investigation.result.checkpoint_path)}: "
             + (
                 "reproduces the log"
                 if fidelity.reproduced
                 else "does NOT reproduce the log (see replay_mismatch)"
             )
-            + f" (max rel. loss diff {fidelity.max_rel_loss_diff})",
+            + f" (max relative loss difference {format_number(fidelity.max_rel_loss_diff)})",
             err=True,
         )
-    typer.echo(str(main_file(written)))
+    typer.echo(visible(main_file(written)))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def xray(
     run_dir: Annotated[
         Path | None,
-        typer.Argument(help="A Hugging Face Trainer run (training_args.bin); not with --entry."),
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="A Hugging Face Trainer run (training_args.bin); with --entry, the run whose case "
+            "gets the audit's findings.",
+        ),
     ] = None,
     entry: Annotated[
         Path | None,
-        typer.Option("--entry", help="Your entry file defining train_step(model, sequences)."),
+        typer.Option(
+            "--entry",
+            metavar="FILE.py",
+            help="Your entry file defining train_step(model, sequences).",
+        ),
     ] = None,
     lengths: Annotated[
         str | None,
-        typer.Option("--lengths", help="Probe sequence lengths, e.g. 5,9,3,12,7,4."),
+        typer.Option(
+            "--lengths", metavar="N,N,...", help="Probe sequence lengths, e.g. 5,9,3,12,7,4."
+        ),
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Case directory to write (default: ./tscope-xray-NAME)."),
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="Case directory to write (default: ./tscope-xray-NAME)."
+        ),
     ] = None,
     formats: FormatsOption = "html,md,json",
     quiet: QuietOption = False,
@@ -270,7 +306,7 @@ def xray(
     from tscope.xray_pipeline import audit, case_with_xray, write_xray_files
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         probe_lengths = parse_lengths(lengths) if lengths is not None else None
         named = entry if entry is not None else run_dir
         if named is None:
@@ -278,8 +314,10 @@ def xray(
                 "Give --entry FILE.py (defining train_step(model, sequences)) or a Hugging Face "
                 "Trainer run directory."
             )
-        target = out or Path(f"tscope-xray-{named.resolve().stem}")
-        _check_output_outside_inputs(target, [run_dir] if run_dir is not None else [])
+        inputs = [run_dir] if run_dir is not None else []
+        if out is not None:
+            check_outside_inputs(out, inputs)
+        target = out or default_output("tscope-xray", named.resolve().stem, inputs)
         with Progress(progress_enabled(quiet), "auditing the step"):
             result = audit(run_dir, entry, probe_lengths)
             case = case_with_xray(result)
@@ -295,7 +333,7 @@ def xray(
             f"{len(result.findings)} finding(s).",
             err=True,
         )
-    typer.echo(str(main_file(written)))
+    typer.echo(visible(main_file(written)))
 
 
 def _parse_window(text: str) -> tuple[int, int]:
@@ -309,23 +347,44 @@ def _parse_window(text: str) -> tuple[int, int]:
     return low, high
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def cluster(
     runs_dir: Annotated[
         Path,
-        typer.Argument(help="A folder with one sub-folder (or log file) per run; symlinks work."),
+        typer.Argument(
+            metavar="RUNS_DIR",
+            help="A folder with one sub-folder (or log file) per run; links inside it work (see --follow-run-links).",
+        ),
     ],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Where to write (default: ./tscope-cluster-NAME)."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="DIR",
+            help="Where to write (default: ./tscope-cluster-NAME, or beside RUNS_DIR from inside it).",
+        ),
     ] = None,
     formats: FormatsOption = "html,md,json",
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", min=1, help="Runs analyzed in parallel (default: CPU count)."),
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Runs analyzed in parallel (default: CPU count).",
+        ),
     ] = None,
     trust_pickle: TrustPickleOption = False,
     no_weights: NoWeightsOption = False,
+    follow_run_links: Annotated[
+        bool,
+        typer.Option(
+            "--follow-run-links",
+            help="Read runs that are symlinks to folders outside RUNS_DIR (only links you made).",
+        ),
+    ] = False,
     quiet: QuietOption = False,
 ) -> None:
     """Compare the runs of a sweep: which blew up, what they share, what the stable ones do not.
@@ -338,10 +397,14 @@ def cluster(
     from tscope.render.cluster_report import render_cluster
 
     try:
-        chosen = _parse_formats(formats)
-        target = out or Path(f"tscope-cluster-{runs_dir.resolve().name}")
+        chosen = parse_formats(formats)
         # Symlinked runs live elsewhere: the output may not land inside any of them either.
-        _check_output_outside_inputs(target, [runs_dir, *find_runs(runs_dir)])
+        inputs = [runs_dir, *find_runs(runs_dir, follow_run_links)]
+        if out is not None:
+            check_outside_inputs(out, inputs)
+        target = out or default_output(CLUSTER_PREFIX, runs_dir.resolve().name, inputs)
+        if out is None:
+            say_where_it_goes(target, CLUSTER_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "analyzing runs") as progress:
             result = cluster_runs(
                 runs_dir,
@@ -350,42 +413,51 @@ def cluster(
                 read_weights=not no_weights,
                 trust_pickle=trust_pickle,
                 on_run_done=progress.advance,
+                follow_run_links=follow_run_links,
             )
         written = render_cluster(result, target, chosen)
     except TscopeError as error:
         _fail(str(error))
     if not quiet:
         for item in result.skipped:
-            typer.echo(f"tscope: warning: run {item['run']} skipped: {item['problem']}", err=True)
-    typer.echo(str(main_file(written)))
+            typer.echo(
+                visible(f"tscope: warning: run {item['run']} skipped: {item['problem']}"), err=True
+            )
+    typer.echo(visible(main_file(written)))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def report(
-    case_dir: Annotated[Path, typer.Argument(help="A case directory (or its case.json).")],
+    case_dir: Annotated[
+        Path, typer.Argument(metavar="CASE_DIR", help="A case directory (or its case.json).")
+    ],
     formats: FormatsOption = "html,md,json",
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Where to write (default: the case dir).")
+        Path | None,
+        typer.Option("--out", "-o", metavar="DIR", help="Where to write (default: the case dir)."),
     ] = None,
 ) -> None:
     """Re-render a case from its case.json, with no recomputation."""
     from tscope.render import load_case_payload, render_case
 
     try:
-        chosen = _parse_formats(formats)
+        chosen = parse_formats(formats)
         payload = load_case_payload(case_dir)
-        target = out or (case_dir if case_dir.is_dir() else case_dir.parent)
+        target = report_folder(case_dir, out)
         written = render_case(payload, target, chosen)
     except TscopeError as error:
         _fail(str(error))
     for path in written:
-        typer.echo(str(path))
+        typer.echo(visible(path))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def demo(
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Where to write the demo run and its case.")
+        Path,
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="Where to write the demo run and its case."
+        ),
     ] = Path("tscope-demo"),
     quiet: QuietOption = False,
 ) -> None:
@@ -406,7 +478,7 @@ def demo(
             f"{demo_run.window_steps} steps. Verdict: {case.summary.get('verdict', '')}",
             err=True,
         )
-    typer.echo(str(main_file(written)))
+    typer.echo(visible(main_file(written)))
 
 
 def main() -> None:

@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import typer
+
+from tscope.model.visible_text import visible
+
 if TYPE_CHECKING:
     from tscope.model import Case
 
@@ -17,10 +21,36 @@ def progress_enabled(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
+# Every name tscope writes into a case folder (analyze, replay, report), as globs. A folder holding
+# anything else is someone else's and is refused; these are removed before a new case is written,
+# so nothing of an earlier case (its layers.parquet, its case-layers.svg) stays beside it.
+CASE_FOLDER_FILES = (
+    "case.json",
+    "case.html",
+    "case.md",
+    "case-*.svg",  # the charts: tscope.render.ALL_CHART_FILES
+    "layers.parquet",
+    "replay.json",  # tscope replay: tscope.replay_pipeline
+    "replay_*.parquet",
+    "skip_batches.json",
+)
+WHAT_A_CASE_IS = "the case"
+
+
+def prepare_case_folder(target: Path, clear: bool = True) -> Path:
+    """The case folder, refused when it is a link or holds files tscope did not write; the files
+    of an earlier case removed (`clear`)."""
+    from tscope.output_files import prepare_folder
+
+    return prepare_folder(target, WHAT_A_CASE_IS, CASE_FOLDER_FILES, clear=clear)
+
+
 def write_case(case: Case, target: Path, formats: tuple[str, ...]) -> list[Path]:
-    """The case files, plus layers.parquet when checkpoints were read."""
+    """The case files, plus layers.parquet when checkpoints were read, into a folder that then
+    holds only this case."""
     from tscope.render import render_case
 
+    prepare_case_folder(target)
     written = render_case(case, target, formats)
     if case.layers_table is not None:
         from tscope.ingest.checkpoint_stats import write_layers_parquet
@@ -28,6 +58,16 @@ def write_case(case: Case, target: Path, formats: tuple[str, ...]) -> list[Path]
         write_layers_parquet(case.layers_table, target / "layers.parquet")
         written.append(target / "layers.parquet")
     return written
+
+
+def say_where_it_goes(target: Path, prefix: str, quiet: bool) -> None:
+    """The default moved beside the run (the working directory is inside an input): say so."""
+    if not quiet and target.parent != Path("."):
+        typer.echo(
+            f"tscope: writing to {target} (./{prefix}-… would be inside the input; --out DIR to "
+            "choose)",
+            err=True,
+        )
 
 
 def main_file(written: list[Path]) -> Path:
@@ -59,7 +99,12 @@ class Progress:
 
     def update(self, description: str) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, description=f"{self.label} {description}")  # type: ignore[attr-defined]
+            from rich.markup import escape
+
+            # A file name is shown as text: its control characters escaped, its "[bold]" not
+            # taken as rich markup.
+            shown = escape(visible(description))
+            self._progress.update(self._task, description=f"{self.label} {shown}")  # type: ignore[attr-defined]
 
     def advance(self, done: int, total: int) -> None:
         if self._progress is not None:

@@ -2,7 +2,10 @@
 
     report = cluster("sweep/", out_dir="sweep-cluster/", jobs=2)
 
-Each entry of `runs_dir` (a sub-directory, a symlink to one, or a single log file) is one run.
+Each entry of `runs_dir` (a sub-directory or a single log file) is one run. An entry that is a
+symbolic link is read only when it points inside `runs_dir`, or with `follow_run_links=True`
+(the user says they made the links): otherwise it is a read outside the input, and the run is
+skipped with the reason.
 Each run's case is written to `out_dir/runs/<name>/` (case.json, the full-resolution loss and LR in
 series.npz, and inputs.json, the fingerprint of the files it was built from); a later call
 reuses that case when the run's files, the tscope version and the options are unchanged. Runs are
@@ -12,6 +15,7 @@ end on the profiles.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -28,16 +32,27 @@ from typing import Any
 import numpy as np
 
 from tscope import __version__
-from tscope.errors import TscopeError, UsageError
+from tscope.errors import TscopeError, UnreadableInput, UsageError
+from tscope.ingest.discover import iter_files
+from tscope.ingest.safe_fs import NOT_REGULAR, is_inside, is_regular_file, read_bytes_bounded
 from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
+from tscope.output_files import make_subfolder, prepare_folder, write_text, write_with
 
 CASES_DIR = "runs"
 SERIES_FILE = "series.npz"
 FINGERPRINT_FILE = "inputs.json"
-# cluster.html links each unstable run's own case.html; beyond this many unstable runs the
-# per-run reports are not rendered (case.json is always written; `tscope report` renders it).
+# cluster.html links each run's own case.html, stable runs too (a reader compares a blown-up run
+# with its nearest stable one); beyond this many runs only the unstable ones are rendered, and
+# beyond this many unstable runs none (case.json is always written; `tscope report` renders it).
 CASE_HTML_LIMIT = 50
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+RUN_LINK_OUTSIDE = (
+    "a symbolic link to outside the runs folder; not followed (a stranger's sweep could point it "
+    "at any folder of yours). If you made these links, pass --follow-run-links"
+)
+# What tscope writes into OUT and into each run's case folder OUT/runs/<run>/ (see output_files).
+CLUSTER_FOLDER_FILES = ("cluster.json", "cluster.html", "cluster.md", "cluster-*.svg", CASES_DIR)
+RUN_CASE_FILES = ("case.json", "case.html", "layers.parquet", SERIES_FILE, FINGERPRINT_FILE)
 
 
 @dataclass(frozen=True)
@@ -56,8 +71,22 @@ class RunOutcome:
     problem: str | None  # why the run could not be analyzed
 
 
-def find_runs(runs_dir: Path) -> list[Path]:
-    """Every run under runs_dir: sub-directories (symlinks followed) and loose files, by name."""
+@dataclass(frozen=True)
+class RunEntries:
+    """The entries of a runs folder: the runs to analyze and those refused, with the reason."""
+
+    runs: list[Path]
+    refused: list[tuple[str, str]]  # (entry name, why it is not read)
+
+
+def find_runs(runs_dir: Path, follow_run_links: bool = False) -> list[Path]:
+    """Every run under runs_dir: sub-directories and loose files, by name (see list_runs)."""
+    return list_runs(runs_dir, follow_run_links).runs
+
+
+def list_runs(runs_dir: Path, follow_run_links: bool = False) -> RunEntries:
+    """The runs of runs_dir by name. A linked entry is a run when it points inside runs_dir or
+    `follow_run_links` is set; FIFOs, devices and other links are refused with the reason."""
     if not runs_dir.is_dir():
         raise UsageError(
             f"{runs_dir} is not a directory. Pass a folder whose sub-folders (or files) are runs."
@@ -66,12 +95,29 @@ def find_runs(runs_dir: Path) -> list[Path]:
         (entry for entry in runs_dir.iterdir() if not entry.name.startswith(".")),
         key=lambda entry: entry.name,
     )
-    runs = [entry for entry in entries if entry.is_dir() or entry.is_file()]
+    runs: list[Path] = []
+    refused: list[tuple[str, str]] = []
+    for entry in entries:
+        problem = _refused_entry(runs_dir, entry, follow_run_links)
+        if problem is None:
+            runs.append(entry)
+        else:
+            refused.append((entry.name, problem))
     if not runs:
         raise UsageError(
             f"{runs_dir} holds no runs. Put one sub-folder (or log file) per run in it."
+            + (f" ({refused[0][0]}: {refused[0][1]})" if refused else "")
         )
-    return runs
+    return RunEntries(runs, refused)
+
+
+def _refused_entry(runs_dir: Path, entry: Path, follow_run_links: bool) -> str | None:
+    """Why an entry of the runs folder is not a run to read, or None when it is one."""
+    if entry.is_symlink() and not follow_run_links and not is_inside(runs_dir, entry):
+        return RUN_LINK_OUTSIDE
+    if entry.is_dir() or is_regular_file(entry.resolve()):
+        return None
+    return NOT_REGULAR
 
 
 def cluster(
@@ -81,12 +127,15 @@ def cluster(
     read_weights: bool = True,
     trust_pickle: bool = False,
     on_run_done: Callable[[int, int], None] | None = None,
+    follow_run_links: bool = False,
 ) -> ClusterReport:
     from tscope.analyzers.cluster import cluster_runs
 
     root = Path(runs_dir)
-    runs = find_runs(root)
-    cases_root = Path(out_dir) / CASES_DIR
+    entries = list_runs(root, follow_run_links)
+    runs = entries.runs
+    prepare_folder(Path(out_dir), "the cluster report", CLUSTER_FOLDER_FILES, clear=True)
+    cases_root = make_subfolder(Path(out_dir), CASES_DIR)
     names = _unique_names([run.name for run in runs])
     tasks = [
         RunTask(name, str(run), str(cases_root / name), read_weights, trust_pickle)
@@ -94,7 +143,8 @@ def cluster(
     ]
     outcomes = _run_all(tasks, jobs, on_run_done)
     profiles = [o.profile for o in outcomes if o.profile is not None]
-    skipped = [
+    skipped = [{"run": name, "problem": problem} for name, problem in entries.refused]
+    skipped += [
         {"run": o.name, "problem": o.problem} for o in outcomes if o.profile is None and o.problem
     ]
     if not profiles:
@@ -107,7 +157,8 @@ def cluster(
     report.tool_version = __version__
     if skipped:
         report.limits.append(
-            f"{len(skipped)} of {len(tasks)} runs could not be analyzed and are left out "
+            f"{len(skipped)} of {len(tasks) + len(entries.refused)} runs could not be analyzed "
+            "and are left out "
             f"(e.g. {skipped[0]['run']}: {skipped[0]['problem']})."
         )
     _render_unstable_cases(report, Path(out_dir))
@@ -188,43 +239,49 @@ def _analyze_and_cache(
     metric = primary_loss(run)
     steps, values = loss_series(run, metric) if metric else (np.empty(0, np.int64), np.empty(0))
     lr_steps, lrs = run.series(LEARNING_RATE)
-    case_dir.mkdir(parents=True, exist_ok=True)
+    # A fresh folder for this run's case: an earlier case's layers.parquet must not stay beside it.
+    make_subfolder(case_dir.parent, case_dir.name)
+    prepare_folder(case_dir, f"the case of run {task.name}", RUN_CASE_FILES, clear=True)
     payload = case.to_dict()  # already JSON-safe: NaN as strings, floats rounded
     # Compact, sorted JSON: the C encoder (an indented dump is ~10x slower in pure Python, which
     # dominates a 1,000-run sweep). `tscope report` reads it; `--format json` rewrites it indented.
     compact = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    (case_dir / "case.json").write_text(compact + "\n", encoding="utf-8")
+    write_text(case_dir / "case.json", compact + "\n")
     # numpy's own format, read back with allow_pickle=False: arrays only, nothing executes.
-    np.savez(
+    write_with(
         case_dir / SERIES_FILE,
-        loss_steps=steps,
-        loss_values=values,
-        lr_steps=lr_steps,
-        lr_values=lrs,
+        lambda handle: np.savez(
+            handle, loss_steps=steps, loss_values=values, lr_steps=lr_steps, lr_values=lrs
+        ),
     )
     if case.layers_table is not None:
         from tscope.ingest.checkpoint_stats import write_layers_parquet
 
         write_layers_parquet(case.layers_table, case_dir / "layers.parquet")
     # Written last: its presence means the rest of the folder is complete.
-    (case_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, sort_keys=True), "utf-8")
+    write_text(case_dir / FINGERPRINT_FILE, json.dumps(fingerprint, sort_keys=True))
     return payload, LossCurve(steps, values), _max_finite(lrs)
 
 
 def _load_cached(
     case_dir: Path, fingerprint: dict[str, Any]
 ) -> tuple[dict[str, Any], LossCurve, float | None] | None:
+    # Read back like any input (regular files only, no link followed): the cache sits in a
+    # folder that may have been reused.
+    if case_dir.is_symlink():
+        return None
     try:
-        stored = json.loads((case_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+        stored = json.loads(read_bytes_bounded(case_dir / FINGERPRINT_FILE, FINGERPRINT_FILE))
         if stored != fingerprint:
             return None
-        payload = json.loads((case_dir / "case.json").read_text(encoding="utf-8"))
-        with np.load(case_dir / SERIES_FILE, allow_pickle=False) as series:
+        payload = json.loads(read_bytes_bounded(case_dir / "case.json", "case.json"))
+        series_bytes = read_bytes_bounded(case_dir / SERIES_FILE, SERIES_FILE)
+        with np.load(io.BytesIO(series_bytes), allow_pickle=False) as series:
             curve = LossCurve(
                 series["loss_steps"].astype(np.int64), series["loss_values"].astype(np.float64)
             )
             lrs = series["lr_values"].astype(np.float64)
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, UnreadableInput):
         return None  # missing or damaged cache: analyze again
     return payload, curve, _max_finite(lrs)
 
@@ -232,7 +289,8 @@ def _load_cached(
 def _fingerprint(path: Path, task: RunTask) -> dict[str, Any]:
     """Every input file's size and modification time, plus what else decides the case."""
     files = []
-    candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    # The files discovery will read: regular files, no link inside the run followed.
+    candidates = [path] if path.is_file() else list(iter_files(path))
     for file in candidates:
         try:
             stat = file.stat()
@@ -263,7 +321,8 @@ def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
             f"{CASE_HTML_LIMIT}); `tscope report {out_dir / CASES_DIR}/<run>` renders one."
         )
         return
-    for profile in unstable:
+    rendered = report.profiles if len(report.profiles) <= CASE_HTML_LIMIT else unstable
+    for profile in rendered:
         case_dir = (out_dir / profile.case_path).parent
         if not (case_dir / "case.html").is_file() or not profile.reused_case:
             render_case(load_case_payload(case_dir), case_dir, ("html",))

@@ -29,3 +29,7 @@ class NothingToAnalyze(TscopeError):
 
 class UsageError(TscopeError):
     """Arguments that do not make sense together (bad --format, missing path, ...)."""
+
+
+class SeveralRuns(UsageError):
+    """A folder holds several unrelated runs; tscope refuses to merge them into one timeline."""

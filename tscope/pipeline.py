@@ -8,15 +8,18 @@ from typing import Any, NamedTuple
 
 from tscope import __version__
 from tscope.chart_buckets import bucketed
-from tscope.errors import NothingToAnalyze, UsageError
+from tscope.errors import NothingToAnalyze, SeveralRuns, UsageError
 from tscope.ingest.assemble import assemble_run
 from tscope.ingest.checkpoint_evidence import read_checkpoints
 from tscope.ingest.checkpoints import checkpoint_inventory
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.discover import discover
 from tscope.ingest.run_config import checkpoint_config
+from tscope.ingest.run_groups import run_groups, several_runs_message
+from tscope.ingest.safe_fs import NOT_REGULAR
 from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
+from tscope.model.metric_names import LOSS
 
 # Charts keep at most this many buckets per series; each bucket keeps its last value and its
 # min/max, so a one-step spike in a 10^6-step run still shows at full height.
@@ -54,17 +57,17 @@ def analyze_run(
     """`analyze`, also returning the normalized run (for cross-run work that needs every step)."""
     if not paths:
         raise UsageError("Give at least one run directory, checkpoint or log file to analyze.")
-    roots = [Path(p) for p in paths]
-    for root in roots:
-        if not root.exists():
-            raise UsageError(
-                f"{root} does not exist. Pass a run directory, checkpoint or log file."
-            )
+    named = [Path(p) for p in paths]
+    roots = [_named_input(path) for path in named]
     reads, partial, checkpoints, unclaimed = [], [], [], []
     evidence_parts: list[CheckpointEvidence] = []
     side_config: dict[str, Any] = {}
     for root in roots:
         found = discover(root, on_file=on_file)
+        if root.is_dir():
+            groups = run_groups(found.reads)
+            if len(groups) > 1:  # never merged (nor all but one dropped) silently
+                raise SeveralRuns(several_runs_message(str(root), groups))
         reads.extend(found.reads)
         partial.extend(found.partial)
         unclaimed.extend(found.unclaimed)
@@ -86,9 +89,25 @@ def analyze_run(
     checkpoint_evidence = _merge(evidence_parts)
     if checkpoint_evidence is not None:
         checkpoints = [snapshot.info for snapshot in checkpoint_evidence.snapshots]
-    if run.metrics.empty and not checkpoints:
-        raise NothingToAnalyze(_nothing_message(roots, partial, unclaimed))
+    # Checkpoints whose every file was refused (all Git LFS pointers, all damaged) are listed by
+    # the inventory but hold nothing to judge: without metrics that is not a healthy run.
+    no_tensor_read = read_weights and (
+        checkpoint_evidence is None or checkpoint_evidence.layers.empty
+    )
+    if run.metrics.empty and (not checkpoints or no_tensor_read):
+        raise NothingToAnalyze(_nothing_message(named, partial, unclaimed))
     return Analysis(build_case(run, checkpoints, checkpoint_evidence, extra_findings), run)
+
+
+def _named_input(path: Path) -> Path:
+    """A path the user named, resolved once: the user chose it, so a link here is followed (and
+    no link inside it is). Only a folder or a regular file can be read."""
+    if not path.exists():
+        raise UsageError(f"{path} does not exist. Pass a run directory, checkpoint or log file.")
+    resolved = path.resolve()
+    if not (resolved.is_dir() or resolved.is_file()):
+        raise UsageError(f"{path}: {NOT_REGULAR}. Pass a run directory, checkpoint or log file.")
+    return resolved
 
 
 def _merge(parts: list[CheckpointEvidence]) -> CheckpointEvidence | None:
@@ -156,7 +175,11 @@ def build_case(
 
 
 def chart_series(run: Run, metric: str) -> dict[str, list[object]]:
-    steps, values = run.series(metric)
+    """The chart's points; a loss the producer logged as 0.0 or a running mean where the step
+    was non-finite (the Trainer's logging_nan_inf_filter) is drawn as the NaN it was."""
+    from tscope.analyzers.signals import loss_series
+
+    steps, values = loss_series(run, metric) if metric == LOSS else run.series(metric)
     if steps.size <= CHART_BUCKETS:
         return {
             "steps": steps.tolist(),

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UsageError
 from tscope.model import Finding, Run
 from tscope.model.replay import InterventionOutcome, ReplayResult
+from tscope.output_files import prepare_folder, write_text, write_with
 from tscope.replay.api import DEFAULT_WINDOW, replay
 from tscope.replay.loop import ProgressCallback
 from tscope.replay.whatif import WhatIf, parse_what_if, skip_intervention, window_intervention
@@ -210,7 +212,7 @@ def write_replay_files(investigation: Investigation, out_dir: Path) -> list[Path
 
     from tscope.replay.skip_list import write_skip_batches
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    prepare_folder(out_dir, "the replay")
     result = investigation.result
     payload = result.to_dict()
     if investigation.resume_checks:
@@ -230,8 +232,7 @@ def write_replay_files(investigation: Investigation, out_dir: Path) -> list[Path
             for s in result.per_step
         ]
     )
-    steps.to_parquet(out_dir / STEPS_TABLE, index=False)
-    written.append(out_dir / STEPS_TABLE)
+    written.append(write_with(out_dir / STEPS_TABLE, partial(steps.to_parquet, index=False)))
     layers = pd.DataFrame(
         [
             {"step": s.step, "layer": layer, "statistic": name, "value": value}
@@ -242,8 +243,7 @@ def write_replay_files(investigation: Investigation, out_dir: Path) -> list[Path
         ],
         columns=["step", "layer", "statistic", "value"],
     )
-    layers.to_parquet(out_dir / LAYERS_TABLE, index=False)
-    written.append(out_dir / LAYERS_TABLE)
+    written.append(write_with(out_dir / LAYERS_TABLE, partial(layers.to_parquet, index=False)))
     samples = pd.DataFrame(
         [
             {"step": s.step, "index": index, "loss": loss}
@@ -252,19 +252,17 @@ def write_replay_files(investigation: Investigation, out_dir: Path) -> list[Path
         ],
         columns=["step", "index", "loss"],
     )
-    samples.to_parquet(out_dir / SAMPLES_TABLE, index=False)
-    written.append(out_dir / SAMPLES_TABLE)
+    written.append(write_with(out_dir / SAMPLES_TABLE, partial(samples.to_parquet, index=False)))
     if investigation.skips is not None and investigation.skips.batches:
         written.append(write_skip_batches(out_dir, investigation.skips, investigation.run_dir))
     return written
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> Path:
-    path.write_text(
+    return write_text(
+        path,
         json.dumps(payload, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-        encoding="utf-8",
     )
-    return path
 
 
 # The case's replay section charts at most this many layers per statistic (largest peak first).

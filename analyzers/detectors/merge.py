@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, window_stats
@@ -29,14 +29,22 @@ class SpikeCandidate:
     magnitude: float
     nonfinite: bool
     detectors: tuple[str, ...]
+    # The number a detector compared with its threshold: the largest finite score of the group's
+    # point alarms, robust_z's (robust σ) when it alarmed, else spike_score's (σ). `magnitude`
+    # measures against the window's MAD instead and can sit below the alarm threshold, so the
+    # report prints this one beside the threshold. None when every alarm was a NaN/Inf point.
+    alarm_score: float | None = None
+    alarm_detector: str | None = None
 
 
 def merge_alarms(values: np.ndarray, detections: list[Detection]) -> list[SpikeCandidate]:
     flagged: dict[int, set[str]] = {}
+    scores: dict[tuple[int, str], float] = {}  # (index, detector) -> that alarm's score
     for detection in detections:
         for alarm in detection.alarms:
             if alarm.score > 0:  # upward excursions only: a loss falling is not an incident
                 flagged.setdefault(alarm.index, set()).add(detection.detector)
+                scores[(alarm.index, detection.detector)] = alarm.score
     if not flagged:
         return []
     indices = sorted(flagged)
@@ -54,8 +62,22 @@ def merge_alarms(values: np.ndarray, detections: list[Detection]) -> list[SpikeC
             continue
         candidate = _describe(values, group, names)
         if candidate is not None:
-            candidates.append(candidate)
+            candidates.append(_with_alarm_score(candidate, group, scores))
     return candidates
+
+
+def _with_alarm_score(
+    candidate: SpikeCandidate, group: list[int], scores: dict[tuple[int, str], float]
+) -> SpikeCandidate:
+    for detector in POINT_DETECTORS:  # robust_z first: its robust σ is the report's unit
+        finite = [
+            scores[(index, detector)]
+            for index in group
+            if (index, detector) in scores and np.isfinite(scores[(index, detector)])
+        ]
+        if finite:
+            return replace(candidate, alarm_score=max(finite), alarm_detector=detector)
+    return candidate
 
 
 def _describe(values: np.ndarray, group: list[int], names: set[str]) -> SpikeCandidate | None:

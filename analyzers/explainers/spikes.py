@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.signals import fmt, loss_series, primary_loss
+from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
 
 from tscope.model import Finding, Run, Spike
 from tscope.model.metric_names import GRAD_NORM, is_loss_like
@@ -142,13 +142,24 @@ def _evidence(run: Run, spike: Spike) -> dict[str, object]:
         "baseline": spike.baseline,
         "peak_value": spike.peak_value,
         "peak_to_baseline": spike.peak_value / spike.baseline if spike.baseline else None,
-        "magnitude_robust_sigma": spike.magnitude,
+        # The score compared with SPIKE_THRESHOLD_TEXT, named by its detector (None: NaN/Inf).
+        f"{spike.alarm_detector or 'robust_z'}_score": spike.alarm_score,
+        "nonfinite": spike.nonfinite,
         "onset_step": spike.onset_step,
         "peak_step": spike.peak_step,
         "end_step": spike.end_step,
         "points_above_baseline": spike_points(run, spike),
         "detectors": list(spike.detectors),
     }
+
+
+def peak_text(spike: Spike) -> str:
+    return "a non-finite value" if spike.nonfinite else fmt(spike.peak_value)
+
+
+def _size_text(spike: Spike) -> str:
+    """ "(8.27 robust σ) " after the peak; nothing for NaN/Inf, which the peak already names."""
+    return "" if spike.nonfinite else f"({spike_size(spike)}) "
 
 
 def _recovery_text(spike: Spike) -> str:
@@ -159,10 +170,10 @@ def _recovery_text(spike: Spike) -> str:
 
 def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
     transient = is_transient(run, spike)
-    peak = "a non-finite value" if spike.nonfinite else fmt(spike.peak_value)
+    peak = peak_text(spike)
     message = (
         f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
-        f"({fmt(spike.magnitude)} robust σ) {_recovery_text(spike)}."
+        f"{_size_text(spike)}{_recovery_text(spike)}."
     )
     if transient:
         message += " A transient bump: back to baseline within two logged points."
@@ -192,8 +203,8 @@ def _grad_norm_spike(run: Run, spike: Spike, notable: bool) -> Finding:
         step=spike.peak_step,
         layer=None,
         message=(
-            f"The gradient norm jumped from {fmt(spike.baseline)} to {fmt(spike.peak_value)} at "
-            f"step {spike.peak_step} ({fmt(spike.magnitude)} robust σ) {_recovery_text(spike)}."
+            f"The gradient norm jumped from {fmt(spike.baseline)} to {peak_text(spike)} at "
+            f"step {spike.peak_step} {_size_text(spike)}{_recovery_text(spike)}."
         ),
         evidence=_evidence(run, spike),
         suggestion=(

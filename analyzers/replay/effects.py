@@ -103,11 +103,11 @@ def _describe(outcome: InterventionOutcome) -> str:
 def _reading(outcome: InterventionOutcome) -> str:
     removed = outcome.spike_removed
     if outcome.name == "skip":
-        what = "these samples" if "samples" in outcome.params else "this batch"
+        what = "these samples do" if "samples" in outcome.params else "this batch does"
         return (
             "The spike is gone: the data caused it."
             if removed
-            else f"The spike remains: {what} alone do not cause it."
+            else f"The spike remains: {what} not cause it alone."
         )
     if outcome.name == "from":
         return (

@@ -46,6 +46,7 @@ import torch
 from tscope.demo.corpus import BatchStream, Corpus, load_corpus
 from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig, optimizer_groups
 from tscope.errors import UsageError
+from tscope.output_files import prepare_folder
 
 DEFAULT_STEPS = 300
 MIN_STEPS = 100  # below this, warmup, a pre-spike baseline and the recovery do not all fit
@@ -221,7 +222,7 @@ def prepare_run_dir(out_dir: Path) -> None:
     """Create out_dir, or clear an earlier demo run from it; refuse anything else."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"Cannot write the demo run to {out_dir}: it is a file. Pass a folder.")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    prepare_folder(out_dir, "the demo run")  # created; refused when it is a link
     entries = sorted(p.name for p in out_dir.iterdir())
     if not entries:
         return

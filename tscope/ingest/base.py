@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from tscope.errors import UnreadableInput
+from tscope.ingest.safe_fs import open_regular
 from tscope.model import LogRead
 
 
@@ -24,9 +26,10 @@ class Reader(Protocol):
 
 
 def read_head(path: Path, size: int = 4096) -> bytes:
-    """The first bytes of a file, for magic-byte checks; empty on any OS error."""
+    """The first bytes of a regular file, for magic-byte checks; empty for anything else (a FIFO
+    would block, a link may lead outside the input) and on any OS error."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, path.name) as handle:
             return handle.read(size)
-    except OSError:
+    except (OSError, UnreadableInput):
         return b""

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,12 +53,18 @@ from tscope.ingest.tensor_stats import LOG_HISTOGRAM_EDGES, TensorStats, tensor_
 from tscope.ingest.weight_deltas import WeightDelta, delta_source_name, histogram_kl, weight_delta
 from tscope.model import PartialInput
 from tscope.model.checkpoint import LAYER_COLUMNS
+from tscope.output_files import write_with
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import torch
 
 LAYERS_VERSION = "1"
+# Tensors per checkpoint that get statistics. Dense LLMs hold a few hundred to ~1,000 tensors and
+# large MoE checkpoints tens of thousands; each costs ~1-2 ms of fixed overhead however small, so
+# a file listing 1,000,000 tiny tensors would take half an hour. Beyond the cap the first tensors
+# in name order are kept and the checkpoint's `partial` says how many were left out.
+MAX_TENSORS_PER_CHECKPOINT = 10_000
 _INT_COLUMNS = ("numel", "nonfinite_count")
 _STRING_COLUMNS = ("checkpoint", "tensor", "dtype", "delta_source")
 _FLOAT_COLUMNS = tuple(
@@ -101,6 +106,16 @@ def collect_layers(
             except UnreadableInput as error:
                 _note(handle, error)
                 continue
+            if len(names) > MAX_TENSORS_PER_CHECKPOINT:
+                handle.partial.append(
+                    PartialInput(
+                        handle.info.path,
+                        f"holds {len(names)} tensors; statistics cover the first "
+                        f"{MAX_TENSORS_PER_CHECKPOINT} by name (tscope's cap per checkpoint), "
+                        f"{len(names) - MAX_TENSORS_PER_CHECKPOINT} are not analyzed",
+                    )
+                )
+                names = names[:MAX_TENSORS_PER_CHECKPOINT]
             optimizer = _optimizer_state(handle)
             current = _Previous(
                 handle,
@@ -239,10 +254,9 @@ def write_layers_parquet(frame: pd.DataFrame, path: Path) -> None:
     arrays = [
         pa.array(_arrow_values(frame[c], c), type=schema.field(c).type) for c in LAYER_COLUMNS
     ]
-    path = Path(path)
-    scratch = path.with_name(path.name + ".partial")
-    pq.write_table(pa.Table.from_arrays(arrays, schema=schema), scratch)
-    os.replace(scratch, path)
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    # Through output_files: never written through a link planted at the name.
+    write_with(Path(path), lambda handle: pq.write_table(table, handle))
 
 
 def _arrow_values(column: pd.Series, name: str) -> list[Any]:

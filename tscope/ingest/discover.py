@@ -10,10 +10,13 @@ from pathlib import Path
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import Reader
 from tscope.ingest.registry import READERS
+from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_NOT_FOLLOWED
 from tscope.model import LogRead, PartialInput
 
 # Folders that never hold run artifacts and can be huge.
 _SKIPPED_DIRS = {".git", "__pycache__", ".ipynb_checkpoints", "node_modules"}
+# Told about each entry of the input tree that is not read: (its path, why).
+OnSkipped = Callable[[Path, str], None]
 
 
 @dataclass
@@ -23,27 +26,60 @@ class Discovery:
     unclaimed: list[str] = field(default_factory=list)
 
 
-def iter_files(root: Path) -> Iterator[Path]:
-    """Every file under root in a stable order, following links once (runs may be symlinks)."""
+def iter_files(root: Path, on_skipped: OnSkipped | None = None) -> Iterator[Path]:
+    """Every regular file under root, depth first in name order; nothing else is yielded.
+
+    Root itself is the user's choice and may be a link (the CLI resolves it once). Inside it no
+    link is followed, to a file or a folder: a link can lead outside the input (`~/.ssh`, `/`)
+    or to a device (`/dev/zero`). Links, FIFOs, devices, sockets and folders that cannot be
+    listed are passed to `on_skipped` with the reason, so discovery can list them as partial.
+    """
     if root.is_file():
         yield root
         return
-    seen: set[str] = set()
-    for directory, subdirs, files in os.walk(root, followlinks=True):
-        real = os.path.realpath(directory)
-        if real in seen:
-            subdirs[:] = []
+    pending = [root]  # an explicit stack: a folder nested 100,000 deep cannot exhaust recursion
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError as error:
+            if on_skipped is not None:
+                on_skipped(folder, f"cannot be listed ({error.strerror or error})")
             continue
-        seen.add(real)
-        subdirs[:] = sorted(d for d in subdirs if d not in _SKIPPED_DIRS)
-        for name in sorted(files):
-            yield Path(directory) / name
+        subfolders = []
+        for entry in entries:
+            path = Path(entry.path)
+            problem = _skip_reason(entry)
+            if problem is not None:
+                if on_skipped is not None:
+                    on_skipped(path, problem)
+            elif entry.is_dir(follow_symlinks=False):
+                if entry.name not in _SKIPPED_DIRS:
+                    subfolders.append(path)
+            else:
+                yield path
+        pending.extend(reversed(subfolders))  # popped in name order
+
+
+def _skip_reason(entry: os.DirEntry[str]) -> str | None:
+    """Why an entry of the input tree is not read, or None for a regular file or a folder."""
+    try:
+        if entry.is_symlink():
+            return SYMLINK_NOT_FOLLOWED
+        if entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False):
+            return None
+    except OSError as error:
+        return f"cannot be examined ({error.strerror or error})"
+    return NOT_REGULAR
 
 
 def display_path(file: Path, root: Path) -> str:
     """The path written into the case: relative to the run root, never absolute."""
     if root.is_file():
         return file.name
+    if file == root:
+        return root.name
     return file.relative_to(root).as_posix()
 
 
@@ -53,7 +89,11 @@ def discover(
     on_file: Callable[[str], None] | None = None,
 ) -> Discovery:
     found = Discovery()
-    for file in iter_files(root):
+
+    def skipped(path: Path, problem: str) -> None:
+        found.partial.append(PartialInput(display_path(path, root), problem))
+
+    for file in iter_files(root, on_skipped=skipped):
         shown = display_path(file, root)
         reader = next((r for r in readers if r.can_read(file)), None)
         if reader is None:

@@ -12,11 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
+from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
 from tscope.model import CheckpointInfo
 
 MODEL_CONFIG_PREFIX = "model_config."  # the same prefix the TensorBoard reader gives model_config
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_CONFIG_DEPTH = 16
 
 
 def checkpoint_config(root: Path, checkpoints: list[CheckpointInfo]) -> dict[str, Any]:
@@ -40,27 +43,30 @@ def checkpoint_config(root: Path, checkpoints: list[CheckpointInfo]) -> dict[str
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
-            return {}
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}  # a broken side file costs only its settings; the checkpoint reader reports it
+        if not is_regular_file(path) or path.stat().st_size > MAX_CONFIG_BYTES:
+            return {}  # a link or a FIFO is not read (docs/security.md)
+        loaded = json.loads(read_bytes_bounded(path, path.name, MAX_CONFIG_BYTES).decode("utf-8"))
+    # A broken side file costs only its settings; the checkpoint reader reports it. json recurses
+    # once per nesting level, so a deeply nested file is a RecursionError, not a ValueError.
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, UnreadableInput):
+        return {}
     return loaded if isinstance(loaded, dict) else {}
 
 
 def _training_args(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    if not is_regular_file(path):
         return {}
     recovered = torch_file_literals(path)
     return recovered if isinstance(recovered, dict) else {}
 
 
-def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flat(values: dict[str, Any], prefix: str = "", depth: int = 0) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            flat.update(_flat(value, f"{name}."))
+            if depth < MAX_CONFIG_DEPTH:  # real configs nest 2-3 levels
+                flat.update(_flat(value, f"{name}.", depth + 1))
         elif isinstance(value, (str, int, float, bool)) or value is None:
             flat[name] = value
         elif isinstance(value, (list, tuple)) and all(

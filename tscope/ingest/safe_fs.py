@@ -19,6 +19,11 @@ NOT_REGULAR = (
     "not a regular file (a FIFO, device, socket or directory); tscope reads only regular files"
 )
 SYMLINK_REFUSED = "a symbolic link; tscope does not follow links inside the input"
+# What discovery lists for a link met while walking the input tree.
+SYMLINK_NOT_FOLLOWED = (
+    "a symbolic link; not followed (a link may lead outside the input or to a device). "
+    "Copy what it points to into the run folder, or name it on the command line"
+)
 OUTSIDE_INPUT = "outside the input folder; tscope reads only files inside the input it is given"
 
 
@@ -50,7 +55,7 @@ def open_regular(path: Path, display_path: str) -> BinaryIO:
     except OSError as error:
         if os.path.islink(path):
             raise UnreadableInput(display_path, SYMLINK_REFUSED) from error
-        raise UnreadableInput(display_path, f"cannot be opened ({error.strerror})") from error
+        raise UnreadableInput(display_path, f"cannot open the file ({error.strerror})") from error
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise UnreadableInput(display_path, NOT_REGULAR)

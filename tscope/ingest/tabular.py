@@ -13,9 +13,12 @@ Cell rules, the same for every format:
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -24,6 +27,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from tscope.errors import UnreadableInput
+from tscope.ingest.safe_fs import open_regular, read_bytes_bounded
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -85,17 +89,8 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
         return "skip"
 
     try:
-        arrow_table = pa_csv.read_csv(
-            path,
-            parse_options=pa_csv.ParseOptions(
-                delimiter=delimiter, invalid_row_handler=skip_malformed
-            ),
-            convert_options=pa_csv.ConvertOptions(
-                null_values=list(MISSING_MARKERS),
-                strings_can_be_null=True,
-                check_utf8=False,
-            ),
-        )
+        with open_regular(path, display_path) as handle, _without_row_decoding_dumps():
+            arrow_table = _parse_csv(handle, delimiter, skip_malformed)
         table = _from_arrow(arrow_table)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
         # UnicodeDecodeError: a header that is not UTF-8 (Arrow leaves values undecoded).
@@ -109,6 +104,36 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
             f"off mid-write): first {malformed[0]!r}",
         )
     return table
+
+
+def _parse_csv(handle: BinaryIO, delimiter: str, on_malformed: Any) -> pa.Table:
+    return pa_csv.read_csv(
+        handle,
+        parse_options=pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_malformed),
+        convert_options=pa_csv.ConvertOptions(
+            null_values=list(MISSING_MARKERS),
+            strings_can_be_null=True,
+            check_utf8=False,
+        ),
+    )
+
+
+@contextmanager
+def _without_row_decoding_dumps() -> Iterator[None]:
+    """pyarrow decodes a malformed row as UTF-8 before it calls the row handler; for a binary row
+    that fails inside pyarrow, which prints a traceback through sys.unraisablehook and then fails
+    the read (ArrowInvalid: reported as partial). Keep that dump off the user's terminal."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, UnicodeDecodeError):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def _from_arrow(arrow_table: pa.Table) -> ParsedTable:
@@ -159,14 +184,15 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
     # Fast path: Arrow's JSON reader (also takes NaN/Infinity literals). It refuses a key whose
     # type changes, nested lists or a cut-off last line; those files go through Python's json.
     try:
-        return _from_arrow(pa_json.read_json(path))
+        with open_regular(path, display_path) as handle:
+            return _from_arrow(pa_json.read_json(handle))
     except (pa.ArrowException, OSError, UnicodeDecodeError):
         pass  # UnicodeDecodeError: a key that is not UTF-8; Python's json replaces the bytes
     columns = _RecordColumns()
     malformed = 0
     first_malformed = ""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, display_path) as handle:
             for line_number, line in enumerate(handle, start=1):
                 try:
                     record = json.loads(line)  # bytes: json detects UTF-8 and a BOM itself
@@ -203,7 +229,8 @@ def _loads_lenient(line: bytes) -> Any:
 
 def _read_json_document(path: Path, display_path: str) -> ParsedTable:
     try:
-        document = json.loads(path.read_bytes().decode("utf-8-sig", errors="replace"))
+        raw = read_bytes_bounded(path, display_path)
+        document = json.loads(raw.decode("utf-8-sig", errors="replace"))
     except (json.JSONDecodeError, RecursionError, OSError) as error:
         raise UnreadableInput(
             display_path, f"not valid JSON ({error})", "The file may be truncated"

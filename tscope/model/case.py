@@ -26,6 +26,10 @@ class Spike:
     baseline: float  # median of the pre-spike window
     peak_value: float
     nonfinite: bool = False
+    # The score a detector compared with its threshold (robust σ for robust_z, σ for spike_score):
+    # what the report prints beside "≥ 6 robust σ". None when only NaN/Inf points alarmed.
+    alarm_score: float | None = None
+    alarm_detector: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tscope.model.case import Case
-from tscope.render.charts import Chart, incident_chart, other_metrics_chart
+from tscope.render.charts import Chart, incident_chart, incident_zoom_chart, other_metrics_chart
 from tscope.render.heatmap import layers_heatmap
 from tscope.render.html import render_html
 from tscope.render.json_file import case_json_text, normalized_payload
@@ -36,6 +36,7 @@ CASE_MD = "case.md"
 # The charts case.md links as images; case.html inlines the same SVG text.
 CHART_FILES = {
     "chart": "case-chart.svg",
+    "zoom": "case-zoom.svg",
     "metrics": "case-metrics.svg",
     "layers": "case-layers.svg",
 }
@@ -88,6 +89,7 @@ def draw_charts(payload: dict[str, Any]) -> dict[str, Chart]:
     """Every chart the payload has data for, keyed as in CHART_FILES and REPLAY_CHART_FILES."""
     drawn = {
         "chart": incident_chart(payload),
+        "zoom": incident_zoom_chart(payload),
         "metrics": other_metrics_chart(payload),
         "layers": layers_heatmap(payload),
         "replay": replay_chart(payload),

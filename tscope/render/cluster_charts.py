@@ -88,6 +88,9 @@ def aligned_chart(payload: dict[str, Any], index: int) -> Chart | None:
     if x_range is None:
         return None
     x_low, x_high = widened(*x_range)
+    logged_nonfinite = sum(
+        any(v is not None and not is_finite(v) for v in run.values) for run in members
+    )
     members = [_clipped(run, x_low, x_high) for run in members]
     finite = [v for run in members for v in run.values if is_finite(v)]
     if band:
@@ -105,7 +108,7 @@ def aligned_chart(payload: dict[str, Any], index: int) -> Chart | None:
     if x_low <= 0 <= x_high:
         body.append(line(plot.x(0), plot.top, plot.x(0), plot.bottom, INK_SOFT, dash="4 3"))
         body.append(text(plot.x(0) + 4, plot.top + 12, EXPLOSION_LABEL, color=INK_SOFT, halo=True))
-    body.extend(nonfinite_marks(plot, members, notes))
+    body.extend(nonfinite_marks(plot, members, notes, logged_nonfinite))
     body.append(frame(plot))
     title = f"{cluster_id}: loss ÷ each run's early baseline, aligned on its explosion step"
     body.append(text(PLOT_LEFT, TITLE_ROW - 8, title, weight="bold", size=12))

@@ -163,8 +163,17 @@ def polyline(
     return parts
 
 
-def nonfinite_marks(plot: Plot, runs: Sequence[ChartRun], notes: list[str]) -> list[str]:
-    """NaN/Inf cannot sit on an axis: a red ▼ at the plot's top edge, one per pixel column."""
+def nonfinite_marks(
+    plot: Plot,
+    runs: Sequence[ChartRun],
+    notes: list[str],
+    logged_nonfinite: int | None = None,
+) -> list[str]:
+    """NaN/Inf cannot sit on an axis: a red ▼ at the plot's top edge, one per pixel column.
+
+    `logged_nonfinite`: how many of these runs logged NaN/Inf anywhere, when the plot shows only
+    part of their steps (the aligned chart's offsets); the note then gives both counts, so it
+    agrees with the cluster's label ("3 of 4 to NaN/Inf")."""
     columns: set[int] = set()
     affected = 0
     for run in runs:
@@ -176,7 +185,12 @@ def nonfinite_marks(plot: Plot, runs: Sequence[ChartRun], notes: list[str]) -> l
     marks = [
         triangle(x, plot.top + 1, NONFINITE_COLOR, pointing_down=True) for x in sorted(columns)
     ]
-    notes.append(f"{affected} run(s) logged NaN/Inf loss, marked ▼ at the top edge.")
+    total = affected if logged_nonfinite is None else max(logged_nonfinite, affected)
+    logged = f"{total} of {len(runs)} run{'s' if len(runs) != 1 else ''} logged NaN/Inf loss"
+    if total != affected:
+        notes.append(f"{logged}; {affected} within the steps shown, marked ▼ at the top edge.")
+    else:
+        notes.append(f"{logged}, marked ▼ at the top edge.")
     return [f'<g class="nonfinite">{"".join(marks)}</g>']
 
 

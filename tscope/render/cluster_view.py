@@ -142,6 +142,7 @@ def _cluster_view(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
             }
             for signal in as_records(cluster.get("signal_detail"))
         ],
+        "signals_title": _signals_title(as_records(cluster.get("signal_detail"))),
         "counterexample": _counterexample_view(cluster.get("counterexample")),
         "chart": aligned_chart_name(index),
     }
@@ -163,6 +164,16 @@ def _lead_text(lead: Any, warned: Any, members: int) -> str:
     if lead == 0:
         return "The first signal typically fired at the explosion step itself: no warning."
     return f"The first signal typically fired {_plural(lead, 'step')} before the explosion."
+
+
+def _signals_title(signals: list[dict[str, Any]]) -> str:
+    """ "Warning signs" only when a signal typically came before the explosion; signals that all
+    followed it are its consequences, and calling them warnings would promise a lead time."""
+    offsets = [signal.get("median_offset_steps") for signal in signals]
+    before = [o for o in offsets if isinstance(o, int) and not isinstance(o, bool) and o < 0]
+    if before:
+        return "Warning signs and what followed"
+    return "Signals (all at or after the explosion: no warning sign)" if signals else "Signals"
 
 
 def _offset_text(offset: Any) -> str:

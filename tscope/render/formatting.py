@@ -10,6 +10,10 @@ import json
 import math
 from typing import Any
 
+from markupsafe import Markup
+
+from tscope.model.visible_text import visible, visible_keeping_layout
+
 MISSING = "—"
 SIGNIFICANT_DIGITS = 3
 # Below 1e-3 and from 1e6 up, positional notation gets long ("0.0003", "2840000"): 3e-4, 2.84e6.
@@ -99,8 +103,17 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
 
 
 def one_line(text: str) -> str:
-    """Log-derived text on one line: a message with a newline must not break a table row."""
-    return " ".join(str(text).split())
+    """Log-derived text on one line: a newline or tab must not break a table row (it becomes a
+    space), and the other control characters (ESC, NUL, a bidi override) show as their escapes."""
+    return visible(" ".join(str(text).split()))
+
+
+def shown_in_template(value: Any) -> Any:
+    """Every `{{ value }}` a template prints: control characters from a name or a logged value
+    shown as escapes (docs/security.md); markup tscope built itself (charts, filters) is kept."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible_keeping_layout(value)
+    return value
 
 
 def _truncate(text: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from tscope.model.visible_text import visible_keeping_layout
 from tscope.render.charts import CHART_NAMES, Chart
 from tscope.render.view import build_view, template_environment
 
@@ -32,7 +33,7 @@ def render_html(payload: dict[str, Any], charts: Mapping[str, Chart]) -> str:
 
 def inline_html(value: object) -> Markup:
     """Escaped text, with `backticked` spans set as <code> so commands stand out and copy cleanly."""
-    text = str(value)
+    text = visible_keeping_layout(str(value))  # Markup is not finalized: escape controls here
     pieces: list[Markup] = []
     position = 0
     for match in CODE_SPAN.finditer(text):

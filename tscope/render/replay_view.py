@@ -105,7 +105,6 @@ def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> 
     replayed = len(as_records(section.get("per_step")))
     compared = format_step(fidelity.get("compared_steps"))
     relative = format_number(parse_number(fidelity.get("max_rel_loss_diff")))
-    tolerance = format_number(parse_number(fidelity.get("tolerance")))
     reasons = as_records(fidelity.get("reasons"))
     likely = (
         f"; most likely: {one_line(str(reasons[0].get('message', ''))).rstrip('.')}"
@@ -124,7 +123,7 @@ def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> 
     counted = f"{compared} of {replayed} steps compared" + (
         f" ({', '.join(extras)})" if extras else ""
     )
-    numbers = f"{counted}, max relative loss difference {relative} (tolerance {tolerance})"
+    numbers = f"{counted}, max relative loss difference {relative}" + _tolerance_text(fidelity)
     if fidelity.get("grad_norm_reproduced") is False:
         grad = format_number(parse_number(fidelity.get("max_rel_grad_norm_diff")))
         numbers += f"; the gradient norm differs (max relative difference {grad})"
@@ -133,6 +132,23 @@ def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> 
     first = fidelity.get("first_mismatch_step")
     where = f", first mismatch at step {format_step(first)}" if first is not None else ""
     return f"{head}: does NOT reproduce the log — {numbers}{where}{likely}."
+
+
+def _tolerance_text(fidelity: dict[str, Any]) -> str:
+    """The tolerance, and when the difference exceeds it, why the replay still reproduces: the
+    log rounded its losses, and half a unit of the last kept decimal is allowed on top."""
+    relative = parse_number(fidelity.get("max_rel_loss_diff"))
+    tolerance = parse_number(fidelity.get("tolerance"))
+    decimals = parse_number(fidelity.get("logged_decimals"))
+    within = relative is not None and tolerance is not None and relative <= tolerance
+    if within or decimals is None or fidelity.get("reproduced") is not True:
+        return f" (tolerance {format_number(tolerance)})"
+    rounding = format_number(0.5 * 10.0 ** -int(decimals))
+    return (
+        f", above the {format_number(tolerance)} tolerance only by the log's own rounding: it "
+        f"keeps {format_step(decimals)} decimals, so each logged loss is ±{rounding} of the "
+        "value the run computed"
+    )
 
 
 def _scope(section: dict[str, Any]) -> str:
@@ -162,9 +178,14 @@ def _restore(section: dict[str, Any]) -> dict[str, Any]:
         "not_restored": f"Not restored: {', '.join(missing)}." if missing else "",
         "learning_rate": f"Learning rate: {LR_SOURCES.get(lr_source, lr_source or MISSING)}.",
         "loss": f"Loss: {LOSS_PATHS.get(loss_path, loss_path or MISSING)}.",
-        "caveats": [one_line(str(item)) for item in as_list(restore.get("caveats"))],
+        "caveats": [_sentence(one_line(str(item))) for item in as_list(restore.get("caveats"))],
         "notes": [one_line(str(item)) for item in as_list(restore.get("notes"))],
     }
+
+
+def _sentence(text: str) -> str:
+    """A caveat printed as a sentence: the replay records them as clauses, without the stop."""
+    return text if not text or text[-1] in ".!?" else f"{text}."
 
 
 def _bad_samples(section: dict[str, Any]) -> list[dict[str, str]]:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput, UsageError
 from tscope.model.case import SCHEMA_VERSION
+from tscope.output_files import prepare_folder, write_text
+
+__all__ = ["FORMATS", "check_formats", "output_directory", "read_payload", "write_text"]
 
 FORMATS = ("html", "md", "json")
 
@@ -24,21 +28,9 @@ def check_formats(formats: Sequence[str]) -> None:
 
 
 def output_directory(out_dir: str | os.PathLike[str], what: str) -> Path:
-    """The folder to write `what` ("the case", "the cluster report") into, created if needed."""
-    directory = Path(out_dir)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(
-            f"Cannot write {what} into {directory}: {error.strerror or error}. "
-            "Pass --out with a folder you can write to."
-        ) from error
-    return directory
-
-
-def write_text(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8", newline="\n")
-    return path
+    """The folder to write `what` ("the case", "the cluster report") into, created if needed;
+    refused when it is a symbolic link (tscope never writes through one)."""
+    return prepare_folder(Path(out_dir), what)
 
 
 def read_payload(
@@ -49,8 +41,14 @@ def read_payload(
     path = Path(dir_or_file)
     file = path / file_name if path.is_dir() else path
     rewrite = f"Re-run `tscope {command}` to write it again"
-    if not file.is_file():
+    if not file.exists():
         raise UnreadableInput(str(file), "no such file", where)
+    # The file named on the command line may be a link (the user chose it); one found inside the
+    # folder may not. Only a regular file is read: a FIFO named case.json would block forever.
+    found = os.stat(file) if file == path else os.lstat(file)
+    if not stat.S_ISREG(found.st_mode):
+        problem = "a symbolic link" if stat.S_ISLNK(found.st_mode) else "not a regular file"
+        raise UnreadableInput(str(file), f"{problem}; tscope reads only regular files", where)
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:

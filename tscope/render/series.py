@@ -34,6 +34,19 @@ class Series:
         every = (*self.values, *self.lows, *self.highs)
         return [value for value in every if value is not None and math.isfinite(value)]
 
+    def within(self, first_step: float, last_step: float) -> Series | None:
+        """The buckets from first_step to last_step (a zoomed view); None when none lies there."""
+        keep = [i for i, step in enumerate(self.steps) if first_step <= step <= last_step]
+        if not keep:
+            return None
+        return Series(
+            metric=self.metric,
+            steps=tuple(self.steps[i] for i in keep),
+            values=tuple(self.values[i] for i in keep),
+            lows=tuple(self.lows[i] for i in keep),
+            highs=tuple(self.highs[i] for i in keep),
+        )
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -78,11 +91,18 @@ def read_series(series_map: dict[str, Any], metric: str) -> Series | None:
     )
 
 
-def choose_scale(finite: Sequence[float]) -> Scale:
-    """Linear unless a few values dwarf the rest; then log, or clipped if log cannot show them."""
+def choose_scale(finite: Sequence[float], log_above_span: float | None = None) -> Scale:
+    """Linear unless a few values dwarf the rest; then log, or clipped if log cannot show them.
+
+    `log_above_span`: also log when the positive values span more than this factor (a learning
+    rate warming up ×20); values ≤ 0 then sit on the bottom edge, as a log axis cannot hold them.
+    """
     if not finite:
         return Scale("linear", 0.0, 1.0)
     low, high = min(finite), max(finite)
+    positive = [value for value in finite if value > 0]
+    if log_above_span is not None and positive and max(positive) > log_above_span * min(positive):
+        return Scale("log", min(positive) / LOG_PADDING, max(positive) * LOG_PADDING)
     median = statistics.median(finite)
     if median > 0 and high > OUTLIER_RATIO * median:
         if low > 0:

@@ -1,8 +1,9 @@
 """SVG primitives shared by the charts: the document, escaped text, lines and markers.
 
-Text from the logs goes through `xml_text`, which escapes markup and drops the control characters
-XML forbids, so a metric named `<script>` is drawn as those characters and the file stays valid
-both inline in case.html and as a standalone case-chart.svg.
+Text from the logs goes through `xml_text`, which escapes markup and shows control characters as
+their escapes (`\\x1b`, `\\u202e`: XML forbids most of them raw), so a metric named `<script>` is
+drawn as those characters and the file stays valid both inline in case.html and as a standalone
+case-chart.svg.
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from collections.abc import Sequence
 
 from markupsafe import escape
 
+from tscope.model.visible_text import visible
+
 CHAR_WIDTH = 6.4  # average advance of an 11 px sans-serif glyph, for layout and overlap checks
 FONT_FAMILY = "DejaVu Sans, Helvetica, Arial, sans-serif"
 INK = "#1a1a1a"
-_XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_XML_FORBIDDEN = re.compile("[\ufffe\uffff]")  # non-characters; the controls are made visible
 
 
 def xml_text(value: object) -> str:
-    return str(escape(_XML_FORBIDDEN.sub("", str(value))))
+    return str(escape(visible(_XML_FORBIDDEN.sub("", str(value)))))
 
 
 def svg_document(width: float, height: float, title: str, body: Sequence[str]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 
+from tscope.render.card_view import card_view
 from tscope.render.charts import main_chart_metrics
 from tscope.render.formatting import (
     MISSING,
@@ -21,6 +22,7 @@ from tscope.render.formatting import (
     format_step,
     one_line,
     parse_number,
+    shown_in_template,
 )
 from tscope.render.heatmap import MEASURES
 from tscope.render.replay_view import replay_view
@@ -35,6 +37,12 @@ NO_NEXT_STEPS = {
 }
 SEVERITY_ORDER = ("critical", "warning", "info")
 TOP_LAYERS = 10  # rows of the "top layers" table per per-layer measure
+# What the per-layer numbers measure: both are per optimizer step (tscope.ingest.weight_deltas),
+# which is why a weight norm that grew ×1.93 between checkpoints 60 steps apart reads 0.011.
+MEASURE_UNITS = {
+    "update_ratio": "‖ΔW‖ / ‖W‖ per optimizer step",
+    "norm_growth": "relative change of ‖W‖ per optimizer step",
+}
 
 
 def template_environment(autoescape: bool) -> jinja2.Environment:
@@ -42,6 +50,7 @@ def template_environment(autoescape: bool) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader(TEMPLATE_PACKAGE, package_path="."),
         autoescape=autoescape,
+        finalize=shown_in_template,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -59,6 +68,7 @@ def build_view(payload: dict[str, Any]) -> dict[str, Any]:
         "status": status if status in STATUS_LABELS else "unknown",
         "status_label": STATUS_LABELS.get(status, status),
         "verdict": one_line(str(summary.get("verdict") or "No verdict was recorded.")),
+        "card": card_view(summary),
         "next_steps": [one_line(str(step)) for step in as_list(summary.get("next_steps"))],
         "no_next_steps": NO_NEXT_STEPS.get(status, "No next step was recorded."),
         "headline": str(summary.get("headline_finding") or ""),
@@ -166,12 +176,27 @@ def _spike_view(spike: dict[str, Any]) -> dict[str, Any]:
         "peak_step": format_step(spike.get("peak_step")),
         "end_step": format_step(end) if end is not None else "not recovered",
         "peak_raw": parse_number(spike.get("peak_step")),
-        "magnitude": format_number(parse_number(spike.get("magnitude"))),
+        "alarm_score": _alarm_score_text(spike),
         "baseline": format_number(parse_number(spike.get("baseline"))),
         "peak_value": format_number(parse_number(spike.get("peak_value"))),
         "detectors": ", ".join(str(name) for name in as_list(spike.get("detectors"))) or MISSING,
         "nonfinite": format_number(bool(spike.get("nonfinite"))),
     }
+
+
+def _alarm_score_text(spike: dict[str, Any]) -> str:
+    """The score the detector compared with its threshold, in its unit; NaN/Inf named instead.
+
+    A case written before alarm_score existed shows its magnitude (robust σ of the window).
+    """
+    if spike.get("nonfinite"):
+        return "non-finite"
+    score = parse_number(spike.get("alarm_score"))
+    if score is None:
+        magnitude = parse_number(spike.get("magnitude"))
+        return f"{format_number(magnitude)} robust σ" if magnitude is not None else MISSING
+    unit = "σ (spike score)" if spike.get("alarm_detector") == "spike_score" else "robust σ"
+    return f"{format_number(score)} {unit}"
 
 
 def _story_groups(
@@ -295,21 +320,39 @@ def _layer_tables(layers: dict[str, Any]) -> list[dict[str, Any]]:
             peak, index = max(finite, key=lambda pair: (pair[0], -pair[1]))
             ranked.append((peak, name, index, values[-1]))
         ranked.sort(key=lambda item: (-item[0], item[1]))
+        growth = key == "norm_growth"
         tables.append(
             {
                 "title": title,
+                "unit": MEASURE_UNITS.get(key, ""),
+                "has_window": growth,
                 "rows": [
                     {
                         "layer": name,
                         "peak": format_number(peak),
                         "step": format_step(steps[index]) if index < len(steps) else MISSING,
                         "last": format_number(last),
+                        "window": _growth_over_window(peak, steps, index) if growth else "",
                     }
                     for peak, name, index, last in ranked[:TOP_LAYERS]
                 ],
             }
         )
     return tables
+
+
+def _growth_over_window(rate_per_step: float, steps: list[Any], index: int) -> str:
+    """A per-step growth rate as the factor over its checkpoint window ("×1.93 since step 120"),
+    the number the weight_norm_growth finding prints."""
+    step, previous = (
+        (parse_number(steps[index]), parse_number(steps[index - 1]))
+        if 0 < index < len(steps)
+        else (None, None)
+    )
+    if step is None or previous is None or step <= previous or rate_per_step <= -1:
+        return MISSING
+    factor = (1 + rate_per_step) ** (step - previous)
+    return f"×{format_number(factor)} since step {format_step(previous)}"
 
 
 def _tool_line(payload: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from tscope.errors import UnreadableInput, UsageError
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.hf_trainer import HfTrainerCheckpoint
+from tscope.ingest.checkpoints.rng_state import check_rng_state
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
 from tscope.ingest.checkpoints.state_dict_files import normalize_name
 from tscope.replay.select import CheckpointChoice
@@ -107,6 +108,8 @@ class CheckpointFiles:
         for name in ("rng_state.pth", "rng_state_0.pth"):
             if self.has(name):
                 state = self._load(name, rng=True)
+                # A forged numpy dtype or key array would fail inside np.random.set_state.
+                check_rng_state(state, f"{self.choice.shown}/{name}")
                 return (state if isinstance(state, Mapping) else None), name
         return None, ""
 

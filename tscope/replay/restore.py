@@ -178,8 +178,8 @@ def _restore_rng(
     state, name = files.rng_state()
     if state is None:
         caveats.append(
-            f"{files.choice.shown} holds no RNG state: dropout and other random draws differ "
-            "from the run's"
+            f"{files.choice.shown} holds no RNG state: dropout masks and other random draws are "
+            "not the ones the original run made (a model without dropout is unaffected)"
         )
         return False
     restored = restore_rng(state, device_type)

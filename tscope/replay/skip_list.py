@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tscope.errors import UsageError
 from tscope.model.replay import BadSample
+from tscope.output_files import prepare_folder, write_text
 
 SKIP_BATCHES_FILE = "skip_batches.json"
 SINGLE_EPOCH = "single_epoch"  # (step − 1) · micro-batches per step + micro-batch
@@ -87,11 +88,8 @@ def write_skip_batches(
                 f"{out} is inside the run directory {run_dir}; tscope never writes into an "
                 f"input. Write {SKIP_BATCHES_FILE} to the case directory (--out) instead."
             )
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / SKIP_BATCHES_FILE
-    with path.open("w") as handle:
-        json.dump(list(suggestion.batches), handle, indent=4)
-    return path
+    prepare_folder(out, "the skip list")
+    return write_text(out / SKIP_BATCHES_FILE, json.dumps(list(suggestion.batches), indent=4))
 
 
 def _first_batch(step: int, micro_batches: int, batch_index: Callable[[int], int] | None) -> int:

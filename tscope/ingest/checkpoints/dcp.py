@@ -15,7 +15,6 @@ Every tensor is read alone, in this process, without a process group (dcp_storag
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -34,7 +33,12 @@ from tscope.ingest.checkpoints.dcp_layout import (
     classify,
     load_folder,
 )
-from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name
+from tscope.ingest.checkpoints.state_dict_files import (
+    normalize_name,
+    read_json,
+    step_from_name,
+    step_value,
+)
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -123,13 +127,13 @@ class DcpCheckpoint:
                         return value
         if self._trainer_dir is not None:
             state_file = self._trainer_dir / "trainer_state.json"
-            try:
-                step = json.loads(state_file.read_text()).get("global_step")
-                if isinstance(step, int):
-                    self._step_source = "trainer_state.json"
-                    return step
-            except (OSError, ValueError, AttributeError):
-                pass
+            state = (
+                read_json(state_file, "trainer_state.json", []) if state_file.is_file() else None
+            )
+            step = step_value(state.get("global_step")) if state else None
+            if step is not None:
+                self._step_source = "trainer_state.json"
+                return step
         named = self._trainer_dir or path  # pytorch_model_fsdp_0's number is not a step
         step = step_from_name(named.name)
         if step is not None:
@@ -144,12 +148,10 @@ class DcpCheckpoint:
                 raw = dcp_storage.load_bytes_item(
                     folder.path, folder.metadata, key, folder.shown, self._options
                 )
-            return int(raw)
         except UnreadableInput as error:
             self.partial.append(PartialInput(error.path, _problem(error)))
-        except (TypeError, ValueError, RuntimeError):
-            pass  # not a number: look elsewhere for the step
-        return None
+            return None
+        return step_value(raw)  # None when not a plausible number: look elsewhere for the step
 
     # --- the handle ----------------------------------------------------------------------
 
@@ -345,7 +347,7 @@ def _note_once(partial: list[PartialInput], entry: PartialInput) -> None:
 
 
 def _stored_shape(folder: DcpFolder, key: str) -> tuple[int, ...]:
-    return tuple(int(d) for d in folder.metadata.state_dict_metadata[key].size)
+    return folder.metadata.tensors[key].size
 
 
 def _problem(error: UnreadableInput) -> str:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints import dcp_storage
 from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.dcp_metadata import DcpMetadata
 from tscope.ingest.checkpoints.state_dict_files import normalize_name
+from tscope.ingest.safe_fs import is_inside, is_regular_file
 from tscope.model import PartialInput
 
 SHARD_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
@@ -36,11 +37,11 @@ HYPER_KEYS = ("lr", "eps", "betas", "weight_decay")  # what the analyzers use fr
 
 @dataclass
 class DcpFolder:
-    """One DCP folder: where it is, how it is shown, its vetted metadata."""
+    """One DCP folder: where it is, how it is shown, its metadata (plain data)."""
 
     path: Path
     shown: str
-    metadata: Any
+    metadata: DcpMetadata
     tensor_keys: list[str] = field(default_factory=list)
     bytes_keys: list[str] = field(default_factory=list)
     ranks: set[int] = field(default_factory=set)
@@ -57,58 +58,64 @@ class KeyLayout:
     loop_roots: set[str] = field(default_factory=set)  # lr_scheduler, dataloader, ...
 
 
-def _well_formed(entry: Any) -> bool:
-    """A tensor entry a damaged .metadata can still describe: integer shape and a torch dtype
-    (the restricted unpickler builds objects whose fields a flipped byte may have dropped)."""
+def _well_formed(dtype_name: str) -> bool:
+    """A tensor entry tscope can allocate: its dtype is one torch knows."""
     import torch
 
-    size = getattr(entry, "size", None)
-    dtype = getattr(getattr(entry, "properties", None), "dtype", None)
-    try:
-        dims = [int(d) for d in size]  # type: ignore[union-attr]
-    except (TypeError, ValueError):
-        return False
-    return all(d >= 0 for d in dims) and isinstance(dtype, torch.dtype)
+    return isinstance(getattr(torch, dtype_name, None), torch.dtype)
 
 
 def load_folder(
     path: Path, shown: str, options: LoadOptions, partial: list[PartialInput]
 ) -> DcpFolder:
-    """A folder's vetted metadata and its keys by kind; missing shard files go to partial."""
-    from torch.distributed.checkpoint.metadata import (
-        BytesStorageMetadata,
-        TensorStorageMetadata,
-    )
-
+    """A folder's metadata and its keys by kind; missing or refused shard files go to partial."""
     metadata = dcp_storage.read_metadata(path, shown, options)
     folder = DcpFolder(path=path, shown=shown, metadata=metadata)
-    damaged = []
-    for key, entry in metadata.state_dict_metadata.items():
-        if isinstance(entry, TensorStorageMetadata):
-            if _well_formed(entry):
-                folder.tensor_keys.append(key)
-            else:
-                damaged.append(key)
-        elif isinstance(entry, BytesStorageMetadata):
-            folder.bytes_keys.append(key)
+    damaged = list(metadata.damaged)
+    for key, entry in metadata.tensors.items():
+        if _well_formed(entry.dtype_name):
+            folder.tensor_keys.append(key)
+        else:
+            damaged.append(key)
+    folder.bytes_keys.extend(metadata.bytes_keys)
     if damaged and not folder.tensor_keys:
         raise UnreadableInput(shown, "every tensor entry of .metadata is damaged (no shape/dtype)")
     if damaged:
         partial.append(
             PartialInput(shown, f"damaged .metadata entries skipped: {', '.join(damaged[:5])}")
         )
-    files = {str(getattr(where, "relative_path", "")) for where in metadata.storage_data.values()}
+    files = {record.relative_path for record in metadata.storage.values()}
     for file in files:
         match = SHARD_FILE.match(file)
         if match:
             folder.ranks.add(int(match.group(1)))
-    missing = sorted(file for file in files if not (path / file).is_file())
-    if missing and len(missing) == len(files):
-        raise UnreadableInput(shown, "every shard file listed in .metadata is missing")
+    refused, missing = [], []
+    for file in sorted(files):
+        relative = PurePosixPath(file)
+        if relative.is_absolute() or ".." in relative.parts or not is_inside(path, path / file):
+            refused.append(file)
+        elif not is_regular_file(path / file):
+            missing.append(file)
+    if refused:  # never opened: each tensor stored there fails with the same reason
+        partial.append(
+            PartialInput(
+                shown,
+                f"shard files named in .metadata lie outside the checkpoint and are not read: "
+                f"{', '.join(repr(f) for f in refused[:5])}",
+            )
+        )
+    if files and len(missing) + len(refused) == len(files):
+        raise UnreadableInput(
+            shown,
+            "every shard file listed in .metadata is missing (or not a regular file inside "
+            "the checkpoint)",
+        )
     if missing:  # the tensors stored elsewhere still read; these fail one by one
         partial.append(
             PartialInput(
-                shown, f"shard files listed in .metadata are missing: {', '.join(missing)}"
+                shown,
+                f"shard files listed in .metadata are missing (or not regular files): "
+                f"{', '.join(missing)}",
             )
         )
     return folder

@@ -2,208 +2,250 @@
 
 A DCP folder is `.metadata` (a pickled `Metadata`) plus data files `__{rank}_{i}.distcp`.
 torch's own `FileSystemReader.read_metadata` calls plain `pickle.load` on `.metadata` (torch
-2.13, distributed/checkpoint/filesystem.py), so a planted `__reduce__` would run on open. We
-unpickle it with `MetadataUnpickler`, which resolves only the dataclasses DCP writes into that
-file (and torch sizes, dtypes, layouts, paths); any other global is refused before anything is
-called. We chose a restricted unpickler over parsing the opcodes ourselves because the metadata is
-a nest of dataclasses that torch reconstructs with `__setstate__`: re-implementing that would
-drift with torch, while the allow-list fails loudly (and safely) when torch adds a class.
+2.13, distributed/checkpoint/filesystem.py), so a planted `__reduce__` would run on open; even a
+restricted unpickler lets BUILD reach an allowed class. The file is therefore never unpickled
+without --trust-pickle: `dcp_metadata.parse_metadata` reads it at the opcode level into plain data.
 
-Tensors then load through `dcp.load(..., no_dist=True)` with a reader that hands torch the
-already-vetted metadata; torch reads tensor records with `torch.load(weights_only=True)`. Non-tensor
-entries ("bytes" items: param-group hyper-parameters, a saved step) are torch.save'd objects that
-torch's default load planner would open with `weights_only=False`, so we never let it: they are
-read here through `safe_torch_load`.
+Tensors are then assembled here, as torch's FileSystemReader.read_data does for a full load: each
+chunk record is a `torch.save`d tensor at (offset, length) in a shard file, read with
+`torch.load(weights_only=True)` and copied into the chunk's place. Doing it ourselves lets every
+record be checked first: the shard must be a regular file inside the folder (no `..`, no
+absolute path, no link), the byte range must lie in the file, and the tensor's declared size must
+be backed by record bytes actually present, so a 100-byte file cannot ask for 64 GiB. Non-tensor
+entries ("bytes" items: param-group hyper-parameters, a saved step) are torch.save'd objects read
+through `safe_torch_load`.
 """
 
 from __future__ import annotations
 
 import io
+import math
+import os
 import pickle
 import sys
-import tempfile
-import warnings
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
-from tscope.ingest.checkpoints.safe_load import TRUST_HINT, safe_torch_load
+from tscope.ingest.checkpoints.dcp_metadata import (
+    DcpMetadata,
+    NotDcpMetadata,
+    StorageRecord,
+    UndecodablePickle,
+    from_unpickled,
+    parse_metadata,
+)
+from tscope.ingest.checkpoints.safe_load import TRUST_HINT, safe_torch_loads
+from tscope.ingest.safe_fs import OUTSIDE_INPUT, is_inside, open_regular, read_bytes_bounded
 
 if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
     import torch
 
 METADATA_FILE = ".metadata"
-# A metadata file lists every chunk of every tensor; 1 GiB would be a model of millions of shards.
-MAX_METADATA_BYTES = 1 << 30
-
-_DCP_METADATA_CLASSES = frozenset(
-    {
-        "Metadata",
-        "TensorStorageMetadata",
-        "BytesStorageMetadata",
-        "ChunkStorageMetadata",
-        "TensorProperties",
-        "StorageMeta",
-        "MetadataIndex",
-        "_MEM_FORMAT_ENCODING",
-    }
-)
-_PATH_CLASSES = frozenset({"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"})
+# A metadata file lists every chunk of every tensor (~150 bytes each): 64 MiB is ~400k chunks,
+# beyond the largest public FSDP checkpoints; the decoded records take ~10x the file in memory.
+MAX_METADATA_BYTES = 64 * 1024 * 1024
+BACKED_ONLY = "tscope allocates only what the files back"
+# A bytes item is a small torch.save'd value (a learning rate, a step, a list of names).
+MAX_BYTES_ITEM = 64 * 1024 * 1024
 
 
-class MetadataUnpickler(pickle.Unpickler):
-    """Unpickles DCP `.metadata` and nothing else: every global outside the allow-list is refused.
-
-    What the allowed callables do when the pickle calls them: dataclass constructors and
-    `__setstate__` of DCP's own metadata classes, `torch.Size(tuple)`, a `pathlib` path from a
-    string, an enum lookup, `torch.serialization._get_layout(name)` (a dict lookup). None of them
-    touch files, import modules or evaluate strings.
-    """
-
-    def find_class(self, module: str, name: str) -> Any:
-        import torch
-
-        if module == "torch.distributed.checkpoint.metadata" and name in _DCP_METADATA_CLASSES:
-            return getattr(sys.modules[module], name)
-        if module == "torch.distributed.checkpoint.filesystem" and name == "_StorageInfo":
-            return getattr(sys.modules[module], name)
-        if module == "torch":
-            value = getattr(torch, name, None)
-            if name == "Size" or isinstance(
-                value, torch.dtype | torch.layout | torch.memory_format
-            ):
-                return value
-        if module == "torch.serialization" and name == "_get_layout":
-            return torch.serialization._get_layout
-        if module == "pathlib" and name in _PATH_CLASSES:
-            import pathlib
-
-            return getattr(pathlib, name)
-        if module == "collections" and name == "OrderedDict":
-            import collections
-
-            return collections.OrderedDict
-        raise pickle.UnpicklingError(f"global {module}.{name} is not part of DCP metadata")
-
-
-def read_metadata(folder: Path, display_path: str, options: LoadOptions) -> Any:
-    """The folder's `Metadata`, unpickled without running foreign code (unless trusted)."""
-    # Importing these registers the classes the allow-list hands out by module name.
-    import torch.distributed.checkpoint.filesystem  # noqa: F401
-    import torch.distributed.checkpoint.metadata as dcp_metadata
-
+def read_metadata(folder: Path, display_path: str, options: LoadOptions) -> DcpMetadata:
+    """The folder's metadata as plain data, decoded without running anything from the file."""
     shown = f"{display_path}/{METADATA_FILE}"
-    path = folder / METADATA_FILE
+    payload = read_bytes_bounded(folder / METADATA_FILE, shown, MAX_METADATA_BYTES)
+    return metadata_from_bytes(payload, shown, options)
+
+
+def metadata_from_bytes(payload: bytes, shown: str, options: LoadOptions) -> DcpMetadata:
+    """parse_metadata with every failure turned into UnreadableInput naming `shown`."""
     try:
-        size = path.stat().st_size
-        if size > MAX_METADATA_BYTES:
-            raise UnreadableInput(shown, f"metadata of {size} bytes is implausibly large")
-        payload = path.read_bytes()
-    except OSError as error:
-        raise UnreadableInput(shown, f"cannot be opened ({error.strerror or error})") from error
-    try:
-        if options.trust_pickle:
-            print(
-                f"tscope: warning: unpickling {shown} with --trust-pickle: this runs code from "
-                "the file.",
-                file=sys.stderr,
-            )
-            metadata = pickle.loads(payload)
-        else:
-            metadata = MetadataUnpickler(io.BytesIO(payload)).load()
-    except pickle.UnpicklingError as error:
-        if "not part of DCP metadata" in str(error):
+        return parse_metadata(payload)
+    except NotDcpMetadata as error:
+        if not error.foreign_global:
+            raise UnreadableInput(shown, str(error)) from error
+        if not options.trust_pickle:
             raise UnreadableInput(
                 shown, f"it holds pickled objects outside the safe set ({error})", TRUST_HINT
             ) from error
-        raise UnreadableInput(shown, f"not a readable DCP metadata file ({error})") from error
-    except Exception as error:  # truncated or corrupted pickle: any failure is the file's
-        problem = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+    except UndecodablePickle as error:
+        reason = str(error) or type(error).__name__
+        raise UnreadableInput(shown, f"not a readable DCP metadata file ({reason})") from error
+    return _trusted_metadata(payload, shown)
+
+
+def _trusted_metadata(payload: bytes, shown: str) -> DcpMetadata:
+    """--trust-pickle: a Metadata with globals we do not know, unpickled by pickle itself."""
+    print(
+        f"tscope: warning: unpickling {shown} with --trust-pickle: this runs code from the file.",
+        file=sys.stderr,
+    )
+    try:
+        return from_unpickled(pickle.loads(payload))
+    except Exception as error:  # the trusted file is still a stranger's: explain its failure
+        text = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
         raise UnreadableInput(
-            shown, f"not a readable DCP metadata file ({problem or type(error).__name__})"
+            shown, f"not a readable DCP metadata file ({text or type(error).__name__})"
         ) from error
-    if not isinstance(metadata, dcp_metadata.Metadata) or not isinstance(
-        getattr(metadata, "state_dict_metadata", None), dict
-    ):
-        raise UnreadableInput(shown, "the pickle is not a DCP Metadata object")
-    if not isinstance(getattr(metadata, "storage_data", None), dict):
-        raise UnreadableInput(shown, "the metadata does not say where tensors are stored")
-    return metadata
 
 
-def _vetted_reader(folder: Path, metadata: Any) -> Any:
-    """A FileSystemReader that never unpickles `.metadata` itself: it returns ours."""
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
-    from torch.distributed.checkpoint.metadata import StorageMeta
-
-    class VettedMetadataReader(FileSystemReader):
-        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
-            if metadata.storage_meta is None:
-                metadata.storage_meta = StorageMeta()
-            metadata.storage_meta.load_id = self.load_id
-            return metadata
-
-    return VettedMetadataReader(folder)
+def record_path(folder: Path, record: StorageRecord, display_path: str, what: str) -> Path:
+    """The shard file a record names, refused unless it is a relative path inside the folder."""
+    relative = PurePosixPath(record.relative_path)
+    escapes = relative.is_absolute() or ".." in relative.parts or not relative.parts
+    candidate = folder / relative
+    if escapes or not is_inside(folder, candidate):
+        raise UnreadableInput(
+            display_path, f"{what} is stored in {record.relative_path!r}, {OUTSIDE_INPUT}"
+        )
+    return candidate
 
 
-def load_tensor(folder: Path, metadata: Any, key: str, display_path: str) -> torch.Tensor:
+def _read_record(
+    folder: Path, record: StorageRecord, display_path: str, what: str, limit: int | None = None
+) -> bytes:
+    if record.transformed:
+        # Compressed or otherwise transformed records need torch's extension registry.
+        raise UnreadableInput(display_path, f"{what} is stored transformed; not supported")
+    path = record_path(folder, record, display_path, what)
+    with open_regular(path, f"{display_path}/{record.relative_path}") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if record.offset + record.length > size:
+            raise UnreadableInput(
+                display_path, f"{what} cannot be read (cut short: truncated data file)"
+            )
+        if limit is not None and record.length > limit:
+            raise UnreadableInput(
+                display_path, f"{what} is {record.length} bytes, more than tscope reads ({limit})"
+            )
+        handle.seek(record.offset)
+        return _read_exactly(handle, record.length)
+
+
+def _read_exactly(handle: BinaryIO, length: int) -> bytes:
+    data = handle.read(length)
+    return data if len(data) == length else b""
+
+
+def load_tensor(folder: Path, metadata: DcpMetadata, key: str, display_path: str) -> torch.Tensor:
     """One tensor entry, assembled from its chunks (all ranks' shards) into a fresh CPU tensor."""
     import torch
-    from torch.distributed.checkpoint.api import CheckpointException
-    from torch.distributed.checkpoint.state_dict_loader import load
 
-    entry = metadata.state_dict_metadata[key]
-    target = torch.empty(tuple(entry.size), dtype=entry.properties.dtype)
-    try:
-        with warnings.catch_warnings():
-            # "torch.distributed is unavailable or uninitialized": one process is the intent.
-            warnings.simplefilter("ignore")
-            load({key: target}, storage_reader=_vetted_reader(folder, metadata), no_dist=True)
-    # A truncated or damaged shard file: explain, never a traceback. DCP wraps the per-rank
-    # failure in CheckpointException, which derives from BaseException.
-    except (Exception, CheckpointException) as error:
-        raise UnreadableInput(
-            display_path, f"tensor {key} cannot be read ({_root_cause(error)})"
-        ) from error
+    entry = metadata.tensors[key]
+    dtype = getattr(torch, entry.dtype_name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise UnreadableInput(display_path, f"tensor {key} has an unknown dtype {entry.dtype_name}")
+    records = _chunk_records(folder, metadata, key, display_path)
+    target = torch.zeros(entry.size, dtype=dtype)
+    for chunk, record in records:
+        payload = _read_record(folder, record, display_path, f"tensor {key}")
+        if len(payload) != record.length:
+            raise UnreadableInput(display_path, f"tensor {key} is cut short (truncated data file)")
+        try:
+            loaded = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        except Exception as error:  # a damaged record: explain, never a traceback
+            raise UnreadableInput(
+                display_path, f"tensor {key} cannot be read ({_first_line(error)})"
+            ) from error
+        if not isinstance(loaded, torch.Tensor) or tuple(loaded.shape) != chunk.sizes:
+            raise UnreadableInput(
+                display_path, f"tensor {key} cannot be read (a chunk record has the wrong shape)"
+            )
+        view = target
+        for dim, (start, length) in enumerate(zip(chunk.offsets, chunk.sizes, strict=True)):
+            view = view.narrow(dim, start, length)
+        view.copy_(loaded)
     return target
 
 
-def _root_cause(error: BaseException) -> str:
-    failures = getattr(error, "failures", None)
-    if isinstance(failures, dict) and failures:
-        error = next(iter(failures.values()))[0]
-    text = str(error).strip()
-    name = type(error).__name__
-    return f"{name}: {text.splitlines()[0][:200]}" if text else name
+def _chunk_records(
+    folder: Path, metadata: DcpMetadata, key: str, display_path: str
+) -> list[tuple[Any, StorageRecord]]:
+    """Each chunk with its storage record, after checking that the file can back the tensor.
+
+    The budget: the tensor's bytes (numel x element size) must not exceed the bytes its chunk
+    records occupy on disk (a torch.save record holds its storage plus a header, so a real chunk
+    always passes), and every chunk must lie inside the tensor.
+    """
+    import torch
+
+    entry = metadata.tensors[key]
+    dtype = getattr(torch, entry.dtype_name)
+    element = torch.empty((), dtype=dtype).element_size()
+    records = []
+    for chunk in entry.chunks:
+        record = metadata.storage.get((key, chunk.offsets))
+        if record is None:
+            raise UnreadableInput(display_path, f"tensor {key}: a chunk has no storage record")
+        inside = len(chunk.offsets) == len(entry.size) == len(chunk.sizes) and all(
+            start + length <= dim
+            for start, length, dim in zip(chunk.offsets, chunk.sizes, entry.size, strict=True)
+        )
+        if not inside:
+            raise UnreadableInput(display_path, f"tensor {key}: a chunk lies outside the tensor")
+        if math.prod(chunk.sizes) * element > record.length:
+            raise UnreadableInput(
+                display_path,
+                f"tensor {key} cannot be read: a chunk declares {math.prod(chunk.sizes) * element}"
+                f" bytes but its record holds {record.length}; {BACKED_ONLY}",
+            )
+        records.append((chunk, record))
+    held = _backed_bytes(folder, [record for _, record in records], display_path, key)
+    wanted = math.prod(entry.size) * element
+    if wanted > held:
+        raise UnreadableInput(
+            display_path,
+            f"tensor {key} cannot be read: it declares shape {list(entry.size)} ({wanted} bytes) "
+            f"but its records "
+            f"hold {held} bytes; {BACKED_ONLY}",
+        )
+    return records
+
+
+def _backed_bytes(folder: Path, records: list[StorageRecord], display_path: str, key: str) -> int:
+    """Bytes of the shard files the records cover, each byte counted once: records that point
+    at the same or overlapping ranges cannot make a small file back a large tensor."""
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for record in records:
+        by_file.setdefault(record.relative_path, []).append(
+            (record.offset, record.offset + record.length)
+        )
+    held = 0
+    for relative, ranges in by_file.items():
+        path = record_path(
+            folder, StorageRecord(relative, 0, 0, False), display_path, f"tensor {key}"
+        )
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue  # missing: reading the chunk reports it
+        end_of_union = 0
+        for start, end in sorted(ranges):
+            start, end = max(start, end_of_union), min(end, size)
+            if end > start:
+                held += end - start
+                end_of_union = end
+    return held
 
 
 def load_bytes_item(
-    folder: Path, metadata: Any, key: str, display_path: str, options: LoadOptions
+    folder: Path, metadata: DcpMetadata, key: str, display_path: str, options: LoadOptions
 ) -> Any:
     """A non-tensor entry (a torch.save'd Python value), through safe_torch_load."""
-    from torch.distributed.checkpoint.metadata import MetadataIndex
-
-    where = metadata.storage_data.get(MetadataIndex(key))
-    if where is None:
+    record = metadata.storage.get((key, None))
+    if record is None:
         raise UnreadableInput(display_path, f"entry {key} has no storage record")
-    if getattr(where, "transform_descriptors", None):
-        # Compressed or otherwise transformed records need torch's extension registry.
-        raise UnreadableInput(display_path, f"entry {key} is stored transformed; not supported")
-    data_file = folder / where.relative_path
-    if data_file.parent != folder:  # a relative path escaping the folder is not DCP's doing
-        raise UnreadableInput(display_path, f"entry {key} points outside the checkpoint")
-    try:
-        with data_file.open("rb") as handle:
-            handle.seek(where.offset)
-            payload = handle.read(where.length)
-    except OSError as error:
-        raise UnreadableInput(display_path, f"entry {key}: {error.strerror or error}") from error
-    if len(payload) != where.length:
+    payload = _read_record(folder, record, display_path, f"entry {key}", MAX_BYTES_ITEM)
+    if len(payload) != record.length:
         raise UnreadableInput(display_path, f"entry {key} is cut short (truncated data file)")
-    # safe_torch_load reads paths; the record is copied to a private temporary file (never next
-    # to the input) so that it goes through the one vetted loader.
-    with tempfile.TemporaryDirectory(prefix="tscope-dcp-") as scratch:
-        record = Path(scratch) / "record.pt"
-        record.write_bytes(payload)
-        return safe_torch_load(record, f"{display_path} (entry {key})", options)
+    # Loaded from memory: nothing of the input is ever written anywhere.
+    return safe_torch_loads(payload, f"{display_path} (entry {key})", options)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    name = type(error).__name__
+    return f"{name}: {text.splitlines()[0][:200]}" if text else name

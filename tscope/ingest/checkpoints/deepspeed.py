@@ -27,7 +27,7 @@ from tscope.ingest.checkpoints.deepspeed_zero import (
     load_deepspeed_file,
     rebuild_zero_state,
 )
-from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name
+from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -97,7 +97,7 @@ class DeepSpeedCheckpoint:
                     self._weights[normalize_name(folder.name)] = ("fp32", folder / "fp32.pt")
         if not self._weights and not zero3:
             raise UnreadableInput(display_path, "holds no model weights (no `module` entry)")
-        step = _int(self._states.get("global_steps"))
+        step = step_value(self._states.get("global_steps"))
         self._optimizer: OptimizerState | None = None
         self._optimizer_read = False
         self._optimizer_error: UnreadableInput | None = None
@@ -332,7 +332,7 @@ def _universal_tensor(path: Path, shown: str, options: LoadOptions) -> torch.Ten
 def _int(value: Any) -> int | None:
     try:
         return int(value) if value is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # inf and NaN floats too
         return None
 
 

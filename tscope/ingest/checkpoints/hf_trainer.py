@@ -9,7 +9,7 @@ recovered from `training_args.bin` without unpickling it.
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
@@ -21,8 +21,16 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
 )
 from tscope.ingest.checkpoints.param_order import ParamSpec, architecture_order, inferred_orders
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
+from tscope.ingest.checkpoints.rng_state import read_rng_state
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
-from tscope.ingest.checkpoints.state_dict_files import TensorSource, read_json, step_from_name
+from tscope.ingest.checkpoints.state_dict_files import (
+    TensorSource,
+    read_json,
+    step_from_name,
+    step_value,
+)
+from tscope.ingest.lfs_pointer import LFS_POINTER_PROBLEM, is_lfs_pointer
+from tscope.ingest.safe_fs import OUTSIDE_INPUT, is_inside
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -83,9 +91,9 @@ class HfTrainerCheckpoint:
         self.training_args = self._training_args()
         self._read_weights()
         self._aliases = self._tied_aliases()
-        step = self.trainer_state.get("global_step") if self.trainer_state else None
+        step = step_value(self.trainer_state.get("global_step")) if self.trainer_state else None
         self.info = CheckpointInfo(
-            step=step if isinstance(step, int) else step_from_name(path.name),
+            step=step if step is not None else step_from_name(path.name),
             path=display_path,
             format="hf_trainer",
             has_optimizer=self._optimizer_file() is not None,
@@ -130,6 +138,15 @@ class HfTrainerCheckpoint:
         # state dict's (registration) order.
         for shard in sorted({str(v) for v in weight_map.values()}):
             file = self._dir / shard
+            if not _names_a_file_inside(self._dir, shard):
+                # An absolute or `../` name would read a file the user never gave tscope.
+                self.partial.append(
+                    PartialInput(
+                        self._file_shown(index_name),
+                        f"weight_map names shard {shard!r}, {OUTSIDE_INPUT}; it is not read",
+                    )
+                )
+                continue
             if not file.is_file():
                 self.partial.append(
                     PartialInput(self._file_shown(shard), "shard listed in the index is missing")
@@ -290,7 +307,10 @@ class HfTrainerCheckpoint:
         if not file.is_file():
             return False
         try:
-            safe_torch_load(file, self._file_shown(name), self._options, allow_numpy=rng)
+            if rng:
+                read_rng_state(file, self._file_shown(name), self._options)
+            else:
+                safe_torch_load(file, self._file_shown(name), self._options)
         except UnreadableInput as error:
             self.partial.append(_partial(error))
             return False
@@ -317,6 +337,11 @@ class HfTrainerCheckpoint:
         file = self._dir / "training_args.bin"
         if not file.is_file():
             return None
+        if is_lfs_pointer(file):
+            self.partial.append(
+                PartialInput(self._file_shown("training_args.bin"), LFS_POINTER_PROBLEM)
+            )
+            return None
         recovered = torch_file_literals(file)
         if not isinstance(recovered, dict):
             self.partial.append(
@@ -335,6 +360,14 @@ class HfTrainerCheckpoint:
         self._source.close()
         self._optimizer = None
         self._optimizer_raw = None
+
+
+def _names_a_file_inside(folder: Path, name: str) -> bool:
+    """A relative name without `..` that resolves inside the checkpoint folder."""
+    relative = PurePosixPath(name)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        return False
+    return is_inside(folder, folder / relative)
 
 
 def _partial(error: UnreadableInput) -> PartialInput:

@@ -28,7 +28,7 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
 from tscope.ingest.checkpoints.param_order import ParamSpec
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
-from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name
+from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -86,7 +86,7 @@ class LightningCheckpoint:
         optimizers = raw.get("optimizer_states")
         self._optimizers: list[Any] = optimizers if isinstance(optimizers, list) else []
         self._mapped: OptimizerState | None = None
-        step = _int_or_none(raw.get("global_step"))
+        step = step_value(raw.get("global_step"))
         if step is None:
             step = step_from_name(path.name)
         self.info = CheckpointInfo(
@@ -209,8 +209,8 @@ def _repeats_a_sibling(path: Path) -> bool:
     if not LAST_CHECKPOINT.match(path.name):
         return False
     literals = torch_file_literals(path)
-    step = literals.get("global_step") if isinstance(literals, Mapping) else None
-    if not isinstance(step, int):
+    step = step_value(literals.get("global_step")) if isinstance(literals, Mapping) else None
+    if step is None:
         return False
     return any(
         sibling != path and step_from_name(sibling.name) == step
@@ -359,10 +359,3 @@ def _has_loader_state(loops: Any) -> bool:
     fit_loop = loops.get("fit_loop") if isinstance(loops, Mapping) else None
     own_state = fit_loop.get("state_dict") if isinstance(fit_loop, Mapping) else None
     return isinstance(own_state, Mapping) and bool(own_state.get("combined_loader"))
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None

@@ -20,7 +20,7 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
 )
 from tscope.ingest.checkpoints.param_order import inferred_orders
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
-from tscope.ingest.checkpoints.state_dict_files import TensorSource, step_from_name
+from tscope.ingest.checkpoints.state_dict_files import TensorSource, step_from_name, step_value
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -69,7 +69,7 @@ class NanoGptCheckpoint:
         self.config: dict[str, Any] = dict(loaded.get("config") or {})
         self.model_args: dict[str, Any] = dict(loaded.get("model_args") or {})
         self.info = CheckpointInfo(
-            step=int(iter_num) if isinstance(iter_num, int) else step_from_name(path.name),
+            step=step_value(iter_num) if isinstance(iter_num, int) else step_from_name(path.name),
             path=display_path,
             format="nanogpt",
             has_optimizer=loaded.get("optimizer") is not None,

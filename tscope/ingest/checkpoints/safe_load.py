@@ -1,15 +1,41 @@
-"""torch.load that never executes a stranger's pickle unless the user explicitly trusts the file."""
+"""torch.load that never executes a stranger's pickle unless the user explicitly trusts the file.
+
+Beyond `weights_only=True`, a loaded file is held to what it actually contains:
+- it must be a regular file reached without a symlink, and not a Git LFS pointer;
+- a zip-format file must store its records uncompressed (as torch.save does), so the bytes its
+  tensors own are bytes present in the file;
+- no tensor may be a view larger than its storage (a stride-0 `expand(1 << 33)` of one element
+  is 1.7 KB on disk and 32 GiB once statistics touch it). Such a file is refused as a whole,
+  naming the tensor: statistics of a broadcast view would describe a tensor nobody trained.
+"""
 
 from __future__ import annotations
 
+import io
+import os
 import sys
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.pickle_literals import (
+    UndecodablePickle,
+    decode_pickle,
+    pickle_payload,
+    zip_pickle,
+)
+from tscope.ingest.lfs_pointer import refuse_lfs_pointer
+from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file
 
 TRUST_HINT = "If you trust the file, pass --trust-pickle."
+# torch's messages when weights_only meets a global (or a BUILD) outside its allow-list; only
+# then can --trust-pickle change the outcome. Every other failure is a damaged or foreign file.
+_REFUSED_GLOBAL_MARKERS = ("Unsupported global", "was not an allowed global", "allowlisted via")
+# Containers walked after a load to check every tensor; a state dict has a few per parameter.
+MAX_OBJECTS_CHECKED = 10_000_000
 
 
 def _numpy_rng_globals() -> list[Any]:
@@ -34,10 +60,30 @@ def safe_torch_load(
 ) -> Any:
     """Load a torch file with weights_only=True (tensors, dicts, lists, numbers, strings only).
 
-    `allow_numpy` adds the numpy globals that RNG state files hold. Anything else is refused with a
-    message naming the file and the --trust-pickle opt-in; with trust_pickle the file is loaded
-    with weights_only=False and a warning on stderr, because that runs code from the file.
+    `allow_numpy` adds the numpy globals that RNG state files hold. A global outside the safe set
+    is refused with a message naming the file and the --trust-pickle opt-in; with trust_pickle
+    the file is loaded with weights_only=False and a warning on stderr, because that runs code
+    from the file. Every other failure is one explained line (UnreadableInput).
     """
+    _check_file(path, display_path)
+    zipped = _zip_records_check(path, path.stat().st_size, display_path)
+    return _load(path, zipped, display_path, options, allow_numpy, lambda: pickle_payload(path))
+
+
+def safe_torch_loads(payload: bytes, display_path: str, options: LoadOptions) -> Any:
+    """safe_torch_load of bytes already read (a DCP bytes item): nothing is written to disk."""
+    _zip_records_check(io.BytesIO(payload), len(payload), display_path)
+    return _load(io.BytesIO(payload), False, display_path, options, False, lambda: payload)
+
+
+def _load(
+    source: Path | io.BytesIO,
+    mmap: bool,
+    display_path: str,
+    options: LoadOptions,
+    allow_numpy: bool,
+    pickle_bytes: Callable[[], bytes | None],
+) -> Any:
     import torch
 
     try:
@@ -47,27 +93,126 @@ def safe_torch_load(
                 "from the file.",
                 file=sys.stderr,
             )
-            return torch.load(path, map_location="cpu", weights_only=False, mmap=_is_zip(path))
-        if allow_numpy:
+            loaded = torch.load(source, map_location="cpu", weights_only=False, mmap=mmap)
+        elif allow_numpy:
             with torch.serialization.safe_globals(_numpy_rng_globals()):
-                return torch.load(path, map_location="cpu", weights_only=True, mmap=_is_zip(path))
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=_is_zip(path))
+                loaded = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
+        else:
+            loaded = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as error:  # a stranger's file: every failure becomes one explained line
         text = str(error)
-        if "weights_only" in text or "Unsupported global" in text or "GLOBAL" in text:
+        refused = any(marker in text for marker in _REFUSED_GLOBAL_MARKERS)
+        # torch's weights-only reader also stops at opcodes it does not implement (FRAME in a
+        # protocol-4 pickle): the file is still a real pickle that --trust-pickle would load.
+        if refused or ("Unsupported operand" in text and _is_real_pickle(pickle_bytes())):
             raise UnreadableInput(
                 display_path, "it holds pickled objects outside the safe set", TRUST_HINT
             ) from error
-        first_line = text.strip().splitlines()[0] if text.strip() else type(error).__name__
         raise UnreadableInput(
-            display_path, f"not a readable torch file ({first_line[:200]})"
+            display_path, f"not a readable torch file ({_torch_failure(error)})"
         ) from error
+    problem = tensor_backing_problem(loaded)
+    if problem:
+        raise UnreadableInput(display_path, problem)
+    return loaded
 
 
-def _is_zip(path: Path) -> bool:
-    """mmap works for the zip format (torch >= 1.6 default); legacy files must be read whole."""
+def _check_file(path: Path, display_path: str) -> None:
+    refuse_lfs_pointer(path, display_path)
+    if not is_regular_file(path):
+        raise UnreadableInput(
+            display_path, SYMLINK_REFUSED if os.path.islink(path) else NOT_REGULAR
+        )
+
+
+def _zip_records_check(source: Path | io.BytesIO, size: int, display_path: str) -> bool:
+    """Whether the file is torch's zip format (mmap works for it; legacy files are read whole).
+
+    A zip whose records are compressed, or declare more bytes than the file holds, is refused:
+    torch.save never writes one, and a deflated record can unpack to far more than the file.
+    """
     try:
-        with path.open("rb") as handle:
-            return handle.read(4) == b"PK\x03\x04"
-    except OSError:
+        if isinstance(source, Path):
+            with source.open("rb") as handle:
+                head = handle.read(4)
+        else:
+            head = source.getvalue()[:4]
+        if head != b"PK\x03\x04":
+            return False
+        with zipfile.ZipFile(source) as archive:
+            records = archive.infolist()
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return True  # torch's own reader reports the damage
+    declared = sum(info.file_size for info in records)
+    if any(info.compress_type != zipfile.ZIP_STORED for info in records) or declared > size:
+        raise UnreadableInput(
+            display_path,
+            "its zip records are compressed or larger than the file; torch.save writes neither "
+            "and tscope reads only bytes present in the file",
+        )
+    return True
+
+
+def tensor_backing_problem(loaded: Any) -> str:
+    """'' when every tensor in `loaded` is backed by its own bytes, else what is wrong.
+
+    A tensor whose numel x element size exceeds its storage's bytes overlaps itself (stride 0,
+    or strides that revisit elements): computing statistics would materialize the full view.
+    """
+    import torch
+
+    pending: list[tuple[str, Any]] = [("", loaded)]
+    seen: set[int] = set()
+    budget = MAX_OBJECTS_CHECKED
+    while pending:
+        where, value = pending.pop()
+        budget -= 1
+        if budget < 0:
+            return f"it holds more than {MAX_OBJECTS_CHECKED} objects; tscope does not read it"
+        if isinstance(value, torch.Tensor):
+            claimed = value.numel() * value.element_size()
+            held = value.untyped_storage().nbytes()
+            if claimed > held:
+                strides = list(value.stride())
+                return (
+                    f"tensor {where or '(top level)'} is a view of {claimed} bytes over a storage "
+                    f"of {held} bytes (shape {list(value.shape)}, strides {strides}); tscope "
+                    "does not expand views larger than the data in the file"
+                )
+            continue
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            pending.extend((f"{where}.{key}" if where else str(key), v) for key, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            pending.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+    return ""
+
+
+def _is_real_pickle(payload: bytes | None) -> bool:
+    """The file's pickle (data.pkl of a zip, else the file) decodes as a complete stream."""
+    if payload is None:
         return False
+    if payload[:4] == b"PK\x03\x04":  # bytes of a zip: its data.pkl
+        payload = zip_pickle(payload)
+        if payload is None:
+            return False
+    try:
+        decode_pickle(payload)
+    except UndecodablePickle:
+        return False
+    return True
+
+
+def _torch_failure(error: Exception) -> str:
+    """The informative line of torch's error: weights_only failures wrap the real reason after
+    a generic paragraph ("Weights only load failed. In PyTorch 2.6, ...")."""
+    text = str(error).strip()
+    if not text:
+        return type(error).__name__
+    if "WeightsUnpickler error:" in text:
+        reason = text.split("WeightsUnpickler error:", 1)[1].strip()
+        text = reason or text
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(error).__name__

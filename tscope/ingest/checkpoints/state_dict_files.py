@@ -24,6 +24,9 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
 )
 from tscope.ingest.checkpoints.param_order import ParamSpec, inferred_orders
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
+from tscope.ingest.checkpoints.safetensors_header import HeaderEntry, read_header, read_tensor
+from tscope.ingest.lfs_pointer import is_lfs_pointer, refuse_lfs_pointer
+from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -64,6 +67,32 @@ RNG_KEYS = ("rng_state", "rng_states", "rng", "cpu_rng_state", "torch_rng_state"
 SAMPLER_KEYS = ("sampler", "sampler_state", "dataloader", "data_loader")
 
 
+# Steps beyond 2^53 are not exact as floats (the layers table and charts hold them as such) and
+# far beyond any run; a file claiming one is forged or damaged, so its step counts as unknown.
+MAX_STEP = 1 << 53
+
+
+def step_value(value: Any) -> int | None:
+    """A step read from a file (int, float, numeric string, 0-d tensor) if it is a plausible
+    one: a whole number in 0..MAX_STEP. NaN, 1e400, 2^63, "abc", True and [1] give None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, str):
+            value = value.strip()
+            number: Any = int(value) if value.lstrip("+-").isdigit() else float(value)
+        else:
+            number = value.item() if hasattr(value, "item") and hasattr(value, "numel") else value
+            if hasattr(number, "numel"):
+                return None
+        as_int = int(number)
+        if isinstance(number, float) and number != as_int:
+            return None
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return None
+    return as_int if 0 <= as_int <= MAX_STEP else None
+
+
 def step_from_name(name: str) -> int | None:
     stem = name.lower()
     for suffix in (*_FILE_SUFFIXES, ".ckpt"):
@@ -71,7 +100,7 @@ def step_from_name(name: str) -> int | None:
     for pattern in _STEP_PATTERNS:
         match = pattern.search(stem)
         if match:
-            return int(match.group(1))
+            return step_value(match.group(1))
     return None
 
 
@@ -83,6 +112,8 @@ def normalize_name(name: str) -> str:
 
 def is_safetensors(path: Path) -> bool:
     """An 8-byte little-endian header length that fits the file, then a JSON object."""
+    if not is_regular_file(path):  # opening a FIFO to sniff it would block forever
+        return False
     try:
         with path.open("rb") as handle:
             head = handle.read(9)
@@ -97,6 +128,8 @@ def is_safetensors(path: Path) -> bool:
 
 def is_torch_file(path: Path) -> bool:
     """torch.save's zip format, or a legacy pickle (protocol 2+ starts with 0x80)."""
+    if not is_regular_file(path):
+        return False
     try:
         with path.open("rb") as handle:
             head = handle.read(4)
@@ -114,34 +147,26 @@ class TensorSource:
     """
 
     def __init__(self) -> None:
-        # name -> (file, key). The file is reopened for each tensor: a handle kept open keeps
-        # every page it touched mapped, and RSS would grow to the whole checkpoint.
-        self._safetensors: dict[str, tuple[Path, str]] = {}
+        # name -> (file, header entry). Each tensor is one read of its byte range: nothing stays
+        # mapped, and the header is never parsed again.
+        self._safetensors: dict[str, tuple[Path, HeaderEntry]] = {}
         self._tensors: dict[str, torch.Tensor] = {}
         self.order: list[ParamSpec] = []
         self.dtypes: dict[str, str] = {}
         self.stored_order_is_registration = True
 
     def add_safetensors(self, path: Path, shown: str) -> dict[str, str]:
-        """Index one safetensors file; returns its `__metadata__`."""
-        from safetensors import safe_open
-
-        try:
-            handle: Any = safe_open(str(path), framework="pt")
-            metadata = handle.metadata() or {}
-            stored_keys: list[str] = handle.keys()
-            for key in stored_keys:
-                view = handle.get_slice(key)
-                if view.get_dtype() not in _SAFETENSORS_FLOAT or _is_buffer(key):
-                    continue
-                name = normalize_name(key)
-                self._safetensors[name] = (path, key)
-                self.order.append(ParamSpec(name, tuple(int(d) for d in view.get_shape())))
-                self.dtypes[name] = view.get_dtype()
-        except Exception as error:  # safetensors raises its own error types for malformed files
-            raise UnreadableInput(shown, f"not a readable safetensors file ({error})") from error
+        """Index one safetensors file (its header, parsed once); returns its `__metadata__`."""
+        header = read_header(path, shown)
+        for entry in header.entries:
+            if entry.dtype not in _SAFETENSORS_FLOAT or _is_buffer(entry.name):
+                continue
+            name = normalize_name(entry.name)
+            self._safetensors[name] = (path, entry)
+            self.order.append(ParamSpec(name, entry.shape))
+            self.dtypes[name] = entry.dtype
         self.stored_order_is_registration = False
-        return {str(k): str(v) for k, v in metadata.items()}
+        return header.metadata
 
     def add_state_dict(self, state_dict: Mapping[Any, Any]) -> None:
         """Parameters of a loaded state dict in stored order; tied duplicates kept once."""
@@ -172,15 +197,8 @@ class TensorSource:
             return self._tensors[name]
         if name not in self._safetensors:
             raise UnreadableInput(shown, f"holds no tensor named {name}")
-        from safetensors import safe_open
-
-        path, key = self._safetensors[name]
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                tensor: torch.Tensor = handle.get_tensor(key)
-        except Exception as error:  # a file cut short after its header was read
-            raise UnreadableInput(shown, f"cannot read tensor {name} ({error})") from error
-        return tensor
+        path, entry = self._safetensors[name]
+        return read_tensor(path, entry, shown)
 
     def close(self) -> None:
         self._safetensors.clear()
@@ -210,12 +228,12 @@ class StateDictFile:
         step: int | None = None
         if path.suffix == ".safetensors":
             metadata = self._source.add_safetensors(path, display_path)
-            step = _int_or_none(metadata.get("step") or metadata.get("global_step"))
+            step = step_value(metadata.get("step") or metadata.get("global_step"))
         else:
             loaded = safe_torch_load(path, display_path, options)
             state_dict, self._raw = _split_wrapper(loaded, display_path)
             self._source.add_state_dict(state_dict)
-            step = next((_int_or_none(self._raw.get(k)) for k in STEP_KEYS if k in self._raw), None)
+            step = next((step_value(self._raw.get(k)) for k in STEP_KEYS if k in self._raw), None)
         if not self._source.order:
             raise UnreadableInput(display_path, "holds no floating-point parameter tensors")
         self.info = CheckpointInfo(
@@ -291,19 +309,26 @@ def _split_wrapper(loaded: Any, shown: str) -> tuple[Mapping[str, Any], Mapping[
     raise UnreadableInput(shown, f"holds no state dict (top-level keys: {keys})")
 
 
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None and not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        return None
+# config.json, trainer_state.json and shard indexes are kilobytes to a few megabytes (the index
+# of a sharded 405B model is ~100 kB; trainer_state.json of a long run with per-step logs ~50 MB).
+MAX_SIDE_JSON_BYTES = 256 * 1024 * 1024
 
 
 def read_json(path: Path, shown: str, partial: list[PartialInput]) -> dict[str, Any] | None:
-    """A small JSON side file; a broken one is noted in partial, not fatal."""
+    """A small JSON side file; a broken, huge, deeply nested or LFS-pointer one is noted in
+    partial, not fatal."""
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        partial.append(PartialInput(shown, f"not readable JSON ({error})"))
+        refuse_lfs_pointer(path, shown)
+        text = read_bytes_bounded(path, shown, MAX_SIDE_JSON_BYTES).decode("utf-8")
+        loaded = json.loads(text)
+    except UnreadableInput as error:
+        partial.append(PartialInput(error.path, error.problem))
+        return None
+    except (UnicodeDecodeError, ValueError) as error:
+        partial.append(PartialInput(shown, f"not readable JSON ({str(error)[:200]})"))
+        return None
+    except RecursionError:  # json recurses per nesting level: 1e5 `[` exhaust the stack
+        partial.append(PartialInput(shown, "not readable JSON (nested too deeply)"))
         return None
     return loaded if isinstance(loaded, dict) else None
 
@@ -316,6 +341,8 @@ class StateDictFileReader:
             return False
         if _NOT_A_STEP_FILE.search(path.name) or step_from_name(path.name) is None:
             return False
+        if is_lfs_pointer(path):  # opened to be reported ("run git lfs pull"), not skipped
+            return True
         return is_safetensors(path) if path.suffix == ".safetensors" else is_torch_file(path)
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tscope.errors import UnreadableInput
+from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.names import canonical_metric
 from tscope.ingest.readers.event_proto import (
     WireFormatError,
@@ -24,6 +25,7 @@ from tscope.ingest.readers.event_proto import (
     decode_scalar_records,
 )
 from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
+from tscope.ingest.safe_fs import read_bytes_bounded
 from tscope.model import LogRead, PartialInput, empty_metric_table
 
 # The file name TensorBoard writers use: events.out.tfevents.<time>.<host>.<pid>.<uid>.
@@ -81,8 +83,9 @@ class TensorBoardReader:
         return _FILE_NAME_MARKER in path.name
 
     def read(self, path: Path, display_path: str) -> LogRead:
+        refuse_lfs_pointer(path, display_path)  # a clone without `git lfs pull`
         try:
-            buffer = path.read_bytes()
+            buffer = read_bytes_bounded(path, display_path)  # regular files only, st_size bytes
         except OSError as error:
             raise UnreadableInput(
                 display_path, f"cannot open the file ({error.strerror})"

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
+from tscope.ingest.safe_fs import open_regular
 
 # Names a captured stdout/stderr gets: `python train.py > train.log`, slurm's `%j.out`/`%j.err`,
 # nohup/W&B's `output.log`, records saved as `.txt`, and files called `stdout`/`stdout.rank0`.
@@ -46,7 +47,7 @@ def is_text_log_name(path: Path) -> bool:
 def sniff_text(path: Path) -> str:
     """The first and last SNIFF_BYTES of a file as text; "" for binary files or on any OS error."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, path.name) as handle:
             head = handle.read(SNIFF_BYTES)
             if _BINARY_MARKER in head.rstrip(_BINARY_MARKER):
                 return ""
@@ -58,7 +59,7 @@ def sniff_text(path: Path) -> str:
                 tail = handle.read(SNIFF_BYTES)
             elif size > SNIFF_BYTES:
                 tail = handle.read()  # the rest, right after the head
-    except OSError:
+    except (OSError, UnreadableInput):
         return ""
     return (head + b"\n" + tail).decode("utf-8", errors="replace")
 
@@ -78,7 +79,7 @@ def iter_lines(path: Path, display_path: str) -> Iterator[str]:
     progress bars. Undecodable bytes become U+FFFD instead of failing the read.
     """
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, display_path) as handle:
             # NULs inside the text mean a binary file; NULs only at the end are the zero-filled
             # tail a crashed node leaves in a log, and are dropped below.
             if _BINARY_MARKER in handle.read(SNIFF_BYTES).rstrip(_BINARY_MARKER):

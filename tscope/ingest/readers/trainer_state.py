@@ -10,6 +10,7 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import read_head
 from tscope.ingest.names import canonical_metric
+from tscope.ingest.safe_fs import read_bytes_bounded
 from tscope.model import Caveat, LogRead, RunEvent
 
 # Keys of log_history rows that are bookkeeping, not metrics.
@@ -45,7 +46,7 @@ class TrainerStateReader:
 
     def read(self, path: Path, display_path: str) -> LogRead:
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
+            state = json.loads(read_bytes_bounded(path, display_path).decode("utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UnreadableInput(
                 display_path,

@@ -49,6 +49,7 @@ from tscope.ingest.readers.wandb_history import (
     WANDB_STEP_KEY,
     is_wandb_metric_key,
 )
+from tscope.ingest.safe_fs import read_bytes_bounded
 from tscope.ingest.table_columns import is_bookkeeping_column, unique_metric_names
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 
@@ -76,7 +77,7 @@ class WandbOfflineReader:
 
     def read(self, path: Path, display_path: str) -> LogRead:
         try:
-            data = path.read_bytes()
+            data = read_bytes_bounded(path, display_path)
         except OSError as error:
             raise UnreadableInput(display_path, f"cannot open the file ({error})") from error
         if len(data) < FILE_HEADER.size:
@@ -354,24 +355,22 @@ def _read_siblings(files_dir: Path, log: _RunLog) -> list[str]:
     config_path = files_dir / "config.yaml"
     if config_path.is_file():
         try:
-            if config_path.stat().st_size > SIBLING_MAX_BYTES:
-                raise ValueError("larger than wandb writes")
-            document = yaml.safe_load(config_path.read_text(encoding="utf-8-sig"))
+            raw = read_bytes_bounded(config_path, "files/config.yaml", SIBLING_MAX_BYTES)
+            document = yaml.safe_load(raw.decode("utf-8-sig"))
             if isinstance(document, dict):
                 for key, entry in document.items():
                     internal = str(key) in CONFIG_INTERNAL_KEYS
                     if not internal and isinstance(entry, dict) and "value" in entry:
                         log.config[str(key)] = entry["value"]
-        except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:
+        except (OSError, ValueError, RecursionError, yaml.YAMLError, UnreadableInput) as error:
             problems.append(f"files/config.yaml not read ({error})")
     summary_path = files_dir / "wandb-summary.json"
     if summary_path.is_file():
         try:
-            if summary_path.stat().st_size > SIBLING_MAX_BYTES:
-                raise ValueError("larger than wandb writes")
-            summary = json.loads(summary_path.read_text(encoding="utf-8-sig"))
+            raw = read_bytes_bounded(summary_path, "files/wandb-summary.json", SIBLING_MAX_BYTES)
+            summary = json.loads(raw.decode("utf-8-sig"))
             if isinstance(summary, dict):
                 log.summary.update({str(key): value for key, value in summary.items()})
-        except (OSError, ValueError, RecursionError) as error:
+        except (OSError, ValueError, RecursionError, UnreadableInput) as error:
             problems.append(f"files/wandb-summary.json not read ({error})")
     return problems

@@ -1,0 +1,45 @@
+"""How a stranger's text (a file name, a metric name, a logged value, a parser's error) is shown.
+
+File names and log values may hold characters that act instead of printing: a newline fakes a
+second output line ("FAKE: all good"), ESC starts a terminal escape (clear the screen, set the
+window title), NUL cuts strings short, and the bidi overrides U+202A–U+202E / U+2066–U+2069 make
+`gpj.exe` read as `exe.jpg`. Every place tscope prints or renders such text goes through
+`visible()` (the CLI's stderr lines, progress, warnings; case.html, case.md, cluster pages and SVG
+labels), so the characters appear as their escape (`\\n`, `\\x1b`, `\\u202e`) and nothing acts.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls (newline and tab included), DEL and the C1 controls (U+0080–U+009F, where 0x9B is a
+# one-byte CSI), the Unicode line and paragraph separators, and every bidi control: the embeddings
+# and overrides U+202A–U+202E, the isolates U+2066–U+2069, and the marks LRM, RLM and ALM.
+CONTROL_CHARACTERS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]"
+)
+# The same, except the two characters that lay text out in a multi-line document (a template's own
+# newlines and indentation); used where tscope renders a document rather than a single name.
+CONTROL_CHARACTERS_BUT_LAYOUT = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]"
+)
+# Python's own short escapes read best for the common ones.
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_character(char: str) -> str:
+    """One control character as the text a reader would type for it: \\n, \\x1b, \\u202e."""
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def visible(text: object) -> str:
+    """`text` on one line with every control character shown as its escape."""
+    return CONTROL_CHARACTERS.sub(lambda match: escape_character(match.group()), str(text))
+
+
+def visible_keeping_layout(text: str) -> str:
+    """As `visible`, but newlines and tabs stay: for whole documents and multi-line values."""
+    return CONTROL_CHARACTERS_BUT_LAYOUT.sub(lambda match: escape_character(match.group()), text)

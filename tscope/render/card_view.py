@@ -1,0 +1,70 @@
+"""The incident card as the templates print it: severity, what, when, cause, confidence, restart.
+
+The analyzers filled summary.card (tscope.analyzers.card); here each value becomes the words on
+the page, and the confidence number gets the word a reader acts on, with the legend beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tscope.render.formatting import format_number, format_step, one_line, parse_number
+from tscope.render.series import as_mapping
+
+# A confidence is the analyzers' estimate that this cause explains the incident (0–1). Read as
+# words: from 0.8 the evidence points one way; from 0.5 it is the best of several explanations;
+# below, a lead to check first. The legend under the card prints these same bounds.
+CONFIDENCE_WORDS = ((0.8, "high"), (0.5, "medium"), (0.0, "low"))
+CONFIDENCE_LEGEND = (
+    "Confidence is tscope's estimate (0–1) that this cause explains the incident: "
+    "high ≥ 0.8 (the evidence points one way), medium 0.5–0.8 (the best of several "
+    "explanations), low < 0.5 (a lead to check first)."
+)
+SEVERITY_WORDS = {
+    "critical": "Critical: the run is broken or about to be (NaN, divergence)",
+    "warning": "Warning: an incident that cost training progress",
+    "info": "Info: worth knowing, nothing to act on",
+}
+
+
+def confidence_word(confidence: float | None) -> str:
+    if confidence is None:
+        return "unknown"
+    return next(word for bound, word in CONFIDENCE_WORDS if confidence >= bound)
+
+
+def card_view(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """None when the case has no incident (healthy, no data) or predates the card."""
+    card = as_mapping(summary.get("card"))
+    if not card:
+        return None
+    cause = as_mapping(card.get("cause"))
+    confidence = parse_number(cause.get("confidence"))
+    what = one_line(str(card.get("what") or ""))
+    severity = str(card.get("severity") or "")
+    return {
+        "severity": severity,
+        "severity_words": SEVERITY_WORDS.get(severity, severity),
+        "what": f"{what[:1].upper()}{what[1:]}" if what else "",
+        "step": format_step(card.get("step")),
+        "headline_id": str(card.get("headline_id") or ""),
+        "cause_words": one_line(str(cause.get("words") or "")),
+        "cause_category": str(cause.get("category") or ""),
+        "cause_finding": str(cause.get("finding_id") or ""),
+        "confidence_word": confidence_word(confidence),
+        "confidence": format_number(confidence),
+        "confidence_legend": CONFIDENCE_LEGEND,
+        "restart": _restart_view(as_mapping(card.get("restart"))),
+    }
+
+
+def _restart_view(restart: dict[str, Any]) -> dict[str, str] | None:
+    if not restart:
+        return None
+    holds = "with optimizer state" if restart.get("has_optimizer") else "weights only"
+    return {
+        "path": str(restart.get("path") or ""),
+        "step": format_step(restart.get("step")),
+        "holds": holds,
+        "command": str(restart.get("command") or ""),
+    }
