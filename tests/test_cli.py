@@ -120,6 +120,14 @@ CLI_SURFACE = {
     },
     "report": {"CASE_DIR": "CASE_DIR", "--format": "FORMATS", "--out": "DIR"},
     "demo": {"--out": "DIR", "--quiet": None},
+    "xray": {
+        "RUN_DIR": "RUN_DIR",
+        "--entry": "FILE.py",
+        "--lengths": "N,N,...",
+        "--out": "DIR",
+        "--format": "FORMATS",
+        "--quiet": None,
+    },
 }
 
 
@@ -163,6 +171,7 @@ def plain_help(*args: str) -> str:
         ("cluster", "Usage: tscope cluster [OPTIONS] RUNS_DIR"),
         ("report", "Usage: tscope report [OPTIONS] CASE_DIR"),
         ("demo", "Usage: tscope demo [OPTIONS]"),
+        ("xray", "Usage: tscope xray [OPTIONS] [RUN_DIR]"),
     ],
 )
 def test_help_placeholders_read_like_what_you_type(command, usage):
@@ -181,7 +190,7 @@ def test_replay_help_marks_what_is_required_and_says_it_writes_a_new_folder():
     assert "updates case" not in text and "write a new case folder" in text
 
 
-@pytest.mark.parametrize("command", ["analyze", "cluster", "replay", "report", "demo"])
+@pytest.mark.parametrize("command", ["analyze", "cluster", "replay", "report", "demo", "xray"])
 def test_every_command_has_help(command):
     result = invoke(command, "--help")
     assert result.exit_code == 0 and "Usage" in result.output

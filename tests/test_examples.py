@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-# Replay entry files are imported by `tscope replay`, not run: tests/test_replay_core.py runs them.
+# Entry files are imported by `tscope replay` / `tscope xray`, not run: tests/test_replay_core.py
+# and tests/test_xray.py run them.
 EXAMPLES = sorted(
     p
     for p in (Path(__file__).resolve().parents[1] / "examples").glob("*.py")
-    if not p.name.startswith("replay_entry_")
+    if not p.name.startswith(("replay_entry_", "xray_entry_"))
 )
 
 

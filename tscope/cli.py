@@ -268,6 +268,86 @@ def replay(
 
 
 @app.command(cls=PlainCommand)
+def xray(
+    run_dir: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="A Hugging Face Trainer run (training_args.bin); with --entry, the run whose case "
+            "gets the audit's findings.",
+        ),
+    ] = None,
+    entry: Annotated[
+        Path | None,
+        typer.Option(
+            "--entry",
+            metavar="FILE.py",
+            help="Your entry file defining train_step(model, sequences).",
+        ),
+    ] = None,
+    lengths: Annotated[
+        str | None,
+        typer.Option(
+            "--lengths", metavar="N,N,...", help="Probe sequence lengths, e.g. 5,9,3,12,7,4."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="Case directory to write (default: ./tscope-xray-NAME)."
+        ),
+    ] = None,
+    formats: FormatsOption = "html,md,json",
+    quiet: QuietOption = False,
+) -> None:
+    """Audit a training step on a tracer model: the gradient weight of every target token, and
+    gradient leaking between sequences. Writes xray.json and case.html/md/json."""
+    from tscope.xray.probe import parse_lengths
+    from tscope.xray_pipeline import audit, case_with_xray, write_xray_files
+
+    try:
+        chosen = parse_formats(formats)
+        probe_lengths = parse_lengths(lengths) if lengths is not None else None
+        named = entry if entry is not None else run_dir
+        if named is None:
+            raise UsageError(
+                "Give --entry FILE.py (defining train_step(model, sequences)) or a Hugging Face "
+                "Trainer run directory."
+            )
+        inputs = [run_dir] if run_dir is not None else []
+        if out is not None:
+            check_outside_inputs(out, inputs)
+        target = out or default_output("tscope-xray", named.resolve().stem, inputs)
+        with Progress(progress_enabled(quiet), "auditing the step"):
+            result = audit(run_dir, entry, probe_lengths)
+            case = case_with_xray(result)
+        written = write_case(case, target, chosen)
+        written += write_xray_files(result, target)
+    except TscopeError as error:
+        _fail(str(error))
+    if not quiet:
+        section = case.xray or {}
+        typer.echo(
+            f"Token audit: weights match {section.get('matched_rule')} "
+            f"(intended {section.get('intended')}); max leak {section.get('leak', {}).get('max')}; "
+            f"{len(result.findings)} finding(s).",
+            err=True,
+        )
+    typer.echo(visible(main_file(written)))
+
+
+def _parse_window(text: str) -> tuple[int, int]:
+    before, sep, after = text.partition(":")
+    try:
+        low, high = int(before), int(after)
+    except ValueError:
+        raise UsageError(f"--window {text!r}: use -BEFORE:+AFTER, e.g. -5:5.") from None
+    if not sep or low > 0 or high < 0:
+        raise UsageError(f"--window {text!r}: use -BEFORE:+AFTER around --around, e.g. -5:5.")
+    return low, high
+
+
+@app.command(cls=PlainCommand)
 def cluster(
     runs_dir: Annotated[
         Path,

@@ -118,6 +118,8 @@ class Case:
     layers_table: Any = None
     # What `tscope replay` added: fidelity, per-step series, samples, what-ifs (see docs).
     replay: dict[str, Any] | None = None
+    # What `tscope xray` added: per-token weights, matched rule, leak matrix (docs/xray-schema.md).
+    xray: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The case.json payload: contract keys plus documented extensions, JSON-safe floats."""
@@ -152,6 +154,8 @@ class Case:
             payload["layers"] = self.layers
         if self.replay is not None:
             payload["replay"] = self.replay
+        if self.xray is not None:
+            payload["xray"] = self.xray
         result: dict[str, Any] = json_safe(payload)
         return result
 

@@ -27,6 +27,7 @@ from tscope.render.formatting import (
 from tscope.render.heatmap import MEASURES
 from tscope.render.replay_view import replay_view
 from tscope.render.series import as_list, as_mapping, as_records
+from tscope.render.xray_view import xray_view
 
 TEMPLATE_PACKAGE = "tscope.templates"  # the top-level templates/ folder, installed inside tscope
 STATUS_LABELS = {"incident": "Incident", "healthy": "Healthy", "no_data": "No data"}
@@ -122,6 +123,7 @@ def build_view(payload: dict[str, Any]) -> dict[str, Any]:
         "other_metrics": _other_metrics(payload),
         "layer_tables": _layer_tables(as_mapping(payload.get("layers"))),
         "replay": replay_view(payload),
+        "xray": xray_view(payload),
         "tool": _tool_line(payload),
     }
 

@@ -72,11 +72,8 @@ class Entry:
 
 def load_entry(path: str | Path) -> Entry:
     """Import the entry file; a missing or broken file, or one without batches(), is one line."""
-    file = Path(path)
     shown = str(path)
-    if not file.is_file():
-        raise UsageError(f"Entry file {shown} does not exist. Pass a Python file with --entry.")
-    module = _import(file, shown)
+    module = import_entry_module(path)
     batches = getattr(module, "batches", None)
     if not callable(batches):
         raise UsageError(
@@ -99,6 +96,16 @@ def load_entry(path: str | Path) -> Entry:
         ),
         loss_keywords=_accepted_keywords(loss_fn) if loss_fn is not None else (),
     )
+
+
+def import_entry_module(path: str | Path) -> ModuleType:
+    """Import a user's entry file (replay's or xray's) as a fresh private module; a missing or
+    broken file is one explained line."""
+    file = Path(path)
+    shown = str(path)
+    if not file.is_file():
+        raise UsageError(f"Entry file {shown} does not exist. Pass a Python file with --entry.")
+    return _import(file, shown)
 
 
 def _import(file: Path, shown: str) -> ModuleType:

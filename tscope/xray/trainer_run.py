@@ -1,0 +1,308 @@
+"""`tscope xray RUN_DIR`: audit a Hugging Face Trainer run's step without an entry file.
+
+The run's `training_args.bin` is decoded without unpickling (tscope.ingest's pickle decoder) and
+its `config.json` names the model class; together they set up the real Trainer step on the tracer
+(trainer_step.py). A run trained on several processes is audited on as many CPU processes
+(torchrun, gloo), and the embedding gradient is read on rank 0 after the all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tscope.errors import UsageError
+from tscope.model.xray import XrayResult
+from tscope.xray.probe import DEFAULT_LENGTHS, Probe, cycled_lengths, make_probe
+from tscope.xray.tracer import ForwardCall
+from tscope.xray.trainer_step import TrainerSettings
+
+# The probe batch of a Trainer step has per_device × accumulation × ranks sequences; above this
+# the audit would stop being a quick check.
+MAX_STEP_SEQUENCES = 512
+# More ranks than this are audited on this many CPU processes would be slow; refuse instead.
+MAX_AUDIT_RANKS = 8
+RANK_TIMEOUT_SECONDS = 600
+MAX_SIDE_FILE_BYTES = 4 * 1024 * 1024  # config.json / tokenizer_config.json: a few kB in practice
+
+
+def _small_json(path: Path) -> Any:
+    """A side file's JSON, or None when it is missing, oversized or broken."""
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_SIDE_FILE_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def find_run_files(run_dir: Path) -> tuple[Path, Path | None]:
+    """training_args.bin and config.json: the run root's, else the newest checkpoint's."""
+    if not run_dir.is_dir():
+        raise UsageError(
+            f"{run_dir} is not a directory. Pass a Hugging Face Trainer run directory."
+        )
+    folders = [run_dir]
+    checkpoints = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
+    folders += sorted(checkpoints, key=lambda p: -int(p.name[11:]))
+    for folder in folders:
+        arguments = folder / "training_args.bin"
+        if arguments.is_file():
+            config = folder / "config.json"
+            return arguments, config if config.is_file() else None
+    raise UsageError(
+        f"{run_dir} holds no training_args.bin (in the folder or a checkpoint-N/): it is not a "
+        "Hugging Face Trainer run. Pass --entry FILE.py defining train_step(model, sequences)."
+    )
+
+
+def read_settings(run_dir: Path) -> tuple[TrainerSettings, list[str]]:
+    from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
+
+    arguments_file, config_file = find_run_files(run_dir)
+    decoded = torch_file_literals(arguments_file)
+    if not isinstance(decoded, dict):
+        raise UsageError(
+            f"Cannot read {arguments_file}: it does not decode as TrainingArguments. Pass --entry "
+            "FILE.py defining train_step(model, sequences) instead."
+        )
+    notes = [f"Trainer arguments from {arguments_file} (decoded without unpickling)."]
+    defaults = TrainerSettings()
+    state = decoded.get("distributed_state")
+    world = state.get("num_processes") if isinstance(state, dict) else None
+    model_class, accepts = _model_class(config_file, notes)
+    settings = TrainerSettings(
+        per_device_train_batch_size=_int(decoded, "per_device_train_batch_size", defaults),
+        gradient_accumulation_steps=_int(decoded, "gradient_accumulation_steps", defaults),
+        average_tokens_across_devices=bool(
+            decoded.get("average_tokens_across_devices", defaults.average_tokens_across_devices)
+        ),
+        label_smoothing_factor=float(
+            decoded.get("label_smoothing_factor") or defaults.label_smoothing_factor
+        ),
+        world_size=int(world) if isinstance(world, int) and world > 0 else 1,
+        seed=_int(decoded, "seed", defaults),
+        train_sampling_strategy=str(
+            decoded.get("train_sampling_strategy") or defaults.train_sampling_strategy
+        ),
+        use_cache=bool(decoded.get("use_cache", defaults.use_cache)),
+        padding_side=_padding_side(arguments_file.parent, notes),
+        model_accepts_loss_kwargs=accepts,
+        model_class=model_class,
+    )
+    return settings, notes
+
+
+def _int(decoded: dict[str, Any], key: str, defaults: TrainerSettings) -> int:
+    value = decoded.get(key)
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) else getattr(defaults, key)
+    )
+
+
+def _model_class(config_file: Path | None, notes: list[str]) -> tuple[str, bool]:
+    """The run's model class (config.json `architectures`) and whether its forward takes the
+    loss kwargs (num_items_in_batch), decided as Trainer.__init__ decides it."""
+    import inspect
+
+    if config_file is None:
+        notes.append("No config.json: the model is assumed to accept num_items_in_batch.")
+        return "", True
+    config = _small_json(config_file)
+    if not isinstance(config, dict):
+        notes.append(
+            f"{config_file} is unreadable: the model is assumed to accept num_items_in_batch."
+        )
+        return "", True
+    names = config.get("architectures")
+    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+    import transformers
+
+    model_class = getattr(transformers, name, None) if name.isidentifier() else None
+    if model_class is None:
+        notes.append(
+            f"Model class {name or '(none)'} is not in transformers: assumed to accept "
+            "num_items_in_batch."
+        )
+        return name, True
+    if hasattr(model_class, "accepts_loss_kwargs"):
+        accepts = bool(model_class.accepts_loss_kwargs)
+    else:
+        parameters = inspect.signature(model_class.forward).parameters.values()
+        accepts = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
+    notes.append(
+        f"Model class {name} (config.json) "
+        + ("accepts" if accepts else "does not accept")
+        + " num_items_in_batch; the tracer's step follows it."
+    )
+    return name, accepts
+
+
+def _padding_side(folder: Path, notes: list[str]) -> str:
+    tokenizer_config = folder / "tokenizer_config.json"
+    side = "right"
+    loaded = _small_json(tokenizer_config)
+    if isinstance(loaded, dict) and loaded.get("padding_side") in ("left", "right"):
+        side = loaded["padding_side"]
+    notes.append(
+        f"Collator: pads each micro-batch to its longest sequence on the {side}, labels -100 on "
+        "padding (a causal-LM Trainer run's padding collator)."
+    )
+    return side
+
+
+def xray_trainer_run(
+    run_dir: str | Path,
+    lengths: Sequence[int] | None = None,
+    settings: TrainerSettings | None = None,
+) -> XrayResult:
+    """Audit the Trainer step the run's arguments set up (or `settings`, when given)."""
+    from tscope.analyzers.xray import fit_rules, matching_rules
+    from tscope.xray.api import LEAK_RELATIVE_THRESHOLD
+    from tscope.xray.leak import run_leak
+    from tscope.xray.tracer import build_tracer
+    from tscope.xray.weighting import boundary_weight, reference_gradient, token_measures
+
+    started = time.perf_counter()
+    notes: list[str] = []
+    if settings is None:
+        settings, notes = read_settings(Path(run_dir))
+    count = settings.sequences_per_step()
+    if count > MAX_STEP_SEQUENCES:
+        raise UsageError(
+            f"{run_dir}: one step holds {count} sequences (per_device_train_batch_size × "
+            f"gradient_accumulation_steps × ranks); the audit handles at most {MAX_STEP_SEQUENCES}."
+        )
+    if settings.world_size > MAX_AUDIT_RANKS:
+        raise UsageError(
+            f"{run_dir}: the run used {settings.world_size} processes; the audit runs at most "
+            f"{MAX_AUDIT_RANKS} on CPU."
+        )
+    probe = make_probe(cycled_lengths(lengths or DEFAULT_LENGTHS, count))
+    if settings.world_size > 1:
+        gradient, calls, ranks = _distributed_step(settings, probe)
+    else:
+        gradient, calls = _local_step(settings, probe)
+        ranks = [0] * len(calls)
+    reference = reference_gradient(build_tracer(probe.vocab_size, "weighting"), probe)
+    measures = token_measures(gradient, reference, probe, calls, ranks)
+    leak = run_leak(_collated_step(settings), probe)
+    notes.append(
+        "Leak mode runs the collator and the model's forward and backward on one process "
+        "(data parallelism does not mix sequences)."
+    )
+    result = XrayResult(
+        mode="trainer",
+        source=str(run_dir),
+        lengths=probe.lengths,
+        intended="token_mean",
+        tokens=tuple(measures),
+        forward_calls=len(calls),
+        world_size=settings.world_size,
+        boundary_weight=boundary_weight(gradient, reference, probe),
+        leak_matrix=tuple(tuple(row) for row in leak.matrix),
+        leak_threshold=LEAK_RELATIVE_THRESHOLD,
+        nan_forwards=leak.nan_forwards,
+        settings=settings.as_dict(),
+        notes=tuple(notes),
+    )
+    fits = fit_rules(result.tokens)
+    result = replace(result, fits=fits, matched_rules=tuple(matching_rules(fits)))
+    return replace(result, seconds=round(time.perf_counter() - started, 3))
+
+
+def _local_step(settings: TrainerSettings, probe: Probe) -> tuple[Any, list[ForwardCall]]:
+    from tscope.xray.tracer import build_tracer
+    from tscope.xray.trainer_step import trainer_step_gradient
+
+    model = build_tracer(probe.vocab_size, "weighting")
+    return trainer_step_gradient(settings, model, probe.copy_sequences())
+
+
+def _collated_step(settings: TrainerSettings) -> Any:
+    """Leak mode's step: the Trainer's micro-batches (collated as it does) forward and backward."""
+    from tscope.xray.trainer_step import PaddingCollator
+
+    collate = PaddingCollator(settings.padding_side)
+    size = settings.per_device_train_batch_size
+
+    def step(model: Any, sequences: list[dict[str, list[int]]]) -> None:
+        for start in range(0, len(sequences), size):
+            model(**collate(sequences[start : start + size])).loss.backward()
+
+    return step
+
+
+def _distributed_step(
+    settings: TrainerSettings, probe: Probe
+) -> tuple[Any, list[ForwardCall], list[int]]:
+    """torchrun with one CPU process per rank of the run; rank 0's gradient after the
+    all-reduce, and every rank's forwards (in rank order)."""
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="tscope-xray-ranks-") as scratch:
+        folder = Path(scratch)
+        spec = folder / "spec.json"
+        spec.write_text(
+            json.dumps(
+                {"settings": settings.as_dict(), "lengths": list(probe.lengths), "out": scratch}
+            ),
+            encoding="utf-8",
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={settings.world_size}",
+            f"--master_port={_free_port()}",
+            "-m",
+            "tscope.xray.rank_worker",
+            str(spec),
+        ]
+        environment = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=RANK_TIMEOUT_SECONDS,
+                env=environment,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise UsageError(
+                f"The {settings.world_size}-process audit did not finish within "
+                f"{RANK_TIMEOUT_SECONDS} s."
+            ) from None
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise UsageError(
+                f"The {settings.world_size}-process audit (torchrun, gloo) failed: {tail}"
+            )
+        calls: list[ForwardCall] = []
+        ranks: list[int] = []
+        gradient = None
+        for rank in range(settings.world_size):
+            record = torch.load(folder / f"rank-{rank}.pt", weights_only=True)
+            if rank == 0:
+                gradient = record["gradient"]
+            for token_ids, scored in record["calls"]:
+                calls.append(ForwardCall(list(token_ids), scored))
+                ranks.append(rank)
+    return gradient, calls, ranks
+
+
+def _free_port() -> int:
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port: int = probe_socket.getsockname()[1]
+        return port

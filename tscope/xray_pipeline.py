@@ -1,0 +1,134 @@
+"""audit(...) -> XrayAudit: the token audit and its findings; case_with_xray() puts them into a
+case, write_xray_files() writes xray.json.
+
+    audit_result = audit(entry="xray_entry.py", lengths=(5, 9, 3, 12, 7, 4))
+    case = case_with_xray(audit_result)
+    write_xray_files(audit_result, Path("case-dir"))
+
+With an entry the audit needs no run: the case holds only the audit's findings. With a run
+directory (a Hugging Face Trainer run) the case is the run's analysis with the audit's findings
+ranked in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tscope.errors import UsageError
+from tscope.model import Finding
+from tscope.model.xray import XrayResult
+from tscope.xray.probe import DEFAULT_LENGTHS
+
+XRAY_JSON = "xray.json"
+
+
+@dataclass
+class XrayAudit:
+    result: XrayResult
+    findings: list[Finding]
+    run_dir: str | None  # the Trainer run audited, None for an entry on its own
+
+
+def audit(
+    run_dir: str | Path | None = None,
+    entry: str | Path | None = None,
+    lengths: Sequence[int] | None = None,
+) -> XrayAudit:
+    """The entry's train_step when given, else the Trainer run's own step."""
+    from tscope.analyzers.xray import xray_findings
+    from tscope.xray.api import xray_entry
+
+    if entry is not None:
+        result = xray_entry(entry, lengths or DEFAULT_LENGTHS)
+    elif run_dir is not None:
+        from tscope.xray.trainer_run import xray_trainer_run
+
+        result = xray_trainer_run(run_dir, lengths)
+    else:
+        raise UsageError(
+            "tscope xray needs --entry FILE.py defining train_step(model, sequences), or a "
+            "Hugging Face Trainer run directory."
+        )
+    return XrayAudit(result, xray_findings(result), str(run_dir) if run_dir else None)
+
+
+def case_with_xray(audit_result: XrayAudit) -> Any:
+    """The run's case (or an empty one) with the audit's findings and an `xray` section."""
+    from tscope.errors import NothingToAnalyze
+    from tscope.ingest.assemble import assemble_run
+    from tscope.pipeline import analyze_run, build_case
+
+    case = None
+    if audit_result.run_dir is not None:
+        try:
+            case = analyze_run(
+                audit_result.run_dir, read_weights=False, extra_findings=audit_result.findings
+            ).case
+        except NothingToAnalyze:
+            case = None  # a run dir with no logs: the audit stands on its own
+    if case is None:
+        source = audit_result.result.source
+        name = Path(source).stem if audit_result.run_dir is None else Path(source).name
+        run = assemble_run(name, source, [], [])
+        case = build_case(run, [], None, audit_result.findings)
+        case.limits = [line for line in case.limits if not line.startswith("Logs only")]
+    case.xray = xray_section(audit_result.result)
+    case.limits.append(XRAY_LIMIT)
+    if case.summary.get("status") == "healthy" and not case.metrics:
+        notes = [f for f in case.findings if f.source == "xray"]
+        case.summary["verdict"] = (
+            f"Token audit: no warning. {notes[0].message}"
+            if notes
+            else clean_verdict(audit_result.result)
+        )
+    return case
+
+
+def clean_verdict(result: XrayResult) -> str:
+    """The first sentence of a clean audit (no logs to judge, nothing found)."""
+    intended = result.fit(result.intended)
+    deviation = f"{intended.max_deviation:.1e}" if intended is not None else "n/a"
+    return (
+        f"Token audit clean: every target token weighs as the intended {result.intended} "
+        f"(max deviation {deviation}) and no gradient leaks between the {len(result.lengths)} "
+        "sequences of the probe batch."
+    )
+
+
+# What the audit cannot see, in the reader's words (the case's limits list).
+XRAY_LIMIT = (
+    "The token audit reads the gradient the step's backward leaves on a random-weight tracer: it "
+    "cannot see gradient clipping or the optimizer step, nor anything that depends on a trained "
+    "model's state."
+)
+
+
+def xray_section(result: XrayResult) -> dict[str, Any]:
+    """What case.json keeps of the audit: the whole of xray.json but the per-rule expectations."""
+    payload = result.to_dict()
+    for token in payload["tokens"]:
+        expected = token.pop("expected")
+        token["intended"] = expected.get(result.intended)
+    payload["files"] = [XRAY_JSON]
+    return payload
+
+
+def write_xray_files(audit_result: XrayAudit, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload = audit_result.result.to_dict()
+    payload["findings"] = [asdict(f) for f in audit_result.findings]
+    path = out_dir / XRAY_JSON
+    from tscope.model.case import json_safe
+
+    path.write_text(
+        json.dumps(
+            json_safe(payload), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    return [path]
