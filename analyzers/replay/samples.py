@@ -33,7 +33,7 @@ def bad_batch_findings(result: ReplayResult, qualified: bool) -> list[Finding]:
         findings.append(
             Finding(
                 category="bad_batch",
-                severity="warning",
+                severity="info" if qualified else "warning",
                 confidence=0.5 if qualified else min(0.95, 0.6 + 0.4 * share),
                 step=step,
                 layer=None,
