@@ -101,6 +101,9 @@ def investigate(
                 own_level=experiment.name == "from",
             )
         )
+    if not baseline.fidelity.reproduced:
+        # The what-ifs change a replay that is not the run: they are no evidence about its cause.
+        outcomes = [replace(outcome, conclusive=False) for outcome in outcomes]
     if suite is not None and suite.notes:
         restore = replace(baseline.restore, notes=baseline.restore.notes + tuple(suite.notes))
         baseline = replace(baseline, restore=restore)

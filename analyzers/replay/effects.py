@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tscope.analyzers.replay.interventions import KEPT_FRACTION, REMOVED_FRACTION
 from tscope.analyzers.signals import fmt
 
 from tscope.model import Finding
@@ -19,60 +20,80 @@ from tscope.model.replay import InterventionOutcome
 
 
 def effect_findings(outcomes: Sequence[InterventionOutcome], qualified: bool) -> list[Finding]:
+    """`qualified`: the baseline replay does not reproduce the log, so no what-if is evidence
+    about the run: each finding says "not conclusive", at low confidence."""
     findings = []
     for outcome in outcomes:
-        if outcome.spike_line is None:
+        if outcome.spike_line is None or outcome.effect == "unjudged":
             continue  # too little history to tell a spike from the loss's own level
-        if (
-            outcome.baseline_peak_loss is not None
-            and outcome.baseline_peak_loss < outcome.spike_line
-        ):
-            continue  # no spike in the baseline window: the experiment has nothing to remove
-        reading = _reading(outcome)
+        fraction = outcome.removed_fraction
+        if outcome.effect == "no_spike":
+            reading = (
+                "The baseline's peak stays under its own spike line: there is no spike in the "
+                "replayed window for this what-if to remove."
+            )
+        else:
+            reading = _reading(outcome)
         message = (
             f"What-if {_describe(outcome)}: the peak loss in the window goes from "
             f"{fmt(outcome.baseline_peak_loss)} (step {outcome.baseline_peak_step}) to "
-            f"{fmt(outcome.peak_loss)} (step {outcome.peak_step}); the spike line is "
-            f"{fmt(outcome.spike_line)}. {reading}"
+            f"{fmt(outcome.peak_loss)} (step {outcome.peak_step}), removing "
+            f"{_percent(fraction)} of the baseline's excess over its pre-spike level "
+            f"{fmt(outcome.reference_median)}; the spike line is {fmt(outcome.spike_line)}. "
+            f"{reading}"
         )
         if qualified:
-            message += " (The baseline replay did not reproduce the log; read with care.)"
+            message = (
+                f"Not conclusive: {message} The baseline replay does not reproduce the log, so "
+                "this describes the replayed run, not the logged one."
+            )
         findings.append(
             Finding(
                 category="intervention_effect",
                 severity="info",
-                confidence=0.5 if qualified else 0.85,
+                confidence=0.2 if qualified else 0.85,
                 step=outcome.baseline_peak_step,
                 layer=None,
                 message=message,
                 evidence={
                     "what_if": outcome.name,
                     **{key: value for key, value in outcome.params.items()},
-                    "spike_removed": outcome.spike_removed,
+                    "spike_removed": outcome.spike_removed and not qualified,
+                    "effect": outcome.effect,
+                    "removed_fraction": fraction,
+                    "conclusive": not qualified,
                     "baseline_peak_loss": outcome.baseline_peak_loss,
                     "what_if_peak_loss": outcome.peak_loss,
                     "spike_line": outcome.spike_line,
+                    "reference_median": outcome.reference_median,
                 },
-                suggestion=_suggestion(outcome),
+                suggestion=(
+                    "Fix the entry file until the baseline replay reproduces the log, then rerun "
+                    "the what-ifs."
+                    if qualified
+                    else _suggestion(outcome)
+                ),
                 source="replay",
-                threshold="spike line = median of the steps before the window + 6 robust σ",
+                threshold=(
+                    "spike line = median of the steps before the window + 6 robust σ; removed ≥ "
+                    f"{REMOVED_FRACTION:.0%} of the excess over the pre-spike level, kept ≤ "
+                    f"{KEPT_FRACTION:.0%}"
+                ),
             )
         )
     return findings
 
 
 def cause_verdict(outcomes: Sequence[InterventionOutcome]) -> str | None:
-    """'data', 'state' or None, from the experiments that were run."""
-    judged = [o for o in outcomes if o.spike_line is not None]
-    by_name = {o.name: o for o in judged}
+    """'data', 'state' or None, from the experiments that were run (None when any is not
+    conclusive: a replay that does not reproduce the log says nothing about its cause)."""
+    if any(not o.conclusive for o in outcomes):
+        return None
+    by_name = {o.name: o.effect for o in outcomes}
     skip, earlier = by_name.get("skip"), by_name.get("from")
-    data = (skip is not None and skip.spike_removed) or (
-        earlier is not None and not earlier.spike_removed and _earlier_peak_high(earlier)
-    )
-    state = (earlier is not None and earlier.spike_removed) or (
-        skip is not None
-        and not skip.spike_removed
-        and any(o.spike_removed for o in judged if o.name in ("lr", "clip"))
+    data = skip == "removed" or earlier == "kept"
+    state = earlier == "removed" or (
+        skip == "kept" and any(by_name.get(name) == "removed" for name in ("lr", "clip"))
     )
     if data and not state:
         return "data"
@@ -81,8 +102,8 @@ def cause_verdict(outcomes: Sequence[InterventionOutcome]) -> str | None:
     return None
 
 
-def _earlier_peak_high(outcome: InterventionOutcome) -> bool:
-    return outcome.spike_line is not None and outcome.peak_loss >= outcome.spike_line
+def _percent(fraction: float | None) -> str:
+    return "an unknown share" if fraction is None else f"{fraction:.0%}"
 
 
 def _describe(outcome: InterventionOutcome) -> str:
@@ -101,6 +122,11 @@ def _describe(outcome: InterventionOutcome) -> str:
 
 
 def _reading(outcome: InterventionOutcome) -> str:
+    if outcome.effect == "partial":
+        return (
+            "Part of the spike remains: this change explains some of it, not all (neither "
+            "removed nor kept)."
+        )
     removed = outcome.spike_removed
     if outcome.name == "skip":
         what = "these samples do" if "samples" in outcome.params else "this batch does"
@@ -133,6 +159,8 @@ def _reading(outcome: InterventionOutcome) -> str:
 def _suggestion(outcome: InterventionOutcome) -> str:
     if outcome.name == "skip" and outcome.spike_removed:
         return "Restart from the checkpoint before the spike with these samples skipped."
+    if outcome.effect == "partial":
+        return "Combine with the other what-ifs to separate data from state."
     if outcome.name == "from" and not outcome.spike_removed:
         return "Remove or repair the batch; restarting from an earlier checkpoint will not help."
     if outcome.name == "from":

@@ -50,6 +50,7 @@ def _qualify(finding: Finding) -> Finding:
 
     return replace(
         finding,
+        severity="info",  # about the replayed run: a failed replay must not make an incident
         confidence=min(finding.confidence, 0.5),
         message=finding.message + " (The replay did not reproduce the log: read with care.)",
     )

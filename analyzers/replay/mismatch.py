@@ -35,6 +35,11 @@ def mismatch_findings(
     )
     if reasons:
         message += f" Most likely: {reasons[0].rstrip('.')}."
+    if at_step is None:
+        message += (
+            " Its findings describe the replayed run, not the logged one: no cause is named "
+            "until the entry file reproduces the log."
+        )
     if at_step is not None:
         message += (
             f" The run resumed here: a load that does not give back the state the run had "
@@ -44,7 +49,9 @@ def mismatch_findings(
     return [
         Finding(
             category="replay_mismatch",
-            severity="warning",
+            # A replay that fails to reproduce is news about the replay (the entry file), not the
+            # run, unless it checks a resume the run itself made.
+            severity="warning" if at_step is not None else "info",
             confidence=0.8 if fidelity.compared_steps >= 3 else 0.5,
             step=step,
             layer=None,

@@ -16,6 +16,11 @@ def bad_batch_findings(result: ReplayResult, qualified: bool) -> list[Finding]:
     by_step: dict[int, list[BadSample]] = defaultdict(list)
     for sample in result.bad_samples:
         by_step[sample.step].append(sample)
+    whole = {
+        record.get("step")
+        for record in result.sample_attribution
+        if isinstance(record, dict) and record.get("whole_batch")
+    }
     findings = []
     for step, samples in sorted(by_step.items()):
         samples.sort(key=lambda s: s.index)
@@ -28,12 +33,20 @@ def bad_batch_findings(result: ReplayResult, qualified: bool) -> list[Finding]:
             f"{fmt(max(s.loss for s in samples))}; together they carry {share:.0%} of the "
             "step's gradient."
         )
+        if step in whole:
+            message = (
+                f"Step {step}'s whole batch is bad: all {len(samples)} samples (losses "
+                f"{fmt(min(s.loss for s in samples))}–{fmt(max(s.loss for s in samples))}) stand "
+                "out from the rows of the neighbouring steps on both their loss and their "
+                "gradient norm, so the batch's loss and gradient stand out from the neighbouring "
+                "batches."
+            )
         if qualified:
             message += " The replay did not reproduce the log: these are the replayed batches."
         findings.append(
             Finding(
                 category="bad_batch",
-                severity="warning",
+                severity="info" if qualified else "warning",
                 confidence=0.5 if qualified else min(0.95, 0.6 + 0.4 * share),
                 step=step,
                 layer=None,
@@ -44,16 +57,21 @@ def bad_batch_findings(result: ReplayResult, qualified: bool) -> list[Finding]:
                     "losses": [s.loss for s in samples],
                     "gradient_shares": [s.share for s in samples],
                     "combined_share": share,
+                    "whole_batch": step in whole,
                 },
                 suggestion=(
-                    f"Skip these samples (or step {step}'s batch) on restart: skip_batches.json "
+                    f"Skip step {step}'s batch on restart: skip_batches.json in the case folder "
+                    "lists it in Lightning's SpikeDetection format; inspect its data source."
+                    if step in whole
+                    else f"Skip these samples (or step {step}'s batch) on restart: skip_batches.json "
                     "in the case folder lists the batches in Lightning's SpikeDetection format; "
                     "inspect the samples' tokens for corruption."
                 ),
                 source="replay",
                 threshold=(
-                    "gradient-norm z ≥ 5 and loss z ≥ 5 within the batch (two-pass robust z), "
-                    "the flagged rows together ≥ 50% of the step's gradient"
+                    "gradient-norm z ≥ 5 and loss z ≥ 5 within the batch (two-pass robust z) or "
+                    "against the neighbouring steps' rows, the flagged rows together ≥ 50% of "
+                    "the step's gradient"
                 ),
             )
         )

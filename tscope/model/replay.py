@@ -116,7 +116,7 @@ class InterventionOutcome:
     name: str
     params: dict[str, Any]
     peak_loss: float  # highest loss over the window's trained steps in the what-if replay
-    spike_removed: bool  # the baseline's peak crossed the spike line; the what-if's does not
+    spike_removed: bool  # effect == "removed": the baseline spiked and the what-if removes ≥ 80 %
     # Extensions: the numbers behind spike_removed.
     peak_step: int | None = None
     baseline_peak_loss: float | None = None
@@ -125,6 +125,15 @@ class InterventionOutcome:
     reference_median: float | None = None
     checkpoint_step: int | None = None  # the checkpoint the what-if started from
     losses: tuple[tuple[int, float], ...] = ()  # (step, loss) of the what-if over the window
+    # Share of the baseline's excess over its pre-spike level that the what-if removes, in [0, 1]
+    # (1: back to the pre-spike level or below; 0: as high or higher); None when not judged.
+    removed_fraction: float | None = None
+    # "removed" (fraction ≥ 0.8), "partial", "kept" (≤ 0.2), "no_spike" (the baseline's peak
+    # stays under its own spike line: nothing to remove) or "unjudged" (too little history).
+    effect: str = "unjudged"
+    # False when the baseline replay does not reproduce the log: the what-if then describes the
+    # replayed run, not the logged one, and is no evidence about the run's cause.
+    conclusive: bool = True
 
 
 @dataclass(frozen=True)
@@ -190,6 +199,9 @@ class ReplayResult:
                     "reference_median": i.reference_median,
                     "checkpoint_step": i.checkpoint_step,
                     "losses": [list(pair) for pair in i.losses],
+                    "removed_fraction": i.removed_fraction,
+                    "effect": i.effect,
+                    "conclusive": i.conclusive,
                 }
                 for i in self.interventions
             ],

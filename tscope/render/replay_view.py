@@ -36,6 +36,20 @@ CAUSES = {
     "state": "The what-if replays point at the state (optimizer, learning rate), not the data.",
 }
 NO_CAUSE = "The what-if replays do not single out data or state."
+NOT_CONCLUSIVE = (
+    "The what-if replays are not conclusive: the replay does not reproduce the log, so they "
+    "describe the replayed run, not the logged one. Fix the entry file first (the reasons above)."
+)
+
+
+EFFECT_WORDS = {
+    "removed": "yes",
+    "partial": "partly",
+    "kept": "no",
+    "no_spike": "no spike to remove",
+    "unjudged": "not judged",
+}
+EFFECT_CLASSES = {"removed": "yes", "partial": "partial", "kept": "no"}
 
 
 def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -61,9 +75,7 @@ def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
             for reason in as_records(fidelity.get("reasons"))
         ],
         "restore": _restore(section),
-        "cause": CAUSES.get(str(cause), f"The what-if replays point at: {cause}.")
-        if cause
-        else (NO_CAUSE if interventions else ""),
+        "cause": _cause_line(cause, interventions, status),
         "bad_samples": _bad_samples(section),
         "bad_sample_totals": _bad_sample_totals(section),
         "skip_file": SKIP_FILE if SKIP_FILE in files else "",
@@ -83,6 +95,14 @@ def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
             for check in as_records(section.get("resume_checks"))
         ],
     }
+
+
+def _cause_line(cause: Any, interventions: list[dict[str, Any]], status: str) -> str:
+    if interventions and status == "not_reproduced":
+        return NOT_CONCLUSIVE
+    if cause:
+        return CAUSES.get(str(cause), f"The what-if replays point at: {cause}.")
+    return NO_CAUSE if interventions else ""
 
 
 def _status(fidelity: dict[str, Any]) -> str:
@@ -221,6 +241,13 @@ def _what_if(item: dict[str, Any]) -> dict[str, str]:
     name = str(item.get("name", ""))
     params = as_mapping(item.get("params"))
     judged = parse_number(item.get("spike_line")) is not None
+    effect = str(item.get("effect") or ("removed" if item.get("spike_removed") else "kept"))
+    fraction = parse_number(item.get("removed_fraction"))
+    removed = EFFECT_WORDS.get(effect, effect)
+    if fraction is not None and effect != "no_spike":
+        removed += f" ({fraction:.0%} of the excess)"
+    if item.get("conclusive") is False:
+        removed += ", not conclusive"
     return {
         "label": what_if_label(name, params),
         "words": what_if_words(name, params),
@@ -228,8 +255,8 @@ def _what_if(item: dict[str, Any]) -> dict[str, str]:
         "baseline_peak": _peak(item.get("baseline_peak_loss"), item.get("baseline_peak_step")),
         "peak": _peak(item.get("peak_loss"), item.get("peak_step")),
         "spike_line": format_number(parse_number(item.get("spike_line"))),
-        "removed": format_number(bool(item.get("spike_removed"))) if judged else "not judged",
-        "removed_class": ("yes" if item.get("spike_removed") else "no") if judged else "unknown",
+        "removed": removed if judged else "not judged",
+        "removed_class": EFFECT_CLASSES.get(effect, "unknown") if judged else "unknown",
     }
 
 

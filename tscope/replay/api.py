@@ -29,7 +29,7 @@ from tscope.replay.loop import ProgressCallback, run_steps
 from tscope.replay.model_build import quiet_transformers
 from tscope.replay.observers import Intervention, StepObserver
 from tscope.replay.restore import restore
-from tscope.replay.rng import caller_rng_preserved
+from tscope.replay.rng import caller_rng_preserved, max_dropout, rng_fingerprint
 from tscope.replay.select import checkpoint_at_or_before, choose_checkpoint
 
 if TYPE_CHECKING:
@@ -115,6 +115,8 @@ def replay(
             for observer in observers:
                 observer.bind(loaded_entry, restored.settings)
             restored.settings.interventions = tuple(interventions)
+            rng_before = rng_fingerprint(torch_device.type)
+            dropout = max_dropout(restored.model)
             try:
                 with quiet_transformers():
                     steps, skipped = run_steps(
@@ -127,6 +129,7 @@ def replay(
                         restored.settings,
                         on_step,
                     )
+                rng_consumed = rng_fingerprint(torch_device.type) != rng_before
             except RuntimeError as error:
                 if "deterministic" in str(error):
                     raise _nondeterministic_op(error) from error
@@ -147,6 +150,8 @@ def replay(
         lr_source=restored.plan.source,
         producer_software=f"transformers {producer}" if producer else None,
         replay_software=f"transformers {installed}" if producer and installed else None,
+        rng_consumed=rng_consumed,
+        dropout=dropout,
     )
     comparisons, fidelity = compare(steps, logs, conditions)
     report = RestoreReport(

@@ -18,7 +18,7 @@ suspended during its extra forwards, so their statistics count the training step
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tscope.model.replay import BadSample
@@ -31,6 +31,7 @@ from tscope.replay.outliers import (
     LOSS_SUPPORT_Z,
     MIN_ROWS_FOR_RULE,
     OutlierVerdict,
+    judge_against_neighbours,
     judge_batch,
 )
 from tscope.replay.sample_grads import PerSampleGradients, per_sample_gradients
@@ -90,6 +91,9 @@ class StepAttribution:
             "candidates": list(verdict.candidates),
             "candidate_share": verdict.candidate_share,
             "rule_applied": verdict.applied,
+            "whole_batch": verdict.whole_batch,
+            "neighbour_loss_z": list(verdict.neighbour_loss_z),
+            "neighbour_grad_norm_z": list(verdict.neighbour_grad_norm_z),
             "loss": list(self.losses),
             "loss_z": list(verdict.loss_z),
             "grad_norm": list(self.grad_norms),
@@ -140,10 +144,37 @@ class SampleAttribution(StepObserver):
 
     @property
     def results(self) -> tuple[StepAttribution, ...]:
-        return tuple(self._results)
+        """Each watched step judged within its batch and against the other watched steps' rows."""
+        judged = [r for r in self._results if r.verdict.applied and r.shares]
+        scaled = {r.step: _row_gradient_norms(r) for r in judged}
+        judged_steps = {r.step for r in judged}
+        out = []
+        for result in self._results:
+            if result.step not in judged_steps:
+                out.append(result)
+                continue
+            neighbours = [r for r in judged if r.step != result.step]
+            verdict = judge_against_neighbours(
+                result.verdict,
+                result.losses,
+                scaled[result.step],
+                result.shares,
+                [loss for r in neighbours for loss in r.losses],
+                [norm for r in neighbours for norm in scaled[r.step]],
+                threshold_z=self.threshold_z,
+                loss_support_z=self.loss_support_z,
+                min_share=self.min_share,
+                min_rows=self.min_rows,
+            )
+            out.append(replace(result, verdict=verdict))
+        return tuple(out)
 
     def bad_samples(self) -> tuple[BadSample, ...]:
-        return tuple(sample for result in self._results for sample in result.bad_samples())
+        return tuple(sample for result in self.results for sample in result.bad_samples())
+
+    def bad_batches(self) -> tuple[int, ...]:
+        """Steps whose every row is bad: the batch itself stands out from its neighbours."""
+        return tuple(result.step for result in self.results if result.verdict.whole_batch)
 
     def skip_suggestion(self, batch_index: Callable[[int], int] | None = None) -> SkipSuggestion:
         """Batches (skip_batches.json) and rows to skip on restart. `batch_index` maps a step to
@@ -151,7 +182,7 @@ class SampleAttribution(StepObserver):
         one, else the single-epoch convention (skip_list.py)."""
         if batch_index is None:
             batch_index = getattr(self.entry, "batch_index", None)
-        rows = {result.step: result.micro_batch_rows for result in self._results}
+        rows = {result.step: result.micro_batch_rows for result in self.results}
         return suggest_skips(self.bad_samples(), rows, batch_index)
 
     def on_step_start(self, context: StepContext) -> None:
@@ -239,3 +270,9 @@ class SampleAttribution(StepObserver):
             )
         )
         self._hooks, self._rng, self._gradients, self._notes = None, [], None, []
+
+
+def _row_gradient_norms(result: StepAttribution) -> tuple[float, ...]:
+    """‖∇ loss_i‖: the recorded norms are of loss_i / S (S rows in the step)."""
+    rows = len(result.losses)
+    return tuple(norm * rows for norm in result.grad_norms)

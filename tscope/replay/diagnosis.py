@@ -2,7 +2,13 @@
 
 The first replayed step depends only on the restored weights and its batch; later steps also on
 the optimizer state, the learning rate and the RNG; and any rounding difference grows where the
-run is unstable. The reasons are ordered by how directly the evidence points at them.
+run is unstable. The reasons are ordered by how directly the evidence points at them: what the
+first step shows (other data, another loss normaliser), then what the replay measured (a learning
+rate off the log; random numbers drawn from an RNG state the checkpoint lacks), then what it had
+to assume (the learning rate held at the checkpoint's value when neither the log nor the entry
+gives the schedule; optimizer moments not restored), then rounding. An RNG state that was not
+restored is no reason at all when the replayed steps drew no random number (no dropout, batches
+that do not draw): the generators' states are compared before and after the replayed steps.
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ class ReplayConditions:
     lr_source: str
     producer_software: str | None = None  # e.g. "transformers 5.24.0", from the checkpoint
     replay_software: str | None = None  # the same library as installed for the replay
+    # Whether the replayed steps drew from the global RNGs (their states differ after the
+    # steps); None when not measured.
+    rng_consumed: bool | None = None
+    dropout: float | None = None  # the model's largest dropout probability, when known
 
 
 def likely_reasons(
@@ -93,6 +103,8 @@ def likely_reasons(
 def _state_reasons(
     comparisons: Sequence[StepComparison], conditions: ReplayConditions
 ) -> list[MismatchReason]:
+    """Measured reasons first (a logged LR that differs, random draws from an unrestored RNG),
+    then assumed ones (the LR held constant, optimizer moments missing)."""
     reasons = []
     lr_off = [
         c.step
@@ -107,6 +119,19 @@ def _state_reasons(
                 f"(source: {conditions.lr_source})",
             )
         )
+    rng_reason = _rng_reason(conditions)
+    if rng_reason is not None and conditions.rng_consumed:
+        reasons.append(rng_reason)
+    if conditions.lr_source == "constant" and not lr_off:
+        reasons.append(
+            MismatchReason(
+                "learning_rate",
+                "the learning rate was held at the checkpoint's value: the log has no learning "
+                "rate for the replayed steps and the entry file defines no learning_rate(step); "
+                "under a schedule (warmup, decay) every replayed update used another rate — "
+                "define learning_rate(step) in the entry",
+            )
+        )
     if not conditions.optimizer_restored:
         reasons.append(
             MismatchReason(
@@ -115,14 +140,27 @@ def _state_reasons(
                 "differ from the replay's",
             )
         )
-    if not conditions.rng_restored:
-        reasons.append(
-            MismatchReason(
-                "rng_state_missing",
-                "no RNG state was restored: dropout masks and any random augmentation differ",
-            )
-        )
+    if rng_reason is not None and conditions.rng_consumed is None:
+        reasons.append(rng_reason)
     return reasons
+
+
+def _rng_reason(conditions: ReplayConditions) -> MismatchReason | None:
+    """None when the RNG was restored or the replayed steps drew no random number."""
+    if conditions.rng_restored or conditions.rng_consumed is False:
+        return None
+    if conditions.dropout:
+        what = f"dropout masks (p = {conditions.dropout:g})"
+    elif conditions.dropout == 0.0:
+        what = "the random numbers the entry's batches or the model draw (the model has no dropout)"
+    else:
+        what = "dropout masks and any random batch or augmentation"
+    drew = "the replayed steps drew random numbers, but " if conditions.rng_consumed else ""
+    return MismatchReason(
+        "rng_state_missing",
+        f"{drew}no RNG state was restored: {what} differ from the run's — save the RNG state "
+        "with the checkpoints, or rebuild the run's RNG stream in the entry",
+    )
 
 
 def _numeric_reasons(

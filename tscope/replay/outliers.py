@@ -24,8 +24,15 @@ first-pass gradient-norm z ≥ 5 in 58 % of the steps (up to 23.7) and loss z �
 natural text), where such rows carried at most 22 % of the step's gradient: the share level
 separates them. The thresholds come from this false-alarm argument, not from the planted fixture
 (whose bad rows reach z 12-13 on the loss and 19-22 on the gradient norm, and carry 90 % of the
-gradient). The rule sees outliers within a batch: a batch that is bad throughout has none, and is
-left to the step-level analysis (the loss spike itself).
+gradient).
+
+Within a batch the rule cannot see outliers that are half the batch or all of it (the median
+moves onto them). judge_against_neighbours() therefore also measures every row against the rows
+of the neighbouring steps replayed in the same window (their median and MAD; the step's own rows
+left out), on the loss and on the gradient norm scaled by the step's row count (‖∇ loss_i‖, so
+batches of other sizes compare). A row is a candidate when it is beyond both thresholds in the
+batch or against the neighbours; the share gate stays. When every row of the step is bad, the
+batch is bad: its loss and gradient stand out from the neighbouring batches.
 """
 
 from __future__ import annotations
@@ -46,6 +53,14 @@ LOSS_SUPPORT_Z = 5.0
 # fixtures' clean steps carried at most 0.22 (one row) and 0.45 (two rows at the looser loss
 # z ≥ 3.5); with larger batches a few natural rows carry less (about k / S).
 BAD_ROWS_MIN_SHARE = 0.5
+# Against the neighbouring steps' rows a row this far out on both series is bad with a smaller
+# share: one random-token row of 24 reached loss z 11.4 and gradient-norm z 25 against three clean
+# neighbouring steps yet carried only 0.36 of the gradient, while in 119 clean fixture steps
+# (stable 121-150 and 181-240, corrupted_batch 121-150 but 145) no row passed loss z 5.4 against
+# its neighbours. Twice the bar, and at least a quarter of the step's gradient (six times a fair
+# 1/24 share; natural hard rows carried at most 0.22).
+STRONG_NEIGHBOUR_Z = 10.0
+STRONG_MIN_SHARE = 0.25
 # Below 8 rows the median and MAD rest on four values or fewer and a few bad rows are no longer a
 # minority (the MAD breaks down at half the rows bad): the rule says nothing about such batches.
 MIN_ROWS_FOR_RULE = 8
@@ -67,9 +82,15 @@ class OutlierVerdict:
     grad_norm_z: tuple[float, ...]
     applied: bool  # False when the batch is too small, non-finite or has no gradients
     note: str = ""
+    # Against the neighbouring steps' rows (empty when not judged so): z of each row.
+    neighbour_loss_z: tuple[float, ...] = ()
+    neighbour_grad_norm_z: tuple[float, ...] = ()
+    whole_batch: bool = False  # every row is bad: the batch stands out from its neighbours
 
 
-def robust_z(values: Sequence[float], reference: np.ndarray | None = None) -> np.ndarray:
+def robust_z(
+    values: Sequence[float] | np.ndarray, reference: np.ndarray | None = None
+) -> np.ndarray:
     """(x − median) / (1.4826 · MAD), shape (n,), with the median and MAD of the rows where
     `reference` (a boolean mask) is set, else of all; all zero when they have no spread."""
     x = np.asarray(values, dtype=np.float64)  # (n,)
@@ -139,3 +160,62 @@ def _ints(indices: np.ndarray) -> tuple[int, ...]:
 
 def _floats(values: np.ndarray) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
+
+
+def judge_against_neighbours(
+    verdict: OutlierVerdict,
+    losses: Sequence[float],
+    grad_norms: Sequence[float],
+    shares: Sequence[float],
+    neighbour_losses: Sequence[float],
+    neighbour_grad_norms: Sequence[float],
+    threshold_z: float = BAD_SAMPLE_Z,
+    loss_support_z: float = LOSS_SUPPORT_Z,
+    min_share: float = BAD_ROWS_MIN_SHARE,
+    min_rows: int = MIN_ROWS_FOR_RULE,
+) -> OutlierVerdict:
+    """`verdict` (the within-batch one) extended by the rows' z against the neighbouring steps'
+    rows; grad norms here are ‖∇ loss_i‖ (the step's norms times its row count)."""
+    if not verdict.applied or len(neighbour_losses) < min_rows:
+        return verdict
+    reference = np.asarray([neighbour_losses, neighbour_grad_norms], dtype=np.float64)
+    if not np.isfinite(reference).all():
+        return verdict
+    rows = len(losses)
+    pooled_losses = np.concatenate([reference[0], np.asarray(losses, dtype=np.float64)])
+    pooled_norms = np.concatenate([reference[1], np.asarray(grad_norms, dtype=np.float64)])
+    basis = np.zeros(pooled_losses.size, dtype=bool)
+    basis[: reference.shape[1]] = True  # median and MAD of the neighbours' rows only
+    loss_z = robust_z(pooled_losses, basis)[-rows:]  # (rows,)
+    grad_z = robust_z(pooled_norms, basis)[-rows:]  # (rows,)
+    across = (grad_z >= threshold_z) & (loss_z >= loss_support_z)
+    within = np.zeros(rows, dtype=bool)
+    within[list(verdict.candidates)] = True
+    candidates = np.flatnonzero(across | within)
+    row_shares = np.asarray(shares, dtype=np.float64)  # (rows,)
+    share = float(row_shares[candidates].sum())
+    bad = candidates if candidates.size and share >= min_share else candidates[:0]
+    strong = np.flatnonzero((grad_z >= STRONG_NEIGHBOUR_Z) & (loss_z >= STRONG_NEIGHBOUR_Z))
+    if not bad.size and strong.size and float(row_shares[strong].sum()) >= STRONG_MIN_SHARE:
+        bad = strong
+    note = verdict.note
+    if candidates.size and not bad.size:
+        note = f"outlier rows carry {share:.2f} of the gradient, under {min_share}: not bad"
+    whole = bool(bad.size) and bad.size == rows
+    if whole:
+        note = (
+            "every row stands out from the neighbouring steps' rows (loss and gradient norm): "
+            "the whole batch is bad"
+        )
+    return OutlierVerdict(
+        bad=_ints(bad),
+        candidates=_ints(candidates),
+        candidate_share=share,
+        loss_z=verdict.loss_z,
+        grad_norm_z=verdict.grad_norm_z,
+        applied=True,
+        note=note,
+        neighbour_loss_z=_floats(loss_z),
+        neighbour_grad_norm_z=_floats(grad_z),
+        whole_batch=whole,
+    )

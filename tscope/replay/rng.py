@@ -74,3 +74,34 @@ def caller_rng_preserved(device_type: str) -> Iterator[None]:
         finally:
             random.setstate(python_state)
             np.random.set_state(numpy_state)
+
+
+def rng_fingerprint(device_type: str) -> tuple[bytes, ...]:
+    """The global generators' states as bytes (python, numpy, torch CPU, the device's): two equal
+    fingerprints around the replayed steps mean they drew no random number (no dropout mask, no
+    random batch), so an RNG state the checkpoint lacks cannot explain a mismatch."""
+    import pickle
+
+    import numpy as np
+    import torch
+
+    states = [
+        pickle.dumps(random.getstate()),
+        pickle.dumps(np.random.get_state()),
+        torch.random.get_rng_state().numpy().tobytes(),
+    ]
+    if device_type == "cuda" and torch.cuda.is_available():
+        states.extend(s.numpy().tobytes() for s in torch.cuda.random.get_rng_state_all())
+    return tuple(states)
+
+
+def max_dropout(model: Any) -> float:
+    """The largest dropout probability among the model's dropout modules (0.0 when none)."""
+    import torch
+
+    rates = [
+        float(module.p)
+        for module in model.modules()
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd)
+    ]
+    return max(rates, default=0.0)
