@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tscope.analyzers.base import Evidence, Explainer
 from tscope.analyzers.explainers.divergence import DivergenceExplainer
+from tscope.analyzers.explainers.grad_norm import GradNormExplainer
 from tscope.analyzers.explainers.learning_rate import LearningRateExplainer
 from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
 from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
@@ -24,6 +25,7 @@ EXPLAINERS: tuple[Explainer, ...] = (
     LearningRateExplainer(),
     ResumeExplainer(),
     LossScaleExplainer(),
+    GradNormExplainer(),
     # From checkpoints (silent when the evidence holds none):
     WeightsExplainer(),
     UpdatesExplainer(),

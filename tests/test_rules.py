@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import tscope
+from tests import planted
 from tests.synthetic import loss_curve, make_run, stable_run, warmup_cosine
+from tests.user_logs import LOG_KINDS, write_log
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.pipeline import build_case
 
@@ -42,3 +46,43 @@ def test_a_short_run_that_blew_up_is_still_an_incident():
     loss[-2:] = np.nan
     summary = build_case(make_run({LOSS: loss, GRAD_NORM: np.ones(10)}), []).summary
     assert summary["status"] == "incident"
+
+
+# --- grad_norm_high --------------------------------------------------------------------------------
+
+
+def analyzed(tmp_path, kind, series):
+    return tscope.analyze(write_log(tmp_path / kind, kind, series))
+
+
+@pytest.mark.parametrize("kind", LOG_KINDS)
+def test_grad_norm_that_climbs_x8_and_stays_is_high(tmp_path, kind):
+    case = analyzed(tmp_path, kind, planted.grad_norm_growth(seed=3, at=200, factor=8.0))
+    found = [f for f in case.findings if f.category == "grad_norm_high"]
+    assert [f.severity for f in found] == ["warning"]
+    assert 200 <= found[0].step <= 260  # the climb starts at 200 and takes 40 steps
+    assert found[0].evidence["reference"] == "early"
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("control", ["healthy", "late drift ×2", "grad norm ×3 from step 200"])
+def test_grad_norm_within_healthy_drift_is_not_high(seed, control):
+    builder = dict(planted.CONTROLS["grad_norm_high"])[control]
+    assert "grad_norm_high" not in categories(build_case(builder(seed), []))
+
+
+def test_grad_norm_far_above_the_clip_from_the_start_is_high():
+    series = planted.healthy_series(seed=2)
+    series["grad_norm"] = series["grad_norm"] * 10.0  # ~8 under a 1.0 clip at every step
+    run = planted.as_run(series)
+    run.config["max_grad_norm"] = 1.0
+    found = [f for f in build_case(run, []).findings if f.category == "grad_norm_high"]
+    assert [f.evidence["reference"] for f in found] == ["clip"]
+
+
+def test_grad_norm_a_little_above_the_clip_is_normal():
+    series = planted.healthy_series(seed=2)
+    series["grad_norm"] = series["grad_norm"] * 3.0  # ~2.4 under a 1.0 clip: a usual fine-tune
+    run = planted.as_run(series)
+    run.config["max_grad_norm"] = 1.0
+    assert "grad_norm_high" not in categories(build_case(run, []))

@@ -1,0 +1,88 @@
+"""Seeded runs with one issue-13 cause planted (and their near-miss controls), as series dicts.
+
+Each builder returns the user's own series (`loss`, `grad_norm`, `lr`, `eval_loss`; NaN = not
+logged at that step) so a test can write it as CSV, JSONL, trainer_state.json or TensorBoard
+(tests/user_logs.py) or turn it into a Run directly (`as_run`). PLANTED / CONTROLS list them per
+category for the measurement in scripts/measure_rules.py (false alarms and recall per rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tests.synthetic import grad_norms, loss_curve, make_run, warmup_cosine
+from tscope.model import Run
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS
+
+Series = dict[str, np.ndarray]
+_CANONICAL = {"loss": LOSS, "grad_norm": GRAD_NORM, "lr": LEARNING_RATE, "eval_loss": EVAL_LOSS}
+
+
+def as_run(series: Series) -> Run:
+    """The series as a Run through the real assembly path; unlogged (NaN) eval points dropped."""
+    return make_run(
+        {_CANONICAL[name]: values for name, values in series.items() if name != "eval_loss"},
+        extra_reads=_eval_read(series),
+    )
+
+
+def _eval_read(series: Series) -> list:
+    from tscope.model import LogRead
+
+    if "eval_loss" not in series:
+        return []
+    values = series["eval_loss"]
+    rows = [(i + 1, EVAL_LOSS, float(v), EVAL_LOSS) for i, v in enumerate(values) if np.isfinite(v)]
+    return [
+        LogRead(
+            kind="synthetic", path="eval.jsonl", metrics=LogRead.rows_to_table(rows, "eval.jsonl")
+        )
+    ]
+
+
+def healthy_series(steps: int = 400, seed: int = 0) -> Series:
+    return {
+        "loss": loss_curve(steps, seed),
+        "grad_norm": grad_norms(steps, seed),
+        "lr": warmup_cosine(steps),
+    }
+
+
+# --- grad_norm_high --------------------------------------------------------------------------------
+
+
+def grad_norm_growth(steps: int = 400, seed: int = 0, at: int = 200, factor: float = 8.0) -> Series:
+    """Clipping off / LR too high: from `at` the gradient norm climbs ×factor over 40 steps and
+    stays there while the loss still falls (no spike: a slow, persistent rise)."""
+    series = healthy_series(steps, seed)
+    ramp = np.clip((np.arange(steps) - (at - 1)) / 40.0, 0.0, 1.0)
+    series["grad_norm"] = series["grad_norm"] * (1.0 + (factor - 1.0) * ramp)
+    return series
+
+
+def grad_norm_drift(steps: int = 400, seed: int = 0) -> Series:
+    """Control: the healthy late-training drift, ×2 over the second half (LR decaying)."""
+    series = healthy_series(steps, seed)
+    series["grad_norm"] = series["grad_norm"] * np.linspace(1.0, 2.0, steps) ** 1.0
+    return series
+
+
+def _runs(builder: Callable[..., Series], **kwargs: object) -> Callable[..., Run]:
+    return lambda seed: as_run(builder(seed=seed, **kwargs))
+
+
+PLANTED: dict[str, list[tuple[str, Callable[..., Run]]]] = {
+    "grad_norm_high": [
+        ("grad norm ×8 from step 200", _runs(grad_norm_growth)),
+        ("grad norm ×6 from step 300", _runs(grad_norm_growth, at=300, factor=6.0)),
+    ],
+}
+CONTROLS: dict[str, list[tuple[str, Callable[..., Run]]]] = {
+    "grad_norm_high": [
+        ("healthy", _runs(healthy_series)),
+        ("late drift ×2", _runs(grad_norm_drift)),
+        ("grad norm ×3 from step 200", _runs(grad_norm_growth, factor=3.0)),
+    ],
+}
