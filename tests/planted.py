@@ -69,6 +69,54 @@ def grad_norm_drift(steps: int = 400, seed: int = 0) -> Series:
     return series
 
 
+# --- loss_plateau ----------------------------------------------------------------------------------
+
+
+def lr_far_too_low(steps: int = 400, seed: int = 0) -> Series:
+    """The LR is 1e-9 (a units slip): the loss sits at its initial ~ln(vocab) with batch noise."""
+    rng = np.random.default_rng(seed)
+    return {
+        "loss": 10.8 * (1 + 0.02 * rng.standard_normal(steps)),
+        "grad_norm": grad_norms(steps, seed) * 5.0,
+        "lr": warmup_cosine(steps, peak=1e-9),
+    }
+
+
+def frozen_model(steps: int = 400, seed: int = 0) -> Series:
+    """Every parameter frozen: grad norm 0, the loss flat around 4.2 with batch noise."""
+    rng = np.random.default_rng(seed)
+    return {
+        "loss": 4.2 * (1 + 0.03 * rng.standard_normal(steps)),
+        "grad_norm": np.zeros(steps),
+        "lr": warmup_cosine(steps),
+    }
+
+
+def late_start(steps: int = 400, seed: int = 0) -> Series:
+    """Stuck for the first 60% (e.g. an adapter attached late), then learning."""
+    series = healthy_series(steps, seed)
+    stuck = int(0.6 * steps)
+    rng = np.random.default_rng(seed + 7)
+    tail = loss_curve(steps - stuck, seed) * (4.5 / 4.5)
+    series["loss"] = np.concatenate([4.5 * (1 + 0.02 * rng.standard_normal(stuck)), tail])
+    return series
+
+
+def converged_fine_tune(steps: int = 400, seed: int = 0) -> Series:
+    """Control: an SFT loss falls 1.3 → 0.9 in its first 8% and then stays there (converged)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps, dtype=float)
+    loss = (0.9 + 0.4 * np.exp(-t / (0.03 * steps))) * (1 + 0.03 * rng.standard_normal(steps))
+    return {"loss": loss, "grad_norm": grad_norms(steps, seed), "lr": warmup_cosine(steps, 2e-4)}
+
+
+def slow_pretraining(steps: int = 400, seed: int = 0) -> Series:
+    """Control: a long pre-training log, loss falling steadily by 6% with 1% noise."""
+    rng = np.random.default_rng(seed)
+    loss = np.linspace(3.3, 3.1, steps) * (1 + 0.01 * rng.standard_normal(steps))
+    return {"loss": loss, "grad_norm": grad_norms(steps, seed), "lr": warmup_cosine(steps)}
+
+
 def _runs(builder: Callable[..., Series], **kwargs: object) -> Callable[..., Run]:
     return lambda seed: as_run(builder(seed=seed, **kwargs))
 
@@ -79,7 +127,17 @@ PLANTED: dict[str, list[tuple[str, Callable[..., Run]]]] = {
         ("grad norm ×6 from step 300", _runs(grad_norm_growth, at=300, factor=6.0)),
     ],
 }
+PLANTED["loss_plateau"] = [
+    ("LR 1e-9, flat from step 1", _runs(lr_far_too_low)),
+    ("frozen, grad norm 0", _runs(frozen_model)),
+    ("stuck for the first 60%", _runs(late_start)),
+]
 CONTROLS: dict[str, list[tuple[str, Callable[..., Run]]]] = {
+    "loss_plateau": [
+        ("healthy", _runs(healthy_series)),
+        ("converged fine-tune", _runs(converged_fine_tune)),
+        ("slow pre-training (−6%)", _runs(slow_pretraining)),
+    ],
     "grad_norm_high": [
         ("healthy", _runs(healthy_series)),
         ("late drift ×2", _runs(grad_norm_drift)),

@@ -86,3 +86,48 @@ def test_grad_norm_a_little_above_the_clip_is_normal():
     run = planted.as_run(series)
     run.config["max_grad_norm"] = 1.0
     assert "grad_norm_high" not in categories(build_case(run, []))
+
+
+# --- loss_plateau ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", LOG_KINDS)
+def test_a_loss_that_never_moves_at_lr_1e9_is_a_plateau(tmp_path, kind):
+    case = analyzed(tmp_path, kind, planted.lr_far_too_low(seed=5))
+    found = [f for f in case.findings if f.category == "loss_plateau"]
+    assert [f.severity for f in found] == ["warning"]
+    assert found[0].step == 1 and "learning rate is far too low" in found[0].message
+
+
+def test_a_frozen_model_plateau_names_gradients_not_flowing():
+    case = build_case(planted.as_run(planted.frozen_model(seed=1)), [])
+    found = [f for f in case.findings if f.category == "loss_plateau"]
+    assert found and "gradients are not flowing" in found[0].message
+
+
+def test_a_run_stuck_for_its_first_60_percent_is_a_plateau_that_ends():
+    case = build_case(planted.as_run(planted.late_start(seed=2)), [])
+    found = [f for f in case.findings if f.category == "loss_plateau"]
+    assert found and 200 <= found[0].evidence["flat_until_step"] <= 245
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("control", ["healthy", "converged fine-tune", "slow pre-training (−6%)"])
+def test_converged_or_slowly_learning_runs_are_not_plateaus(seed, control):
+    builder = dict(planted.CONTROLS["loss_plateau"])[control]
+    assert "loss_plateau" not in categories(
+        build_case(
+            builder(seed),
+            [],
+        ),
+        ("critical", "warning", "info"),
+    )
+
+
+def test_a_flat_log_that_starts_mid_run_is_only_context():
+    """A resumed segment (steps 5001–5400) of a run that had converged before it."""
+    series = planted.lr_far_too_low(seed=3)
+    series["lr"] = np.full(400, 3e-4)
+    run = make_run({LOSS: series["loss"], LEARNING_RATE: series["lr"]}, first_step=5001)
+    found = [f for f in build_case(run, []).findings if f.category == "loss_plateau"]
+    assert [f.severity for f in found] == ["info"]
