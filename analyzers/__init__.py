@@ -11,6 +11,7 @@ from tscope.analyzers.explainers.grad_norm import GradNormExplainer
 from tscope.analyzers.explainers.learning_rate import LearningRateExplainer
 from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
 from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
+from tscope.analyzers.explainers.overfitting import OverfittingExplainer
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.explainers.resume import ResumeExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
@@ -28,6 +29,7 @@ EXPLAINERS: tuple[Explainer, ...] = (
     LossScaleExplainer(),
     GradNormExplainer(),
     PlateauExplainer(),
+    OverfittingExplainer(),
     # From checkpoints (silent when the evidence holds none):
     WeightsExplainer(),
     UpdatesExplainer(),

@@ -10,7 +10,11 @@ from tscope.analyzers.card import cause_words, incident_card
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.ranking import CAUSE_CATEGORIES, CAUSE_LOOKBACK_STEPS
+from tscope.analyzers.ranking import (
+    CAUSE_CATEGORIES,
+    CAUSE_LOOKBACK_STEPS,
+    STANDALONE_CATEGORIES,
+)
 from tscope.analyzers.signals import fmt, primary_loss, spike_size, window
 
 from tscope.model import Alternative, CheckpointInfo, Finding
@@ -60,6 +64,8 @@ def summarize(
         and headline.source == "logs"
     ):
         incident = None  # the cause itself is the news (e.g. a faulty resume with no spike yet)
+    if headline.category in STANDALONE_CATEGORIES and headline.spike_id is None:
+        incident = None  # overfitting, a plateau: the condition is the news, not a nearby spike
     diagnosis = _diagnose(evidence, headline, incident, findings)
     restart = _restart_checkpoint(headline, incident, checkpoints)
     return {

@@ -117,6 +117,39 @@ def slow_pretraining(steps: int = 400, seed: int = 0) -> Series:
     return {"loss": loss, "grad_norm": grad_norms(steps, seed), "lr": warmup_cosine(steps)}
 
 
+# --- overfitting ---------------------------------------------------------------------------------
+
+
+def _evals(steps: int, every: int, curve: np.ndarray, seed: int, noise: float) -> np.ndarray:
+    """An eval series logged every `every` steps (NaN elsewhere) with small eval-to-eval noise."""
+    rng = np.random.default_rng(seed + 99)
+    values = np.full(steps, np.nan)
+    values[every - 1 :: every] = curve[every - 1 :: every] * (1 + noise * rng.standard_normal())
+    return values
+
+
+def overfit(steps: int = 400, seed: int = 0, at: int = 200, rise: float = 0.10) -> Series:
+    """Train keeps falling (memorizing); eval falls to its best at `at`, then climbs by `rise` by the end."""
+    series = healthy_series(steps, seed)
+    t = np.arange(1, steps + 1, dtype=float)
+    base = 2.8 + 1.5 * np.exp(-t / (steps / 8))
+    climb = np.where(t > at, rise * (t - at) / (steps - at), 0.0)
+    # Memorizing: the train loss goes on falling, by 8% more from `at` to the end.
+    series["loss"] = series["loss"] * (1 - 0.08 * np.where(t > at, (t - at) / (steps - at), 0.0))
+    series["eval_loss"] = _evals(steps, 25, base * (1 + climb), seed, 0.002)
+    return series
+
+
+def eval_converged(steps: int = 400, seed: int = 0) -> Series:
+    """Control: eval falls and flattens, ±0.3% between evals (as the DPO run's converged tail)."""
+    series = healthy_series(steps, seed)
+    t = np.arange(1, steps + 1, dtype=float)
+    rng = np.random.default_rng(seed + 5)
+    curve = (2.8 + 1.5 * np.exp(-t / (steps / 16))) * (1 + 0.003 * rng.standard_normal(steps))
+    series["eval_loss"] = _evals(steps, 25, curve, seed, 0.0)
+    return series
+
+
 def _runs(builder: Callable[..., Series], **kwargs: object) -> Callable[..., Run]:
     return lambda seed: as_run(builder(seed=seed, **kwargs))
 
@@ -132,7 +165,15 @@ PLANTED["loss_plateau"] = [
     ("frozen, grad norm 0", _runs(frozen_model)),
     ("stuck for the first 60%", _runs(late_start)),
 ]
+PLANTED["overfitting"] = [
+    ("eval +10% after step 200", _runs(overfit)),
+    ("eval +5% after step 300", _runs(overfit, at=300, rise=0.05)),
+]
 CONTROLS: dict[str, list[tuple[str, Callable[..., Run]]]] = {
+    "overfitting": [
+        ("healthy, eval converged", _runs(eval_converged)),
+        ("eval +1.5% after step 300", _runs(overfit, at=300, rise=0.015)),
+    ],
     "loss_plateau": [
         ("healthy", _runs(healthy_series)),
         ("converged fine-tune", _runs(converged_fine_tune)),

@@ -131,3 +131,31 @@ def test_a_flat_log_that_starts_mid_run_is_only_context():
     run = make_run({LOSS: series["loss"], LEARNING_RATE: series["lr"]}, first_step=5001)
     found = [f for f in build_case(run, []).findings if f.category == "loss_plateau"]
     assert [f.severity for f in found] == ["info"]
+
+
+# --- overfitting -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", LOG_KINDS)
+def test_eval_rising_while_train_falls_is_overfitting_from_the_best_eval(tmp_path, kind):
+    case = analyzed(tmp_path, kind, planted.overfit(seed=4, at=200, rise=0.10))
+    found = [f for f in case.findings if f.category == "overfitting"]
+    assert [f.severity for f in found] == ["warning"]
+    assert 175 <= found[0].step <= 225  # evals every 25 steps; the best is the one nearest 200
+    assert found[0].evidence["gap_at_end"] > found[0].evidence["gap_at_best"]
+    assert "eval_divergence" not in categories(case)  # one finding for one cause
+    assert case.summary["card"]["cause"]["category"] == "overfitting"
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("control", ["healthy, eval converged", "eval +1.5% after step 300"])
+def test_a_converged_eval_loss_is_not_overfitting(seed, control):
+    builder = dict(planted.CONTROLS["overfitting"])[control]
+    assert "overfitting" not in categories(build_case(builder(seed), []))
+
+
+def test_eval_rising_with_the_train_loss_is_divergence_not_overfitting():
+    series = planted.overfit(seed=1, rise=0.25)
+    series["loss"] = series["loss"][::-1].copy()  # the train loss rises too
+    case = build_case(planted.as_run(series), [])
+    assert "overfitting" not in categories(case) and "eval_divergence" in categories(case)
