@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from tscope.analyzers.base import Evidence, Explainer
 from tscope.analyzers.explainers.divergence import DivergenceExplainer
+from tscope.analyzers.explainers.grad_norm import GradNormExplainer
 from tscope.analyzers.explainers.learning_rate import LearningRateExplainer
 from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
 from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
+from tscope.analyzers.explainers.overfitting import OverfittingExplainer
+from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.explainers.resume import ResumeExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
 from tscope.analyzers.explainers.updates import UpdatesExplainer
@@ -24,6 +27,9 @@ EXPLAINERS: tuple[Explainer, ...] = (
     LearningRateExplainer(),
     ResumeExplainer(),
     LossScaleExplainer(),
+    GradNormExplainer(),
+    PlateauExplainer(),
+    OverfittingExplainer(),
     # From checkpoints (silent when the evidence holds none):
     WeightsExplainer(),
     UpdatesExplainer(),

@@ -28,6 +28,10 @@ CAUSE_WORDS = {
     "update_ratio_high": "updates too large for the weights",
     "optimizer_state_reset": "an optimizer state reset at a resume",
     "eval_divergence": "the eval loss diverging from the training loss",
+    "overfitting": "overfitting (train loss falling, eval loss rising)",
+    "loss_plateau": "a loss that does not move (not learning)",
+    "grad_norm_high": "a gradient norm persistently far too high",
+    "lr_too_low": "a learning rate too low for this kind of training",
 }
 # How each checkpoint format is resumed, with the checkpoint path filled in: the line to copy.
 RESUME_COMMANDS = {

@@ -20,11 +20,23 @@ CAUSE_CATEGORIES = (
     "loss_scale_collapse",
     "warmup_too_short",
 )
+# Conditions that are their own news, not the description of a spike: when one heads the
+# findings the first screen describes it rather than an unrelated incident nearby.
+STANDALONE_CATEGORIES = ("overfitting", "loss_plateau", "grad_norm_high", "lr_too_low")
 # A cause is credited to an incident when it lies at most this many steps before the onset (the
 # story gives the exact lead; an LR jump or a bad resume acts within a few optimizer steps).
 CAUSE_LOOKBACK_STEPS = 100
 # Within the symptoms of one incident, this order: the most severe description first.
-_SYMPTOM_ORDER = ("loss_divergence", "nan_loss", "loss_spike", "grad_norm_spike", "eval_divergence")
+_SYMPTOM_ORDER = (
+    "loss_divergence",
+    "nan_loss",
+    "loss_spike",
+    "grad_norm_spike",
+    "grad_norm_high",
+    "eval_divergence",
+    "overfitting",
+    "loss_plateau",
+)
 
 
 def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Finding]:

@@ -25,6 +25,7 @@ _CAUSE_SIGNALS = {
     "lr_too_high": "learning_rate",
     "resume_discontinuity": "resume",
     "loss_scale_collapse": "loss_scale",
+    "grad_norm_high": "grad_norm",
 }
 
 

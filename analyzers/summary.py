@@ -7,9 +7,14 @@ from dataclasses import dataclass
 import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.card import cause_words, incident_card
+from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.ranking import CAUSE_CATEGORIES, CAUSE_LOOKBACK_STEPS
+from tscope.analyzers.ranking import (
+    CAUSE_CATEGORIES,
+    CAUSE_LOOKBACK_STEPS,
+    STANDALONE_CATEGORIES,
+)
 from tscope.analyzers.signals import fmt, primary_loss, spike_size, window
 
 from tscope.model import Alternative, CheckpointInfo, Finding
@@ -20,6 +25,11 @@ LR_STEADY_RELATIVE = 0.05
 # How far before the onset the LR is checked for a jump or a change.
 LR_CHECK_STEPS = 50
 _ALERT_SEVERITIES = ("critical", "warning")
+# Fewer logged loss points than this and "no incident" means "not judged": the spike score needs
+# 20 points before it scores anything (detectors.spike_score.SPIKE_SCORE_MIN_POINTS) and the
+# robust baseline 8 before the first judged point (baseline.MIN_BASELINE_POINTS), so a shorter
+# log cannot show a spike, a plateau or a divergence — the status says so instead of "healthy".
+MIN_LOSS_POINTS_TO_JUDGE = SPIKE_SCORE_MIN_POINTS
 
 
 def summarize(
@@ -31,6 +41,15 @@ def summarize(
     checkpoints = checkpoints or []
     alerts = [f for f in findings if f.severity in _ALERT_SEVERITIES]
     if not alerts:
+        missing = missing_data(evidence)
+        if missing:
+            return {
+                "status": "insufficient_data",
+                "verdict": "Insufficient data to judge the run: " + "; ".join(missing) + ".",
+                "next_steps": [_MORE_DATA_STEP],
+                "headline_finding": None,
+                "missing": missing,
+            }
         return {
             "status": "healthy",
             "verdict": _healthy_verdict(evidence, findings),
@@ -45,6 +64,8 @@ def summarize(
         and headline.source == "logs"
     ):
         incident = None  # the cause itself is the news (e.g. a faulty resume with no spike yet)
+    if headline.category in STANDALONE_CATEGORIES and headline.spike_id is None:
+        incident = None  # overfitting, a plateau: the condition is the news, not a nearby spike
     diagnosis = _diagnose(evidence, headline, incident, findings)
     restart = _restart_checkpoint(headline, incident, checkpoints)
     return {
@@ -78,6 +99,31 @@ def _incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None
             if incident.onset_step - CAUSE_LOOKBACK_STEPS <= finding.step <= end:
                 return incident
     return incidents[0] if incidents else None
+
+
+_MORE_DATA_STEP = (
+    "Log the training loss every step (or every few steps) for the whole run and analyze again; "
+    "pass the run directory so every log file is found."
+)
+
+
+def missing_data(evidence: Evidence) -> list[str]:
+    """What a verdict of "no incident" would lack; empty when the loss can be judged."""
+    run = evidence.run
+    loss = primary_loss(run)
+    if loss is None:
+        if evidence.checkpoints is not None:
+            return []  # checkpoints alone are judged by the checkpoint explainers
+        return ["no loss series was found in the inputs"]
+    _steps, values = run.series(loss)
+    finite = int(np.isfinite(values).sum())
+    if finite < MIN_LOSS_POINTS_TO_JUDGE:
+        return [
+            f"only {finite} finite point{'s' if finite != 1 else ''} of {loss} "
+            f"(at least {MIN_LOSS_POINTS_TO_JUDGE} are needed to judge spikes, plateaus and "
+            "divergence)"
+        ]
+    return []
 
 
 def _healthy_verdict(evidence: Evidence, findings: list[Finding]) -> str:

@@ -28,6 +28,9 @@ EXPLOSION_MIN_POINTS = 2
 # Findings that say on their own that the run derailed (the single-run analysis's verdict).
 DERAILED_CATEGORIES = ("loss_divergence", "nan_loss")
 SIGNAL_SEVERITIES = ("warning", "critical")
+# Run-long conditions (a plateau from step 1, a persistently high gradient norm) describe the
+# whole run, not a warning sign at a step before an explosion: not used as signals.
+NOT_SIGNALS = ("loss_plateau", "grad_norm_high", "overfitting", "lr_too_low")
 # A blown-up run "recovered" when its last logged points are finite and their median is back
 # within 15% of its best loss before the explosion (the divergence explainer's "elevated" line).
 RECOVERY_TAIL_POINTS = 5
@@ -139,7 +142,11 @@ def signals_of(case: dict[str, Any]) -> list[Signal]:
             first[signal.kind] = signal
 
     for finding in case.get("findings", []):
-        if finding.get("severity") in SIGNAL_SEVERITIES and finding.get("step") is not None:
+        if (
+            finding.get("severity") in SIGNAL_SEVERITIES
+            and finding.get("step") is not None
+            and finding.get("category") not in NOT_SIGNALS
+        ):
             add(
                 Signal(
                     str(finding["category"]),

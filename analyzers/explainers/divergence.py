@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 
 from tscope.model import Finding
@@ -41,7 +42,12 @@ class DivergenceExplainer:
             finding = _divergence(loss, steps, values, evidence)
             if finding is not None:
                 findings.append(finding)
-        if evidence.run.has(EVAL_LOSS) and loss != EVAL_LOSS:
+        # An eval rise while the train loss keeps falling is reported as overfitting instead.
+        if (
+            evidence.run.has(EVAL_LOSS)
+            and loss != EVAL_LOSS
+            and not overfitting_onset(evidence.run)
+        ):
             steps, values = evidence.run.series(EVAL_LOSS)
             eval_finding = _eval_divergence(steps, values)
             if eval_finding is not None:

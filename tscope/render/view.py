@@ -30,9 +30,15 @@ from tscope.render.series import as_list, as_mapping, as_records
 from tscope.render.xray_view import xray_view
 
 TEMPLATE_PACKAGE = "tscope.templates"  # the top-level templates/ folder, installed inside tscope
-STATUS_LABELS = {"incident": "Incident", "healthy": "Healthy", "no_data": "No data"}
+STATUS_LABELS = {
+    "incident": "Incident",
+    "healthy": "Healthy",
+    "insufficient_data": "Insufficient data",
+    "no_data": "No data",
+}
 NO_NEXT_STEPS = {
     "healthy": "Nothing to do: no finding calls for action.",
+    "insufficient_data": "Log more of the run (the loss at every step) and analyze again.",
     "no_data": "Point tscope at the run's logs or checkpoints: nothing analyzable was found.",
 }
 SEVERITY_ORDER = ("critical", "warning", "info")

@@ -1,0 +1,135 @@
+"""overfitting: the train loss keeps falling while the eval loss rises from its best."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.signals import fmt, loss_series, primary_loss
+
+from tscope.model import Finding, Run
+from tscope.model.metric_names import EVAL_LOSS
+
+# The eval loss has risen when each of the last EVAL_RISING_POINTS evaluations is at least this
+# much above the best one. Noise argument: an eval loss is computed on a fixed set, so between
+# evaluations it moves only with the weights; the largest rise over its best among the healthy
+# runs with evaluations (shared/realdata: tinyllama DPO, 29 evals; 70 modded-nanogpt runs) is
+# +0.36% (DPO's converged tail). +3% is 8× that.
+EVAL_RISE_RATIO = 1.03
+EVAL_RISING_POINTS = 2
+# Measured (tests/planted.py, scripts/measure_rules.py): warnings on 0 of 82 healthy runs; 0/10
+# dev and 0/20 held-out seeds on each control (converged eval ±0.3%, a +1.5% eval rise). Recall
+# 10/10 dev and 20/20 held-out on +10% after step 200 and +5% after step 300. Real data: it fires
+# on whisper-large-v2-ja (train loss → 0.000 while eval/loss rises 0.321 → 0.420), which
+# tscope reported as eval_divergence before.
+MIN_EVALS = 4  # a best, something before or after it, and the rising evaluations
+# "Keeps falling": the median train loss over the evaluation interval before the last eval is at
+# least 1% below the median over the interval before the best eval (the same 1% floor as
+# plateau.PLATEAU_MIN_RELATIVE_DROP: below it the train loss has stopped moving).
+TRAIN_MIN_RELATIVE_DROP = 0.01
+MIN_TRAIN_POINTS_PER_INTERVAL = 1
+
+
+@dataclass(frozen=True)
+class Overfitting:
+    best_step: int
+    first_rise_step: int
+    best_eval: float
+    last_eval: float
+    train_at_best: float
+    train_at_end: float
+
+    @property
+    def gap_at_best(self) -> float:
+        return self.best_eval - self.train_at_best
+
+    @property
+    def gap_at_end(self) -> float:
+        return self.last_eval - self.train_at_end
+
+
+def overfitting_onset(run: Run) -> Overfitting | None:
+    """The eval loss rose from its best while the train loss kept falling (None otherwise)."""
+    loss = primary_loss(run)
+    if loss is None or loss == EVAL_LOSS or not run.has(EVAL_LOSS):
+        return None
+    eval_steps, evals = run.series(EVAL_LOSS)
+    finite = np.isfinite(evals)
+    eval_steps, evals = eval_steps[finite], evals[finite]
+    if evals.size < MIN_EVALS:
+        return None
+    best = int(np.argmin(evals))
+    tail = evals[-EVAL_RISING_POINTS:]
+    if best >= evals.size - EVAL_RISING_POINTS or not np.all(tail >= EVAL_RISE_RATIO * evals[best]):
+        return None
+    train_steps, train = loss_series(run, loss)
+    keep = np.isfinite(train)
+    train_steps, train = train_steps[keep], train[keep]
+
+    def interval_median(index: int) -> float | None:
+        start = eval_steps[index - 1] if index > 0 else -np.inf
+        inside = (train_steps > start) & (train_steps <= eval_steps[index])
+        if inside.sum() < MIN_TRAIN_POINTS_PER_INTERVAL:
+            return None
+        return float(np.median(train[inside]))
+
+    at_best, at_end = interval_median(best), interval_median(evals.size - 1)
+    if at_best is None or at_end is None:
+        return None
+    if at_end > at_best - TRAIN_MIN_RELATIVE_DROP * abs(at_best):
+        return None  # the train loss stopped falling (or rose): eval_divergence's case
+    rise = best + 1 + int(np.flatnonzero(evals[best + 1 :] >= EVAL_RISE_RATIO * evals[best])[0])
+    return Overfitting(
+        best_step=int(eval_steps[best]),
+        first_rise_step=int(eval_steps[rise]),
+        best_eval=float(evals[best]),
+        last_eval=float(evals[-1]),
+        train_at_best=at_best,
+        train_at_end=at_end,
+    )
+
+
+class OverfittingExplainer:
+    name = "overfitting"
+
+    def run(self, evidence: Evidence) -> list[Finding]:
+        found = overfitting_onset(evidence.run)
+        if found is None:
+            return []
+        return [
+            Finding(
+                category="overfitting",
+                severity="warning",
+                confidence=0.75,
+                step=found.best_step,
+                layer=None,
+                message=(
+                    f"Overfitting from step {found.best_step}: eval/loss was best there "
+                    f"({fmt(found.best_eval)}) and rose to {fmt(found.last_eval)} "
+                    f"(×{fmt(found.last_eval / found.best_eval)}; ≥ {EVAL_RISE_RATIO}× the best "
+                    f"from step {found.first_rise_step}) while the train loss kept falling "
+                    f"({fmt(found.train_at_best)} → {fmt(found.train_at_end)}); the eval − train "
+                    f"gap grew from {fmt(found.gap_at_best)} to {fmt(found.gap_at_end)}."
+                ),
+                evidence={
+                    "best_eval_step": found.best_step,
+                    "first_rise_step": found.first_rise_step,
+                    "best_eval_loss": found.best_eval,
+                    "last_eval_loss": found.last_eval,
+                    "train_loss_at_best": found.train_at_best,
+                    "train_loss_at_end": found.train_at_end,
+                    "gap_at_best": found.gap_at_best,
+                    "gap_at_end": found.gap_at_end,
+                },
+                suggestion=(
+                    f"Keep the checkpoint nearest step {found.best_step} (load_best_model_at_end "
+                    "with metric_for_best_model='eval_loss'), stop earlier or train fewer epochs, "
+                    "and add data or regularization (dropout, weight decay, a lower LR)."
+                ),
+                threshold=(
+                    f"last {EVAL_RISING_POINTS} evals ≥ {EVAL_RISE_RATIO}× the best eval loss and "
+                    f"the train loss ≥ {TRAIN_MIN_RELATIVE_DROP:.0%} lower than at the best eval"
+                ),
+            )
+        ]

@@ -1,0 +1,166 @@
+"""loss_plateau: the loss does not move from the start of the log over a long window.
+
+Judged from where the log starts: any run that trains falls fast at first (a fresh model within
+its first tenth; a fine-tune within its first epoch), so a loss that stays at its starting level
+for half of the logged steps is not learning. A loss that fell and then flattened (a converged
+fine-tune, the end of a cosine schedule) is never a plateau here: the window must start at the
+first logged point.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import MAD_TO_SIGMA
+from tscope.analyzers.signals import fmt, loss_series, primary_loss
+
+from tscope.model import Finding, Run
+from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
+
+# The level is a rolling median over this fraction of the logged points (at least
+# SMOOTHING_MIN_POINTS), so single noisy points neither start nor end a plateau.
+SMOOTHING_FRACTION = 0.05
+SMOOTHING_MIN_POINTS = 5
+# "Does not move": the smoothed level stays within this band below its starting level — the
+# larger of 1% of the level and a noise band. Noise argument: the median of w points with
+# per-point σ has standard error SE ≈ 1.2533·σ/√w; the start's median and the lowest of the
+# n/w windows after it differ by noise alone by about √2·√(2·ln(n/w)) SE (the expected minimum
+# of n/w independent normals), so the band adds 2 SE of margin to that: a drop beyond it is
+# learning, not noise (with n/w = 20 windows: 6.3 SE).
+PLATEAU_MIN_RELATIVE_DROP = 0.01
+NOISE_MARGIN_STANDARD_ERRORS = 2.0
+MEDIAN_STANDARD_ERROR = 1.2533  # √(π/2): standard error of a median over that of a mean
+# Measured (tests/planted.py, scripts/measure_rules.py): false alarms (warnings) on 0 of 83 healthy
+# runs (fixtures, stable sweep, shared/realdata without the Megatron incident logs) and 0/10 dev,
+# 0/20 held-out seeds on each control (healthy, converged fine-tune, slow −6% pre-training).
+# Recall 10/10 dev and 20/20 held-out on LR 1e-9, on a frozen model and on a run stuck for its
+# first 60%. (A first version with a fixed 3-SE band scored 9/10, 9/10, 5/10 dev and 17/20 on each
+# held-out set: the noise band above replaced it, so the held-out seeds were seen once before.)
+# "A long window": the flat stretch from the first point spans at least half of the logged steps
+# and this many points (so a short log is "insufficient data", not a plateau).
+PLATEAU_MIN_FRACTION = 0.5
+PLATEAU_MIN_POINTS = 50
+# A log whose first step is beyond this fraction of its last starts mid-run (a resume, a later
+# W&B segment): the run may have converged before it, so a flat loss there is context (info).
+# pythia 70m's segment 67001–143000 moves 0.3% — flat, and healthy.
+MID_RUN_START_FRACTION = 0.10
+# Reasons the message names when the logs show them.
+LR_NEAR_ZERO = 1e-7  # below every LR in use for training LMs (DOMAIN.md B.7: 3e-4 … 3e-1 sweep)
+GRAD_NORM_NEAR_ZERO = 1e-6  # a gradient this small moves no weight under any LR in use
+
+
+class PlateauExplainer:
+    name = "plateau"
+
+    def run(self, evidence: Evidence) -> list[Finding]:
+        run = evidence.run
+        loss = primary_loss(run)
+        if loss is None:
+            return []
+        steps, values = loss_series(run, loss)
+        finite = np.isfinite(values)
+        steps, values = steps[finite], values[finite]
+        n = values.size
+        if n < PLATEAU_MIN_POINTS:
+            return []
+        window = max(SMOOTHING_MIN_POINTS, int(SMOOTHING_FRACTION * n))
+        start_level = float(np.median(values[:window]))
+        sigma = MAD_TO_SIGMA * float(
+            np.median(np.abs(np.diff(values) - np.median(np.diff(values))))
+        )
+        sigma /= np.sqrt(2.0)  # differences of two points carry √2 × the per-point noise
+        band = max(PLATEAU_MIN_RELATIVE_DROP * abs(start_level), noise_band(sigma, window, n))
+        level = pd.Series(values).rolling(window, min_periods=window).median().to_numpy()
+        moved = np.flatnonzero(level < start_level - band)
+        flat_until = int(moved[0]) - window + 1 if moved.size else n - 1  # last flat point
+        flat_until = max(flat_until, 0)
+        first, last = int(steps[0]), int(steps[-1])
+        flat_steps = int(steps[flat_until]) - first
+        if flat_until + 1 < PLATEAU_MIN_POINTS or flat_steps < PLATEAU_MIN_FRACTION * (
+            last - first
+        ):
+            return []
+        return [_finding(run, steps, values, flat_until, start_level, band, first, last)]
+
+
+def noise_band(sigma: float, window: int, n: int) -> float:
+    """How far below the start's median the lowest later median falls by noise alone (+margin)."""
+    standard_error = MEDIAN_STANDARD_ERROR * sigma / np.sqrt(window)
+    windows = max(n / window, 2.0)
+    return float(
+        np.sqrt(2.0)
+        * (np.sqrt(2.0 * np.log(windows)) + NOISE_MARGIN_STANDARD_ERRORS)
+        * standard_error
+    )
+
+
+def _finding(
+    run: Run,
+    steps: np.ndarray,
+    values: np.ndarray,
+    flat_until: int,
+    start_level: float,
+    band: float,
+    first: int,
+    last: int,
+) -> Finding:
+    mid_run = first > MID_RUN_START_FRACTION * last
+    end_step = int(steps[flat_until])
+    whole = flat_until == values.size - 1
+    reasons = likely_reasons(run, first, end_step)
+    span = "for the whole log" if whole else f"until step {end_step}, then it began to fall"
+    message = (
+        f"The loss did not move from step {first} {span}: its smoothed level stayed within "
+        f"{fmt(band)} of the starting {fmt(start_level)} over {flat_until + 1} logged points. "
+        + ("Likely: " + "; ".join(reasons) + "." if reasons else "")
+    )
+    if mid_run:
+        message += (
+            f" The log starts at step {first}: if the run had converged before, this is expected."
+        )
+    return Finding(
+        category="loss_plateau",
+        severity="info" if mid_run else "warning",
+        confidence=0.35 if mid_run else (0.7 if reasons else 0.55),
+        step=first,
+        layer=None,
+        message=message.strip(),
+        evidence={
+            "start_level": start_level,
+            "band": band,
+            "flat_until_step": end_step,
+            "flat_points": flat_until + 1,
+            "log_starts_mid_run": mid_run,
+        },
+        suggestion=(
+            "Check, in this order: the learning rate actually applied (scheduler, optimizer param "
+            "groups), parameters left frozen (requires_grad, a LoRA adapter not attached), "
+            "gradients not flowing (a detached loss, zero grad norm), and the data loader "
+            "repeating one batch."
+        ),
+        threshold=(
+            f"smoothed loss within max({PLATEAU_MIN_RELATIVE_DROP:.0%}, the noise band of a "
+            "median) of its start for ≥ "
+            f"{PLATEAU_MIN_FRACTION:.0%} of the logged steps from the first point"
+        ),
+    )
+
+
+def likely_reasons(run: Run, first_step: int, last_step: int) -> list[str]:
+    """The reasons the logs over the flat stretch point to (empty when they show none)."""
+    reasons = []
+    if run.has(LEARNING_RATE):
+        steps, lrs = run.series(LEARNING_RATE)
+        lrs = lrs[(steps >= first_step) & (steps <= last_step) & np.isfinite(lrs)]
+        if lrs.size and float(np.max(np.abs(lrs))) < LR_NEAR_ZERO:
+            reasons.append(f"the learning rate is far too low (at most {fmt(float(lrs.max()))})")
+    if run.has(GRAD_NORM):
+        steps, grads = run.series(GRAD_NORM)
+        grads = grads[(steps >= first_step) & (steps <= last_step) & np.isfinite(grads)]
+        if grads.size and float(np.median(grads)) < GRAD_NORM_NEAR_ZERO:
+            reasons.append(
+                f"gradients are not flowing (median grad norm {fmt(float(np.median(grads)))}): "
+                "frozen parameters or a detached loss"
+            )
+    return reasons
