@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -15,6 +15,17 @@ from tscope.model.visible_text import visible
 
 if TYPE_CHECKING:
     from tscope.model import Case
+
+
+EXIT_BAD_INPUT = 2
+CASE_PREFIX = "tscope-case"  # default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>
+
+
+def fail(message: str) -> NoReturn:
+    """One line on stderr and exit 2: how every command ends on bad input or arguments."""
+    # visible(): a file name in the message may hold a newline or a terminal escape.
+    typer.echo(f"tscope: error: {visible(message)}", err=True)
+    raise typer.Exit(code=EXIT_BAD_INPUT)
 
 
 def progress_enabled(quiet: bool) -> bool:
@@ -33,6 +44,7 @@ CASE_FOLDER_FILES = (
     "replay.json",  # tscope replay: tscope.replay_pipeline
     "replay_*.parquet",
     "skip_batches.json",
+    "xray.json",  # tscope xray: tscope.xray_pipeline
 )
 WHAT_A_CASE_IS = "the case"
 

@@ -1,0 +1,242 @@
+"""The commands that run the user's own code beside a stranger's run: `replay` (the entry's
+batches and model around a step) and `xray` (the entry's training step on a tracer model).
+
+Registered on the app by tscope.cli; like it, they only parse arguments and delegate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tscope.cli_options import (
+    CaseOutOption,
+    FormatsOption,
+    QuietOption,
+    TrustPickleOption,
+    parse_formats,
+    parse_window,
+)
+from tscope.cli_output import (
+    CASE_PREFIX,
+    Progress,
+    fail,
+    main_file,
+    progress_enabled,
+    say_where_it_goes,
+    write_case,
+)
+from tscope.errors import TscopeError, UsageError
+from tscope.model.visible_text import visible
+from tscope.output_location import check_outside_inputs, default_output
+
+
+def replay(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="The run directory holding the checkpoints and logs (default: the current one).",
+        ),
+    ] = Path("."),
+    around: Annotated[
+        int | None,
+        typer.Option(
+            "--around",
+            metavar="STEP",
+            help="Required (unless --check-resume): the optimizer step to investigate.",
+        ),
+    ] = None,
+    entry: Annotated[
+        Path | None,
+        typer.Option(
+            "--entry",
+            metavar="FILE.py",
+            help="Required: your entry file. It defines batches(start_step), the batches of the "
+            "steps after start_step, and optionally build_model(config), loss_fn(model, batch), "
+            "build_optimizer(model) (see the README's replay section).",
+        ),
+    ] = None,
+    window: Annotated[
+        str,
+        typer.Option(
+            "--window", metavar="-A:B", help="Steps before:after --around to replay, e.g. -5:5."
+        ),
+    ] = "-5:5",
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device", metavar="DEVICE", help="cpu, cuda, or auto (cuda when available)."
+        ),
+    ] = "cpu",
+    what_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--what-if",
+            metavar="WHAT_IF",
+            help="Repeatable: skip | lr=FACTOR | clip=MAX_NORM | from=STEP (each a replay).",
+        ),
+    ] = None,
+    check_resume: Annotated[
+        bool,
+        typer.Option(
+            "--check-resume",
+            help="Also reload each checkpoint the run resumed from and check the first steps.",
+        ),
+    ] = False,
+    relaxed: Annotated[
+        bool,
+        typer.Option("--relaxed", help="Allow non-deterministic kernels (faster, may drift)."),
+    ] = False,
+    no_stats: Annotated[
+        bool, typer.Option("--no-stats", help="No per-layer statistics (a plain replay).")
+    ] = False,
+    out: CaseOutOption = None,
+    formats: FormatsOption = "html,md,json",
+    trust_pickle: TrustPickleOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Re-run the steps around a spike from a checkpoint and write a new case folder.
+
+    Fidelity, per-layer statistics, bad samples and what-if experiments: --out gets replay.json,
+    the replay tables and case.html/md/json with the replay's findings; the run is never touched.
+    """
+    from tscope.replay_pipeline import (
+        case_with_replay,
+        check_resumes,
+        investigate,
+        resume_investigation,
+        write_replay_files,
+    )
+
+    try:
+        chosen = parse_formats(formats)
+        if entry is None:
+            raise UsageError(
+                "tscope replay needs --entry FILE.py defining batches(start_step): the batches "
+                "the run consumed (see the README's replay section)."
+            )
+        if around is None and not check_resume:
+            raise UsageError("Give --around STEP (the step to investigate), or --check-resume.")
+        offsets = parse_window(window)
+        if out is not None:
+            check_outside_inputs(out, [run_dir])
+        target = out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
+        if out is None:
+            say_where_it_goes(target, CASE_PREFIX, quiet)
+        with Progress(progress_enabled(quiet), "replaying") as progress:
+            if around is not None:
+                investigation = investigate(
+                    run_dir,
+                    around,
+                    entry,
+                    window=offsets,
+                    device=device,
+                    deterministic=not relaxed,
+                    what_ifs=what_if or (),
+                    statistics=not no_stats,
+                    on_step=lambda done, total, _step: progress.advance(done, total),
+                )
+            if check_resume:
+                checks, resume_findings = check_resumes(
+                    run_dir, entry, device=device, deterministic=not relaxed
+                )
+                if around is None:
+                    investigation = resume_investigation(run_dir, checks, resume_findings)
+                else:
+                    investigation.resume_checks = checks
+                    investigation.findings.extend(resume_findings)
+            case = case_with_replay(investigation, trust_pickle=trust_pickle)
+        written = write_case(case, target, chosen)
+        written += write_replay_files(investigation, target)
+    except TscopeError as error:
+        fail(str(error))
+    if not quiet:
+        from tscope.render.formatting import format_number  # the case's 3 significant digits
+
+        fidelity = investigation.result.fidelity
+        typer.echo(
+            f"Replayed steps {investigation.result.steps[0]}–{investigation.result.steps[1]} "
+            f"from {visible(investigation.result.checkpoint_path)}: "
+            + (
+                "reproduces the log"
+                if fidelity.reproduced
+                else "does NOT reproduce the log (see replay_mismatch)"
+            )
+            + f" (max relative loss difference {format_number(fidelity.max_rel_loss_diff)})",
+            err=True,
+        )
+    typer.echo(visible(main_file(written)))
+
+
+def xray(
+    run_dir: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="A Hugging Face Trainer run (training_args.bin); with --entry, the run whose case "
+            "gets the audit's findings.",
+        ),
+    ] = None,
+    entry: Annotated[
+        Path | None,
+        typer.Option(
+            "--entry",
+            metavar="FILE.py",
+            help="Your entry file defining train_step(model, sequences).",
+        ),
+    ] = None,
+    lengths: Annotated[
+        str | None,
+        typer.Option(
+            "--lengths", metavar="N,N,...", help="Probe sequence lengths, e.g. 5,9,3,12,7,4."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="DIR",
+            help="Case directory to write (default: ./tscope-xray-NAME).",
+        ),
+    ] = None,
+    formats: FormatsOption = "html,md,json",
+    quiet: QuietOption = False,
+) -> None:
+    """Audit a training step on a tracer model: the gradient weight of every target token, and
+    gradient leaking between sequences. Writes xray.json and case.html/md/json."""
+    from tscope.xray.probe import parse_lengths
+    from tscope.xray_pipeline import audit, case_with_xray, write_xray_files
+
+    try:
+        chosen = parse_formats(formats)
+        probe_lengths = parse_lengths(lengths) if lengths is not None else None
+        named = entry if entry is not None else run_dir
+        if named is None:
+            raise UsageError(
+                "Give --entry FILE.py (defining train_step(model, sequences)) or a Hugging Face "
+                "Trainer run directory."
+            )
+        inputs = [run_dir] if run_dir is not None else []
+        if out is not None:
+            check_outside_inputs(out, inputs)
+        target = out or default_output("tscope-xray", named.resolve().stem, inputs)
+        with Progress(progress_enabled(quiet), "auditing the step"):
+            result = audit(run_dir, entry, probe_lengths)
+            case = case_with_xray(result)
+        written = write_case(case, target, chosen)
+        written += write_xray_files(result, target)
+    except TscopeError as error:
+        fail(str(error))
+    if not quiet:
+        section = case.xray or {}
+        typer.echo(
+            f"Token audit: weights match {section.get('matched_rule')} "
+            f"(intended {section.get('intended')}); max leak {section.get('leak', {}).get('max')}; "
+            f"{len(result.findings)} finding(s).",
+            err=True,
+        )
+    typer.echo(visible(main_file(written)))
