@@ -200,3 +200,21 @@ def test_help_imports_neither_torch_nor_sklearn():
     probe = "import sys; from tscope.cli import app; print('torch' in sys.modules, 'sklearn' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_replay_console_line_explains_a_difference_above_tolerance_by_the_logs_rounding() -> (
+    None
+):
+    """The demo replay reproduces at 1.88e-5 > 1e-5 because train.log keeps 4 decimals: the
+    console must say why in the same line, not print what reads as a contradiction."""
+    from tscope.cli_audit import _rounding_note
+    from tscope.model.replay import Fidelity
+
+    rounded = Fidelity(9, 5e-5, 1.88e-5, True, 1e-5, logged_decimals=4)
+    assert (
+        _rounding_note(rounded)
+        == ", above the 1e-5 tolerance only by the log's rounding to 4 decimals"
+    )
+    within = Fidelity(9, 0.0, 2e-7, True, 1e-5, logged_decimals=4)
+    failed = Fidelity(9, 0.1, 0.04, False, 1e-5, logged_decimals=4)
+    assert _rounding_note(within) == "" and _rounding_note(failed) == ""

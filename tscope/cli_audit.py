@@ -7,7 +7,7 @@ Registered on the app by tscope.cli; like it, they only parse arguments and dele
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -31,6 +31,9 @@ from tscope.cli_output import (
 from tscope.errors import TscopeError, UsageError
 from tscope.model.visible_text import visible
 from tscope.output_location import check_outside_inputs, default_output
+
+if TYPE_CHECKING:
+    from tscope.model.replay import Fidelity
 
 
 def replay(
@@ -165,7 +168,9 @@ def replay(
                 if fidelity.reproduced
                 else "does NOT reproduce the log (see replay_mismatch)"
             )
-            + f" (max relative loss difference {format_number(fidelity.max_rel_loss_diff)})",
+            + f" (max relative loss difference {format_number(fidelity.max_rel_loss_diff)}"
+            + _rounding_note(fidelity)
+            + ")",
             err=True,
         )
     typer.echo(visible(main_file(written)))
@@ -240,3 +245,19 @@ def xray(
             err=True,
         )
     typer.echo(visible(main_file(written)))
+
+
+def _rounding_note(fidelity: Fidelity) -> str:
+    """A difference above the tolerance in a reproduced replay is the log's own rounding: say so
+    in the same line, never print what reads as a contradiction."""
+    difference = fidelity.max_rel_loss_diff
+    if not fidelity.reproduced or difference is None or difference <= fidelity.tolerance:
+        return ""
+    if fidelity.logged_decimals is None:
+        return ""
+    from tscope.render.formatting import format_number
+
+    return (
+        f", above the {format_number(fidelity.tolerance)} tolerance only by the log's rounding "
+        f"to {fidelity.logged_decimals} decimals"
+    )
