@@ -286,6 +286,17 @@ def test_the_registry_finds_each_checkpoint_once():
     ])  # fmt: skip
 
 
+@pytest.mark.parametrize("root", [LAYOUTS, LAYOUTS.parent / "trainer" / "corrupted_batch"])
+def test_the_inventory_describes_each_checkpoint_as_opening_it_does(root):
+    """`--no-weights` lists what the readers find, with the step, layout and state they report."""
+    found = find_checkpoints(root)
+    assert found
+    for reader, path, shown in found:
+        handle = reader.open(path, shown, OPTIONS)
+        assert reader.describe(path, shown) == handle.info, shown
+        handle.close()
+
+
 def test_a_last_ckpt_past_every_named_checkpoint_is_kept(tmp_path):
     shutil.copy(LAYOUTS / "lightning" / "epoch=0-step=2.ckpt", tmp_path)
     shutil.copy(LAYOUTS / "lightning" / "last.ckpt", tmp_path)  # step 4: the only one there

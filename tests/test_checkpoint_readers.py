@@ -283,6 +283,8 @@ def test_nanogpt_checkpoint_names_steps_and_optimizer_groups(tmp_path):
     assert audit.missing() == ["GradScaler state", "RNG state"]  # float16 run, no RNG saved
     assert audit.has_scheduler is True  # the LR is a function of iter_num
     assert find_checkpoints(tmp_path)[0][0].name == "nanogpt"
+    # --no-weights describes it from the pickle's keys alone, as opening it does
+    assert NanoGptReader().describe(tmp_path / "ckpt.pt", "ckpt.pt") == handle.info
 
 
 # --- plain state-dict files ----------------------------------------------------------------------
@@ -307,6 +309,7 @@ def test_plain_state_dict_files_in_a_folder(tmp_path):
     ]
     handles = [reader.open(path, shown, OPTIONS) for reader, path, shown in found]
     assert [h.info.step for h in handles] == [200, 500, 1000]
+    assert [r.describe(p, s) for r, p, s in found] == [h.info for h in handles]
     for handle in handles:
         assert handle.tensor_names() == ["bias", "weight"]
         assert torch.equal(handle.load_tensor("weight"), weights["weight"])

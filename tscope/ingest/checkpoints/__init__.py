@@ -1,5 +1,5 @@
-"""Checkpoints: an inventory from names (inventory.py) and lazy, safe readers per layout."""
+"""Checkpoints: lazy, safe readers per layout (registry.py), and an inventory from them."""
 
-from tscope.ingest.checkpoints.inventory import checkpoint_inventory, pickle_strings
+from tscope.ingest.checkpoints.inventory import checkpoint_inventory
 
-__all__ = ["checkpoint_inventory", "pickle_strings"]
+__all__ = ["checkpoint_inventory"]

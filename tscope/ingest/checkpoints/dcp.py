@@ -69,6 +69,13 @@ class DcpReader:
     def open(self, path: Path, display_path: str, options: LoadOptions) -> DcpCheckpoint:
         return DcpCheckpoint(path, display_path, options)
 
+    def describe(self, path: Path, display_path: str) -> CheckpointInfo:
+        # Opening reads only `.metadata` (no tensor): which keys are model and which moments
+        # is the description.
+        checkpoint = DcpCheckpoint(path, display_path, LoadOptions())
+        checkpoint.close()
+        return checkpoint.info
+
 
 class DcpCheckpoint:
     def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:

@@ -27,6 +27,7 @@ from tscope.ingest.checkpoints.deepspeed_zero import (
     load_deepspeed_file,
     rebuild_zero_state,
 )
+from tscope.ingest.checkpoints.pickle_literals import pickle_strings
 from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
@@ -61,6 +62,26 @@ class DeepSpeedReader:
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> DeepSpeedCheckpoint:
         return DeepSpeedCheckpoint(path, display_path, options)
+
+    def describe(self, path: Path, display_path: str) -> CheckpointInfo:
+        universal = _is_universal(path)
+        model_files = sorted(p for p in path.iterdir() if MODEL_STATES.match(p.name))
+        # Megatron-DeepSpeed adds `rng_state` to the model states; its pickle's keys say so.
+        keys = pickle_strings(model_files[0]) if model_files else None
+        return CheckpointInfo(
+            step=step_from_name(path.name),  # global_step{N}
+            path=display_path,
+            format="deepspeed_universal" if universal else self.name,
+            has_optimizer=universal or bool(optim_files(path)),
+            has_rng="rng_state" in (keys or set()),
+        )
+
+
+def optim_files(folder: Path) -> list[Path]:
+    """The ZeRO optimizer partitions of tensor-parallel rank 0, by data-parallel rank."""
+    found = [(OPTIM_STATES.match(p.name), p) for p in folder.iterdir()]
+    tp0 = [(int(m.group(1)), p) for m, p in found if m and int(m.group(2)) == 0]
+    return [p for _, p in sorted(tp0)]
 
 
 def _is_universal(path: Path) -> bool:
@@ -138,9 +159,7 @@ class DeepSpeedCheckpoint:
         return loaded
 
     def _optim_files(self) -> list[Path]:
-        found = [(OPTIM_STATES.match(p.name), p) for p in self._dir.iterdir()]
-        tp0 = [(int(m.group(1)), p) for m, p in found if m and int(m.group(2)) == 0]
-        return [p for _, p in sorted(tp0)]
+        return optim_files(self._dir)
 
     def _zero_stage(self) -> int | None:
         config = self._states.get("ds_config")

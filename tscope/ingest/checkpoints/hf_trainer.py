@@ -79,6 +79,29 @@ class HfTrainerReader:
     def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:
         return HfTrainerCheckpoint(path, display_path, options)
 
+    def describe(self, path: Path, display_path: str) -> CheckpointInfo:
+        return CheckpointInfo(
+            step=step_from_name(path.name),  # checkpoint-{global_step}
+            path=display_path,
+            format=self.name,
+            has_optimizer=optimizer_file(path) is not None,
+            has_rng=bool(rng_files(path)),
+        )
+
+
+def optimizer_file(folder: Path) -> Path | None:
+    return next((folder / f for f in _OPTIMIZER_FILES if (folder / f).is_file()), None)
+
+
+def rng_files(folder: Path) -> dict[int, Path]:
+    """The Trainer's per-rank `rng_state[_{rank}].pth` files by rank."""
+    ranks: dict[int, Path] = {}
+    for file in sorted(folder.glob("rng_state*.pth")):
+        match = _RNG_FILE.match(file.name)
+        if match:
+            ranks[int(match.group(1) or 0)] = file
+    return ranks
+
 
 class HfTrainerCheckpoint:
     def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
@@ -188,7 +211,7 @@ class HfTrainerCheckpoint:
     # --- optimizer -------------------------------------------------------------------------
 
     def _optimizer_file(self) -> Path | None:
-        return next((self._dir / f for f in _OPTIMIZER_FILES if (self._dir / f).is_file()), None)
+        return optimizer_file(self._dir)
 
     def _load_optimizer(self) -> Any:
         if not self._optimizer_loaded:
@@ -283,12 +306,7 @@ class HfTrainerCheckpoint:
         return False
 
     def _rng_files(self) -> dict[int, Path]:
-        ranks: dict[int, Path] = {}
-        for file in sorted(self._dir.glob("rng_state*.pth")):
-            match = _RNG_FILE.match(file.name)
-            if match:
-                ranks[int(match.group(1) or 0)] = file
-        return ranks
+        return rng_files(self._dir)
 
     def _expected_ranks(self) -> int | None:
         """World size: training_args' accelerate state, else the rank files, else one process."""

@@ -1,72 +1,24 @@
-"""An inventory of the checkpoints in a run directory, from names alone (no tensor is loaded).
+"""An inventory of the checkpoints in a run directory without loading a tensor (`--no-weights`).
 
-Reading what checkpoints hold is the checkpoint readers' job; the inventory only tells the report
-which checkpoints exist, at which step, and whether they carry optimizer and RNG state.
+The same walk and readers as the statistics (`registry.find_checkpoints`); each reader's
+`describe` tells the step, the layout and whether optimizer and RNG state are present from names
+and pickle keys only. Reading what the checkpoints hold is the readers' `open`.
 """
 
 from __future__ import annotations
 
-import pickletools
-import re
-import zipfile
 from pathlib import Path
 
-from tscope.ingest.discover import display_path, iter_files
+from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints.registry import find_checkpoints
 from tscope.model import CheckpointInfo
-
-_HF_DIR = re.compile(r"^checkpoint-(\d+)$")
-_STEP_IN_NAME = re.compile(r"(?:step|iter|ckpt|checkpoint)[=_-]?(\d+)", re.IGNORECASE)
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 def checkpoint_inventory(root: Path) -> list[CheckpointInfo]:
-    found: dict[str, CheckpointInfo] = {}
-    for file in iter_files(root):
-        parent = file.parent
-        match = _HF_DIR.match(parent.name)
-        if match and file.name in _WEIGHT_FILES:
-            shown = display_path(parent, root) if parent != root else "."
-            found[shown] = CheckpointInfo(
-                step=int(match.group(1)),
-                path=shown,
-                format="hf_trainer",
-                has_optimizer=(parent / "optimizer.pt").exists()
-                or (parent / "optimizer.bin").exists(),
-                has_rng=any(parent.glob("rng_state*.pth")),
-            )
-        elif (
-            file.suffix in (".pt", ".ckpt")
-            and not match
-            and file.name not in ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin")
-        ):
-            keys = pickle_strings(file)
-            if keys is None:
-                continue
-            step_match = _STEP_IN_NAME.search(file.stem)
-            shown = display_path(file, root)
-            found[shown] = CheckpointInfo(
-                step=int(step_match.group(1)) if step_match else None,
-                path=shown,
-                format="torch_file",
-                has_optimizer=bool(keys & {"optimizer", "optimizer_states"}),
-                has_rng=bool(keys & {"rng_state", "rng_states", "cpu_rng_state"}),
-            )
-    return sorted(found.values(), key=lambda c: (c.step is None, c.step or 0, c.path))
-
-
-# The pickle inside a torch zip file holds the dict keys as string opcodes; scanning the opcodes
-# (never executing them) tells which top-level parts a checkpoint has without loading a tensor.
-_MAX_PICKLE_BYTES = 64 * 1024 * 1024
-
-
-def pickle_strings(file: Path) -> set[str] | None:
-    """String constants in a torch file's data.pkl, or None if it is not a torch zip file."""
-    try:
-        with zipfile.ZipFile(file) as archive:
-            names = [n for n in archive.namelist() if n.endswith("data.pkl")]
-            if not names or archive.getinfo(names[0]).file_size > _MAX_PICKLE_BYTES:
-                return None
-            payload = archive.read(names[0])
-        return {arg for _, arg, _ in pickletools.genops(payload) if isinstance(arg, str)}
-    except Exception:  # a stranger's malformed file: any parse failure means "not inspectable"
-        return None
+    described: list[CheckpointInfo] = []
+    for reader, path, shown in find_checkpoints(root):
+        try:
+            described.append(reader.describe(path, shown))
+        except UnreadableInput:
+            continue  # reported with its reason when the checkpoints are read
+    return sorted(described, key=lambda c: (c.step is None, c.step or 0, c.path))

@@ -28,7 +28,12 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
 from tscope.ingest.checkpoints.param_order import ParamSpec
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
-from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
+from tscope.ingest.checkpoints.state_dict_files import (
+    describe_torch_file,
+    normalize_name,
+    step_from_name,
+    step_value,
+)
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -70,6 +75,9 @@ class LightningReader:
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> LightningCheckpoint:
         return LightningCheckpoint(path, display_path, options)
+
+    def describe(self, path: Path, display_path: str) -> CheckpointInfo:
+        return describe_torch_file(path, display_path, self.name)
 
 
 class LightningCheckpoint:

@@ -12,15 +12,20 @@ from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions, OptimizerState
-from tscope.ingest.checkpoints.inventory import pickle_strings
 from tscope.ingest.checkpoints.optimizer_mapping import (
     NANOGPT_RULES,
     map_optimizer_state,
     summarize_optimizer,
 )
 from tscope.ingest.checkpoints.param_order import inferred_orders
+from tscope.ingest.checkpoints.pickle_literals import pickle_strings
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
-from tscope.ingest.checkpoints.state_dict_files import TensorSource, step_from_name, step_value
+from tscope.ingest.checkpoints.state_dict_files import (
+    TensorSource,
+    describe_torch_file,
+    step_from_name,
+    step_value,
+)
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -37,7 +42,7 @@ class NanoGptReader:
     def can_open(self, path: Path) -> bool:
         """A torch zip file whose pickle names `model` and `iter_num` or `model_args`.
 
-        The pickle's opcodes are scanned, never executed (inventory.pickle_strings).
+        The pickle's opcodes are scanned, never executed (pickle_literals.pickle_strings).
         """
         if not path.is_file() or path.suffix not in (".pt", ".pth"):
             return False
@@ -51,6 +56,9 @@ class NanoGptReader:
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:
         return NanoGptCheckpoint(path, display_path, options)
+
+    def describe(self, path: Path, display_path: str) -> CheckpointInfo:
+        return describe_torch_file(path, display_path, self.name)
 
 
 class NanoGptCheckpoint:

@@ -154,6 +154,19 @@ def torch_file_literals(path: Path) -> Any:
     return None if payload is None else pickle_literals(payload)
 
 
+def pickle_strings(path: Path) -> set[str] | None:
+    """The string constants of a torch file's pickle (its dict keys among them), or None when it
+    cannot be read. The opcodes are scanned, never executed: this tells which top-level parts a
+    checkpoint has (`model`, `optimizer`, `iter_num`, ...) without loading a tensor."""
+    payload = pickle_payload(path)
+    if payload is None:
+        return None
+    try:
+        return {arg for _, arg, _ in pickletools.genops(payload) if isinstance(arg, str)}
+    except Exception:  # a stranger's malformed pickle: any decode failure means "not inspectable"
+        return None
+
+
 def pickle_payload(path: Path) -> bytes | None:
     """The pickle bytes of a torch file: a zip's data.pkl, or the whole (bare pickle) file;
     None when it cannot be read or is larger than MAX_PICKLE_BYTES."""

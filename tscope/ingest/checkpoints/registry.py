@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tscope.errors import UsageError
-from tscope.ingest.checkpoints.base import CheckpointHandle, CheckpointReader, LoadOptions
+from tscope.ingest.checkpoints.base import CheckpointReader
 from tscope.ingest.checkpoints.dcp import DcpReader
 from tscope.ingest.checkpoints.deepspeed import DeepSpeedReader
 from tscope.ingest.checkpoints.hf_trainer import HfTrainerReader
@@ -55,13 +55,6 @@ def find_checkpoints(
             found[file] = (reader, _shown(file, root))
     ordered = sorted(found.items(), key=lambda item: _order_key(item[0], item[1][1]))
     return [(reader, path, shown) for path, (reader, shown) in ordered]
-
-
-def open_checkpoint(
-    reader: CheckpointReader, path: Path, display_path: str, options: LoadOptions
-) -> CheckpointHandle:
-    """One call for the pipeline; raises UnreadableInput when the checkpoint cannot be opened."""
-    return reader.open(path, display_path, options)
 
 
 def reader_named(name: str) -> CheckpointReader:

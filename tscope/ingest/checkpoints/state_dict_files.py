@@ -23,6 +23,7 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
     summarize_optimizer,
 )
 from tscope.ingest.checkpoints.param_order import ParamSpec, inferred_orders
+from tscope.ingest.checkpoints.pickle_literals import UndecodablePickle, torch_file_literals
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
 from tscope.ingest.checkpoints.safetensors_header import HeaderEntry, read_header, read_tensor
 from tscope.ingest.lfs_pointer import is_lfs_pointer, refuse_lfs_pointer
@@ -213,6 +214,28 @@ def _is_buffer(key: str, value: Any = None) -> bool:
     return key.endswith("attn.bias") and value is not None and value.dim() == 4
 
 
+def describe_torch_file(path: Path, display_path: str, format_name: str) -> CheckpointInfo:
+    """A single checkpoint file described from its pickle's literals (tensors stay inert
+    records: no storage is read), the step from the file's own counter, else its name."""
+    top: Mapping[str, Any] = {}
+    if path.suffix != ".safetensors" and not is_lfs_pointer(path):
+        try:
+            literals = torch_file_literals(path)
+        except UndecodablePickle:
+            literals = None
+        top = literals if isinstance(literals, Mapping) else {}
+    steps = (step_value(top.get(key)) for key in STEP_KEYS)
+    step = next((s for s in steps if s is not None), None)
+    optimizer_keys = (*OPTIMIZER_KEYS, "optimizer_states")  # the latter: Lightning's list
+    return CheckpointInfo(
+        step=step if step is not None else step_from_name(path.name),
+        path=display_path,
+        format=format_name,
+        has_optimizer=any(top.get(key) for key in optimizer_keys),
+        has_rng=count_rng(top),
+    )
+
+
 def count_rng(raw: Mapping[str, Any]) -> bool:
     return any(raw.get(key) is not None for key in RNG_KEYS)
 
@@ -347,3 +370,6 @@ class StateDictFileReader:
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:
         return StateDictFile(path, display_path, options)
+
+    def describe(self, path: Path, display_path: str) -> CheckpointInfo:
+        return describe_torch_file(path, display_path, self.name)
