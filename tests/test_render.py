@@ -39,8 +39,37 @@ def rendered(name: str, out_dir: Path) -> dict[str, str]:
     return {path.name: path.read_text(encoding="utf-8") for path in paths}
 
 
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+STYLE_BLOCK = re.compile(r"<style>\n(.*?)</style>", re.DOTALL)
+# The golden pages hold this line where the page inlines the stylesheets, so that a change to
+# templates/*.css does not rewrite every golden page; the inlined text is checked against the
+# stylesheet files instead (inlined_stylesheets).
+STYLESHEET_PLACEHOLDER = "<style>\n/* templates/case.css and the page's additions */\n</style>"
+
+
+def inlined_stylesheets(page: str) -> list[str]:
+    """The templates/*.css files the page's <style> holds, in order; fails on any other text."""
+    match = STYLE_BLOCK.search(page)
+    assert match, "the page inlines no stylesheet"
+    lines = [line for line in match.group(1).splitlines() if line.strip()]
+    found: list[str] = []
+    while lines:
+        for sheet in sorted(TEMPLATES.glob("*.css")):
+            sheet_lines = [line for line in sheet.read_text().splitlines() if line.strip()]
+            if lines[: len(sheet_lines)] == sheet_lines:
+                found.append(sheet.name)
+                lines = lines[len(sheet_lines) :]
+                break
+        else:
+            pytest.fail(f"the page's <style> holds text no stylesheet has: {lines[0]!r}")
+    return found
+
+
 def assert_matches_golden(case_name: str, file_name: str, text: str, update: bool) -> None:
     golden = GOLDEN / case_name / file_name
+    if file_name.endswith(".html"):
+        assert inlined_stylesheets(text)[0] == "case.css"
+        text = STYLE_BLOCK.sub(lambda _: STYLESHEET_PLACEHOLDER, text, count=1)
     if update:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text, encoding="utf-8", newline="\n")
@@ -292,3 +321,11 @@ def _reverse_key_order(value: Any) -> Any:
     if isinstance(value, list):
         return [_reverse_key_order(item) for item in value]
     return value
+
+
+def test_the_golden_comparison_checks_the_inlined_stylesheets(tmp_path: Path) -> None:
+    page = rendered("incident", tmp_path)["case.html"]
+    assert inlined_stylesheets(page) == ["case.css"]
+    tampered = page.replace("<style>\n", "<style>\nbody { display: none; }\n", 1)
+    with pytest.raises(pytest.fail.Exception, match="no stylesheet has"):
+        inlined_stylesheets(tampered)

@@ -439,8 +439,7 @@ def test_a_case_without_replay_renders_as_before(tmp_path: Path, update_golden: 
         files = files_of(render_case(build(), tmp_path / name))
         assert not set(REPLAY_CHART_FILES.values()) & set(files)
         for file_name in ("case.html", "case.md", "case.json"):
-            golden = ROOT / "tests" / "golden" / name / file_name
-            assert files[file_name] == golden.read_text(encoding="utf-8"), golden
+            assert_matches_golden(name, file_name, files[file_name], update=False)
 
 
 def test_odd_values_in_a_hand_edited_case_json_cannot_break_the_markdown(tmp_path: Path) -> None:
