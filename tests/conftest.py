@@ -21,6 +21,39 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# The fast loop, `pytest -m "not slow"` (~40 s on 2 cores), leaves out these modules: each takes
+# over ~4 s alone (they train, replay, spawn processes or fuzz; `pytest --durations=0`,
+# 2026-12-01), and the single tests below. CI and `scripts/check` run everything.
+SLOW_MODULES = frozenset({
+    "test_checkpoint_cases", "test_checkpoint_layouts", "test_checkpoint_readers",
+    "test_checkpoint_safety", "test_checkpoint_stats", "test_cli", "test_cluster_pipeline",
+    "test_demo_run", "test_examples", "test_hostile_checkpoints", "test_hostile_files",
+    "test_hostile_parsers", "test_pelt_search", "test_reader_tensorboard", "test_realdata_cases",
+    "test_render", "test_render_replay", "test_replay_attribution", "test_replay_batch_outliers",
+    "test_replay_core", "test_replay_pipeline", "test_replay_sharded", "test_remote",
+    "test_xray", "test_xray_trainer", "test_xray_trl", "test_accuracy_bench",
+})  # fmt: skip
+SLOW_TESTS = frozenset(
+    {
+        "test_unstable_runs_split_by_how_they_failed_and_stable_runs_stay_out",
+        "test_a_million_row_csv_reads_in_seconds",
+        "test_arbitrary_text_raises_nothing_but_unreadable_input",
+        "test_nan_steps_the_trainer_logged_as_zero_are_not_mismatches",
+        "test_nan_steps_logged_as_zero_agree_when_replayed_as_on_another_cpu",
+        "test_inputs_are_never_written",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = pytest.mark.slow
+    for item in items:
+        module = Path(str(item.fspath)).stem
+        name = getattr(item, "originalname", item.name)
+        if module in SLOW_MODULES or name in SLOW_TESTS:
+            item.add_marker(slow)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden",
