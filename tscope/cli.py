@@ -33,6 +33,7 @@ from tscope.cli_output import (
     write_case,
 )
 from tscope.errors import TscopeError, UsageError
+from tscope.ingest.remote_source import local_inputs
 from tscope.model.visible_text import visible
 from tscope.output_location import check_outside_inputs, default_output, report_folder
 
@@ -69,10 +70,11 @@ def main_options(
 @app.command(cls=PlainCommand)
 def analyze(
     paths: Annotated[
-        list[Path],
+        list[str],
         typer.Argument(
             metavar="PATH...",
-            help="Run directory (searched recursively), checkpoint or log file; several are merged.",
+            help="Run directory (searched recursively), checkpoint or log file, or a URL "
+            "(s3://, gs://, hf://: needs the remote extra); several are merged.",
         ),
     ],
     out: CaseOutOption = None,
@@ -99,7 +101,7 @@ def analyze(
                 f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}, not {fail_on!r}"
             )
         if out is not None:
-            check_outside_inputs(out, list(paths))  # before any work
+            check_outside_inputs(out, local_inputs(paths))  # before any work
         with Progress(progress_enabled(quiet), "reading") as progress:
             case = analyze_run(
                 *paths,
@@ -107,7 +109,7 @@ def analyze(
                 trust_pickle=trust_pickle,
                 read_weights=not no_weights,
             )
-        target = out or default_output(CASE_PREFIX, str(case.run["name"]), list(paths))
+        target = out or default_output(CASE_PREFIX, str(case.run["name"]), local_inputs(paths))
         if out is None:
             say_where_it_goes(target, CASE_PREFIX, quiet)
         written = write_case(case, target, chosen)

@@ -32,6 +32,8 @@ from tscope.errors import TscopeError, UsageError
 from tscope.model.visible_text import visible
 from tscope.output_location import check_outside_inputs, default_output
 
+XRAY_PREFIX = "tscope-xray"  # default case folder: ./tscope-xray-<run or entry>
+
 if TYPE_CHECKING:
     from tscope.model.replay import Fidelity
 
@@ -228,7 +230,9 @@ def xray(
         inputs = [run_dir] if run_dir is not None else []
         if out is not None:
             check_outside_inputs(out, inputs)
-        target = out or default_output("tscope-xray", named.resolve().stem, inputs)
+        target = out or default_output(XRAY_PREFIX, named.resolve().stem, inputs)
+        if out is None:
+            say_where_it_goes(target, XRAY_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "auditing the step"):
             result = audit(run_dir, entry, probe_lengths)
             case = case_with_xray(result)

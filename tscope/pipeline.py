@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tscope import __version__
 from tscope.chart_buckets import bucketed
@@ -14,12 +14,16 @@ from tscope.ingest.checkpoint_evidence import read_checkpoints
 from tscope.ingest.checkpoints import checkpoint_inventory
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.discover import discover
+from tscope.ingest.remote_source import is_remote_url
 from tscope.ingest.run_config import checkpoint_config
 from tscope.ingest.run_groups import run_groups, several_runs_message
 from tscope.ingest.safe_fs import NOT_REGULAR
 from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
 from tscope.model.metric_names import LOSS
+
+if TYPE_CHECKING:
+    from tscope.ingest.remote_mirror import Mirror
 
 # Charts keep at most this many buckets per series; each bucket keeps its last value and its
 # min/max, so a one-step spike in a 10^6-step run still shows at full height.
@@ -57,9 +61,15 @@ def analyze_run(
     """`analyze`, also returning the normalized run (for cross-run work that needs every step)."""
     if not paths:
         raise UsageError("Give at least one run directory, checkpoint or log file to analyze.")
-    named = [Path(p) for p in paths]
-    roots = [_named_input(path) for path in named]
     reads, partial, checkpoints, unclaimed = [], [], [], []
+    # A URL (s3://, gs://, hf://…) is mirrored into the local cache first; everything after reads
+    # the mirror like any local folder, and the case names the URL.
+    mirrors = [_mirrored(p, read_weights, on_file) for p in paths]
+    for mirror in mirrors:
+        if mirror is not None:
+            partial.extend(mirror.partial)
+    named = [Path(p) if m is None else m.root for p, m in zip(paths, mirrors, strict=True)]
+    roots = [_named_input(path) for path in named]
     evidence_parts: list[CheckpointEvidence] = []
     side_config: dict[str, Any] = {}
     for root in roots:
@@ -83,7 +93,8 @@ def analyze_run(
             if evidence is not None:
                 evidence_parts.append(evidence)
     name = roots[0].resolve().name if roots[0].is_dir() else roots[0].stem
-    run = assemble_run(name, str(roots[0].resolve()), reads, partial)
+    shown_input = mirrors[0].url if mirrors[0] is not None else str(roots[0].resolve())
+    run = assemble_run(name, shown_input, reads, partial)
     for key, value in side_config.items():
         run.config.setdefault(key, value)  # what the logs recorded wins
     checkpoint_evidence = _merge(evidence_parts)
@@ -95,8 +106,20 @@ def analyze_run(
         checkpoint_evidence is None or checkpoint_evidence.layers.empty
     )
     if run.metrics.empty and (not checkpoints or no_tensor_read):
-        raise NothingToAnalyze(_nothing_message(named, partial, unclaimed))
+        shown = [p if m is None else m.url for p, m in zip(paths, mirrors, strict=True)]
+        raise NothingToAnalyze(_nothing_message(shown, partial, unclaimed))
     return Analysis(build_case(run, checkpoints, checkpoint_evidence, extra_findings), run)
+
+
+def _mirrored(
+    path: str | Path, read_weights: bool, on_file: Callable[[str], None] | None
+) -> Mirror | None:
+    """The local mirror of a URL input (None for a local path)."""
+    if not (isinstance(path, str) and is_remote_url(path)):
+        return None
+    from tscope.ingest.remote_mirror import mirror_run
+
+    return mirror_run(path, read_weights=read_weights, on_file=on_file)
 
 
 def _named_input(path: Path) -> Path:
@@ -190,7 +213,9 @@ def chart_series(run: Run, metric: str) -> dict[str, list[object]]:
     return bucketed(steps, values, CHART_BUCKETS)
 
 
-def _nothing_message(roots: list[Path], partial: list[PartialInput], unclaimed: list[str]) -> str:
+def _nothing_message(
+    roots: Sequence[str | Path], partial: list[PartialInput], unclaimed: list[str]
+) -> str:
     where = ", ".join(str(root) for root in roots)
     if partial:
         first = partial[0]

@@ -118,17 +118,15 @@ def xray_section(result: XrayResult) -> dict[str, Any]:
 
 
 def write_xray_files(audit_result: XrayAudit, out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """xray.json into the case folder (already prepared by write_case), through output_files:
+    never through a link planted at the name."""
+    from tscope.model.case import json_safe
+    from tscope.output_files import prepare_folder, write_text
+
+    prepare_folder(out_dir, "the case")  # created when missing; refused when it is a link
     payload = audit_result.result.to_dict()
     payload["findings"] = [asdict(f) for f in audit_result.findings]
-    path = out_dir / XRAY_JSON
-    from tscope.model.case import json_safe
-
-    path.write_text(
-        json.dumps(
-            json_safe(payload), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False
-        )
-        + "\n",
-        encoding="utf-8",
+    text = json.dumps(
+        json_safe(payload), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False
     )
-    return [path]
+    return [write_text(out_dir / XRAY_JSON, text + "\n")]

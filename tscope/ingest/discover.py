@@ -14,7 +14,7 @@ from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_NOT_FOLLOWED
 from tscope.model import LogRead, PartialInput
 
 # Folders that never hold run artifacts and can be huge.
-_SKIPPED_DIRS = {".git", "__pycache__", ".ipynb_checkpoints", "node_modules"}
+SKIPPED_DIRS = {".git", "__pycache__", ".ipynb_checkpoints", "node_modules"}
 # Told about each entry of the input tree that is not read: (its path, why).
 OnSkipped = Callable[[Path, str], None]
 
@@ -55,7 +55,7 @@ def iter_files(root: Path, on_skipped: OnSkipped | None = None) -> Iterator[Path
                 if on_skipped is not None:
                     on_skipped(path, problem)
             elif entry.is_dir(follow_symlinks=False):
-                if entry.name not in _SKIPPED_DIRS:
+                if entry.name not in SKIPPED_DIRS:
                     subfolders.append(path)
             else:
                 yield path

@@ -10,10 +10,15 @@ own rows, is the leak s → t:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tscope.xray.probe import Probe
 from tscope.xray.weighting import StepFunction
+
+# (tracer, sequences) -> the input embedding's gradient the step produced
+GradientFunction = Callable[[Any, list[dict[str, list[int]]]], Any]
 
 
 @dataclass(frozen=True)
@@ -23,7 +28,20 @@ class LeakMeasure:
 
 
 def run_leak(step: StepFunction, probe: Probe) -> LeakMeasure:
-    from tscope.xray.tracer import build_tracer, embedding_gradient, zero_nonfinite_embedding_grads
+    """Leak mode for a step that leaves its gradient on the model (an entry's train_step)."""
+    from tscope.xray.tracer import embedding_gradient
+
+    def gradient_of(model: Any, sequences: list[dict[str, list[int]]]) -> Any:
+        step(model, sequences)
+        return embedding_gradient(model)
+
+    return run_leak_with(gradient_of, probe)
+
+
+def run_leak_with(gradient_of: GradientFunction, probe: Probe) -> LeakMeasure:
+    """Leak mode for a step that returns the embedding gradient it made (the Trainer's step,
+    read before the optimizer, which zeroes the gradients after)."""
+    from tscope.xray.tracer import build_tracer, zero_nonfinite_embedding_grads
 
     model = build_tracer(probe.vocab_size, "leak")
     handle, replaced = zero_nonfinite_embedding_grads(model)
@@ -31,8 +49,8 @@ def run_leak(step: StepFunction, probe: Probe) -> LeakMeasure:
     try:
         for labelled in range(len(probe.sequences)):
             model.zero_grad(set_to_none=True)
-            step(model, probe.copy_sequences(labelled=labelled))
-            matrix.append(leak_row(embedding_gradient(model), probe, labelled))
+            gradient = gradient_of(model, probe.copy_sequences(labelled=labelled))
+            matrix.append(leak_row(gradient, probe, labelled))
     finally:
         handle.remove()
     return LeakMeasure(matrix, len(replaced))

@@ -112,7 +112,11 @@ class CallRecorder:
     handle: Any = None
 
     def attach(self, model: Any) -> CallRecorder:
+        import torch
+
         def record(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            if not torch.is_grad_enabled():
+                return  # a no-grad forward (TRL's metrics pass) adds nothing to the gradient
             input_ids = kwargs.get("input_ids", args[0] if args else None)
             if input_ids is None:
                 return

@@ -32,7 +32,13 @@ MAX_STEP_SEQUENCES = 512
 # More ranks than this are audited on this many CPU processes would be slow; refuse instead.
 MAX_AUDIT_RANKS = 8
 RANK_TIMEOUT_SECONDS = 600
-MAX_SIDE_FILE_BYTES = 4 * 1024 * 1024  # config.json / tokenizer_config.json: a few kB in practice
+MAX_SIDE_FILE_BYTES = 4 * 1024 * 1024
+# training_args.bin does not record a data_collator passed to the Trainer: say what was assumed.
+CUSTOM_COLLATOR_NOTE = (
+    "The step uses the collator the saved arguments imply (the Trainer's padding collator, or "
+    "TRL's for an SFTTrainer run); a run that passed its own data_collator is not audited as it "
+    "ran: give --entry FILE.py with a train_step(model, sequences) that batches with it."
+)  # config.json / tokenizer_config.json: a few kB in practice
 
 
 def _small_json(path: Path) -> Any:
@@ -98,8 +104,50 @@ def read_settings(run_dir: Path) -> tuple[TrainerSettings, list[str]]:
         padding_side=_padding_side(arguments_file.parent, notes),
         model_accepts_loss_kwargs=accepts,
         model_class=model_class,
+        **_sft_settings(decoded, notes),
     )
     return settings, notes
+
+
+# Fields only TRL's SFTConfig has: a run whose training_args.bin holds them was an SFTTrainer run.
+_SFT_MARKERS = ("packing", "dataset_text_field", "completion_only_loss")
+
+
+def _sft_settings(decoded: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """SFTTrainer's settings when the saved arguments are an SFTConfig; {} for a Trainer run."""
+    if not all(key in decoded for key in _SFT_MARKERS):
+        return {}
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        raise UsageError(
+            "The run was trained with TRL's SFTTrainer (SFTConfig in training_args.bin); auditing "
+            "its step needs TRL: pip install 'tscope-ml[xray]'."
+        )
+    notes[:] = [n for n in notes if not n.startswith("Collator:")]  # TRL's collator, below
+    defaults = TrainerSettings()
+    max_length = decoded.get("max_length")
+    settings = {
+        "trainer": "SFTTrainer",
+        "packing": bool(decoded.get("packing")),
+        "packing_strategy": str(decoded.get("packing_strategy") or defaults.packing_strategy),
+        "padding_free": bool(decoded.get("padding_free")),
+        "max_length": max_length if isinstance(max_length, int) and max_length > 0 else None,
+        "loss_type": str(decoded.get("loss_type") or defaults.loss_type),
+        "shuffle_dataset": bool(decoded.get("shuffle_dataset")),
+    }
+    notes.append(
+        "SFTTrainer run (SFTConfig): packing="
+        f"{settings['packing']} ({settings['packing_strategy']}), padding_free="
+        f"{settings['padding_free']}, loss_type={settings['loss_type']}; the probe is prepared, "
+        "packed and collated by TRL itself (DataCollatorForLanguageModeling)."
+    )
+    if decoded.get("completion_only_loss") or decoded.get("assistant_only_loss"):
+        notes.append(
+            "The run masked prompts (completion_only_loss / assistant_only_loss): the probe labels "
+            "every token, so the audit shows how labelled tokens are weighted, not which are."
+        )
+    return settings
 
 
 def _int(decoded: dict[str, Any], key: str, defaults: TrainerSettings) -> int:
@@ -168,7 +216,7 @@ def xray_trainer_run(
     """Audit the Trainer step the run's arguments set up (or `settings`, when given)."""
     from tscope.analyzers.xray import fit_rules, matching_rules
     from tscope.xray.api import LEAK_RELATIVE_THRESHOLD
-    from tscope.xray.leak import run_leak
+    from tscope.xray.leak import run_leak_with
     from tscope.xray.tracer import build_tracer
     from tscope.xray.weighting import boundary_weight, reference_gradient, token_measures
 
@@ -188,17 +236,26 @@ def xray_trainer_run(
             f"{MAX_AUDIT_RANKS} on CPU."
         )
     probe = make_probe(cycled_lengths(lengths or DEFAULT_LENGTHS, count))
-    if settings.world_size > 1:
-        gradient, calls, ranks = _distributed_step(settings, probe)
-    else:
-        gradient, calls = _local_step(settings, probe)
-        ranks = [0] * len(calls)
+    notes.append(CUSTOM_COLLATOR_NOTE)
+    try:
+        if settings.world_size > 1:
+            gradient, calls, ranks = _distributed_step(settings, probe)
+        else:
+            gradient, calls = _local_step(settings, probe)
+            ranks = [0] * len(calls)
+        leak = run_leak_with(_trainer_step(settings), probe)
+    except (ValueError, TypeError, RuntimeError, KeyError) as error:
+        raise UsageError(
+            f"The {settings.trainer} step of {run_dir} failed on the tracer "
+            f"({type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}). "
+            "A run with its own data_collator, model or compute_loss needs --entry FILE.py "
+            "defining train_step(model, sequences) that batches as the run does."
+        ) from None
     reference = reference_gradient(build_tracer(probe.vocab_size, "weighting"), probe)
     measures = token_measures(gradient, reference, probe, calls, ranks)
-    leak = run_leak(_collated_step(settings), probe)
     notes.append(
-        "Leak mode runs the collator and the model's forward and backward on one process "
-        "(data parallelism does not mix sequences)."
+        f"Leak mode runs the real {settings.trainer} step once per sequence, only that sequence "
+        "labelled, on one process (data parallelism does not mix sequences)."
     )
     result = XrayResult(
         mode="trainer",
@@ -228,18 +285,23 @@ def _local_step(settings: TrainerSettings, probe: Probe) -> tuple[Any, list[Forw
     return trainer_step_gradient(settings, model, probe.copy_sequences())
 
 
-def _collated_step(settings: TrainerSettings) -> Any:
-    """Leak mode's step: the Trainer's micro-batches (collated as it does) forward and backward."""
-    from tscope.xray.trainer_step import PaddingCollator
+def _trainer_step(settings: TrainerSettings) -> Any:
+    """Leak mode's step: the Trainer's own step on one process (its sampler, collator and loss),
+    the embedding gradient read before the optimizer."""
+    from tscope.xray.trainer_step import trainer_step_gradient
 
-    collate = PaddingCollator(settings.padding_side)
-    size = settings.per_device_train_batch_size
+    single = replace(settings, world_size=1, per_device_train_batch_size=_local_batch(settings))
 
-    def step(model: Any, sequences: list[dict[str, list[int]]]) -> None:
-        for start in range(0, len(sequences), size):
-            model(**collate(sequences[start : start + size])).loss.backward()
+    def gradient_of(model: Any, sequences: list[dict[str, list[int]]]) -> Any:
+        gradient, _calls = trainer_step_gradient(single, model, sequences)
+        return gradient
 
-    return step
+    return gradient_of
+
+
+def _local_batch(settings: TrainerSettings) -> int:
+    """One process takes the whole probe batch: the ranks' micro-batches side by side."""
+    return settings.per_device_train_batch_size * settings.world_size
 
 
 def _distributed_step(

@@ -36,6 +36,14 @@ class TrainerSettings:
     padding_side: str = "right"
     model_accepts_loss_kwargs: bool = True  # the run's model class, as the Trainer inspects it
     model_class: str = ""
+    # TRL SFTTrainer runs (SFTConfig in training_args.bin); ignored by the plain Trainer.
+    trainer: str = "Trainer"  # or "SFTTrainer"
+    packing: bool = False
+    packing_strategy: str = "bfd"
+    padding_free: bool = False
+    max_length: int | None = 1024
+    loss_type: str = "nll"
+    shuffle_dataset: bool = False
 
     def sequences_per_step(self) -> int:
         return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.world_size
@@ -78,6 +86,10 @@ def trainer_step_gradient(
     settings: TrainerSettings, model: Any, sequences: list[dict[str, list[int]]]
 ) -> tuple[Any, list[ForwardCall]]:
     """(embedding gradient after the step's backward and all-reduce, this rank's forwards)."""
+    if settings.trainer == "SFTTrainer":
+        from tscope.xray.sft_step import sft_step_gradient
+
+        return sft_step_gradient(settings, model, sequences)
     import transformers
     from transformers import Trainer, TrainerCallback, TrainingArguments
     from transformers.trainer_callback import PrinterCallback

@@ -139,6 +139,12 @@ def is_torch_file(path: Path) -> bool:
     return head == b"PK\x03\x04" or head[:1] == b"\x80"
 
 
+def holds_statistics(entry: HeaderEntry) -> bool:
+    """A safetensors tensor that gets statistics: a float parameter, not a buffer. (Remote runs
+    fetch exactly these byte ranges: tscope.ingest.remote_mirror.)"""
+    return entry.dtype in _SAFETENSORS_FLOAT and not _is_buffer(entry.name)
+
+
 class TensorSource:
     """Named parameters from safetensors files (read one at a time) or loaded torch dicts.
 
@@ -160,7 +166,7 @@ class TensorSource:
         """Index one safetensors file (its header, parsed once); returns its `__metadata__`."""
         header = read_header(path, shown)
         for entry in header.entries:
-            if entry.dtype not in _SAFETENSORS_FLOAT or _is_buffer(entry.name):
+            if not holds_statistics(entry):
                 continue
             name = normalize_name(entry.name)
             self._safetensors[name] = (path, entry)
