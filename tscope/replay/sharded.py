@@ -29,6 +29,7 @@ from tscope.errors import TscopeError, UsageError
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.registry import find_checkpoints
 from tscope.ingest.checkpoints.state_dict_files import step_from_name
+from tscope.output_files import write_text
 from tscope.replay.select import CheckpointChoice, first_replay_step
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def _launch(spec: dict[str, Any], nproc: int, device: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tscope-replay-ranks-") as scratch:
         folder = Path(scratch)
         spec_file = folder / "spec.json"
-        spec_file.write_text(json.dumps({**spec, "out": scratch}), encoding="utf-8")
+        write_text(spec_file, json.dumps({**spec, "out": scratch}))
         command = [
             sys.executable,
             "-m",

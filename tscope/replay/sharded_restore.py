@@ -1,7 +1,8 @@
 """Restore an FSDP2-sharded model and its optimizer from a DCP folder, each rank its own shard.
 
 The entry's build_model(None) builds the model on every rank (a DCP folder holds no model config),
-then it is sharded with `fully_shard` over a 1-D CPU/GPU mesh: the entry's
+(on the meta device too: then only the shards get storage, and every parameter and buffer must
+be in the folder), then it is sharded with `fully_shard` over a 1-D CPU/GPU mesh: the entry's
 `shard_model(model, mesh)` when it defines one, else every module of each nn.ModuleList (the
 blocks) and then the root, FSDP2's usual wrapping. Each DTensor parameter and Adam moment is then
 filled from only the DCP chunks overlapping this rank's shard (dcp_storage.load_tensor_region),
@@ -75,8 +76,13 @@ def restore_sharded(
         raise UsageError(
             f"{entry.path}: build_model returned {type(model).__name__}, no nn.Module."
         )
-    model = model.to(device)
+    # A model built on the meta device (too big for one rank) gets storage only for its shards.
+    on_meta = any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    if not on_meta:
+        model = model.to(device)
     _shard(model, mesh, entry)
+    if on_meta:
+        model.to_empty(device=device)  # every parameter and buffer is then read from the folder
     notes = [f"model sharded with FSDP2 fully_shard over {mesh.size()} ranks"]
     root = _model_root(model, metadata, shown)
     with torch.no_grad():
