@@ -81,6 +81,7 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any] | None:
         "loss_path": settings.loss_path,
         "notes": [
             f"sharded replay: {world} ranks ({backend}), each restoring and training its own shard",
+            "sample indices count the global batch in rank order (rank 0's rows, then rank 1's, …)",
             *settings_report.notes,
             *restored.notes,
         ],
