@@ -136,7 +136,7 @@ def replay(
         if out is not None:
             check_outside_inputs(out, [run_dir])
         target = out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
-        if out is None:
+        if out is None and _rank_zero():  # under torchrun only rank 0 writes the case
             say_where_it_goes(target, CASE_PREFIX, quiet)
         sharded = _sharded(nproc)
         if sharded and (what_if or check_resume or around is None):

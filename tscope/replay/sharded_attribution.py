@@ -6,7 +6,8 @@ FSDP2 model itself, in lockstep: for row j of rank r, rank r backpropagates that
 its training loss (world_size · Σ_t CE_j,t / N) and every other rank the same expression times
 zero, so FSDP2's averaging reduce-scatter leaves each shard exactly the row's gradient g_rj of
 the global loss. Each rank then adds its shards' ⟨g, G⟩ and ‖g‖² (G the step's accumulated
-gradient, stashed before and put back after) and one all_reduce gives the row's share and norm.
+gradient, stashed before and put back after); one all_reduce per step then gives every row's
+share and norm.
 Memory stays sharded; the cost is one forward and backward per row of the global batch.
 
 Nothing of the replay changes: the step's gradients are restored object for object, the global
@@ -54,7 +55,7 @@ def row_attribution(
     rows = _row_batches(micro)
     rng = torch.get_rng_state()
     summed = [torch.zeros_like(g) for g in step_grads]
-    norms, dots = [], []
+    pairs: list[torch.Tensor] = []  # per row: this rank's shards' (⟨g, G⟩, ‖g‖²)
     try:
         for p in parameters:
             p.grad = None
@@ -76,17 +77,16 @@ def row_attribution(
                     _local(p.grad).detach().float() if p.grad is not None else torch.zeros_like(g)
                     for p, g in zip(parameters, step_grads, strict=True)
                 ]
-                pair = torch.stack(
-                    [
-                        torch.stack(
-                            [(a * b).sum() for a, b in zip(local, step_grads, strict=True)]
-                        ).sum(),
-                        torch.stack([(a * a).sum() for a in local]).sum(),
-                    ]
-                ).to(torch.float64)  # (2,)
-                dist.all_reduce(pair)
-                dots.append(float(pair[0]))
-                norms.append(math.sqrt(max(float(pair[1]), 0.0)))
+                pairs.append(
+                    torch.stack(
+                        [
+                            torch.stack(
+                                [(a * b).sum() for a, b in zip(local, step_grads, strict=True)]
+                            ).sum(),
+                            torch.stack([(a * a).sum() for a in local]).sum(),
+                        ]
+                    ).to(torch.float64)
+                )  # (2,)
                 for acc, part in zip(summed, local, strict=True):
                     acc.add_(part)
                 for p in parameters:
@@ -96,13 +96,17 @@ def row_attribution(
             p.grad = grad
         torch.set_rng_state(rng)
     miss = torch.stack([((a - g) ** 2).sum() for a, g in zip(summed, step_grads, strict=True)])
-    missed = miss.sum().to(torch.float64).reshape(1)
-    dist.all_reduce(missed)
+    # One all_reduce for every row's pair and the Σ g_i check (rows × 2 + 1 values).
+    reduced = torch.cat([torch.stack(pairs).reshape(-1), miss.sum().to(torch.float64).reshape(1)])
+    dist.all_reduce(reduced)
+    values = reduced.tolist()
+    dots, squares, missed = values[0:-1:2], values[1:-1:2], values[-1]
+    norms = [math.sqrt(max(v, 0.0)) for v in squares]
     norm_sq = float(total[0])
     return {
         "norms": norms,
         "shares": [d / norm_sq for d in dots] if norm_sq > 0 else [],
-        "sum_rel_diff": math.sqrt(float(missed[0]) / norm_sq) if norm_sq > 0 else None,
+        "sum_rel_diff": math.sqrt(missed / norm_sq) if norm_sq > 0 else None,
         "method": SHARDED_PER_ROW,
         "seconds": time.perf_counter() - started,
     }
