@@ -183,3 +183,16 @@ def test_nproc_refuses_what_ifs(tmp_path):
     )  # fmt: skip
     assert result.exit_code == 2
     assert "--what-if" in result.output
+
+
+def test_rows_are_split_in_training_order():
+    import torch
+
+    from tscope.replay.sharded_attribution import _first_rows, _row_batches
+
+    first = {"input_ids": torch.arange(6).view(3, 2), "labels": torch.arange(6).view(3, 2)}
+    second = {"input_ids": torch.arange(6, 10).view(2, 2), "labels": torch.arange(6, 10).view(2, 2)}
+    rows = _row_batches([first, second])
+    assert [r["input_ids"].tolist() for r in rows] == [[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]],
+                                                        [[8, 9]]]  # fmt: skip
+    assert _first_rows(first, 0)["labels"].shape == (0, 2)  # a rank without rows

@@ -62,7 +62,8 @@ def row_attribution(
         for owner, owner_rows in enumerate(rank_rows):
             for j in range(owner_rows):
                 mine = settings.rank == owner
-                batch = rows[j if mine else 0]
+                # A rank without rows still joins FSDP2's collectives, with an empty batch.
+                batch = rows[j] if mine else rows[0] if rows else _first_rows(micro[0], 0)
                 loss, _ = micro_batch_loss(
                     settings.loss_path,
                     model,
@@ -114,25 +115,33 @@ def row_attribution(
 
 def _row_batches(micro: list[Any]) -> list[Any]:
     """Every row of the step's micro-batches as a one-row batch, in training order."""
+    return [
+        _first_rows(batch, 1, start) for batch in micro for start in range(_leading_size(batch))
+    ]
+
+
+def _first_rows(batch: Any, count: int, start: int = 0) -> Any:
+    """Rows start..start+count of a batch (dict, tuple/list or tensor) of tensors."""
     from collections.abc import Mapping
 
-    rows: list[Any] = []
-    for batch in micro:
-        if isinstance(batch, Mapping):
-            size = next(v.shape[0] for v in batch.values() if hasattr(v, "dim") and v.dim() >= 1)
-            rows += [
-                {
-                    k: (v[i : i + 1] if hasattr(v, "dim") and v.dim() >= 1 else v)
-                    for k, v in batch.items()
-                }
-                for i in range(size)
-            ]
-        elif isinstance(batch, (list, tuple)):
-            size = batch[0].shape[0]
-            rows += [type(batch)(v[i : i + 1] for v in batch) for i in range(size)]
-        else:
-            rows += [batch[i : i + 1] for i in range(batch.shape[0])]
-    return rows
+    def part(value: Any) -> Any:
+        is_rows = hasattr(value, "dim") and value.dim() >= 1
+        return value[start : start + count] if is_rows else value
+
+    if isinstance(batch, Mapping):
+        return {key: part(value) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(part(value) for value in batch)
+    return part(batch)
+
+
+def _leading_size(batch: Any) -> int:
+    from collections.abc import Mapping
+
+    values = list(batch.values()) if isinstance(batch, Mapping) else batch
+    if not isinstance(values, (list, tuple)):
+        values = [values]
+    return next(int(v.shape[0]) for v in values if hasattr(v, "dim") and v.dim() >= 1)
 
 
 def _local(tensor: Any) -> Any:
