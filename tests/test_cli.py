@@ -103,6 +103,7 @@ CLI_SURFACE = {
         "--check-resume": None,
         "--relaxed": None,
         "--no-stats": None,
+        "--nproc": "N",
         "--out": "DIR",
         "--format": "FORMATS",
         "--trust-pickle": None,

@@ -98,6 +98,15 @@ def replay(
     no_stats: Annotated[
         bool, typer.Option("--no-stats", help="No per-layer statistics (a plain replay).")
     ] = False,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc",
+            metavar="N",
+            help="Replay an FSDP2 run from its DCP checkpoint on N processes (gloo on CPU, nccl "
+            "on CUDA); under torchrun the processes it started are used.",
+        ),
+    ] = None,
     out: CaseOutOption = None,
     formats: FormatsOption = "html,md,json",
     trust_pickle: TrustPickleOption = False,
@@ -129,10 +138,33 @@ def replay(
         if out is not None:
             check_outside_inputs(out, [run_dir])
         target = out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
-        if out is None:
+        if out is None and _rank_zero():  # under torchrun only rank 0 writes the case
             say_where_it_goes(target, CASE_PREFIX, quiet)
-        with Progress(progress_enabled(quiet), "replaying") as progress:
-            if around is not None:
+        sharded = _sharded(nproc)
+        if sharded and (what_if or check_resume or around is None):
+            raise UsageError(
+                "A sharded replay (--nproc / torchrun) takes --around only: --what-if and "
+                "--check-resume replay one process (docs/replay-schema.md, multi-node)."
+            )
+        with Progress(progress_enabled(quiet) and _rank_zero(), "replaying") as progress:
+            if sharded:
+                from tscope.replay.sharded import investigate_sharded
+
+                assert around is not None
+                found = investigate_sharded(
+                    run_dir,
+                    around,
+                    entry,
+                    window=offsets,
+                    nproc=nproc,
+                    device=device,
+                    deterministic=not relaxed,
+                    statistics=not no_stats,
+                )
+                if found is None:  # a rank other than 0 under torchrun: rank 0 writes the case
+                    return
+                investigation = found
+            elif around is not None:
                 investigation = investigate(
                     run_dir,
                     around,
@@ -249,6 +281,18 @@ def xray(
             err=True,
         )
     typer.echo(visible(main_file(written)))
+
+
+def _sharded(nproc: int | None) -> bool:
+    from tscope.replay.sharded import under_torchrun
+
+    return (nproc is not None and nproc > 1) or under_torchrun()
+
+
+def _rank_zero() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _rounding_note(fidelity: Fidelity) -> str:

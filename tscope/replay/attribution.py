@@ -142,6 +142,10 @@ class SampleAttribution(StepObserver):
         self.entry = entry
         self.settings = settings
 
+    def record(self, result: StepAttribution) -> None:
+        """A step attributed elsewhere (the ranks of a sharded replay), judged with the rest."""
+        self._results.append(result)
+
     @property
     def results(self) -> tuple[StepAttribution, ...]:
         """Each watched step judged within its batch and against the other watched steps' rows."""

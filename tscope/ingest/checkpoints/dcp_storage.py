@@ -141,24 +141,86 @@ def load_tensor(folder: Path, metadata: DcpMetadata, key: str, display_path: str
     records = _chunk_records(folder, metadata, key, display_path)
     target = torch.zeros(entry.size, dtype=dtype)
     for chunk, record in records:
-        payload = _read_record(folder, record, display_path, f"tensor {key}")
-        if len(payload) != record.length:
-            raise UnreadableInput(display_path, f"tensor {key} is cut short (truncated data file)")
-        try:
-            loaded = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
-        except Exception as error:  # a damaged record: explain, never a traceback
-            raise UnreadableInput(
-                display_path, f"tensor {key} cannot be read ({_first_line(error)})"
-            ) from error
-        if not isinstance(loaded, torch.Tensor) or tuple(loaded.shape) != chunk.sizes:
-            raise UnreadableInput(
-                display_path, f"tensor {key} cannot be read (a chunk record has the wrong shape)"
-            )
+        loaded = _chunk_tensor(folder, record, chunk, key, display_path)
         view = target
         for dim, (start, length) in enumerate(zip(chunk.offsets, chunk.sizes, strict=True)):
             view = view.narrow(dim, start, length)
         view.copy_(loaded)
     return target
+
+
+def load_tensor_region(
+    folder: Path,
+    metadata: DcpMetadata,
+    key: str,
+    offsets: tuple[int, ...],
+    sizes: tuple[int, ...],
+    display_path: str,
+) -> torch.Tensor:
+    """The part of a tensor entry at `offsets` with shape `sizes` (one rank's shard of a sharded
+    model), read from only the chunk records that overlap it; every record is vetted as for
+    load_tensor. Raises UnreadableInput when the chunks do not cover the whole region."""
+    import torch
+
+    entry = metadata.tensors[key]
+    dtype = getattr(torch, entry.dtype_name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise UnreadableInput(display_path, f"tensor {key} has an unknown dtype {entry.dtype_name}")
+    if len(offsets) != len(entry.size) or any(
+        start < 0 or start + length > dim
+        for start, length, dim in zip(offsets, sizes, entry.size, strict=True)
+    ):
+        raise UnreadableInput(
+            display_path,
+            f"tensor {key} has shape {list(entry.size)}; the model's shard at {list(offsets)} of "
+            f"size {list(sizes)} lies outside it (a checkpoint of another model?)",
+        )
+    target = torch.zeros(sizes, dtype=dtype)
+    if math.prod(sizes) == 0:  # an uneven split can leave a rank an empty shard
+        return target
+    covered = 0
+    for chunk, record in _chunk_records(folder, metadata, key, display_path):
+        overlap = [
+            (max(start, c_start), min(start + length, c_start + c_length))
+            for start, length, c_start, c_length in zip(
+                offsets, sizes, chunk.offsets, chunk.sizes, strict=True
+            )
+        ]
+        if any(low >= high for low, high in overlap):
+            continue
+        loaded = _chunk_tensor(folder, record, chunk, key, display_path)
+        source, view = loaded, target
+        for dim, (low, high) in enumerate(overlap):
+            source = source.narrow(dim, low - chunk.offsets[dim], high - low)
+            view = view.narrow(dim, low - offsets[dim], high - low)
+        view.copy_(source)
+        covered += math.prod(high - low for low, high in overlap)
+    if covered < math.prod(sizes):
+        raise UnreadableInput(
+            display_path, f"tensor {key}: the saved chunks do not cover the model's shard"
+        )
+    return target
+
+
+def _chunk_tensor(
+    folder: Path, record: StorageRecord, chunk: Any, key: str, display_path: str
+) -> torch.Tensor:
+    import torch
+
+    payload = _read_record(folder, record, display_path, f"tensor {key}")
+    if len(payload) != record.length:
+        raise UnreadableInput(display_path, f"tensor {key} is cut short (truncated data file)")
+    try:
+        loaded = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as error:  # a damaged record: explain, never a traceback
+        raise UnreadableInput(
+            display_path, f"tensor {key} cannot be read ({_first_line(error)})"
+        ) from error
+    if not isinstance(loaded, torch.Tensor) or tuple(loaded.shape) != chunk.sizes:
+        raise UnreadableInput(
+            display_path, f"tensor {key} cannot be read (a chunk record has the wrong shape)"
+        )
+    return loaded
 
 
 def _chunk_records(
