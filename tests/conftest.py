@@ -31,7 +31,7 @@ SLOW_MODULES = frozenset({
     "test_hostile_parsers", "test_pelt_search", "test_reader_tensorboard", "test_realdata_cases",
     "test_render", "test_render_replay", "test_replay_attribution", "test_replay_batch_outliers",
     "test_replay_core", "test_replay_pipeline", "test_replay_sharded", "test_remote",
-    "test_xray", "test_xray_trainer", "test_xray_trl", "test_accuracy_bench",
+    "test_xray", "test_xray_trainer", "test_xray_sft", "test_accuracy_bench",
 })  # fmt: skip
 SLOW_TESTS = frozenset(
     {
