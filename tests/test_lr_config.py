@@ -82,3 +82,12 @@ def test_real_runs_are_told_apart_and_their_lrs_are_typical(name: str, kind: str
     assert found is not None and found.kind == kind
     lr = [f for f in analysis.case.findings if f.category in ("lr_too_low", "lr_too_high")]
     assert lr == []
+
+
+def test_a_log_that_ends_inside_the_warm_up_is_not_judged_too_low() -> None:
+    import numpy as np
+
+    series = planted.healthy_series(steps=200)
+    series["loss"] = 10.8 * (1 + 0.01 * np.random.default_rng(0).standard_normal(200))
+    series["lr"] = np.linspace(1e-8, 3e-6, 200)  # a 6e-5 warm-up cut off at 5%
+    assert _lr_findings(planted.as_configured_run(series, {})) == []

@@ -162,11 +162,23 @@ def peak_lr(run: Run) -> tuple[float, str] | None:
         _, lrs = run.series(LEARNING_RATE)
         lrs = lrs[np.isfinite(lrs)]
         if lrs.size and lrs.max() > 0:
+            if still_warming_up(lrs):
+                return float(lrs.max()), WARMUP_ONLY
             return float(lrs.max()), "the largest logged learning rate"
     configured = _number(run, LR_KEYS)
     if configured is not None:
         return configured, "the configured learning rate"
     return None
+
+
+WARMUP_ONLY = "the largest logged learning rate, still rising at the end of the log"
+
+
+def still_warming_up(lrs: np.ndarray) -> bool:
+    """The log ends inside the warm-up (its last point is its highest and above its first): the
+    logged maximum is a lower bound of the peak, never evidence that the peak is too low (the
+    BLOOM-176B prequel excerpt logs 3.8e-6 of a 6e-5 warm-up)."""
+    return bool(lrs.size >= 2 and lrs[-1] >= lrs.max() and lrs[-1] > lrs[0])
 
 
 def lr_range_findings(evidence: Evidence, curve_too_high: list[Finding]) -> list[Finding]:
@@ -202,7 +214,7 @@ def lr_range_findings(evidence: Evidence, curve_too_high: list[Finding]) -> list
                 for f in curve_too_high
             ]
         return [_too_high(run, kind, lr, lr_source, context, evidence)]
-    if lr < low / FAR_FACTOR:
+    if lr < low / FAR_FACTOR and lr_source != WARMUP_ONLY:
         return [*curve_too_high, _too_low(kind, lr, lr_source, context, evidence)]
     return curve_too_high
 

@@ -19,9 +19,11 @@ from tscope.analyzers.signals import fmt
 from tscope.model import Finding, Run
 
 _SHARE = re.compile(r"^moe/(?P<block>.+)/expert_(?P<expert>\d+)_share$")
-# Persistently: 5 logged points in a row. A router's top share swings from batch to batch; in
-# the healthy recording (fixtures/data/trainscope/healthy, 4 experts, 160 steps) the top share
-# stayed ≤ the value scripts/measure_rules.py --layers prints, far below 0.9.
+# Persistently: 5 logged points in a row. A router's top share swings from batch to batch: in the
+# healthy recording (fixtures/data/trainscope/healthy, 4 experts, 160 steps, load-balancing loss
+# on) it peaks at 0.86 on single steps (0.80 after step 20), median 0.42, and is never ≥ 0.9 even
+# once; on the planted run (balancing loss dropped at step 80) it is ≥ 0.9 at 80 of the 80 points
+# from step 80 (scripts/measure_rules.py --layers).
 PERSIST_POINTS = 5
 
 
