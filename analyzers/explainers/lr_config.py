@@ -171,14 +171,20 @@ def peak_lr(run: Run) -> tuple[float, str] | None:
     return None
 
 
-WARMUP_ONLY = "the largest logged learning rate, still rising at the end of the log"
+WARMUP_ONLY = "the largest logged learning rate, of a log that ends inside the warm-up"
+
+
+MIN_LR_POINTS = 10
 
 
 def still_warming_up(lrs: np.ndarray) -> bool:
-    """The log ends inside the warm-up (its last point is its highest and above its first): the
-    logged maximum is a lower bound of the peak, never evidence that the peak is too low (the
-    BLOOM-176B prequel excerpt logs 3.8e-6 of a 6e-5 warm-up)."""
-    return bool(lrs.size >= 2 and lrs[-1] >= lrs.max() and lrs[-1] > lrs[0])
+    """The log ends inside the warm-up (its last point is its highest and above its first), or
+    holds fewer than MIN_LR_POINTS LRs: the logged maximum is then a lower bound of the peak,
+    never evidence that the peak is too low (the BLOOM-176B prequel excerpt logs one LR, 3.8e-6,
+    at iteration 2 of a 6e-5 warm-up)."""
+    if lrs.size < MIN_LR_POINTS:
+        return True
+    return bool(lrs[-1] >= lrs.max() and lrs[-1] > lrs[0])
 
 
 def lr_range_findings(evidence: Evidence, curve_too_high: list[Finding]) -> list[Finding]:
