@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import MAD_TO_SIGMA
 from tscope.analyzers.explainers.learning_rate import warmup_end
@@ -154,7 +155,7 @@ def first_deviation(
     """(index, reference median) of the first deviation that persists, or None."""
     start = max(DEVIATION_WINDOW, int(EARLY_SKIP_FRACTION * values.size))
     start = max(start, int(np.searchsorted(steps, skip_until, side="left")))
-    for i in range(start, values.size - PERSIST_POINTS):
+    for i in _candidates(stat, values, start):
         before = values[i - DEVIATION_WINDOW : i]
         before = before[np.isfinite(before)]
         if before.size < DEVIATION_WINDOW // 2:
@@ -169,6 +170,34 @@ def first_deviation(
     return None
 
 
+def deviates_each(stat: str, references: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`deviates` element-wise, each value against its own reference."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if stat == ACT_KURTOSIS:
+            hit = (values - references >= KURTOSIS_RISE) & (values >= 2 * np.maximum(references, 0))
+        else:
+            hit = (references > 0) & (values / references >= DEVIATION_FACTOR)
+    result: np.ndarray = hit | ~np.isfinite(values)
+    return result
+
+
+def _candidates(stat: str, values: np.ndarray, start: int) -> np.ndarray:
+    """Indices ≥ start that deviate from their trailing median and stay so (against it) for the
+    next PERSIST_POINTS points: a vectorized pre-filter (one rolling median per series), so the
+    exact checks above run on a few points only."""
+    clean = np.where(np.isfinite(values), values, np.nan)
+    window = pd.Series(clean).rolling(DEVIATION_WINDOW, min_periods=DEVIATION_WINDOW // 2)
+    reference = window.median().shift(1).to_numpy()
+    last = values.size - PERSIST_POINTS
+    if last <= start:
+        return np.empty(0, dtype=np.int64)
+    hit = np.ones(last - start, dtype=bool)
+    for k in range(PERSIST_POINTS + 1):
+        hit &= deviates_each(stat, reference[start:last], values[start + k : last + k])
+    found: np.ndarray = np.flatnonzero(hit) + start
+    return found
+
+
 def held_deviation(
     layer: str, stat: str, steps: np.ndarray, values: np.ndarray, incident: int, skip_until: int
 ) -> Deviation | None:
@@ -180,7 +209,11 @@ def held_deviation(
     if steps[i] > incident:
         return None
     between = values[i : int(np.searchsorted(steps, incident, side="right"))]
-    held = np.mean([deviates(stat, reference, float(v)) for v in between]) if between.size else 1.0
+    held = (
+        float(np.mean(deviates_each(stat, np.full(between.size, reference), between)))
+        if between.size
+        else 1.0
+    )
     if held < HELD_FRACTION:
         return None
     value = float(values[i])
