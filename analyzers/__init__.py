@@ -8,12 +8,14 @@ from __future__ import annotations
 from tscope.analyzers.base import Evidence, Explainer
 from tscope.analyzers.explainers.divergence import DivergenceExplainer
 from tscope.analyzers.explainers.grad_norm import GradNormExplainer
+from tscope.analyzers.explainers.layer_logs import LayerLogsExplainer
 from tscope.analyzers.explainers.learning_rate import LearningRateExplainer
 from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
 from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
 from tscope.analyzers.explainers.overfitting import OverfittingExplainer
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.explainers.resume import ResumeExplainer
+from tscope.analyzers.explainers.routing import RoutingExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
 from tscope.analyzers.explainers.updates import UpdatesExplainer
 from tscope.analyzers.explainers.weights import WeightsExplainer
@@ -30,6 +32,9 @@ EXPLAINERS: tuple[Explainer, ...] = (
     GradNormExplainer(),
     PlateauExplainer(),
     OverfittingExplainer(),
+    # Per-layer and routing series the run logged (a recorder's, or the user's own):
+    LayerLogsExplainer(),
+    RoutingExplainer(),
     # From checkpoints (silent when the evidence holds none):
     WeightsExplainer(),
     UpdatesExplainer(),

@@ -1,6 +1,7 @@
 """Measure the issue-13 rules: false alarms on healthy runs, recall on planted ones.
 
     .venv/bin/python scripts/measure_rules.py grad_norm_high [loss_plateau overfitting ...]
+    .venv/bin/python scripts/measure_rules.py --layers    # layer_origin / router_collapse from logs
 
 Healthy runs: fixtures/data/trainer/stable*, the four stable sweep runs (lr0.00*), and every log
 in ../shared/realdata except the Megatron chronicles (known incidents; what fires there is
@@ -69,7 +70,55 @@ def main(categories: list[str]) -> None:
                     print(f"  {kind:12s} {split:8s} {name:34s} {hits}/{len(seeds)}")
 
 
+def measure_layers() -> None:
+    """Per-layer and routing rules on the recordings and TensorBoard runs: with the loss incident
+    put at the last step (so the gating on an incident is off), how many series of each healthy
+    run deviate and hold; which layer comes first on the planted runs, with its lead; the top
+    routing share of each run."""
+    from tscope.analyzers.detect import detect
+    from tscope.analyzers.explainers.layer_logs import early_steps, held_deviation, layer_series
+    from tscope.analyzers.explainers.routing import routing_shares
+
+    data = ROOT / "fixtures" / "data"
+    for path in sorted([*(data / "trainscope").iterdir(), *(data / "layer_tb").iterdir()]):
+        if not path.is_dir():
+            continue
+        run = analyze_run(path, read_weights=False).run
+        series = layer_series(run)
+        last = run.last_step or 0
+        skip = early_steps(run)
+        moved = sorted(
+            (d.step, d.layer, d.stat)
+            for (layer, stat), (steps, values) in series.items()
+            if (d := held_deviation(layer, stat, steps, values, last, skip)) is not None
+        )
+        spikes, _ = detect(run)
+        origin = [
+            f
+            for e in EXPLAINERS
+            for f in e.run(Evidence(run, spikes))
+            if f.category == "layer_origin"
+        ]
+        shares = routing_shares(run)
+        tops = {b: float(m.max(axis=1)[: len(m) // 2].max()) for b, (_, m) in shares.items()}
+        print(
+            f"{path.parent.name}/{path.name}: {len(series)} per-layer series, "
+            f"{len(moved)} deviate and hold to the end; first: {moved[:3]}"
+        )
+        if origin:
+            f = origin[0]
+            print(
+                f"  layer_origin {f.layer} {f.evidence['stat']} at {f.step}, "
+                f"lead {f.evidence['lead_steps']} steps before {f.evidence['loss_incident_step']}"
+            )
+        for block, top in tops.items():
+            print(f"  router {block}: largest top-expert share in the first half {top:.3f}")
+
+
 if __name__ == "__main__":
+    if "--layers" in sys.argv:
+        measure_layers()
+        sys.exit(0)
     # --dev: only the dev seeds (while choosing a rule's shape; the held-out seeds stay unseen)
     if "--dev" in sys.argv:
         SEED_SPLITS = SEED_SPLITS[:1]

@@ -185,3 +185,122 @@ CONTROLS: dict[str, list[tuple[str, Callable[..., Run]]]] = {
         ("grad norm ×3 from step 200", _runs(grad_norm_growth, factor=3.0)),
     ],
 }
+
+
+# --- lr_too_low / lr_too_high from the configuration ----------------------------------------------
+
+LORA_CONFIG = {"peft_type": "LORA", "lora_r": 8, "lora_alpha": 16}
+
+
+def as_configured_run(series: Series, config: dict[str, object]) -> Run:
+    """`as_run` with the run's config (as training arguments or adapter_config.json give it)."""
+    from tscope.model import LogRead
+
+    return make_run(
+        {_CANONICAL[name]: values for name, values in series.items()},
+        extra_reads=[LogRead(kind="synthetic", path="config.json", config=dict(config))],
+    )
+
+
+def _sft_curve(steps: int, seed: int, start: float = 2.0, end: float = 1.2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps, dtype=float)
+    return (end + (start - end) * np.exp(-t / (steps / 6))) * (
+        1 + 0.03 * rng.standard_normal(steps)
+    )
+
+
+def _flat(steps: int, seed: int, level: float) -> np.ndarray:
+    return level * (1 + 0.03 * np.random.default_rng(seed).standard_normal(steps))
+
+
+def lora_lr_far_too_low(steps: int = 400, seed: int = 0) -> Run:
+    """LoRA SFT at a peak LR of 1e-7 (2e-4 meant): the loss sits at its start, 2.0."""
+    series = {
+        "loss": _flat(steps, seed, 2.0),
+        "grad_norm": grad_norms(steps, seed),
+        "lr": warmup_cosine(steps, peak=1e-7),
+    }
+    return as_configured_run(series, LORA_CONFIG)
+
+
+def pretraining_lr_low_still_learning(steps: int = 400, seed: int = 0) -> Run:
+    """From scratch (starts at 10.8) at 3e-6, ×20 below the range, but the loss still falls: info."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps, dtype=float)
+    loss = (7.0 + 3.8 * np.exp(-t / (steps / 3))) * (1 + 0.01 * rng.standard_normal(steps))
+    series = {"loss": loss, "grad_norm": grad_norms(steps, seed), "lr": warmup_cosine(steps, 3e-6)}
+    return as_configured_run(series, {})
+
+
+def fine_tune_lr_far_too_high(steps: int = 400, seed: int = 0) -> Run:
+    """A fine-tune (starts at 2.0) at a peak LR of 2e-2: after warm-up the loss climbs to ~7."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps, dtype=float)
+    rise = np.clip((t - 30) / 60, 0, 1)
+    loss = (1.9 + 5.0 * rise) * (1 + 0.03 * rng.standard_normal(steps))
+    series = {
+        "loss": loss,
+        "grad_norm": grad_norms(steps, seed) * (1 + 10 * rise),
+        "lr": warmup_cosine(steps, 2e-2, warmup=40),
+    }
+    return as_configured_run(series, {})
+
+
+def lora_lr_high_but_fine(steps: int = 400, seed: int = 0) -> Run:
+    """LoRA at 1e-2 (×20 the range's top) whose loss falls normally: context (info)."""
+    series = {
+        "loss": _sft_curve(steps, seed),
+        "grad_norm": grad_norms(steps, seed),
+        "lr": warmup_cosine(steps, 1e-2),
+    }
+    return as_configured_run(series, LORA_CONFIG)
+
+
+def lora_typical(steps: int = 400, seed: int = 0) -> Run:
+    """Control: LoRA SFT at 2e-4 (QLoRA's LR), loss 2.0 → 1.2."""
+    series = {
+        "loss": _sft_curve(steps, seed),
+        "grad_norm": grad_norms(steps, seed),
+        "lr": warmup_cosine(steps, 2e-4),
+    }
+    return as_configured_run(series, LORA_CONFIG)
+
+
+def full_fine_tune_low_typical(steps: int = 400, seed: int = 0) -> Run:
+    """Control: a fine-tune at 1e-6, ×5 below the range but not far; the loss barely moves."""
+    series = {
+        "loss": _flat(steps, seed, 1.5),
+        "grad_norm": grad_norms(steps, seed),
+        "lr": warmup_cosine(steps, 1e-6),
+    }
+    return as_configured_run(series, {})
+
+
+def pretraining_typical(steps: int = 400, seed: int = 0) -> Run:
+    """Control: from scratch at 6e-4 (GPT-3 125M), loss 10.8 → 4."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps, dtype=float)
+    loss = (4.0 + 6.8 * np.exp(-t / (steps / 8))) * (1 + 0.02 * rng.standard_normal(steps))
+    series = {"loss": loss, "grad_norm": grad_norms(steps, seed), "lr": warmup_cosine(steps, 6e-4)}
+    return as_configured_run(series, {})
+
+
+def _configured(builder: Callable[..., Run]) -> Callable[..., Run]:
+    return lambda seed: builder(seed=seed)
+
+
+PLANTED["lr_too_low"] = [("LoRA at 1e-7, flat", _configured(lora_lr_far_too_low))]
+PLANTED["lr_too_high"] = [("fine-tune at 2e-2, climbs", _configured(fine_tune_lr_far_too_high))]
+# Far outside the range but the curve is fine: the finding is info, never a warning.
+CONTROLS["lr_too_low"] = [
+    ("pre-training at 3e-6, still learning", _configured(pretraining_lr_low_still_learning)),
+    ("fine-tune at 1e-6 (not far)", _configured(full_fine_tune_low_typical)),
+    ("LoRA at 2e-4", _configured(lora_typical)),
+    ("pre-training at 6e-4", _configured(pretraining_typical)),
+]
+CONTROLS["lr_too_high"] = [
+    ("LoRA at 1e-2, loss falls", _configured(lora_lr_high_but_fine)),
+    ("LoRA at 2e-4", _configured(lora_typical)),
+    ("pre-training at 6e-4", _configured(pretraining_typical)),
+]

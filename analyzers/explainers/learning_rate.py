@@ -1,4 +1,6 @@
-"""lr_schedule_jump, lr_too_high, warmup_too_short: what the logged learning rate says."""
+"""lr_schedule_jump, lr_too_high, warmup_too_short: what the logged learning rate says.
+
+lr_too_high / lr_too_low against the kind of training come from lr_config."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
+from tscope.analyzers.explainers.lr_config import lr_range_findings
 from tscope.analyzers.explainers.spikes import is_transient
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 
@@ -99,7 +102,7 @@ class LearningRateExplainer:
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run
         if not run.has(LEARNING_RATE):
-            return []
+            return lr_range_findings(evidence, [])  # the configured LR may still be judged
         steps, lrs = run.series(LEARNING_RATE)
         resume_steps = {event.step for event in run.events_of("resume")}
         findings = [
@@ -107,7 +110,7 @@ class LearningRateExplainer:
             for jump in lr_jumps(steps, lrs)
             if jump.step not in resume_steps  # reported as resume_discontinuity instead
         ]
-        findings.extend(_too_high(run, steps, lrs, evidence.spikes))
+        findings.extend(lr_range_findings(evidence, _too_high(run, steps, lrs, evidence.spikes)))
         findings.extend(_warmup_too_short(run, steps, lrs, evidence.spikes))
         return findings
 

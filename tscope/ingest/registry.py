@@ -10,6 +10,7 @@ from tscope.ingest.readers.nanogpt_log import ModdedNanoGPTLogReader, NanoGPTLog
 from tscope.ingest.readers.tensorboard import TensorBoardReader
 from tscope.ingest.readers.trainer_state import TrainerStateReader
 from tscope.ingest.readers.trainer_stdout import TrainerStdoutReader
+from tscope.ingest.readers.trainscope_run import TrainscopeRunReader
 from tscope.ingest.readers.wandb_export import WandbExportReader
 from tscope.ingest.readers.wandb_history import WandbHistoryReader
 from tscope.ingest.readers.wandb_offline import WandbOfflineReader
@@ -17,6 +18,7 @@ from tscope.ingest.readers.wandb_offline import WandbOfflineReader
 READERS: tuple[Reader, ...] = (
     TrainerStateReader(),
     TensorBoardReader(),
+    TrainscopeRunReader(),
     WandbOfflineReader(),
     WandbExportReader(),
     WandbHistoryReader(),

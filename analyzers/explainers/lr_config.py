@@ -1,0 +1,313 @@
+"""lr_too_low / lr_too_high from the configuration: the peak LR against the kind of training.
+
+The kind is inferred from what the run left, each piece named in the evidence:
+
+- preference optimization (DPO and kin): TRL's `rewards/chosen` / `logps/chosen` series;
+- LoRA / PEFT: a config key naming `lora`, `peft` or an adapter (`adapter_config.json`, the
+  peft fields in training arguments), or `lora` as a word in the run's name;
+- from scratch (pre-training) or from a pretrained model (fine-tune): the loss's starting level,
+  when the log starts at the beginning of training. A fresh LM predicts close to uniformly, so it
+  starts near ln(vocab); a pretrained one starts far below. Judged against ln(vocab) when the
+  config names the vocabulary, else against absolute levels (real tokenizers have ≥ 32k tokens,
+  ln ≥ 10.4).
+
+The peak LR is the largest logged LR, else the configured one. "Far" is a factor of
+FAR_FACTOR outside the range the sources below use for that kind. A far LR alone is context
+(`info`: a configuration choice); it is a `warning` when the curve agrees — for too low, the loss
+does not move (the loss_plateau rule holds); for too high, the loss blew up (non-finite, a lasting
+rise, or a spike it never recovered from).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.explainers.divergence import loss_rise
+from tscope.analyzers.explainers.plateau import PlateauExplainer
+from tscope.analyzers.signals import fmt, loss_series, primary_loss
+
+from tscope.model import Finding, Run
+from tscope.model.metric_names import LEARNING_RATE
+
+# Typical peak LRs (AdamW) per kind of training, (low, high), with the sources:
+TYPICAL_LR = {
+    # LoRA (Hu et al. 2021, arXiv 2106.09685, App. D: GPT-2 M/L 2e-4, RoBERTa 4e-4–5e-4);
+    # QLoRA (Dettmers et al. 2023, arXiv 2305.14314, App. B: 2e-4 up to 13B, 1e-4 for 33B/65B).
+    "lora": (5e-5, 5e-4),
+    # Full fine-tuning: Llama 2 SFT 2e-5 (Touvron et al. 2023, arXiv 2307.09288 §3.1); the
+    # Trainer's default 5e-5 (transformers TrainingArguments.learning_rate); Whisper fine-tunes
+    # at 1e-5 (shared/realdata whisper_large_v2_ja logs 1e-5).
+    "full_fine_tune": (5e-6, 1e-4),
+    # A fine-tune with no adapter found: LoRA or full, so the union of both ranges.
+    "fine_tune": (5e-6, 5e-4),
+    # Pre-training: GPT-3 Table 2.1 (arXiv 2005.14165) 6e-4 at 125M down to 0.6e-4 at 175B;
+    # Llama 2 (§2.2) 3e-4 (7B/13B), 1.5e-4 (34B/70B). Small models train higher: the top is
+    # raised to 1e-2 so that a 10M-parameter model at 3e-3 (the fixtures) is typical.
+    "pre_training": (6e-5, 1e-2),
+    # DPO: Zephyr 5e-7 (Tunstall et al. 2023, arXiv 2310.16944); TRL DPOConfig's default 1e-6.
+    "preference": (1e-7, 5e-6),
+}
+KIND_WORDS = {
+    "lora": "LoRA / adapter fine-tuning",
+    "full_fine_tune": "full fine-tuning",
+    "fine_tune": "fine-tuning (LoRA or full: no adapter config found)",
+    "pre_training": "training from scratch (pre-training)",
+    "preference": "preference optimization (DPO-style)",
+}
+# 10× outside the typical range: every source above stays within ×3 of its own range.
+FAR_FACTOR = 10.0
+# The loss's start is read only when the log starts within this many steps of step 0 (an excerpt
+# from mid-run, e.g. a Megatron log from iteration 29,000, says nothing about the start).
+START_MAX_STEP = 50
+START_POINTS = 5
+# From scratch: the start is ≥ 75% of ln(vocab); pretrained: ≤ 50% of it (a fresh model sits at
+# ln(vocab) within a few %; fine-tunes in shared/realdata start at 0.3–2.3 nats with 32k–51k
+# vocabularies, ≤ 22% of ln(vocab)).
+SCRATCH_FRACTION = 0.75
+PRETRAINED_FRACTION = 0.5
+# Without a vocabulary size: ≥ 7 nats is from scratch (ln 1100, below every real tokenizer's
+# ln(vocab)); ≤ 4 nats is a pretrained model.
+SCRATCH_NATS = 7.0
+PRETRAINED_NATS = 4.0
+VOCAB_KEYS = ("model_config.vocab_size", "vocab_size", "padded_vocab_size", "model.vocab_size")
+LR_KEYS = ("learning_rate", "lr", "max_lr", "optimizer.lr", "optim.lr", "peak_lr")
+_PREFERENCE_METRICS = ("rewards/chosen", "logps/chosen", "rewards/margins")
+_ADAPTER_KEY = re.compile(r"(^|[._/])(lora|peft|adapter)([._/]|_|$)|^lora_|^peft_", re.IGNORECASE)
+_LORA_WORD = re.compile(r"(^|[^a-z])q?lora([^a-z]|$)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class TrainingKind:
+    kind: str
+    reasons: tuple[str, ...]
+
+
+def training_kind(run: Run) -> TrainingKind | None:
+    names = run.metric_names
+    if any(name.endswith(m) for name in names for m in _PREFERENCE_METRICS):
+        return TrainingKind(
+            "preference", ("TRL preference metrics (rewards/chosen, logps/chosen)",)
+        )
+    reasons: list[str] = []
+    adapter_keys = [
+        k for k, v in run.config.items() if _ADAPTER_KEY.search(k) and v not in (None, "", False)
+    ]
+    if adapter_keys:
+        reasons.append(f"adapter settings in the config ({', '.join(sorted(adapter_keys)[:3])})")
+    elif _LORA_WORD.search(run.name):
+        reasons.append(f"'lora' in the run's name ({run.name})")
+    start = _start_kind(run)
+    if start is not None and start[0] == "pre_training":
+        if reasons:
+            return None  # an adapter on a model that starts from scratch: contradictory
+        return TrainingKind("pre_training", (start[1],))
+    if reasons:
+        return TrainingKind("lora", tuple(reasons) + ((start[1],) if start else ()))
+    if start is not None:
+        return TrainingKind("fine_tune", (start[1],))
+    return None
+
+
+def _start_kind(run: Run) -> tuple[str, str] | None:
+    loss = primary_loss(run)
+    if loss is None:
+        return None
+    steps, values = loss_series(run, loss)
+    finite = np.isfinite(values)
+    if not finite.any() or steps[0] > START_MAX_STEP:
+        return None
+    start = float(np.median(values[finite][:START_POINTS]))
+    vocab = _number(run, VOCAB_KEYS)
+    if vocab is not None and vocab >= 2:
+        ceiling = math.log(vocab)
+        said = (
+            f"the loss starts at {fmt(start)} nats, {start / ceiling:.0%} of ln(vocab {int(vocab)})"
+        )
+        if start >= SCRATCH_FRACTION * ceiling:
+            return "pre_training", said
+        if start <= PRETRAINED_FRACTION * ceiling:
+            return "fine_tune", said
+        return None
+    if start >= SCRATCH_NATS:
+        return (
+            "pre_training",
+            f"the loss starts at {fmt(start)} nats (≥ {SCRATCH_NATS:g}: from scratch)",
+        )
+    if start <= PRETRAINED_NATS:
+        return (
+            "fine_tune",
+            f"the loss starts at {fmt(start)} nats (≤ {PRETRAINED_NATS:g}: pretrained)",
+        )
+    return None
+
+
+def _number(run: Run, keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        value = run.config.get(key)
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number) and number > 0:
+            return number
+    return None
+
+
+def peak_lr(run: Run) -> tuple[float, str] | None:
+    if run.has(LEARNING_RATE):
+        _, lrs = run.series(LEARNING_RATE)
+        lrs = lrs[np.isfinite(lrs)]
+        if lrs.size and lrs.max() > 0:
+            if still_warming_up(lrs):
+                return float(lrs.max()), WARMUP_ONLY
+            return float(lrs.max()), "the largest logged learning rate"
+    configured = _number(run, LR_KEYS)
+    if configured is not None:
+        return configured, "the configured learning rate"
+    return None
+
+
+WARMUP_ONLY = "the largest logged learning rate, of a log that ends inside the warm-up"
+
+
+MIN_LR_POINTS = 10
+
+
+def still_warming_up(lrs: np.ndarray) -> bool:
+    """The log ends inside the warm-up (its last point is its highest and above its first), or
+    holds fewer than MIN_LR_POINTS LRs: the logged maximum is then a lower bound of the peak,
+    never evidence that the peak is too low (the BLOOM-176B prequel excerpt logs one LR, 3.8e-6,
+    at iteration 2 of a 6e-5 warm-up)."""
+    if lrs.size < MIN_LR_POINTS:
+        return True
+    return bool(lrs[-1] >= lrs.max() and lrs[-1] > lrs[0])
+
+
+def lr_range_findings(evidence: Evidence, curve_too_high: list[Finding]) -> list[Finding]:
+    """The lr_too_high findings (the curve's, with the range added when it applies) and the
+    configuration's lr_too_low / lr_too_high."""
+    run = evidence.run
+    kind = training_kind(run)
+    peak = peak_lr(run)
+    if kind is None or peak is None:
+        return curve_too_high
+    lr, lr_source = peak
+    low, high = TYPICAL_LR[kind.kind]
+    context = {
+        "training_kind": kind.kind,
+        "kind_reasons": list(kind.reasons),
+        "peak_lr": lr,
+        "peak_lr_source": lr_source,
+        "typical_low": low,
+        "typical_high": high,
+    }
+    if lr > FAR_FACTOR * high:
+        if curve_too_high:
+            also = (
+                f" The peak {fmt(lr)} is ×{fmt(lr / high)} the top of the typical range "
+                f"{_range_text(kind)}."
+            )
+            return [
+                replace(
+                    f,
+                    message=f.message + also,
+                    evidence={**f.evidence, **context, "factor_above_range": lr / high},
+                )
+                for f in curve_too_high
+            ]
+        return [_too_high(run, kind, lr, lr_source, context, evidence)]
+    if lr < low / FAR_FACTOR and lr_source != WARMUP_ONLY:
+        return [*curve_too_high, _too_low(kind, lr, lr_source, context, evidence)]
+    return curve_too_high
+
+
+def _blew_up(evidence: Evidence) -> int | None:
+    run = evidence.run
+    loss = primary_loss(run)
+    if loss is None:
+        return None
+    steps, values = loss_series(run, loss)
+    candidates = [int(s) for s in steps[~np.isfinite(values)][:1]]
+    rise = loss_rise(steps, values)
+    if rise is not None:
+        candidates.append(int(steps[rise[0]]))
+    candidates += [s.onset_step for s in evidence.spikes_on(loss) if s.end_step is None]
+    return min(candidates) if candidates else None
+
+
+def _range_text(kind: TrainingKind) -> str:
+    low, high = TYPICAL_LR[kind.kind]
+    return f"{fmt(low)}–{fmt(high)} for {KIND_WORDS[kind.kind]} ({'; '.join(kind.reasons)})"
+
+
+def _too_high(
+    run: Run,
+    kind: TrainingKind,
+    lr: float,
+    lr_source: str,
+    context: dict[str, object],
+    evidence: Evidence,
+) -> Finding:
+    blew_up = _blew_up(evidence)
+    factor = lr / TYPICAL_LR[kind.kind][1]
+    agrees = blew_up is not None
+    return Finding(
+        category="lr_too_high",
+        severity="warning" if agrees else "info",
+        confidence=0.7 if agrees else 0.4,
+        step=blew_up,
+        layer=None,
+        message=(
+            f"The peak learning rate {fmt(lr)} ({lr_source}) is ×{fmt(factor)} the top of the "
+            f"typical range {_range_text(kind)}"
+            + (
+                f"; the loss blew up at step {blew_up}."
+                if agrees
+                else "; the loss curve shows no harm from it, so this is context, not a cause."
+            )
+        ),
+        evidence={**context, "factor_above_range": factor, "loss_blew_up_at": blew_up},
+        suggestion=(
+            "Lower the peak learning rate into the typical range (or check its units: 2e-3 "
+            "where 2e-4 was meant), and restart from a checkpoint before the blow-up."
+            if agrees
+            else "If this LR is intended (a sweep, an optimizer other than AdamW), nothing to do."
+        ),
+        threshold=f"peak LR > {FAR_FACTOR:g}× the top of the kind's typical range",
+    )
+
+
+def _too_low(
+    kind: TrainingKind, lr: float, lr_source: str, context: dict[str, object], evidence: Evidence
+) -> Finding:
+    plateau = PlateauExplainer().run(evidence)
+    agrees = bool(plateau)
+    factor = TYPICAL_LR[kind.kind][0] / lr
+    return Finding(
+        category="lr_too_low",
+        severity="warning" if agrees else "info",
+        confidence=0.7 if agrees else 0.4,
+        step=plateau[0].step if agrees else None,
+        layer=None,
+        message=(
+            f"The peak learning rate {fmt(lr)} ({lr_source}) is ×{fmt(factor)} below the bottom "
+            f"of the typical range {_range_text(kind)}"
+            + (
+                "; the loss does not move (loss_plateau)."
+                if agrees
+                else "; the loss still falls, so this is context, not a cause."
+            )
+        ),
+        evidence={**context, "factor_below_range": factor, "loss_plateau": agrees},
+        suggestion=(
+            "Raise the learning rate into the typical range (check its units and the schedule's "
+            "multiplier) and check that the parameters meant to train receive gradients."
+            if agrees
+            else "If the run trains slower than expected, try a learning rate in the typical range."
+        ),
+        threshold=f"peak LR < 1/{FAR_FACTOR:g} of the bottom of the kind's typical range",
+    )
