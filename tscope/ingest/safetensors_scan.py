@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -185,9 +186,16 @@ def scan_safetensors(
     Tensors of other dtypes are skipped (callers read them through the torch path).
     UnreadableInput if the header is malformed or the file is cut short.
     """
-    header = read_header(path, display_path)
+    entries = read_header(path, display_path).entries
+    yield from scan_entries(path, display_path, entries, workers)
+
+
+def scan_entries(
+    path: Path, display_path: str, entries: list[HeaderEntry], workers: int = DEFAULT_WORKERS
+) -> Iterator[tuple[str, TensorStats]]:
+    """(header name, statistics) of these entries of one file (SCANNED_DTYPES only), file order."""
     entries = sorted(
-        (e for e in header.entries if e.dtype in SCANNED_DTYPES), key=lambda e: (e.start, e.end)
+        (e for e in entries if e.dtype in SCANNED_DTYPES), key=lambda e: (e.start, e.end)
     )
     numels = [(e.end - e.start) // DTYPES[e.dtype][1] for e in entries]
     with open_regular(path, display_path) as handle:
@@ -208,6 +216,50 @@ def scan_safetensors(
         for entry in entries:  # zero-byte tensors have no span
             if entry.end == entry.start:
                 yield entry.name, _Accumulator(entry).finish()
+
+
+def _widened(data: bytes, code: str) -> npt.NDArray[Any]:
+    if code == "BF16":
+        return kernels.widen_bf16(np.frombuffer(data, dtype="<u2"))
+    return np.frombuffer(data, dtype={"F16": "<f2", "F32": "<f4", "F64": "<f8"}[code])
+
+
+def raw_delta_sums(
+    current: tuple[Path, HeaderEntry],
+    previous: tuple[Path, HeaderEntry],
+    display_path: str,
+    workers: int = DEFAULT_WORKERS,
+) -> tuple[float, float, float]:
+    """(Σ(a − b)², Σa², Σb²) in float64 of two same-shape tensors read from their files' bytes."""
+    (path_a, entry_a), (path_b, entry_b) = current, previous
+    numel = (entry_a.end - entry_a.start) // DTYPES[entry_a.dtype][1]
+    step = max(1, SPAN_BYTES // 8)  # elements per span (either side at most 8 bytes each)
+    size_a, size_b = DTYPES[entry_a.dtype][1], DTYPES[entry_b.dtype][1]
+    with open_regular(path_a, display_path) as file_a, open_regular(path_b, display_path) as file_b:
+
+        def work(first: int) -> npt.NDArray[np.float64]:
+            count = min(step, numel - first)
+            raw_a = os.pread(file_a.fileno(), count * size_a, entry_a.start + first * size_a)
+            raw_b = os.pread(file_b.fileno(), count * size_b, entry_b.start + first * size_b)
+            if len(raw_a) != count * size_a or len(raw_b) != count * size_b:
+                raise UnreadableInput(display_path, "cut short while it was read")
+            sums = np.zeros(3, dtype=np.float64)
+            a, b = _widened(raw_a, entry_a.dtype), _widened(raw_b, entry_b.dtype)
+            if a.dtype == np.float16:
+                a = a.astype(np.float32)
+            if b.dtype == np.float16:
+                b = b.astype(np.float32)
+            kernels.delta_chunk_kernel(a, b, sums)
+            return sums
+
+        firsts = range(0, numel, step)
+        if workers <= 1 or len(firsts) == 1:
+            parts = [work(first) for first in firsts]
+        else:
+            with ThreadPoolExecutor(workers, "tscope-delta") as pool:
+                parts = list(pool.map(work, firsts))
+    total = np.sum(parts, axis=0) if parts else np.zeros(3)
+    return float(total[0]), float(total[1]), float(total[2])
 
 
 def _merge_in_order(
