@@ -41,3 +41,36 @@ def test_analyzing_a_csv_imports_no_checkpoint_or_model_library(tmp_path: Path) 
     assert result["exit"] in (0, None)
     assert (tmp_path / "case" / "case.json").is_file()
     assert set(HEAVY_FOR_LOGS) & set(result["modules"]) == set()
+
+
+def test_analyzing_safetensors_checkpoints_imports_no_torch(tmp_path: Path) -> None:
+    """Two HF checkpoints written by safetensors itself: statistics and deltas from raw bytes."""
+    writer = (
+        "import sys, torch\n"
+        "from safetensors.torch import save_file\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "for step in (100, 200):\n"
+        "    w = {'h.0.mlp.weight': torch.randn(512, 512, generator=g).to(torch.bfloat16),\n"
+        "         'ln_f.weight': torch.ones(512)}\n"
+        "    save_file(w, f'{sys.argv[1]}/checkpoint-{step}/model.safetensors')\n"
+    )
+    for step in (100, 200):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+    subprocess.run([sys.executable, "-c", writer, str(tmp_path / "run")], check=True)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ANALYZE_AND_LIST_MODULES,
+            str(tmp_path / "run"),
+            str(tmp_path / "c"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["exit"] in (0, None)
+    layers = (tmp_path / "c" / "layers.parquet").stat().st_size
+    assert layers > 0
+    assert "torch" not in result["modules"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -111,3 +112,54 @@ def test_numpy_fallback_kernels_match_the_loops_numba_compiles() -> None:
     array_kernels._count_patterns_py(bits, counts[0])
     array_kernels._count_patterns_np(bits, counts[1])
     np.testing.assert_array_equal(counts[0], counts[1])
+
+
+class _TorchOnly:
+    """The same handle with raw_location hidden: collect_layers takes the torch path."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self.info, self.partial = handle.info, handle.partial
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "raw_location":
+            raise AttributeError(name)
+        return getattr(self._handle, name)
+
+
+def test_layers_from_the_scan_equal_the_torch_path_including_deltas(tmp_path: Path) -> None:
+    from tscope.ingest.checkpoint_stats import collect_layers
+    from tscope.ingest.checkpoints.base import LoadOptions
+    from tscope.ingest.checkpoints.hf_trainer import HfTrainerReader
+
+    generator = torch.Generator().manual_seed(11)
+    base = {
+        "wte.weight": 0.02 * torch.randn(3000, 64, generator=generator),
+        "h.0.mlp.weight": 0.02 * torch.randn(256, 256, generator=generator),
+        "ln_f.weight": 1 + 0.01 * torch.randn(64, generator=generator),
+    }
+    folders = []
+    for step, scale in ((100, 0.0), (200, 1e-3)):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        moved = {n: t + scale * torch.randn(t.shape, generator=generator) for n, t in base.items()}
+        moved["wte.weight"] = moved["wte.weight"].to(torch.bfloat16)  # mixed dtypes, as in AMP
+        save_file(moved, str(folder / "model.safetensors"))
+        folders.append(folder)
+
+    def opened() -> list[Any]:
+        return [HfTrainerReader().open(f, f.name, LoadOptions()) for f in folders]
+
+    scanned = collect_layers(opened(), workers=2)
+    reference = collect_layers([_TorchOnly(h) for h in opened()], workers=2)
+    assert hasattr(opened()[0], "raw_location")
+    assert list(scanned["tensor"]) == list(reference["tensor"])
+    numeric = [c for c in reference.columns if reference[c].dtype.kind == "f"]
+    for column in numeric:
+        np.testing.assert_allclose(
+            scanned[column].to_numpy(), reference[column].to_numpy(), rtol=1e-9, atol=1e-15,
+            err_msg=column,
+        )  # fmt: skip
+    assert scanned["delta_norm"].notna().sum() == 3  # the second checkpoint's three deltas
+    for got, want in zip(scanned["log_histogram"], reference["log_histogram"], strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -60,7 +60,7 @@ def _float_chunk_py(values: Any, bits32: Any, magnitudes: Any, summary: Any) -> 
         if with_patterns:
             magnitudes[(bits32[index] >> 16) & 0x7FFF] += 1
         if math.isfinite(value):
-            wide = float(value)
+            wide = np.float64(value)
             count += 1
             total += wide
             low = min(low, wide)
@@ -76,7 +76,7 @@ def _float_chunk_py(values: Any, bits32: Any, magnitudes: Any, summary: Any) -> 
     for index in range(values.shape[0]):
         value = values[index]
         if math.isfinite(value):
-            centered = float(value) - mean
+            centered = np.float64(value) - mean
             squared = centered * centered
             m2 += squared
             m3 += squared * centered
@@ -98,8 +98,8 @@ def _delta_chunk_py(current: Any, previous: Any, sums: Any) -> None:
     current_sq = 0.0
     previous_sq = 0.0
     for index in range(current.shape[0]):
-        a = float(current[index])
-        b = float(previous[index])
+        a = np.float64(current[index])  # float() keeps float32 under numba
+        b = np.float64(previous[index])
         delta += (a - b) * (a - b)
         current_sq += a * a
         previous_sq += b * b
