@@ -167,29 +167,24 @@ def _scan_raw(
     """Statistics of the safetensors-stored tensors without torch (safetensors_scan), by name."""
     from tscope.ingest.safetensors_scan import SCANNED_DTYPES
 
-    by_file: dict[Path, dict[tuple[int, int], str]] = {}
-    entries: dict[Path, list[HeaderEntry]] = {}
-    for name, (path, entry) in locations.items():
-        if entry.dtype in SCANNED_DTYPES and (entry.start, entry.end) not in by_file.get(path, {}):
-            by_file.setdefault(path, {})[(entry.start, entry.end)] = name
-            entries.setdefault(path, []).append(entry)
-    scanned: dict[str, TensorStats] = {}
+    entries: dict[Path, dict[tuple[int, int], HeaderEntry]] = {}  # tied aliases: one entry
+    for path, entry in locations.values():
+        if entry.dtype in SCANNED_DTYPES:
+            entries.setdefault(path, {})[(entry.start, entry.end)] = entry
+    by_bytes: dict[tuple[Path, int, int], TensorStats] = {}
     for path, listed in entries.items():
         if progress is not None:
             progress(f"{handle.info.path}: {len(listed)} tensors of {path.name}")
-        names = by_file[path]
         try:
-            for entry_stats in _scan_file(path, handle.info.path, listed, workers):
-                entry, stats = entry_stats
-                scanned[names[(entry.start, entry.end)]] = stats
+            for entry, stats in _scan_file(path, handle.info.path, list(listed.values()), workers):
+                by_bytes[(path, entry.start, entry.end)] = stats
         except UnreadableInput as error:
             _note(handle, error)
-    for name, (_, entry) in locations.items():  # tied aliases share one entry
-        if name not in scanned:
-            for other, (_, alias) in locations.items():
-                if other in scanned and (alias.start, alias.end) == (entry.start, entry.end):
-                    scanned[name] = scanned[other]
-                    break
+    scanned = {}
+    for name, (path, entry) in locations.items():
+        found = by_bytes.get((path, entry.start, entry.end))
+        if found is not None:
+            scanned[name] = found
     return scanned
 
 
