@@ -45,44 +45,52 @@ def _count_patterns_py(bits: Any, counts: Any) -> None:
 def _float_chunk_py(values: Any, bits32: Any, magnitudes: Any, summary: Any) -> None:
     """summary (9,) of one chunk; magnitudes[|x|'s upper 16 bits] += 1 when bits32 is given.
 
-    Pass 1 (min, max, counts, sum, magnitude patterns) and pass 2 (central sums about the chunk
-    mean) run over a chunk that is still in cache.
+    Pass 1 (min, max, zeros, sum, magnitude patterns) assumes every value is finite, so its loop
+    has no branch; a non-finite sum, min or max (NaN/Inf present, rare) redoes the scalars with
+    a check per value. Pass 2 (central sums about the chunk mean) runs over a chunk still in cache.
     """
-    count = 0
-    nonfinite = 0
-    zeros = 0
+    size = values.shape[0]
+    with_patterns = bits32.shape[0] == size
+    total = 0.0
     low = math.inf
     high = -math.inf
-    total = 0.0
-    with_patterns = bits32.shape[0] == values.shape[0]
-    for index in range(values.shape[0]):
-        value = values[index]
+    zeros = 0
+    for index in range(size):
+        wide = np.float64(values[index])
         if with_patterns:
             magnitudes[(bits32[index] >> 16) & 0x7FFF] += 1
-        if math.isfinite(value):
-            wide = np.float64(value)
-            count += 1
-            total += wide
-            low = min(low, wide)
-            high = max(high, wide)
-            if wide == 0.0:
-                zeros += 1
-        else:
-            nonfinite += 1
+        total += wide
+        low = min(low, wide)
+        high = max(high, wide)
+        zeros += wide == 0.0
+    count = size
+    if not (math.isfinite(total) and math.isfinite(low) and math.isfinite(high)):
+        count = 0
+        zeros = 0
+        total = 0.0
+        low = math.inf
+        high = -math.inf
+        for index in range(size):
+            wide = np.float64(values[index])
+            if math.isfinite(wide):
+                count += 1
+                total += wide
+                low = min(low, wide)
+                high = max(high, wide)
+                zeros += wide == 0.0
     mean = total / count if count else 0.0
     m2 = 0.0
     m3 = 0.0
     m4 = 0.0
-    for index in range(values.shape[0]):
-        value = values[index]
-        if math.isfinite(value):
-            centered = np.float64(value) - mean
+    for index in range(size):
+        centered = np.float64(values[index]) - mean
+        if count == size or math.isfinite(centered):
             squared = centered * centered
             m2 += squared
             m3 += squared * centered
             m4 += squared * squared
     summary[0] = count
-    summary[1] = nonfinite
+    summary[1] = size - count
     summary[2] = zeros
     summary[3] = low
     summary[4] = high
