@@ -135,12 +135,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no-torch", action="store_true", help="skip the torch path")
+    parser.add_argument("--dtypes", nargs="*", default=["BF16", "F32"], choices=["BF16", "F32"])
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         tiny = root / "tiny.safetensors"
         write_checkpoint(tiny, "F32", 0.07, seed=0)  # the embedding alone: fixed costs
-        for code in ("BF16", "F32"):
+        for code in arguments.dtypes:
             paths = [root / code / f"checkpoint-{s}" / "model.safetensors" for s in (100, 200)]
             for seed, path in enumerate(paths):
                 write_checkpoint(path, code, arguments.gb, seed)
