@@ -9,7 +9,6 @@ file written by an older tscope that lacked a later optional section.
 from __future__ import annotations
 
 import functools
-
 import math
 from typing import Any
 
