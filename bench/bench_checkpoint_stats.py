@@ -1,26 +1,24 @@
-"""Benchmark: checkpoint statistics (collect_layers) against a plain sequential read of the file.
+"""Benchmark: per-tensor checkpoint statistics against `cat` of the same files (issue 15).
 
-    python bench/bench_checkpoint_stats.py                  # 1 GiB fp32 + 1 GiB bf16, cold and warm
-    python bench/bench_checkpoint_stats.py --gib 2 --repeats 5
-    python bench/bench_checkpoint_stats.py --profile        # where the time goes (one worker)
+    python bench/bench_checkpoint_stats.py                 # two 1.07 GB checkpoints, bf16 and fp32
+    python bench/bench_checkpoint_stats.py --gb 0.5 --repeats 5 --workers 2
 
-Writes two safetensors files in a temporary directory (fp32 and bf16, each `--gib` GiB: one
-embedding-sized tensor of a quarter of the file plus square matrices and norm vectors). Every
-measurement runs in a fresh child process, so its peak RSS (`resource.getrusage`) is its own:
+Writes, in a temporary directory, two safetensors checkpoints per dtype (checkpoint-100/ and
+checkpoint-200/, each `--gb` GB: one 64 MiB embedding, square matrices, norm vectors), with the
+safetensors format written directly (header JSON + raw little-endian bytes). All measurements run
+in fresh child processes, alternating so each side sees the same load, on a warm page cache (every
+file is read once before the round):
 
-* read   — the file's bytes, start to end, into one reused 16 MiB buffer (`readinto`).
-* stats  — `collect_layers` over one handle that opens the file with `safetensors.safe_open` for
-           each tensor (the mmap lives as long as the tensor), as a reader should.
-* hf     — the same through the real HfTrainerReader (file linked as checkpoint-100/).
-* deltas — two handles over the same file (steps 0 and 100): statistics plus the delta pass, so
-           two tensors (previous and current) are alive at once: the memory bound's worst case.
+* cat      — `cat` of both files to /dev/null: the machine's warm sequential read.
+* scan     — tscope.ingest.safetensors_scan over both files (compiled kernels, `--workers` threads),
+             in one child; "fixed" is the same child on a 1-tensor file (interpreter, imports, JIT
+             cache load), so marginal = scan − fixed. Ratio = cat / marginal (goal ≥ 0.5).
+* numpy    — the same scan with the numpy fallback kernels (what the `fast` extra buys).
+* torch    — the torch path this replaces (tensor_stats over each tensor read by read_tensor),
+             once per round, its own fixed cost (import torch) included as printed.
 
-Cache state is the same for the two sides of a ratio: "cold" evicts the file from the page cache
-with posix_fadvise(DONTNEED) before each child (the VM host may still cache the disk image below,
-so cold reads are faster than a real disk); "warm" reads the whole file once before each child.
-Read and stats children alternate; the medians are reported. Throughput ratio = read time / stats
-time (goal ≥ 0.5); memory goal: peak RSS ≤ 3 × largest tensor + 500 MiB. Numbers only: nothing
-here asserts on time.
+Peak RSS is each child's own (`resource.getrusage(RUSAGE_SELF)`); goal ≤ 692 MB. Prints medians.
+Numbers only: nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -28,251 +26,152 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 MIB = 1 << 20
-READ_BUFFER = 16 * MIB
+ELEMENT_BYTES = {"BF16": 2, "F32": 4}
+
+CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+start = time.perf_counter()
+mode, workers, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+from tscope.ingest import array_kernels
+if mode == "numpy":
+    for name in ("count_patterns", "float_chunk_kernel", "widen_bf16_kernel"):
+        setattr(array_kernels, name, getattr(array_kernels, "_" + name.removesuffix("_kernel") + "_np"))
+tensors = 0
+if mode == "torch":
+    from tscope.ingest.checkpoints.safetensors_header import read_header, read_tensor
+    from tscope.ingest.chunk_runner import ChunkRunner
+    from tscope.ingest.tensor_stats import tensor_stats
+    with ChunkRunner(workers=workers) as runner:
+        for path in paths:
+            for entry in read_header(Path(path), path).entries:
+                tensor_stats(read_tensor(Path(path), entry, path), runner)
+                tensors += 1
+else:
+    from tscope.ingest.safetensors_scan import scan_safetensors
+    for path in paths:
+        for _ in scan_safetensors(Path(path), path, workers=workers):
+            tensors += 1
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "peak_mb": peak, "tensors": tensors}))
+"""
 
 
-def tensor_shapes(gib: float, element_bytes: int) -> dict[str, tuple[int, ...]]:
-    """An LLM-like mix: one embedding of a quarter of the file, square matrices, norm vectors."""
-    total = int(gib * (1 << 30)) // element_bytes  # elements in the file
-    width = 4096 if element_bytes == 4 else 8192
-    shapes: dict[str, tuple[int, ...]] = {"embed.weight": (total // 4 // 2048, 2048)}
-    for layer in range((total - total // 4) // (4096 * width)):
-        shapes[f"layers.{layer}.mlp.weight"] = (4096, width)
-        shapes[f"layers.{layer}.norm.weight"] = (4096,)
+def tensor_shapes(gb: float, element_bytes: int) -> dict[str, tuple[int, ...]]:
+    """An LLM-like mix: a 64 MiB embedding, square matrices, norm vectors (~gb × 1e9 bytes)."""
+    total = int(gb * 1e9) // element_bytes
+    width = 4096
+    shapes: dict[str, tuple[int, ...]] = {"embed.weight": (64 * MIB // element_bytes // 2048, 2048)}
+    left = total - 64 * MIB // element_bytes
+    side = 2048 if element_bytes == 4 else 4096  # 16 MiB (fp32) or 32 MiB (bf16) matrices
+    for layer in range(left // (side * width + width)):
+        shapes[f"layers.{layer}.mlp.weight"] = (side, width)
+        shapes[f"layers.{layer}.norm.weight"] = (width,)
     return shapes
 
 
-def write_checkpoint(path: Path, dtype_name: str, gib: float) -> None:
-    import torch
-    from safetensors.torch import save_file
+def write_checkpoint(path: Path, code: str, gb: float, seed: int) -> None:
+    """A safetensors file written by hand (the format is a JSON header and raw bytes)."""
+    import numpy as np
 
-    dtype = getattr(torch, dtype_name)
-    generator = torch.Generator().manual_seed(0)
-    tensors = {}
-    for name, shape in tensor_shapes(gib, dtype.itemsize).items():
-        if name.endswith("norm.weight"):
-            tensors[name] = (1 + 0.05 * torch.randn(shape, generator=generator)).to(dtype)
-        else:
-            tensors[name] = (0.02 * torch.randn(shape, generator=generator)).to(dtype)
-    save_file(tensors, str(path))
-    with open(path, "rb+") as file:
-        os.fsync(file.fileno())  # clean pages, so DONTNEED can evict them
-
-
-def largest_tensor_bytes(path: Path) -> int:
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as handle:
-        sizes = []
-        names: list[str] = handle.keys()
-        for key in names:
-            view = handle.get_slice(key)
-            numel = 1
-            for dim in view.get_shape():
-                numel *= dim
-            sizes.append(numel * (4 if view.get_dtype() == "F32" else 2))
-    return max(sizes)
-
-
-class SafetensorsFile:
-    """A CheckpointHandle over one safetensors file, opened anew for every tensor."""
-
-    def __init__(self, path: Path, step: int) -> None:
-        from safetensors import safe_open
-
-        from tscope.model import CheckpointInfo
-
-        self.path = path
-        self.info = CheckpointInfo(step, path.name, "safetensors", False, False)
-        self.partial: list[Any] = []
-        with safe_open(str(path), "pt") as handle:
-            self._names = sorted(handle.keys())
-
-    def tensor_names(self) -> list[str]:
-        return self._names
-
-    def load_tensor(self, name: str) -> Any:
-        from safetensors import safe_open
-
-        with safe_open(str(self.path), "pt") as handle:
-            return handle.get_tensor(name)  # mmap-backed; unmapped when the tensor is freed
-
-    def optimizer_state(self) -> None:
-        return None
-
-    def audit(self) -> Any:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
+    generator = np.random.default_rng(seed)
+    block = (0.02 * generator.standard_normal(8 * MIB)).astype(np.float32)  # reused, shifted
+    shapes = tensor_shapes(gb, ELEMENT_BYTES[code])
+    header: dict[str, object] = {}
+    offset = 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape)) * ELEMENT_BYTES[code]
+        header[name] = {
+            "dtype": code,
+            "shape": list(shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(len(raw).to_bytes(8, "little") + raw)
+        for index, (name, shape) in enumerate(shapes.items()):
+            numel = int(np.prod(shape))
+            values = np.resize(np.roll(block, index * 9973), numel)
+            if name.endswith("norm.weight"):
+                values = 1 + values
+            if code == "BF16":
+                handle.write((values.view(np.uint32) >> 16).astype("<u2").tobytes())
+            else:
+                handle.write(values.astype("<f4").tobytes())
 
 
-# ---- child processes ------------------------------------------------------------------------
-
-
-def vm_rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def vm_hwm_mib() -> float:
-    """Peak RSS of this process image (VmHWM; unlike ru_maxrss it starts afresh at exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def child(mode: str, path: Path, workers: int, gib: float) -> None:
-    import torch  # imported before the clock starts: the library imports it lazily
-
-    from tscope.ingest.checkpoint_stats import collect_layers
-    from tscope.ingest.checkpoints.base import LoadOptions
-    from tscope.ingest.checkpoints.hf_trainer import HfTrainerReader
-
-    del torch
-    baseline = vm_rss_mib()  # interpreter + torch + pandas, before any work
-    started = time.perf_counter()
-    if mode == "read":
-        buffer = memoryview(bytearray(READ_BUFFER))
-        with open(path, "rb", buffering=0) as file:
-            while file.readinto(buffer):
-                pass
-    elif mode == "stats":
-        collect_layers([SafetensorsFile(path, 100)], workers=workers)
-    elif mode == "hf":
-        handle = HfTrainerReader().open(path.parent, path.parent.name, LoadOptions())
-        collect_layers([handle], workers=workers)
-        handle.close()
-    elif mode == "deltas":
-        collect_layers([SafetensorsFile(path, 0), SafetensorsFile(path, 100)], workers=workers)
-    elif mode == "write":
-        write_checkpoint(path, path.parent.parent.name, gib)  # <dtype>/checkpoint-100/
-    seconds = time.perf_counter() - started
-    # ru_maxrss is kept across exec (it may hold the parent's peak); the parent stays small
-    # (torch is only ever imported here), and VmHWM is reported next to it as a check.
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    result = {"seconds": seconds, "peak_rss_mib": peak, "hwm_mib": vm_hwm_mib()}
-    print(json.dumps({**result, "baseline_rss_mib": baseline}))
-
-
-def run_child(
-    mode: str, path: Path, cache: str, workers: int, gib: float = 0.0
-) -> dict[str, float]:
-    if cache == "none":
-        pass
-    elif cache == "cold":
-        descriptor = os.open(path, os.O_RDONLY)
-        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(descriptor)
-    else:
-        buffer = memoryview(bytearray(READ_BUFFER))
-        with open(path, "rb", buffering=0) as file:
-            while file.readinto(buffer):
-                pass
-    command = [sys.executable, __file__, "--child", mode, "--file", str(path)]
-    command += ["--workers", str(workers), "--gib", str(gib)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"{mode} child failed:\n{done.stderr}")
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+def run_child(mode: str, workers: int, paths: list[Path]) -> dict[str, float]:
+    completed = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, str(workers), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(completed.stdout.strip().splitlines()[-1])
     return result
 
 
-# ---- profile --------------------------------------------------------------------------------
-
-
-def profile(path: Path) -> None:
-    """cProfile of collect_layers with one worker (so every torch call is on the main thread)."""
-    import cProfile
-    import pstats
-
-    from tscope.ingest.checkpoint_stats import collect_layers
-
-    run_child("read", path, "warm", 1)  # warm the cache; the first touch of each page still faults
-    profiler = cProfile.Profile()
-    started = time.perf_counter()
-    profiler.enable()
-    collect_layers([SafetensorsFile(path, 100)], workers=1)
-    profiler.disable()
-    total = time.perf_counter() - started
-    print(f"\n{path.name}: {total:.2f} s with one worker (warm cache); top calls by own time:")
-    stats = pstats.Stats(profiler)
-    rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])  # type: ignore[attr-defined]
-    for (file, line, function), (_, calls, own, _cumulative, _) in rows[:10]:
-        where = function if file == "~" else f"{Path(file).name}:{line}({function})"
-        print(f"  {own:6.2f} s  {100 * own / total:5.1f} %  {calls:6d} calls  {where}")
+def cat_seconds(paths: list[Path]) -> float:
+    start = time.perf_counter()
+    subprocess.run(["cat", *map(str, paths)], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gib", type=float, default=1.0, help="size of each file, GiB")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gb", type=float, default=1.07)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=None, help="default: the library's")
-    parser.add_argument("--profile", action="store_true")
-    parser.add_argument(
-        "--child", choices=("read", "stats", "hf", "deltas", "write"), help=argparse.SUPPRESS
-    )
-    parser.add_argument("--file", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    from tscope.ingest.chunk_runner import DEFAULT_WORKERS
-
-    workers = args.workers or DEFAULT_WORKERS
-    if args.child:
-        child(args.child, args.file, workers, args.gib)
-        return
-    with tempfile.TemporaryDirectory(prefix="tscope-bench-") as scratch:
-        for dtype_name in ("float32", "bfloat16"):
-            folder = Path(scratch) / dtype_name / "checkpoint-100"
-            folder.mkdir(parents=True)
-            path = folder / "model.safetensors"
-            written = run_child("write", path, "none", workers, args.gib)  # keeps us small
-            size, largest = path.stat().st_size, largest_tensor_bytes(path)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch path")
+    parser.add_argument("--dtypes", nargs="*", default=["BF16", "F32"], choices=["BF16", "F32"])
+    arguments = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        tiny = root / "tiny.safetensors"
+        write_checkpoint(tiny, "F32", 0.07, seed=0)  # the embedding alone: fixed costs
+        for code in arguments.dtypes:
+            paths = [root / code / f"checkpoint-{s}" / "model.safetensors" for s in (100, 200)]
+            for seed, path in enumerate(paths):
+                write_checkpoint(path, code, arguments.gb, seed)
+            size = sum(p.stat().st_size for p in paths)
+            modes = ["scan", "numpy"] + ([] if arguments.no_torch else ["torch"])
+            rows: dict[str, list[float]] = {m: [] for m in ["cat", "fixed", *modes]}
+            peaks: dict[str, float] = {m: 0.0 for m in modes}
+            run_child("scan", arguments.workers, [tiny])  # the numba cache, once
+            for _ in range(arguments.repeats):
+                cat_seconds([*paths, tiny])  # warm the page cache for this round
+                rows["cat"].append(cat_seconds(paths))
+                rows["fixed"].append(run_child("scan", arguments.workers, [tiny])["seconds"])
+                for mode in modes:
+                    result = run_child(mode, arguments.workers, paths)
+                    rows[mode].append(result["seconds"])
+                    peaks[mode] = max(peaks[mode], result["peak_mb"])
+            median = {m: statistics.median(v) for m, v in rows.items()}
+            print(f"{code}: 2 checkpoints, {size / 1e9:.2f} GB, {arguments.workers} workers, "
+                  f"{arguments.repeats} rounds (medians)")  # fmt: skip
             print(
-                f"\n{dtype_name}: {size / MIB:.0f} MiB, largest tensor {largest / MIB:.0f} MiB, "
-                f"written in {written['seconds']:.0f} s; {workers} worker(s), {os.cpu_count()} CPUs"
+                f"  cat            {median['cat']:7.3f} s  {size / median['cat'] / 1e9:6.2f} GB/s"
             )
-            if args.profile:
-                profile(path)
-                continue
-            measure(path, size, largest, args.repeats, workers)
-
-
-def measure(path: Path, size: int, largest: int, repeats: int, workers: int) -> None:
-    limit = 3 * largest / MIB + 500
-    for cache in ("cold", "warm"):
-        runs: dict[str, list[dict[str, float]]] = {"read": [], "stats": []}
-        for _ in range(repeats):
-            for mode in runs:
-                runs[mode].append(run_child(mode, path, cache, workers))
-        read = statistics.median(r["seconds"] for r in runs["read"])
-        stats = statistics.median(r["seconds"] for r in runs["stats"])
-        peak = max(r["peak_rss_mib"] for r in runs["stats"])
-        read_peak = max(r["peak_rss_mib"] for r in runs["read"])
-        print(
-            f"  {cache}: read {size / read / 1e9:5.2f} GB/s ({read:.2f} s), stats "
-            f"{size / stats / 1e9:5.2f} GB/s ({stats:.2f} s): ratio {read / stats:.2f} "
-            f"(goal >= 0.5); peak RSS stats {peak:.0f} MiB, read {read_peak:.0f} (limit {limit:.0f})"
-        )
-    for mode in ("deltas", "hf"):
-        result = run_child(mode, path, "warm", workers)
-        print(
-            f"  {mode} (warm): {result['seconds']:.2f} s, peak RSS {result['peak_rss_mib']:.0f} "
-            f"MiB (VmHWM {result['hwm_mib']:.0f}, baseline {result['baseline_rss_mib']:.0f}, "
-            f"limit {limit:.0f})"
-        )
+            print(f"  fixed startup  {median['fixed']:7.3f} s  (1-tensor file: imports, JIT cache)")
+            for mode in modes:
+                marginal = max(median[mode] - median["fixed"], 1e-9)
+                print(
+                    f"  {mode:<6} {median[mode]:7.3f} s  marginal {marginal:6.3f} s  "
+                    f"{size / marginal / 1e9:6.2f} GB/s  ratio to cat {median['cat'] / marginal:5.2f}"
+                    f"  peak RSS {peaks[mode]:5.0f} MB"
+                )
 
 
 if __name__ == "__main__":

@@ -50,7 +50,13 @@ from tscope.ingest.adam_stats import AdamStats, adam_stats, parameter_group
 from tscope.ingest.checkpoints.base import CheckpointHandle, OptimizerState
 from tscope.ingest.chunk_runner import DEFAULT_WORKERS, ChunkRunner
 from tscope.ingest.tensor_stats import LOG_HISTOGRAM_EDGES, TensorStats, tensor_stats
-from tscope.ingest.weight_deltas import WeightDelta, delta_source_name, histogram_kl, weight_delta
+from tscope.ingest.weight_deltas import (
+    WeightDelta,
+    delta_from_sums,
+    delta_source_name,
+    histogram_kl,
+    weight_delta,
+)
 from tscope.model import PartialInput
 from tscope.model.checkpoint import LAYER_COLUMNS
 from tscope.output_files import write_with
@@ -58,6 +64,10 @@ from tscope.output_files import write_with
 if TYPE_CHECKING:
     import pyarrow as pa
     import torch
+
+    from tscope.ingest.checkpoints.safetensors_header import HeaderEntry
+
+RawLocation = tuple[Path, "HeaderEntry"]
 
 LAYERS_VERSION = "1"
 # Tensors per checkpoint that get statistics. Dense LLMs hold a few hundred to ~1,000 tensors and
@@ -81,6 +91,7 @@ class _Previous:
     dtypes: dict[str, str] = field(default_factory=dict)
     histograms: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
     master_weights: dict[str, Any] | None = None
+    locations: dict[str, RawLocation] = field(default_factory=dict)  # safetensors-stored names
 
 
 def collect_layers(
@@ -122,16 +133,68 @@ def collect_layers(
                 handle.info.step,
                 master_weights=optimizer.master_weights if optimizer else None,
             )
+            current.locations = _raw_locations(handle, names)
+            scanned = _scan_raw(handle, current.locations, runner.workers, progress)
             for index, name in enumerate(names):
-                if progress is not None:
+                if progress is not None and name not in scanned:
                     progress(f"{handle.info.path}: {name} ({index + 1}/{len(names)})")
-                row = _tensor_row(handle, name, optimizer, previous, runner)
+                row = _tensor_row(
+                    handle, name, optimizer, previous, runner, scanned.get(name), current
+                )
                 if row is not None:
                     rows.append(row)
                     current.dtypes[name] = row["dtype"]
                     current.histograms[name] = row["log_histogram"]
             previous = current
     return _layers_frame(rows)
+
+
+def _raw_locations(handle: CheckpointHandle, names: list[str]) -> dict[str, RawLocation]:
+    """Names whose bytes sit in a safetensors file (readers that say so: `raw_location`)."""
+    locate = getattr(handle, "raw_location", None)
+    if locate is None:
+        return {}
+    located = {name: locate(name) for name in names}
+    return {name: where for name, where in located.items() if where is not None}
+
+
+def _scan_raw(
+    handle: CheckpointHandle,
+    locations: dict[str, RawLocation],
+    workers: int,
+    progress: Callable[[str], None] | None,
+) -> dict[str, TensorStats]:
+    """Statistics of the safetensors-stored tensors without torch (safetensors_scan), by name."""
+    from tscope.ingest.safetensors_scan import SCANNED_DTYPES
+
+    entries: dict[Path, dict[tuple[int, int], HeaderEntry]] = {}  # tied aliases: one entry
+    for path, entry in locations.values():
+        if entry.dtype in SCANNED_DTYPES:
+            entries.setdefault(path, {})[(entry.start, entry.end)] = entry
+    by_bytes: dict[tuple[Path, int, int], TensorStats] = {}
+    for path, listed in entries.items():
+        if progress is not None:
+            progress(f"{handle.info.path}: {len(listed)} tensors of {path.name}")
+        try:
+            for entry, stats in _scan_file(path, handle.info.path, list(listed.values()), workers):
+                by_bytes[(path, entry.start, entry.end)] = stats
+        except UnreadableInput as error:
+            _note(handle, error)
+    scanned = {}
+    for name, (path, entry) in locations.items():
+        found = by_bytes.get((path, entry.start, entry.end))
+        if found is not None:
+            scanned[name] = found
+    return scanned
+
+
+def _scan_file(
+    path: Path, shown: str, entries: list[HeaderEntry], workers: int
+) -> list[tuple[HeaderEntry, TensorStats]]:
+    from tscope.ingest.safetensors_scan import scan_entries
+
+    by_name = {entry.name: entry for entry in entries}
+    return [(by_name[name], stats) for name, stats in scan_entries(path, shown, entries, workers)]
 
 
 def _note(handle: CheckpointHandle, error: UnreadableInput) -> None:
@@ -152,25 +215,36 @@ def _tensor_row(
     optimizer: OptimizerState | None,
     previous: _Previous | None,
     runner: ChunkRunner,
+    scanned: TensorStats | None,
+    current: _Previous,
 ) -> dict[str, Any] | None:
-    try:
-        weights = handle.load_tensor(name)
-    except UnreadableInput as error:
-        _note(handle, error)
-        return None
-    if weights.is_complex():
-        handle.partial.append(
-            PartialInput(f"{handle.info.path}:{name}", f"complex tensor ({weights.dtype}) skipped")
-        )
-        return None
-    stats = tensor_stats(weights, runner)
+    """One layers row. Scanned statistics (safetensors bytes) need no tensor loaded; the
+    optimizer's statistics and non-safetensors deltas load it through torch."""
+    weights = None
+    if scanned is None or optimizer is not None:
+        try:
+            weights = handle.load_tensor(name)
+        except UnreadableInput as error:
+            _note(handle, error)
+            return None
+        if weights.is_complex():
+            handle.partial.append(
+                PartialInput(
+                    f"{handle.info.path}:{name}", f"complex tensor ({weights.dtype}) skipped"
+                )
+            )
+            return None
+    stats = scanned
+    if stats is None:
+        assert weights is not None  # loaded above whenever nothing was scanned
+        stats = tensor_stats(weights, runner)
     adam = AdamStats()
     if optimizer is not None:
         group = parameter_group(optimizer.param_groups, optimizer.group_of, name)
         adam = adam_stats(optimizer.per_param.get(name), group, runner)
     delta = WeightDelta()
     if previous is not None and name in previous.dtypes:
-        delta = _delta(handle, name, weights, stats, optimizer, previous, runner)
+        delta = _delta(handle, name, weights, stats, optimizer, previous, runner, current)
     return {
         "step": handle.info.step,
         "checkpoint": handle.info.path,
@@ -184,32 +258,53 @@ def _tensor_row(
 def _delta(
     handle: CheckpointHandle,
     name: str,
-    weights: torch.Tensor,
+    weights: torch.Tensor | None,
     stats: TensorStats,
     optimizer: OptimizerState | None,
     previous: _Previous,
     runner: ChunkRunner,
+    current_checkpoint: _Previous,
 ) -> WeightDelta:
-    """W_t − W_prev from fp32 master weights when both checkpoints have them, else the weights."""
+    """W_t − W_prev from fp32 master weights when both checkpoints have them, else the weights
+    (from the safetensors bytes when both are stored there, else loaded through torch)."""
     master_now = (optimizer.master_weights or {}).get(name) if optimizer else None
     master_before = (previous.master_weights or {}).get(name)
-    if master_now is not None and master_before is not None:
-        current, before, source = master_now, master_before, "fp32_master"
-    else:
-        try:
-            before = previous.handle.load_tensor(name)
-        except UnreadableInput as error:
-            _note(previous.handle, error)
-            return WeightDelta()
-        current = weights
-        source = delta_source_name(stats.dtype, previous.dtypes[name], master=False)
     steps = None
     if handle.info.step is not None and previous.step is not None:
         steps = handle.info.step - previous.step
-    moved = weight_delta(current, before, steps, source, runner)
     kl = histogram_kl(stats.log_histogram, previous.histograms[name])
+    if master_now is not None and master_before is not None:
+        moved = weight_delta(master_now, master_before, steps, "fp32_master", runner)
+        return _with_kl(moved, kl)
+    source = delta_source_name(stats.dtype, previous.dtypes[name], master=False)
+    here, there = current_checkpoint.locations.get(name), previous.locations.get(name)
+    if weights is None and here is not None and there is not None:
+        if here[1].shape != there[1].shape:
+            return WeightDelta(histogram_kl=kl, delta_source=source)
+        from tscope.ingest.safetensors_scan import raw_delta_sums
+
+        try:
+            sums = raw_delta_sums(here, there, handle.info.path, runner.workers)
+        except UnreadableInput as error:
+            _note(handle, error)
+            return WeightDelta()
+        return _with_kl(delta_from_sums(*sums, steps, source), kl)
+    try:
+        current = weights if weights is not None else handle.load_tensor(name)
+        before = previous.handle.load_tensor(name)
+    except UnreadableInput as error:
+        _note(previous.handle, error)
+        return WeightDelta()
+    return _with_kl(weight_delta(current, before, steps, source, runner), kl)
+
+
+def _with_kl(moved: WeightDelta, kl: float) -> WeightDelta:
     return WeightDelta(
-        moved.delta_norm, moved.update_ratio_per_step, moved.norm_growth_rate, kl, source
+        moved.delta_norm,
+        moved.update_ratio_per_step,
+        moved.norm_growth_rate,
+        kl,
+        moved.delta_source,
     )
 
 

@@ -62,14 +62,19 @@ class ChunkRunner:
     """
 
     def __init__(self, chunk_elements: int | None = None, workers: int = DEFAULT_WORKERS):
-        import torch
-
         self.chunk_elements = chunk_elements
         self.workers = workers
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(workers, "tscope-stats") if workers > 1 else None
-        self._torch_threads = torch.get_num_threads()
-        if self._pool is not None:
+        # torch's own threads, set to 1 on the first torch pass (a runner whose tensors are all
+        # scanned from safetensors bytes never imports torch); restored on close.
+        self._torch_threads: int | None = None
+
+    def _single_threaded_torch(self) -> None:
+        if self._pool is not None and self._torch_threads is None:
+            import torch
+
+            self._torch_threads = torch.get_num_threads()
             torch.set_num_threads(1)
 
     def workspace(self) -> Workspace:
@@ -87,6 +92,7 @@ class ChunkRunner:
         **keywords: Any,
     ) -> Iterator[T]:
         """Yield function(workspace, *chunks, **keywords) for each chunk, in chunk order."""
+        self._single_threaded_torch()
         total = flat[0].numel()
         size = self.chunk_elements or chunk
         starts = range(0, total, size)
@@ -107,12 +113,14 @@ class ChunkRunner:
             yield pending.popleft().result()
 
     def close(self) -> None:
-        import torch
-
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._torch_threads is not None:
+            import torch
+
             torch.set_num_threads(self._torch_threads)
+            self._torch_threads = None
 
     def __enter__(self) -> ChunkRunner:
         return self

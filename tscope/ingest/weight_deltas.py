@@ -103,6 +103,13 @@ def weight_delta(
         delta_sq += part[0]
         current_sq += part[1]
         previous_sq += part[2]
+    return delta_from_sums(delta_sq, current_sq, previous_sq, steps, source)
+
+
+def delta_from_sums(
+    delta_sq: float, current_sq: float, previous_sq: float, steps: int | None, source: str
+) -> WeightDelta:
+    """The WeightDelta of Σ(a − b)², Σa², Σb² (however they were summed)."""
     if not all(math.isfinite(v) for v in (delta_sq, current_sq, previous_sq)):
         return WeightDelta(delta_source=source)
     delta_norm = math.sqrt(delta_sq)

@@ -8,6 +8,7 @@ file written by an older tscope that lacked a later optional section.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -51,8 +52,14 @@ MEASURE_UNITS = {
 }
 
 
+@functools.cache
 def template_environment(autoescape: bool) -> jinja2.Environment:
-    """Templates from the installed package; StrictUndefined so a typo fails instead of vanishing."""
+    """Templates from the installed package; StrictUndefined so a typo fails instead of vanishing.
+
+    One environment per process and autoescape setting: jinja keeps its compiled templates, so
+    a sweep (tscope cluster renders a case per run) compiles each template once per worker, not
+    once per run (compiling case.html.j2 and case.md.j2 took longer than rendering them). The
+    callers add the same filters every time, so sharing it changes no output."""
     return jinja2.Environment(
         loader=jinja2.PackageLoader(TEMPLATE_PACKAGE, package_path="."),
         autoescape=autoescape,

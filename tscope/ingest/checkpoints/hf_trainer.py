@@ -37,6 +37,8 @@ from tscope.model.checkpoint import ResumeAudit
 if TYPE_CHECKING:
     import torch
 
+    from tscope.ingest.checkpoints.safetensors_header import HeaderEntry
+
 HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 _RNG_FILE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 _WEIGHT_FILES = (
@@ -207,6 +209,10 @@ class HfTrainerCheckpoint:
 
     def load_tensor(self, name: str) -> torch.Tensor:
         return self._source.load(self._aliases.get(name, name), self._shown)
+
+    def raw_location(self, name: str) -> tuple[Path, HeaderEntry] | None:
+        """Where a safetensors-stored tensor's bytes are (read without torch by the scan)."""
+        return self._source.raw_location(self._aliases.get(name, name))
 
     # --- optimizer -------------------------------------------------------------------------
 

@@ -207,6 +207,10 @@ class TensorSource:
         path, entry = self._safetensors[name]
         return read_tensor(path, entry, shown)
 
+    def raw_location(self, name: str) -> tuple[Path, HeaderEntry] | None:
+        """(file, header entry) of a tensor stored in a safetensors file; None otherwise."""
+        return None if name in self._tensors else self._safetensors.get(name)
+
     def close(self) -> None:
         self._safetensors.clear()
         self._tensors.clear()
@@ -277,6 +281,9 @@ class StateDictFile:
 
     def tensor_names(self) -> list[str]:
         return self._source.names()
+
+    def raw_location(self, name: str) -> tuple[Path, HeaderEntry] | None:
+        return self._source.raw_location(name)
 
     def load_tensor(self, name: str) -> torch.Tensor:
         return self._source.load(name, self._shown)

@@ -1,0 +1,76 @@
+"""Benchmark: startup of a logs-only `tscope analyze` (issue 15), against `python -c pass`.
+
+    python bench/bench_startup.py              # 7 interleaved repetitions
+    python bench/bench_startup.py --repeats 15
+
+Writes a 3-row CSV in a temporary directory and times, in fresh child processes and alternating
+so both sides see the same load: `python -c pass` (the interpreter alone), `python -c "import
+pandas"` (the metric table's library, a floor while the model is a DataFrame), `import
+tscope.cli`, and the whole `tscope analyze` of the CSV. Byte-code is cached in a temporary
+PYTHONPYCACHEPREFIX (warmed by one run first), as an installed package would have it; with
+PYTHONDONTWRITEBYTECODE set every run recompiles tscope's sources instead. Prints the best and
+median of each and the analyze's margin over the interpreter. Numbers only: nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(command: list[str], environment: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, env=environment, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    arguments = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        csv = root / "metrics.csv"
+        csv.write_text("step,loss\n1,2.0\n2,1.9\n3,1.8\n")
+        environment = dict(os.environ, PYTHONPYCACHEPREFIX=str(root / "pycache"))
+        environment.pop("PYTHONDONTWRITEBYTECODE", None)
+        python = sys.executable
+        subjects = {
+            "python -c pass": [python, "-c", "pass"],
+            "import pandas": [python, "-c", "import pandas"],
+            "import tscope.cli": [python, "-c", "import tscope.cli"],
+            "tscope analyze 3-row CSV": [
+                python,
+                "-m",
+                "tscope",
+                "analyze",
+                str(csv),
+                "--out",
+                str(root / "out"),
+                "-q",
+            ],
+        }
+        for command in subjects.values():
+            timed(command, environment)  # warm the byte-code cache and the page cache
+        times: dict[str, list[float]] = {name: [] for name in subjects}
+        for _ in range(arguments.repeats):
+            for name, command in subjects.items():
+                times[name].append(timed(command, environment))
+    interpreter = min(times["python -c pass"])
+    print(f"{'subject':<28}{'best s':>8}{'median s':>10}{'best - pass':>13}")
+    for name, seconds in times.items():
+        best = min(seconds)
+        print(
+            f"{name:<28}{best:>8.3f}{statistics.median(seconds):>10.3f}{best - interpreter:>13.3f}"
+        )
+    print(f"goal: analyze best < 1 s; {arguments.repeats} interleaved repetitions")
+
+
+if __name__ == "__main__":
+    main()

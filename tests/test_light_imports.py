@@ -1,0 +1,76 @@
+"""Heavy libraries load only on the paths that need them: a logs-only analyze stays light.
+
+A behaviour test (which modules a child process ends up holding), not a timed one: the startup's
+seconds are measured by bench/bench_startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# Libraries a CSV of metrics never needs: the checkpoint, change-point and model stacks.
+HEAVY_FOR_LOGS = ("torch", "safetensors", "scipy", "sklearn", "ruptures", "transformers")
+
+ANALYZE_AND_LIST_MODULES = """
+import json, sys
+import tscope.cli
+sys.argv = ["tscope", "analyze", sys.argv[1], "--out", sys.argv[2], "-q"]
+try:
+    tscope.cli.main()
+except SystemExit as stop:
+    code = stop.code
+else:
+    code = 0
+print(json.dumps({"exit": code, "modules": sorted(m.split(".")[0] for m in sys.modules)}))
+"""
+
+
+def test_analyzing_a_csv_imports_no_checkpoint_or_model_library(tmp_path: Path) -> None:
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("step,loss\n" + "".join(f"{s},{3 - s * 0.01:.3f}\n" for s in range(1, 41)))
+    completed = subprocess.run(
+        [sys.executable, "-c", ANALYZE_AND_LIST_MODULES, str(csv), str(tmp_path / "case")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["exit"] in (0, None)
+    assert (tmp_path / "case" / "case.json").is_file()
+    assert set(HEAVY_FOR_LOGS) & set(result["modules"]) == set()
+
+
+def test_analyzing_safetensors_checkpoints_imports_no_torch(tmp_path: Path) -> None:
+    """Two HF checkpoints written by safetensors itself: statistics and deltas from raw bytes."""
+    writer = (
+        "import sys, torch\n"
+        "from safetensors.torch import save_file\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "for step in (100, 200):\n"
+        "    w = {'h.0.mlp.weight': torch.randn(512, 512, generator=g).to(torch.bfloat16),\n"
+        "         'ln_f.weight': torch.ones(512)}\n"
+        "    save_file(w, f'{sys.argv[1]}/checkpoint-{step}/model.safetensors')\n"
+    )
+    for step in (100, 200):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+    subprocess.run([sys.executable, "-c", writer, str(tmp_path / "run")], check=True)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ANALYZE_AND_LIST_MODULES,
+            str(tmp_path / "run"),
+            str(tmp_path / "c"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["exit"] in (0, None)
+    layers = (tmp_path / "c" / "layers.parquet").stat().st_size
+    assert layers > 0
+    assert "torch" not in result["modules"]
