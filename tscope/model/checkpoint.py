@@ -116,3 +116,13 @@ class CheckpointEvidence:
     @property
     def steps(self) -> list[int]:
         return [s.info.step for s in self.snapshots if s.info.step is not None]
+
+    def lr_by_step(self) -> dict[int, float]:
+        """The learning rate each checkpoint's optimizer state holds (its first param group)."""
+        rates = {}
+        for snapshot in self.snapshots:
+            groups = snapshot.param_groups
+            lr = groups[0].get("lr") if groups else None
+            if snapshot.info.step is not None and isinstance(lr, (int, float)):
+                rates[snapshot.info.step] = float(lr)
+        return rates
