@@ -29,6 +29,14 @@ CHECKPOINT_LR_JUMP_FACTOR = 2.0
 WARMUP_BOUND_SLACK = 1.05
 
 
+def is_lr_jump(first: int, second: int, before: float, after: float) -> bool:
+    """The LR rose between checkpoints at steps first < second by more than a schedule can."""
+    if before <= 0 or first <= 0:
+        return False
+    factor = after / before
+    return factor >= CHECKPOINT_LR_JUMP_FACTOR and factor > second / first * WARMUP_BOUND_SLACK
+
+
 class CheckpointLrExplainer:
     name = "checkpoint_lr"
 
@@ -41,12 +49,9 @@ class CheckpointLrExplainer:
         steps = sorted(rates)
         for first, second in itertools.pairwise(steps):
             before, after = rates[first], rates[second]
-            if before <= 0 or first <= 0:
+            if not is_lr_jump(first, second, before, after):
                 continue
-            factor = after / before
             warmup_bound = second / first
-            if factor < CHECKPOINT_LR_JUMP_FACTOR or factor <= warmup_bound * WARMUP_BOUND_SLACK:
-                continue
             if any(first < step <= second for step in resumes):
                 continue  # a resume in the window: resume_discontinuity's case
             findings.append(

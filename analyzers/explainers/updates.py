@@ -162,17 +162,18 @@ def _finding(
     judged = window_factor if whole_window else float(flagged.iloc[0])
     per_lr = judged / lr_factor if lr_factor else None
     explained_by_lr = per_lr is not None and per_lr < UPDATE_RATIO_FACTOR
-    compared = f"the run's other windows (ending at step {', '.join(map(str, baseline_steps))})"
+    ends = ", ".join(map(str, baseline_steps))
+    compared = f"the run's other windows (ending at step {ends}"
     if whole_window:
         message = (
             f"Between checkpoints at steps {start} and {step}, {scope} moved "
-            f"×{fmt(window_factor)} more {unit} than in {compared} (median over tensors). "
+            f"×{fmt(window_factor)} more {unit} than in {compared}; median over tensors). "
             f"Most: {names[0]} ×{fmt(float(flagged.iloc[0]))}; top: {', '.join(names)}."
         )
     else:
         message = (
             f"Between checkpoints at steps {start} and {step}, {names[0]} moved "
-            f"×{fmt(judged)} more {unit} than in {compared}, while the window's median "
+            f"×{fmt(judged)} more {unit} than in {compared}), while the window's median "
             f"tensor moved ×{fmt(window_factor)}"
             + (f"; also {', '.join(names[1:])}." if len(names) > 1 else ".")
         )
