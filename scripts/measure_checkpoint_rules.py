@@ -65,7 +65,11 @@ def statistics(run: Path) -> dict[str, float]:
         default=float("nan"),
     )
     growth = _growth_table(evidence.layers, rates)
-    grown = growth[growth["growth"] >= NORM_GROWTH_FACTOR]["acceleration"].astype(float).dropna()
+    grown = (
+        growth[growth["growth"] >= NORM_GROWTH_FACTOR]["acceleration"].astype(float).dropna()
+        if "acceleration" in growth
+        else growth.iloc[:0, :0]
+    )
     latest = evidence.layers[evidence.layers["step"] == evidence.layers["step"].max()]
     return {
         "windows": float(windows),
