@@ -83,8 +83,8 @@ def _constant_cost(x: np.ndarray) -> Cost:
     def cost(starts: np.ndarray, end: int) -> np.ndarray:
         length = end - starts
         total = s1[end] - s1[starts]
-        result: np.ndarray = (s2[end] - s2[starts]) - total * total / length
-        return np.maximum(result, 0.0)
+        result: np.ndarray = np.maximum((s2[end] - s2[starts]) - total * total / length, 0.0)
+        return result
 
     return cost
 
