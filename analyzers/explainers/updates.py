@@ -16,9 +16,11 @@ from tscope.model import Finding, Spike
 # ≥ 3× that of the run's own earlier windows (the first window: the later ones). Raw, because an
 # LR-caused incident must not normalize itself away; the LR-normalized factor then says whether the
 # learning rate the checkpoints hold accounts for the movement (Adam's step is ≈ lr × an RMS ≤ 1).
-# Measured (scripts/measure_checkpoint_rules.py, issue 11): on the 15 healthy checkpoint windows of
-# the committed Trainer and layout fixtures the raw factor is ≤ 1.3 (0 of 15 ≥ 3); the planted
-# LR ×50 (transient) and ×15 (persistent) windows reach ≥ 5 (2 of 2).
+# Measured (scripts/measure_checkpoint_rules.py, issue 11): over the 12 healthy real-producer runs
+# (Trainer fixtures, layout fixtures, two byte-Llama Trainer controls) the 9 windows that have a
+# past reach a raw factor of at most 0.76 (0 warnings in 12 runs; too few runs to show the ≤ 1 in
+# 100 target, the benchmark's controls are to confirm it); the LR ×15 window reaches 9.3, and the
+# LR ×50 (5 steps) window, the first one, stands out per unit of LR (2 of 2 planted found).
 UPDATE_RATIO_FACTOR = 3.0
 # One tensor alone: its factor must exceed the window's median factor this many times (healthy
 # windows of the fixtures: up to 3.1× between layers).
