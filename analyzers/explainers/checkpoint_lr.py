@@ -79,7 +79,7 @@ def _finding(
         f"The learning rate the optimizer state holds jumped ×{fmt(factor)} between the "
         f"checkpoints at steps {first} ({fmt(before)}) and {second} ({fmt(after)}): more than "
         f"a warm-up could rise over these steps (≤ ×{fmt(warmup_bound)}), and schedules "
-        "otherwise decay."
+        "otherwise decay. Checkpoints this far apart cannot tell a jump from a steep ramp."
     )
     if later:
         message += (
