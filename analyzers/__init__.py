@@ -6,6 +6,7 @@ The registries are literal tuples; add a new explainer module to EXPLAINERS here
 from __future__ import annotations
 
 from tscope.analyzers.base import Evidence, Explainer
+from tscope.analyzers.explainers.checkpoint_lr import CheckpointLrExplainer
 from tscope.analyzers.explainers.divergence import DivergenceExplainer
 from tscope.analyzers.explainers.grad_norm import GradNormExplainer
 from tscope.analyzers.explainers.layer_logs import LayerLogsExplainer
@@ -37,6 +38,7 @@ EXPLAINERS: tuple[Explainer, ...] = (
     RoutingExplainer(),
     # From checkpoints (silent when the evidence holds none):
     WeightsExplainer(),
+    CheckpointLrExplainer(),
     UpdatesExplainer(),
     OptimizerStateExplainer(),
 )

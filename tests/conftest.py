@@ -80,3 +80,19 @@ def local_trainer_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     run_dir = tmp_path_factory.mktemp("local-trainer-run") / LOCAL_RUN_NAME
     return train_locally(LOCAL_RUN_NAME, run_dir, LOCAL_RUN_STEPS, LOCAL_RUN_SAVE_STEPS)
+
+
+@pytest.fixture(scope="session")
+def byte_llama_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two healthy Trainer runs of a tiny untied byte-level Llama with checkpoints (issue 11's
+    controls): a short warm-up (checkpoints every 15 steps) and a gentle one (40 of 60 steps,
+    checkpoints every 10). Trained once per session, ~10 s each."""
+    if str(FIXTURES_DIR) not in sys.path:
+        sys.path.insert(0, str(FIXTURES_DIR))
+    from byte_llama_run import train_byte_llama
+
+    root = tmp_path_factory.mktemp("byte-llama")
+    return {
+        "short_warmup": train_byte_llama(root / "short_warmup", 60, 15, warmup=10),
+        "gentle_warmup": train_byte_llama(root / "gentle_warmup", 60, 10, warmup=40),
+    }

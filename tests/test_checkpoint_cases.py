@@ -67,3 +67,34 @@ def test_case_lists_checkpoints_with_what_they_hold():
 def test_no_weights_flag_keeps_to_logs(tmp_path):
     case = tscope.analyze(RUNS / "lr_jump", read_weights=False)
     assert categories(case) == [] and case.layers is None and len(case.checkpoints) == 3
+
+
+def test_persistent_lr_jump_from_checkpoints_alone_is_lr_schedule_jump(tmp_path):
+    """Issue 11: LR ×15 from step 150 to the end; only the four checkpoints are given."""
+    case = tscope.analyze(checkpoints_only("lr_jump_persistent", tmp_path))
+    jumps = [f for f in case.findings if f.category == "lr_schedule_jump"]
+    assert len(jumps) == 1 and jumps[0].severity == "warning"
+    assert jumps[0].evidence["checkpoint_steps"] == [120, 180]
+    assert jumps[0].evidence["factor"] == pytest.approx(15.0, rel=1e-6)
+    assert jumps[0].evidence["stayed_raised_through"] == 240
+    assert case.summary["headline_finding"] == jumps[0].id
+    # Raw, the window after the jump moved far more; the LR the checkpoints hold accounts for it,
+    # so it is context, not a second warning, and the window before the jump is not flagged.
+    updates = [f for f in case.findings if f.category == "update_ratio_high"]
+    assert [f.evidence["window"] for f in updates if f.severity in ALERTS] == []
+    after = next(f for f in updates if f.evidence["window"] == [120, 180])
+    assert after.evidence["median_factor_all_tensors"] >= 3.0 and after.evidence["explained_by_lr"]
+
+
+def test_checkpoint_only_case_header_lists_the_checkpoint_steps(tmp_path):
+    from tscope.render.view import build_view
+
+    case = tscope.analyze(checkpoints_only("lr_jump_persistent", tmp_path))
+    steps = build_view(case.to_dict())["run"]["steps"]
+    assert steps == "no logged steps; checkpoints at steps 60, 120, 180, 240"
+
+
+def test_logged_lr_jump_is_not_reported_twice_from_checkpoints():
+    case = tscope.analyze(RUNS / "lr_jump_persistent")
+    jumps = [f for f in case.findings if f.category == "lr_schedule_jump"]
+    assert [(f.source, f.step) for f in jumps] == [("logs", 150)]

@@ -21,7 +21,12 @@ from tscope.analyzers.cluster.aligned import (
 )
 from tscope.analyzers.cluster.band import loss_band
 from tscope.analyzers.cluster.grouping import MERGE_DISTANCE, group_unstable
-from tscope.analyzers.cluster.profile import EXPLOSION_FACTOR, EXPLOSION_MIN_POINTS, profile_run
+from tscope.analyzers.cluster.profile import (
+    EXPLOSION_FACTOR,
+    EXPLOSION_MIN_POINTS,
+    LEVEL_POINTS,
+    profile_run,
+)
 from tscope.analyzers.cluster.traits import (
     MIN_BALANCED_ACCURACY,
     discriminant_traits,
@@ -62,7 +67,9 @@ def cluster_runs(profiles: Sequence[RunProfile], runs_dir: str = "") -> ClusterR
         limits=_limits(profiles, stable, unstable, fields),
         method={
             "status": f"unstable = non-finite loss, loss ≥ {EXPLOSION_FACTOR:g}× the run's own "
-            f"early baseline for ≥ {EXPLOSION_MIN_POINTS} consecutive points, or a critical "
+            f"early baseline or ≥ {EXPLOSION_FACTOR:g}× its level before the event (median of the "
+            f"{LEVEL_POINTS} points before) for ≥ {EXPLOSION_MIN_POINTS} consecutive points, or a "
+            "critical "
             "divergence finding of the single-run analysis",
             "clustering": "scikit-learn agglomerative clustering (average linkage, distance "
             f"threshold {MERGE_DISTANCE}) over failure mode, signal set and explosion timing; "

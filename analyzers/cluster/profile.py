@@ -17,10 +17,13 @@ from tscope.model.metric_names import GRAD_NORM, LOSS, is_loss_like
 # before the model has learned much). Five points are robust to one odd first batch.
 BASELINE_POINTS = 5
 MIN_BASELINE_POINTS = 3
-# A run blew up when its loss stays at or above twice its starting level. A fresh language model
-# starts near ln(vocab), the loss of a model that knows nothing about the data; twice that is
-# worse than knowing nothing, which no healthy run ever logs.
+# A run blew up when its loss stays at or above twice its level before the event: the median of
+# the LEVEL_POINTS finite points before the stretch starts (issue 11: against the run's first
+# points, ≈ ln V for pretraining, a resume that lost the weights — 2.2 → 11.1 — never crossed).
+# The early baseline above still catches a run that blows up before it has a level.
 EXPLOSION_FACTOR = 2.0
+LEVEL_POINTS = 50
+MIN_LEVEL_POINTS = 10
 # "Stays": this many consecutive logged points above the line. One point above it is a spike
 # (it appears among the signals), not a blow-up; small-batch runs (DPO, LoRA on batch 2) log
 # single points far above their median.
@@ -91,6 +94,9 @@ def explosion_candidates(
         start = _first_run(above, EXPLOSION_MIN_POINTS)
         if start is not None:
             candidates.append((int(loss.steps[start]), "above_baseline"))
+    start = first_above_level(loss.values)
+    if start is not None:
+        candidates.append((int(loss.steps[start]), "above_level"))
     for finding in findings:
         if (
             finding.get("category") in DERAILED_CATEGORIES
@@ -101,13 +107,27 @@ def explosion_candidates(
     return candidates
 
 
+def first_above_level(values: np.ndarray) -> int | None:
+    """First index where EXPLOSION_MIN_POINTS consecutive points are all ≥ EXPLOSION_FACTOR × the
+    median of the LEVEL_POINTS finite points before it (the level before the event)."""
+    import pandas as pd
+
+    series = pd.Series(np.where(np.isfinite(values), values, np.nan))
+    level = series.rolling(LEVEL_POINTS, min_periods=MIN_LEVEL_POINTS).median().shift(1).to_numpy()
+    # the smallest of the next EXPLOSION_MIN_POINTS values (NaN where one is missing)
+    ahead = series[::-1].rolling(EXPLOSION_MIN_POINTS).min()[::-1].to_numpy()
+    with np.errstate(invalid="ignore"):
+        hits = np.flatnonzero((level > 0) & (ahead >= EXPLOSION_FACTOR * level))
+    return int(hits[0]) if hits.size else None
+
+
 def failure_mode(loss: LossCurve, explosion_step: int | None, kinds: set[str]) -> str | None:
     """How the run failed, as a whole: `blowup` (the loss exploded or went non-finite and did not
     come back), `recovered` (its last points are finite and back near its best level before the
     explosion), `divergence` (only the single-run analysis's critical divergence: a slower rise)."""
     if not kinds or explosion_step is None:
         return None
-    if not kinds & {"nonfinite", "above_baseline"}:
+    if not kinds & {"nonfinite", "above_baseline", "above_level"}:
         return "divergence"
     before = loss.values[(loss.steps < explosion_step) & np.isfinite(loss.values)]
     tail = loss.values[-RECOVERY_TAIL_POINTS:]

@@ -41,28 +41,49 @@ class CusumDetector:
         )
         alarms: list[Alarm] = []
         shifts: list[RegimeShift] = []
-        for sign in (1.0, -1.0):
+        excursions = [
+            (sign, start, alarm_index, total)
+            for sign in (1.0, -1.0)
             for start, alarm_index, total in _one_sided_cusum(
                 sign * residuals, self.reference_sigma, self.decision_sigma
-            ):
-                alarms.append(Alarm(alarm_index, sign * total))
-                shift = self._shift(values, baseline, start, alarm_index)
-                if shift is not None:
-                    shifts.append(shift)
+            )
+        ]
+        for sign, start, alarm_index, total in excursions:
+            alarms.append(Alarm(alarm_index, sign * total))
+            # The level after a change is measured up to the next change the other way (a
+            # downward excursion followed by a blow-up must not average the blow-up in).
+            next_change = min(
+                (other for s, other, _, _ in excursions if s != sign and other > start),
+                default=len(values),
+            )
+            shift = self._shift(values, baseline, start, alarm_index, sign, next_change)
+            if shift is not None:
+                shifts.append(shift)
         alarms.sort(key=lambda alarm: alarm.index)
         shifts.sort(key=lambda shift: shift.index)
         return Detection(self.name, alarms=alarms, shifts=shifts)
 
     def _shift(
-        self, values: np.ndarray, baseline: RobustBaseline, start: int, alarm_index: int
+        self,
+        values: np.ndarray,
+        baseline: RobustBaseline,
+        start: int,
+        alarm_index: int,
+        sign: float,
+        next_change: int,
     ) -> RegimeShift | None:
-        """The level change behind an alarm, if it is big enough to call a new regime."""
+        """The level change behind an alarm, in the direction the CUSUM detected, if it is big
+        enough to call a new regime. The "after" window runs from the excursion's start for
+        `after_points` (at least to the alarm) and stops at the next change the other way."""
         before, sigma = baseline.median[start], baseline.sigma[start]
         if not np.isfinite(before):
             return None
-        after, _ = window_stats(values[start : max(alarm_index + 1, start + self.after_points)])
-        if abs(after - before) < CUSUM_MIN_SHIFT_SIGMA * sigma:
-            return None
+        end = min(
+            max(alarm_index + 1, start + self.after_points), max(next_change, alarm_index + 1)
+        )
+        after, _ = window_stats(values[start:end])
+        if sign * (after - before) < CUSUM_MIN_SHIFT_SIGMA * sigma:
+            return None  # smaller than a regime change, or the other way than detected
         return RegimeShift(start, float(before), after)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -11,35 +12,26 @@ from tscope.analyzers.signals import fmt, primary_loss
 
 from tscope.model import Finding, Spike
 
-# Adam's per-step update is about lr × (an RMS ≤ 1), so an update-to-weight ratio divided by the
-# learning rate in force is comparable across checkpoint windows. A window whose LR-normalized
-# ratio is 3× the median of the other windows moved far more than its schedule explains.
-# (Healthy windows of the fixtures and the demo differ by ≤ 1.6×; see tests/test_checkpoint_explainers.)
+# A window "moved too far" when its raw update-to-weight ratio per step (median over tensors) is
+# ≥ 3× that of the run's own earlier windows (the first window: the later ones). Raw, because an
+# LR-caused incident must not normalize itself away; the LR-normalized factor then says whether the
+# learning rate the checkpoints hold accounts for the movement (Adam's step is ≈ lr × an RMS ≤ 1).
+# Measured (scripts/measure_checkpoint_rules.py, issue 11): over the 12 healthy real-producer runs
+# (Trainer fixtures, layout fixtures, two byte-Llama Trainer controls) the 9 windows that have a
+# past reach a raw factor of at most 0.76 (0 warnings in 12 runs; too few runs to show the ≤ 1 in
+# 100 target, the benchmark's controls are to confirm it); the LR ×15 window reaches 9.3, and the
+# LR ×50 (5 steps) window, the first one, stands out per unit of LR (2 of 2 planted found).
 UPDATE_RATIO_FACTOR = 3.0
-# One tensor alone: its factor must exceed the window's median factor this many times.
+# One tensor alone: its factor must exceed the window's median factor this many times (healthy
+# windows of the fixtures: up to 3.1× between layers).
 SINGLE_LAYER_FACTOR = 10.0
 # layer_origin: a tensor "deviates" when its RMS or max |w| changes by 2× between checkpoints.
 DEVIATION_FACTOR = 2.0
 MAX_NAMED = 5
 
 
-def _lr_by_step(evidence: Evidence) -> dict[int, float]:
-    """The learning rate each checkpoint's optimizer state holds (its first param group)."""
-    assert evidence.checkpoints is not None
-    rates = {}
-    for snapshot in evidence.checkpoints.snapshots:
-        groups = snapshot.param_groups
-        if (
-            snapshot.info.step is not None
-            and groups
-            and isinstance(groups[0].get("lr"), (int, float))
-        ):
-            rates[snapshot.info.step] = float(groups[0]["lr"])
-    return rates
-
-
 def _windows(layers: pd.DataFrame, rates: dict[int, float]) -> pd.DataFrame:
-    """One row per (window end, tensor) with the LR-normalized update ratio."""
+    """One row per (window end, tensor): the raw update ratio per step, and per unit of LR."""
     steps = sorted(layers["step"].unique().tolist())
     previous_step = dict(zip(steps[1:], steps[:-1], strict=False))
     rows = layers.dropna(subset=["update_ratio_per_step"]).copy()
@@ -51,12 +43,9 @@ def _windows(layers: pd.DataFrame, rates: dict[int, float]) -> pd.DataFrame:
         for begin, end in itertools.pairwise(steps)
         if begin in rates and end in rates
     }
-    normalized = len(window_lr) == len(steps) - 1 and all(lr > 0 for lr in window_lr.values())
-    if normalized:
-        rows["normalized_ratio"] = rows["update_ratio_per_step"] / rows["step"].map(window_lr)
-    else:
-        rows["normalized_ratio"] = rows["update_ratio_per_step"]
-    rows["lr_normalized"] = normalized
+    rows["window_lr"] = rows["step"].map(window_lr)
+    rows.loc[~(rows["window_lr"] > 0), "window_lr"] = np.nan
+    rows["per_lr_ratio"] = rows["update_ratio_per_step"] / rows["window_lr"]
     return rows
 
 
@@ -71,7 +60,7 @@ class UpdatesExplainer:
         layers = layers[~layers["tensor"].str.endswith("bias")]
         if layers.empty:
             return []
-        windows = _windows(layers, _lr_by_step(evidence))
+        windows = _windows(layers, evidence.checkpoints.lr_by_step())
         findings = _update_ratio_high(windows, evidence.spikes, evidence)
         origin = _layer_origin(layers, evidence)
         if origin is not None:
@@ -79,15 +68,35 @@ class UpdatesExplainer:
         return findings
 
 
+def _baseline_columns(steps: list[int], index: int, raised: set[int]) -> tuple[list[int], bool]:
+    """The windows a window is compared with, and whether they are its past: the earlier ones
+    not themselves raised, or for the first window the later ones."""
+    earlier = [s for s in steps[:index] if s not in raised]
+    if earlier:
+        return earlier, True
+    return [s for s in steps[index + 1 :] if s not in raised], False
+
+
 def _update_ratio_high(
     windows: pd.DataFrame, spikes: list[Spike], evidence: Evidence
 ) -> list[Finding]:
     if windows["step"].nunique() < 2:
         return []
-    table = windows.pivot_table(index="tensor", columns="step", values="normalized_ratio")
+    raw = windows.pivot_table(index="tensor", columns="step", values="update_ratio_per_step")
+    per_lr = windows.pivot_table(index="tensor", columns="step", values="per_lr_ratio")
+    window_lr = windows.groupby("step")["window_lr"].first()
+    steps = [int(s) for s in raw.columns]
+    lr_known = bool(window_lr.notna().all())
+    raised: set[int] = set()
     findings = []
-    for step in table.columns:
-        others = table.drop(columns=[step]).median(axis=1)
+    for index, step in enumerate(steps):
+        baseline_steps, past = _baseline_columns(steps, index, raised)
+        if not baseline_steps:
+            continue
+        # Against its past, a window is judged raw (an LR-caused incident must show). The first
+        # window has only later ones, which a decaying schedule makes smaller: per unit of LR.
+        table = raw if past or not lr_known else per_lr
+        others = table[baseline_steps].median(axis=1)
         factor = (table[step] / others).replace([np.inf, -np.inf], np.nan).dropna()
         if factor.empty:
             continue
@@ -95,6 +104,7 @@ def _update_ratio_high(
         if window_factor >= UPDATE_RATIO_FACTOR:
             flagged = factor[factor >= UPDATE_RATIO_FACTOR]
             scope = f"most of the model ({len(flagged)} of {len(factor)} tensors)"
+            raised.add(step)
         else:
             # A single layer stands out only far beyond the spread between layers of a healthy
             # window (up to 3.1× the window's median in the stable fixture).
@@ -102,55 +112,131 @@ def _update_ratio_high(
             scope = f"{len(flagged)} tensor(s)"
         if flagged.empty:
             continue
-        flagged = flagged.sort_values(ascending=False)
-        start = int(windows.loc[windows["step"] == step, "window_start"].iloc[0])
-        loss = primary_loss(evidence.run)
-        inside = [s for s in spikes if start < s.onset_step <= int(step) and s.metric == loss]
-        names = flagged.index[:MAX_NAMED].tolist()
-        message = (
-            f"Between checkpoints at steps {start} and {int(step)}, {scope} moved "
-            f"×{fmt(window_factor)} more per step than in the other windows, for the learning "
-            f"rate they held. Most: {names[0]} ×{fmt(float(flagged.iloc[0]))}; top: "
-            f"{', '.join(names)}."
-        )
-        if inside:
-            message += f" The loss spike at step {inside[0].peak_step} lies in this window."
+        normalized = table is per_lr
+        lr_factor = None if normalized else _lr_factor(window_lr, step, baseline_steps)
+        judged = _Judged(step, baseline_steps, window_factor, lr_factor, normalized, scope)
         findings.append(
-            Finding(
-                category="update_ratio_high",
-                severity="warning",
-                confidence=0.8 if inside or window_factor >= UPDATE_RATIO_FACTOR else 0.55,
-                step=int(step),
-                layer=names[0],
-                message=message,
-                evidence={
-                    "window": [start, int(step)],
-                    "tensors": names,
-                    "factor_vs_other_windows": [float(v) for v in flagged.iloc[:MAX_NAMED]],
-                    "median_factor_all_tensors": window_factor,
-                    "ratio_per_step_in_window": float(table.loc[names[0], step]),
-                    "ratio_per_step_other_windows": float(others.loc[names[0]]),
-                    "lr_normalized": bool(windows["lr_normalized"].iloc[0]),
-                    # bf16 weight diffs overstate small updates (rounding); fp32 masters do not
-                    "delta_source": ", ".join(
-                        sorted(set(windows.loc[windows["step"] == step, "delta_source"].dropna()))
-                    ),
-                },
-                suggestion=(
-                    "Something raised the effective step size in this window: check the logged "
-                    "learning rate, the scheduler state and gradient clipping between these "
-                    "checkpoints; restart from the earlier one."
-                ),
-                source="checkpoints",
-                spike_id=inside[0].id if inside else None,
-                threshold=(
-                    f"median over tensors of the update-to-weight ratio per step (÷ the "
-                    f"checkpoints' LR) ≥ {UPDATE_RATIO_FACTOR}× the other windows, or one tensor "
-                    f"≥ {SINGLE_LAYER_FACTOR}× the window's median"
-                ),
-            )
+            _finding(windows, raw, judged, flagged.sort_values(ascending=False), spikes, evidence)
         )
     return findings
+
+
+def _lr_factor(window_lr: pd.Series, step: int, baseline_steps: list[int]) -> float | None:
+    """How much higher the LR the checkpoints hold is in this window than in the baseline ones."""
+    base = window_lr.reindex(baseline_steps).dropna()
+    here = window_lr.get(step)
+    if base.empty or here is None or not np.isfinite(here) or float(base.median()) <= 0:
+        return None
+    return float(here) / float(base.median())
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """One window's verdict: what it was compared with and by how much it stands out."""
+
+    step: int
+    baseline_steps: list[int]
+    window_factor: float  # median over tensors of the factor vs the baseline windows
+    lr_factor: float | None  # the window's LR vs the baseline windows' (None: not known / used)
+    normalized: bool  # factors are per unit of LR (the first window, against later ones)
+    scope: str
+
+
+def _finding(
+    windows: pd.DataFrame,
+    raw: pd.DataFrame,
+    judged_window: _Judged,
+    flagged: pd.Series,
+    spikes: list[Spike],
+    evidence: Evidence,
+) -> Finding:
+    step, baseline_steps = judged_window.step, judged_window.baseline_steps
+    window_factor, lr_factor = judged_window.window_factor, judged_window.lr_factor
+    scope = judged_window.scope
+    unit = "per step per unit of learning rate" if judged_window.normalized else "per step"
+    start = int(windows.loc[windows["step"] == step, "window_start"].iloc[0])
+    loss = primary_loss(evidence.run)
+    inside = [s for s in spikes if start < s.onset_step <= step and s.metric == loss]
+    names = flagged.index[:MAX_NAMED].tolist()
+    whole_window = window_factor >= UPDATE_RATIO_FACTOR
+    # The factor the message states is the one compared with the threshold: the window's median
+    # over tensors, or the single tensor's own.
+    judged = window_factor if whole_window else float(flagged.iloc[0])
+    per_lr = judged / lr_factor if lr_factor else None
+    explained_by_lr = per_lr is not None and per_lr < UPDATE_RATIO_FACTOR
+    ends = ", ".join(map(str, baseline_steps))
+    compared = f"the run's other windows (ending at step {ends}"
+    if whole_window:
+        message = (
+            f"Between checkpoints at steps {start} and {step}, {scope} moved "
+            f"×{fmt(window_factor)} more {unit} than in {compared}; median over tensors). "
+            f"Most: {names[0]} ×{fmt(float(flagged.iloc[0]))}; top: {', '.join(names)}."
+        )
+    else:
+        message = (
+            f"Between checkpoints at steps {start} and {step}, {names[0]} moved "
+            f"×{fmt(judged)} more {unit} than in {compared}), while the window's median "
+            f"tensor moved ×{fmt(window_factor)}"
+            + (f"; also {', '.join(names[1:])}." if len(names) > 1 else ".")
+        )
+    if judged_window.normalized:
+        pass  # already per unit of LR
+    elif lr_factor is None:
+        message += " The checkpoints hold no learning rate to compare it with."
+    elif explained_by_lr:
+        message += (
+            f" The learning rate the optimizer held was ×{fmt(lr_factor)} higher over this "
+            f"window, which accounts for it (×{fmt(per_lr or 0.0)} per unit of LR)."
+        )
+    else:
+        message += (
+            f" For the learning rate the checkpoints hold (×{fmt(lr_factor)} of the other "
+            f"windows') that is ×{fmt(per_lr or 0.0)}: more than the schedule explains."
+        )
+    if inside:
+        message += f" The loss spike at step {inside[0].peak_step} lies in this window."
+    return Finding(
+        category="update_ratio_high",
+        # Explained by the LR the checkpoints hold: a context note (a warm-up window, or the
+        # symptom of the LR jump that lr_schedule_jump reports), not a second warning.
+        severity="info" if explained_by_lr else "warning",
+        confidence=0.8 if inside or whole_window else 0.55,
+        step=step,
+        layer=names[0],
+        message=message,
+        evidence={
+            "window": [start, step],
+            "baseline_windows_ending": baseline_steps,
+            "tensors": names,
+            "factor_vs_other_windows": [float(v) for v in flagged.iloc[:MAX_NAMED]],
+            "median_factor_all_tensors": window_factor,
+            "lr_factor_vs_other_windows": lr_factor,
+            "factor_per_unit_lr": per_lr,
+            "explained_by_lr": explained_by_lr,
+            "factors_per_unit_lr": judged_window.normalized,
+            "ratio_per_step_in_window": float(raw.loc[names[0], step]),
+            "ratio_per_step_other_windows": float(raw.loc[names[0], baseline_steps].median()),
+            # bf16 weight diffs overstate small updates (rounding); fp32 masters do not
+            "delta_source": ", ".join(
+                sorted(set(windows.loc[windows["step"] == step, "delta_source"].dropna()))
+            ),
+        },
+        suggestion=(
+            "The learning rate rose between these checkpoints: check the scheduler and the "
+            "resume logic, and restart from the earlier checkpoint with the intended LR."
+            if explained_by_lr
+            else "Something raised the effective step size in this window: check the learning "
+            "rate, the scheduler state and gradient clipping between these checkpoints; restart "
+            "from the earlier one."
+        ),
+        source="checkpoints",
+        spike_id=inside[0].id if inside else None,
+        threshold=(
+            f"median over tensors of the raw update-to-weight ratio per step ≥ "
+            f"{UPDATE_RATIO_FACTOR}× the run's other windows, or one tensor ≥ "
+            f"{SINGLE_LAYER_FACTOR}× the window's median"
+        ),
+    )
 
 
 def _layer_origin(layers: pd.DataFrame, evidence: Evidence) -> Finding | None:

@@ -3,7 +3,10 @@
 With bias-corrected moments m̂ = m / (1 − β1^t) and v̂ = v / (1 − β2^t) (t = the parameter's step
 counter, β and ε from its parameter group), AdamW's step is lr · m̂ / (√v̂ + ε):
 
-* ε-dominance: the fraction of coordinates with √v̂ ≤ ε. There the denominator is mostly ε, the
+* ε-dominance: the fraction of coordinates with √v̂ ≤ ε, among those that ever had a gradient.
+  A coordinate whose v is exactly 0 never received one (the embedding row of a token absent from
+  the data): ε sets its step only because there is nothing to step, so it is counted apart
+  (`never_updated_share`) instead of as ε-dominated. There the denominator is mostly ε, the
   update shrinks towards lr · m̂ / ε, and Adam stops being scale-free (Wortsman et al. 2023, the
   update-RMS collapse; Molybog et al. 2023, gradients comparable to ε before divergence).
 * update RMS: RMS of m̂ / (√v̂ + ε), the step size per unit of learning rate. Sign-like updates give
@@ -32,7 +35,8 @@ class AdamStats:
     exp_avg_norm: float = NAN  # ‖m‖₂
     exp_avg_sq_norm: float = NAN  # ‖v‖₂
     adam_step: float = NAN  # the parameter's step counter t
-    eps_dominance: float = NAN  # fraction of coordinates with sqrt(v_hat) <= eps
+    eps_dominance: float = NAN  # among coordinates with v > 0: fraction with sqrt(v_hat) <= eps
+    never_updated_share: float = NAN  # fraction of coordinates with v exactly 0 (no gradient ever)
     update_rms: float = NAN  # RMS of m_hat / (sqrt(v_hat) + eps)
 
 
@@ -64,8 +68,9 @@ def _adam_chunk(
     correction1: float,
     correction2: float,
     eps: float,
-) -> tuple[float, float, int, float]:
-    """(Σm², Σv², coordinates with √v̂ ≤ ε, Σ update²) over one chunk, in float64."""
+) -> tuple[float, float, int, float, int]:
+    """(Σm², Σv², coordinates with v > 0 and √v̂ ≤ ε, Σ update², coordinates with v = 0) over one
+    chunk, in float64."""
     import torch
 
     moment = workspace.buffer("wide0", torch.float64, exp_avg.numel())
@@ -74,13 +79,14 @@ def _adam_chunk(
     second.copy_(exp_avg_sq)
     sum_m2 = float(torch.dot(moment, moment))
     sum_v2 = float(torch.dot(second, second))
+    never = int((second == 0).sum())
     if not math.isfinite(correction2):  # no step counter or no betas: norms only
-        return sum_m2, sum_v2, 0, NAN
+        return sum_m2, sum_v2, 0, NAN, never
     second.div_(correction2).sqrt_()  # √v̂
-    dominated = int((second <= eps).sum())
+    dominated = int(((second <= eps) & (second > 0)).sum())
     second.add_(eps)
     moment.div_(correction1).div_(second)  # m̂ / (√v̂ + ε)
-    return sum_m2, sum_v2, dominated, float(torch.dot(moment, moment))
+    return sum_m2, sum_v2, dominated, float(torch.dot(moment, moment)), never
 
 
 def adam_stats(
@@ -105,7 +111,7 @@ def adam_stats(
     correction2 = 1.0 - beta2**step
     usable = step > 0 and math.isfinite(eps) and correction1 > 0 and correction2 > 0
     sum_m2 = sum_v2 = sum_update2 = 0.0
-    dominated = 0
+    dominated = never = 0
     for part in runner.map(
         _adam_chunk,
         flat_view(exp_avg.detach()),
@@ -118,11 +124,14 @@ def adam_stats(
         sum_v2 += part[1]
         dominated += part[2]
         sum_update2 += part[3]
+        never += part[4]
     numel = exp_avg.numel()
+    with_gradient = numel - never
     return AdamStats(
         exp_avg_norm=math.sqrt(sum_m2),
         exp_avg_sq_norm=math.sqrt(sum_v2),
         adam_step=step,
-        eps_dominance=dominated / numel if usable and numel else NAN,
+        eps_dominance=dominated / with_gradient if usable and with_gradient else NAN,
+        never_updated_share=never / numel if numel else NAN,
         update_rms=math.sqrt(sum_update2 / numel) if usable and numel else NAN,
     )

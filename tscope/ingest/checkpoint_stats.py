@@ -17,7 +17,7 @@ this order (units and definitions as in LAYER_COLUMNS):
     "float32", "bfloat16", …) · numel int64 · l2_norm, rms, mean, std (population), min, max,
     max_abs float64 over finite values · nonfinite_count int64 · zero_fraction float64 ·
     excess_kurtosis float64 · log_histogram list<int64> · exp_avg_norm, exp_avg_sq_norm, adam_step,
-    eps_dominance, update_rms float64 (NaN without optimizer state) · delta_norm,
+    eps_dominance, never_updated_share, update_rms float64 (NaN without optimizer state) · delta_norm,
     update_ratio_per_step, norm_growth_rate, histogram_kl float64 (NaN for a checkpoint's first
     appearance of a tensor) · delta_source string (null there; else "fp32_master", "weights_fp32",
     "weights_bf16", "weights_fp16")
@@ -75,6 +75,8 @@ LAYERS_VERSION = "1"
 # a file listing 1,000,000 tiny tensors would take half an hour. Beyond the cap the first tensors
 # in name order are kept and the checkpoint's `partial` says how many were left out.
 MAX_TENSORS_PER_CHECKPOINT = 10_000
+# Columns added after layers_version "1" (float, NaN when read from an older table).
+ADDED_COLUMNS = ("never_updated_share",)
 _INT_COLUMNS = ("numel", "nonfinite_count")
 _STRING_COLUMNS = ("checkpoint", "tensor", "dtype", "delta_source")
 _FLOAT_COLUMNS = tuple(
@@ -375,9 +377,11 @@ def read_layers_parquet(path: Path) -> pd.DataFrame:
     except (OSError, ValueError) as error:  # pyarrow raises ArrowInvalid (a ValueError) or OSError
         raise UnreadableInput(shown, f"not a readable parquet file ({error})") from error
     missing = [c for c in LAYER_COLUMNS if c not in table.column_names]
-    if missing:
+    if [c for c in missing if c not in ADDED_COLUMNS]:
         raise UnreadableInput(shown, f"not a tscope layers table: columns {missing} are missing")
-    frame = table.select(list(LAYER_COLUMNS)).to_pandas()
+    frame = table.select([c for c in LAYER_COLUMNS if c not in missing]).to_pandas()
+    for column in missing:  # a table written before the column existed
+        frame[column] = math.nan
     frame["log_histogram"] = [
         np.asarray(counts, dtype=np.int64) for counts in frame["log_histogram"]
     ]

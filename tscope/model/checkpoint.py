@@ -22,7 +22,10 @@ from tscope.model.run import PartialInput
 #   log_histogram          list[int] counts of |x| in LOG_HISTOGRAM_EDGES bins (zeros in bin 0)
 #   exp_avg_norm, exp_avg_sq_norm   float  L2 norms of Adam's moments (NaN when absent)
 #   adam_step              float  the parameter's Adam step counter (NaN when absent)
-#   eps_dominance          float  fraction of coordinates with sqrt(v_hat) <= eps
+#   eps_dominance          float  fraction of the coordinates that ever had a gradient (v > 0)
+#                                 with sqrt(v_hat) <= eps
+#   never_updated_share    float  fraction of coordinates with v exactly 0: no gradient ever
+#                                 (embedding rows of tokens absent from the data)
 #   update_rms             float  RMS of m_hat / (sqrt(v_hat) + eps)
 #   delta_norm             float  ||W_t - W_prev|| against the previous checkpoint (NaN for the first)
 #   update_ratio_per_step  float  delta_norm / ||W_prev|| / steps between the two checkpoints
@@ -50,6 +53,7 @@ LAYER_COLUMNS = (
     "exp_avg_sq_norm",
     "adam_step",
     "eps_dominance",
+    "never_updated_share",
     "update_rms",
     "delta_norm",
     "update_ratio_per_step",
@@ -116,3 +120,13 @@ class CheckpointEvidence:
     @property
     def steps(self) -> list[int]:
         return [s.info.step for s in self.snapshots if s.info.step is not None]
+
+    def lr_by_step(self) -> dict[int, float]:
+        """The learning rate each checkpoint's optimizer state holds (its first param group)."""
+        rates = {}
+        for snapshot in self.snapshots:
+            groups = snapshot.param_groups
+            lr = groups[0].get("lr") if groups else None
+            if snapshot.info.step is not None and isinstance(lr, (int, float)):
+                rates[snapshot.info.step] = float(lr)
+        return rates

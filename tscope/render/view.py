@@ -148,7 +148,9 @@ def _run_view(payload: dict[str, Any]) -> dict[str, Any]:
         "path": str(run.get("path") or ""),
         "first_step": format_step(run.get("first_step")),
         "last_step": format_step(run.get("last_step")),
-        "steps": _steps_text(run.get("first_step"), run.get("last_step")),
+        "steps": _steps_text(
+            run.get("first_step"), run.get("last_step"), as_records(payload.get("checkpoints"))
+        ),
         "sources": [
             {"kind": str(source.get("kind", "")), "path": str(source.get("path", ""))}
             for source in as_records(run.get("sources"))
@@ -156,10 +158,17 @@ def _run_view(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _steps_text(first: Any, last: Any) -> str:
-    if first is None and last is None:
-        return "no steps read"
-    return f"steps {format_step(first)}–{format_step(last)}"
+def _steps_text(first: Any, last: Any, checkpoints: list[dict[str, Any]]) -> str:
+    if first is not None or last is not None:
+        return f"steps {format_step(first)}–{format_step(last)}"
+    # No log, but checkpoints: say what was read instead of "no steps read" (issue 11).
+    steps = sorted({c["step"] for c in checkpoints if isinstance(c.get("step"), int)})
+    if steps:
+        shown = ", ".join(format_step(step) for step in steps)
+        return f"no logged steps; checkpoints at step{'s' if len(steps) > 1 else ''} {shown}"
+    if checkpoints:
+        return f"no logged steps; {len(checkpoints)} checkpoint(s) without a step"
+    return "no steps read"
 
 
 def _finding_view(finding: dict[str, Any]) -> dict[str, Any]:
