@@ -18,13 +18,13 @@ from tscope.analyzers.ranking import (
 from tscope.analyzers.signals import fmt, primary_loss, spike_size, window
 
 from tscope.model import Alternative, CheckpointInfo, Finding
+from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
 
 # Over the incident's lookback, an LR that moved less than this is "did not change".
 LR_STEADY_RELATIVE = 0.05
 # How far before the onset the LR is checked for a jump or a change.
 LR_CHECK_STEPS = 50
-_ALERT_SEVERITIES = ("critical", "warning")
 # Fewer logged loss points than this and "no incident" means "not judged": the spike score needs
 # 20 points before it scores anything (detectors.spike_score.SPIKE_SCORE_MIN_POINTS) and the
 # robust baseline 8 before the first judged point (baseline.MIN_BASELINE_POINTS), so a shorter
@@ -39,7 +39,7 @@ def summarize(
     checkpoints: list[CheckpointInfo] | None = None,
 ) -> dict[str, object]:
     checkpoints = checkpoints or []
-    alerts = [f for f in findings if f.severity in _ALERT_SEVERITIES]
+    alerts = [f for f in findings if f.severity in ALERT_SEVERITIES]
     if not alerts:
         missing = missing_data(evidence)
         if missing:
@@ -187,7 +187,7 @@ def _diagnose(
         f
         for f in findings
         if f.category in CAUSE_CATEGORIES
-        and f.severity in _ALERT_SEVERITIES
+        and f.severity in ALERT_SEVERITIES
         and incident is not None
         and f.step is not None
         and f.step >= incident.onset_step - CAUSE_LOOKBACK_STEPS
@@ -339,11 +339,11 @@ def alternatives(
     evidence: Evidence, incidents: list[Incident], findings: list[Finding]
 ) -> list[Alternative]:
     """Explanations the evidence argues against for the biggest incident, with the reason."""
-    if not incidents or not any(f.severity in _ALERT_SEVERITIES for f in findings):
+    if not incidents or not any(f.severity in ALERT_SEVERITIES for f in findings):
         return []
     incident = incidents[0]
     spike_id = incident.spike.id if incident.spike else None
-    categories = {f.category for f in findings if f.severity in _ALERT_SEVERITIES}
+    categories = {f.category for f in findings if f.severity in ALERT_SEVERITIES}
     ruled_out = []
     lr_note = _lr_change_note(evidence, incident)
     if lr_note is not None and not categories & {"lr_schedule_jump", "lr_too_high"}:

@@ -95,6 +95,11 @@ def warmup_end(steps: np.ndarray, lrs: np.ndarray) -> int | None:
 
 class LearningRateExplainer:
     name = "learning_rate"
+    categories: tuple[str, ...] = (
+        "lr_schedule_jump",
+        "lr_too_high",
+        "warmup_too_short",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

@@ -19,6 +19,9 @@ RESUME_CHECK_POINTS = 3
 
 class ResumeExplainer:
     name = "resume"
+    categories: tuple[str, ...] = (
+        "resume_discontinuity",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         return [_check(evidence.run, event) for event in evidence.run.events_of("resume")]

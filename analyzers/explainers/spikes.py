@@ -32,6 +32,11 @@ SPIKE_THRESHOLD_TEXT = (
 
 class SpikeExplainer:
     name = "spikes"
+    categories: tuple[str, ...] = (
+        "loss_spike",
+        "grad_norm_spike",
+        "nan_loss",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         findings = []
