@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import numpy as np
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
+from tscope.analyzers.impact import (
+    MIN_WARNING_EXCESS,
+    TRANSIENT_MAX_POINTS,
+    TRANSIENT_MAX_RATIO,
+    impact_severity,
+    measure_impact,
+)
 from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
 
 from tscope.model import Finding, Run, Spike
 from tscope.model.metric_names import GRAD_NORM, is_loss_like
 
-# A spike back within the baseline band after at most this many points is transient; a lone
-# transient bump needs a peak ≥ TRANSIENT_MAX_RATIO × baseline to be worth a warning (the
-# REPORT.md example, a corrupted batch, is 1.57×; healthy modded-nanogpt runs show data-driven
-# one-step bumps of +21–40% that recur at the same steps in every run).
-TRANSIENT_MAX_POINTS = 2
-TRANSIENT_MAX_RATIO = 1.5
+# When a spike is worth a warning: the severity rule's constants live in analyzers/impact.py
+# (TRANSIENT_MAX_POINTS, TRANSIENT_MAX_RATIO, MIN_WARNING_EXCESS), the one rule for every incident.
 # Some runs bump all the time (tiny batches, repeated data): when transient spikes occur more than
 # once per 1,000 logged points they are the run's texture, and only one that stands out from them
 # (magnitude ≥ 3× their median) deserves attention. Measured on shared/realdata: the baize LoRA
 # run (batch 2) has 5 per 1,000 and modded-nanogpt 5 per 1,000; pythia has 0.01 per 1,000.
 TEXTURE_SPIKES_PER_1000 = 1.0
 TEXTURE_OUTLIER_FACTOR = 3.0
-# Below a 10% excess over the baseline a bump is within what engineers read as noise on a loss
-# dashboard, whatever its sigma (a judgment call, not a literature value).
-MIN_WARNING_EXCESS = 0.10
 SPIKE_THRESHOLD_TEXT = (
     "≥ 6 robust σ above the median of the previous 50 points (robust_z) and/or ≥ 7σ from the mean "
     "of the previous 1,000 (OLMo 2 spike score)"
@@ -167,29 +168,44 @@ def _size_text(spike: Spike) -> str:
     return "" if spike.nonfinite else f"({spike_size(spike)}) "
 
 
-def _recovery_text(spike: Spike) -> str:
+def _recovery_text(spike: Spike, points: int | None = None) -> str:
     if spike.end_step is None:
         return "and has not recovered by the end of the log"
+    if points is not None and points > BASELINE_WINDOW_POINTS:
+        # Longer than the detectors' baseline window: a setback the run had to re-learn.
+        return (
+            f"and took {spike.end_step - spike.onset_step} steps ({points} logged points) to come "
+            f"back, by step {spike.end_step}: a setback, not a transient spike"
+        )
     return f"and recovered by step {spike.end_step}"
 
 
 def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
     transient = is_transient(run, spike)
+    impact = measure_impact(run, spike.onset_step, spike.end_step)
+    severity = "warning" if notable else "info"
+    if impact_severity(impact) == "critical" and spike.metric == primary_loss(run):
+        severity = "critical"  # NaN/Inf, or back at the untrained level (analyzers/impact.py)
     peak = peak_text(spike)
     message = (
         f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
-        f"{_size_text(spike)}{_recovery_text(spike)}."
+        f"{_size_text(spike)}{_recovery_text(spike, impact.points)}."
     )
     if transient:
         message += " A transient bump: back to baseline within two logged points."
+    if impact.returned_to_initial:
+        message += (
+            f" The peak is back at the run's first logged loss ({fmt(impact.peak)}): the level of "
+            "a model that has learned nothing, as if the weights were lost."
+        )
     return Finding(
         category="loss_spike",
-        severity="warning" if notable else "info",
+        severity=severity,
         confidence=spike_confidence(spike),
         step=spike.peak_step,
         layer=None,
         message=message,
-        evidence=_evidence(run, spike),
+        evidence={**_evidence(run, spike), "impact": impact.as_dict()},
         suggestion=(
             "Find what changed at the onset: the story shows which signal moved first. If nothing "
             f"else moved, inspect the batch of step {spike.peak_step} (and the few before it) for "
