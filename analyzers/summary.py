@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.card import cause_words, incident_card
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
 from tscope.analyzers.explainers.learning_rate import lr_jumps
@@ -20,6 +21,7 @@ from tscope.analyzers.signals import fmt, primary_loss, spike_size, window
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
+from tscope.model.visible_text import visible
 
 # Over the incident's lookback, an LR that moved less than this is "did not change".
 LR_STEADY_RELATIVE = 0.05
@@ -30,6 +32,14 @@ LR_CHECK_STEPS = 50
 # robust baseline 8 before the first judged point (baseline.MIN_BASELINE_POINTS), so a shorter
 # log cannot show a spike, a plateau or a divergence — the status says so instead of "healthy".
 MIN_LOSS_POINTS_TO_JUDGE = SPIKE_SCORE_MIN_POINTS
+# Alerts that need no baseline to be sure of: a NaN/Inf is an incident in a 10-point log too.
+NEEDS_NO_BASELINE = ("nan_loss", "nonfinite_weights", "nonfinite_origin")
+# A bad batch breaks the loss within this many logged points from the onset to the peak.
+BAD_BATCH_MAX_RISE_POINTS = 2
+# The verdict's cause when no candidate wins (the card says what would decide).
+UNDETERMINED = "undetermined"
+# The series named when none is the loss (the rest are counted, not listed).
+MAX_NAMED_SERIES = 12
 
 
 def summarize(
@@ -40,16 +50,19 @@ def summarize(
 ) -> dict[str, object]:
     checkpoints = checkpoints or []
     alerts = [f for f in findings if f.severity in ALERT_SEVERITIES]
+    missing = missing_data(evidence)
+    if missing and not any(f.category in NEEDS_NO_BASELINE for f in alerts):
+        # Too few points to judge: never "healthy", and an alert on them is only what was seen
+        # (a 10-point log cannot tell a divergence from a bumpy start); the findings stay listed.
+        seen = f" What was seen: {alerts[0].message.rstrip('.')}." if alerts else ""
+        return {
+            "status": "insufficient_data",
+            "verdict": "Insufficient data to judge the run: " + "; ".join(missing) + "." + seen,
+            "next_steps": [_MORE_DATA_STEP],
+            "headline_finding": None,
+            "missing": missing,
+        }
     if not alerts:
-        missing = missing_data(evidence)
-        if missing:
-            return {
-                "status": "insufficient_data",
-                "verdict": "Insufficient data to judge the run: " + "; ".join(missing) + ".",
-                "next_steps": [_MORE_DATA_STEP],
-                "headline_finding": None,
-                "missing": missing,
-            }
         return {
             "status": "healthy",
             "verdict": _healthy_verdict(evidence, findings),
@@ -82,6 +95,8 @@ def summarize(
             diagnosis.confidence,
             restart,
         ),
+        # The headline incident's impact on the loss (analyzers/impact.py); absent without one.
+        **({"impact": incident.impact.as_dict()} if incident is not None else {}),
     }
 
 
@@ -114,7 +129,16 @@ def missing_data(evidence: Evidence) -> list[str]:
     if loss is None:
         if evidence.checkpoints is not None:
             return []  # checkpoints alone are judged by the checkpoint explainers
-        return ["no loss series was found in the inputs"]
+        found = [visible(name) for name in run.metric_names]
+        if not found:
+            return ["no loss series was found in the inputs"]
+        shown = ", ".join(found[:MAX_NAMED_SERIES]) + (
+            " …" if len(found) > MAX_NAMED_SERIES else ""
+        )
+        return [
+            f"no series could be identified as the training loss (series found: {shown}); which "
+            "one is the loss? Log it as `loss`, `train_loss` or `train/loss`"
+        ]
     _steps, values = run.series(loss)
     finite = int(np.isfinite(values).sum())
     if finite < MIN_LOSS_POINTS_TO_JUDGE:
@@ -150,11 +174,15 @@ def _describe_incident(incident: Incident | None) -> str:
     assert spike is not None
     peak = "NaN/Inf" if spike.nonfinite else fmt(spike.peak_value)
     size = "" if spike.nonfinite else f" ({spike_size(spike)})"  # NaN/Inf has no σ
-    recovery = (
-        f" and recovered by step {spike.end_step}"
-        if spike.end_step is not None
-        else " and did not recover"
-    )
+    if spike.end_step is None:
+        recovery = " and did not recover"
+    elif incident.impact.points > BASELINE_WINDOW_POINTS:
+        recovery = (
+            f" and took {spike.end_step - spike.onset_step} steps to come back (by step "
+            f"{spike.end_step}): a setback, not a transient spike"
+        )
+    else:
+        recovery = f" and recovered by step {spike.end_step}"
     return (
         f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step}"
         f"{size}{recovery}"
@@ -171,11 +199,12 @@ class Diagnosis:
     confidence: float
     because: str  # the evidence for the cause, in words; "" when the headline is the whole story
     corroboration: str  # "Checkpoints agree: …", replay what-ifs; "" when none
+    lead: str = "most likely"  # "the cause is undetermined" when no candidate wins
 
     def sentence(self) -> str:
         verdict = f"{self.what[0].upper()}{self.what[1:]}"
         if self.because:
-            verdict += f"; most likely {self.because}"
+            verdict += f"; {self.lead}{' ' if self.lead == 'most likely' else ': '}{self.because}"
         return verdict + "." + self.corroboration
 
 
@@ -194,6 +223,7 @@ def _diagnose(
         and (incident.end_step is None or f.step <= incident.end_step)
     ]
     cause: Finding | None = None
+    lead = "most likely"
     if causes:
         cause = causes[0]
         category, confidence = cause.category, cause.confidence
@@ -201,10 +231,18 @@ def _diagnose(
             f"{cause_words(category)} (confidence {confidence:.2f}): {cause.message.rstrip('.')}"
         )
     elif incident is not None and incident.kind == "spike" and incident.end_step is not None:
-        category, confidence = "bad_batch", headline.confidence * 0.8
-        because = f"{cause_words(category)} (confidence {confidence:.2f}): " + _bad_batch_reasons(
-            evidence, incident
-        ).rstrip(".")
+        rise = rise_points(evidence, incident)
+        if rise > BAD_BATCH_MAX_RISE_POINTS:
+            # A bad batch breaks the loss in one step; a rise over several logged points is
+            # the optimization going unstable, and the logs do not say what drove it.
+            category, confidence = UNDETERMINED, 0.0
+            lead = "the cause is undetermined"
+            because = _slow_rise_reasons(evidence, incident, rise)
+        else:
+            category, confidence = "bad_batch", headline.confidence * 0.8
+            because = f"{cause_words(category)} (confidence {confidence:.2f}): " + (
+                _bad_batch_reasons(evidence, incident).rstrip(".")
+            )
     else:
         # The headline finding is the incident and its own explanation (a loss-scale collapse,
         # a resume with no spike yet): saying "see F1: <the same words>" would repeat it.
@@ -220,7 +258,7 @@ def _diagnose(
         first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
         corroboration = f" Checkpoints agree: {first_sentence}."
     corroboration += _what_if_note(findings, incident)
-    return Diagnosis(what, cause, category, confidence, because, corroboration)
+    return Diagnosis(what, cause, category, confidence, because, corroboration, lead)
 
 
 def _incident_step(headline: Finding, incident: Incident | None) -> int | None:
@@ -251,11 +289,37 @@ def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
     return f" Replay what-ifs that remove the spike: {described}."
 
 
+def rise_points(evidence: Evidence, incident: Incident) -> int:
+    """Logged loss points from the onset to the peak (1: the loss broke in one step)."""
+    steps, _ = evidence.run.series(incident.metric)
+    return int(((steps > incident.onset_step) & (steps <= incident.peak_step)).sum()) + 1
+
+
+def _slow_rise_reasons(evidence: Evidence, incident: Incident, rise: int) -> str:
+    """Why a slow rise is not a bad batch, and what would tell the causes apart."""
+    span = incident.peak_step - incident.onset_step
+    text = (
+        f"the loss rose over {rise} logged points ({span} steps) before peaking, which one bad "
+        "batch does not do (it breaks the loss in one step): an optimization instability"
+    )
+    if not evidence.run.has(LEARNING_RATE):
+        return text + (
+            "; the learning rate was not logged, so an LR jump, a ramp or the end of warm-up "
+            "cannot be told apart — log the LR to decide"
+        )
+    lr_note = _lr_change_note(evidence, incident)
+    if lr_note is not None:
+        text += f"; {lr_note}, so the schedule did not drive it"
+    return text + f"; a replay of the steps around {incident.peak_step} would decide"
+
+
 def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:
     reasons = []
     lr_note = _lr_change_note(evidence, incident)
     if lr_note is not None:
         reasons.append(lr_note)
+    elif not evidence.run.has(LEARNING_RATE):
+        reasons.append("the learning rate was not logged (an LR jump cannot be ruled out)")
     if evidence.run.has(GRAD_NORM):
         _, grads = window(evidence.run, GRAD_NORM, incident.onset_step, incident.peak_step)
         if grads.size:
@@ -398,15 +462,31 @@ def alternatives(
                 spike_id,
             )
         )
-    if categories & set(CAUSE_CATEGORIES) and incident.kind == "spike":
-        ruled_out.append(
-            Alternative(
-                "bad_batch",
-                "not a bad batch alone: a logged cause precedes the spike (see the story)",
-                spike_id,
-            )
-        )
+    if incident.kind == "spike":
+        reason = _bad_batch_against(evidence, incident, categories)
+        if reason is not None:
+            ruled_out.append(Alternative("bad_batch", reason, spike_id))
     return ruled_out
+
+
+def _bad_batch_against(evidence: Evidence, incident: Incident, categories: set[str]) -> str | None:
+    """The specific reason a bad batch explains this spike less well; None when it may."""
+    if "warmup_too_short" in categories:
+        return (
+            f"less likely a bad batch: the break came at step {incident.onset_step}, early in a "
+            "run whose LR had no (or too short a) warm-up, where the update itself is the usual "
+            "culprit; a bad batch would break the loss again when its steps are replayed at a "
+            f"lower LR (`tscope replay --around {incident.peak_step}` tells them apart)"
+        )
+    if categories & set(CAUSE_CATEGORIES):
+        return "not a bad batch alone: a logged cause precedes the spike (see the story)"
+    rise = rise_points(evidence, incident)
+    if rise > BAD_BATCH_MAX_RISE_POINTS:
+        return (
+            f"not a bad batch: the loss rose over {rise} logged points before its peak; one bad "
+            "batch breaks it in one step"
+        )
+    return None
 
 
 def limits(evidence: Evidence, has_checkpoints: bool) -> list[str]:

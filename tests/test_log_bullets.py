@@ -1,0 +1,111 @@
+"""Issue 11's log-side bullets, reproduced on real producers' files.
+
+The LR ×20 run is the nanoGPT-style plain-torch loop of `tscope demo` (a real tiny GPT trained
+here, 200 steps), its metrics written by torch's SummaryWriter under the PyTorch TensorBoard
+tutorial's own tags (`Loss/train`, `Loss/val`, `GradNorm`, `LearningRate`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tscope.cli import app
+from tscope.demo.train import METRICS_NAME, DemoRun, make_demo_run
+from tscope.ingest.names import canonical_metric
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS
+from tscope.pipeline import analyze
+
+TUTORIAL_TAGS = {
+    "train/loss": "Loss/train",
+    "eval/loss": "Loss/val",
+    "train/grad_norm": "GradNorm",
+    "train/learning_rate": "LearningRate",
+}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    return make_demo_run(tmp_path_factory.mktemp("lr_jump") / "run", steps=200)
+
+
+def _summary_writer_run(
+    directory: Path, rows: list[dict[str, float]], tags: dict[str, str]
+) -> Path:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(directory))
+    for row in rows:
+        for name, tag in tags.items():
+            if name in row:
+                writer.add_scalar(tag, row[name], int(row["step"]))
+    writer.close()
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("Loss/train", LOSS),
+        ("loss", LOSS),
+        ("train_loss", LOSS),
+        ("lm loss", LOSS),
+        ("Train/Loss", LOSS),
+        ("Loss/val", EVAL_LOSS),
+        ("lr", LEARNING_RATE),
+        ("LearningRate", LEARNING_RATE),
+        ("learning-rate", LEARNING_RATE),
+        ("grad_norm", GRAD_NORM),
+        ("GradNorm", GRAD_NORM),
+        ("gnorm", GRAD_NORM),
+    ],
+)
+def test_common_naming_schemes_are_recognized(name: str, canonical: str) -> None:
+    assert canonical_metric(name) == canonical
+
+
+def test_unrelated_names_keep_their_own_name() -> None:
+    assert canonical_metric("Accuracy/train") == "Accuracy/train"
+    assert canonical_metric("tokens_per_second") == "tokens_per_second"
+
+
+def test_tutorial_tags_lr_jump_is_headlined_and_fails_the_gate(
+    demo: DemoRun, tmp_path: Path
+) -> None:
+    rows = [json.loads(line) for line in (demo.run_dir / METRICS_NAME).read_text().splitlines()]
+    run_dir = _summary_writer_run(tmp_path / "tb", rows, TUTORIAL_TAGS)
+    case = analyze(run_dir)
+    assert set(TUTORIAL_TAGS) <= set(case.metrics)
+    assert case.summary["status"] == "incident"
+    headline = case.findings[0]
+    assert headline.category == "lr_schedule_jump"
+    assert abs(int(headline.step or -1) - demo.planted_step) <= 1
+    result = CliRunner().invoke(
+        app, ["analyze", str(run_dir), "--out", str(tmp_path / "case"), "--fail-on", "warning"]
+    )
+    assert result.exit_code == 1, result.output
+
+
+def test_no_series_identified_as_the_loss_names_what_was_found(tmp_path: Path) -> None:
+    rows = [{"step": s, "acc": 0.5 + s / 400, "tput": 1000.0 + s} for s in range(1, 101)]
+    run_dir = _summary_writer_run(
+        tmp_path / "tb", rows, {"acc": "Accuracy/train", "tput": "Throughput"}
+    )
+    summary = analyze(run_dir).summary
+    assert summary["status"] == "insufficient_data"
+    assert "Accuracy/train" in summary["verdict"] and "Throughput" in summary["verdict"]
+    assert "which one is the loss" in summary["verdict"]
+
+
+@pytest.mark.parametrize(
+    "losses", [[2.78, 3.9, 5.1, 8.72, 8.5, 8.1, 7.9, 7.8, 7.7, 7.65], [2.78]], ids=["10", "1"]
+)
+def test_thin_logs_are_insufficient_data_never_healthy(tmp_path: Path, losses: list[float]) -> None:
+    rows = [{"step": i + 1, "train/loss": v} for i, v in enumerate(losses)]
+    run_dir = _summary_writer_run(tmp_path / "tb", rows, {"train/loss": "Loss/train"})
+    summary = analyze(run_dir).summary
+    assert summary["status"] == "insufficient_data"
+    assert f"only {len(losses)} finite point" in summary["verdict"]
