@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import paths
-from spec import CONTROL, RunSpec, build_specs, select
+from spec import CONTROL, RunSpec, build_specs, select, smoke_specs
 
 PRODUCER_MODULES = {
     "trainer_gpt2": "produce_trainer",
@@ -134,7 +134,12 @@ def train(cache: Path, spec: RunSpec) -> float:
 
 def generate(cache: Path, specs: list[RunSpec], jobs: int, verbose: bool = True) -> list[str]:
     """Train every spec not yet in the cache; returns the failures' messages."""
-    missing = [s for s in specs if not is_done(cache, s)]
+    # Index-major order: the first runs of every (producer, cause) group come first, so a cache
+    # filled part way is a balanced sample.
+    missing = sorted(
+        (s for s in specs if not is_done(cache, s)),
+        key=lambda s: (s.index, s.cause == CONTROL, s.producer),
+    )
     if verbose:
         print(
             f"{len(specs) - len(missing)} of {len(specs)} runs cached; training {len(missing)}",
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     specs = select(build_specs(), options.split, tuple(options.producer))
     if options.only:
-        specs = [s for s in build_specs() if s.name in set(options.only)]
+        specs = [s for s in build_specs() + smoke_specs() if s.name in set(options.only)]
     if options.list:
         for s in specs:
             state = "cached" if is_done(options.cache, s) else "missing"

@@ -99,7 +99,7 @@ class GPT(nn.Module):
         for block in self.transformer["h"]:
             x = block(x)
         logits = self.lm_head(self.transformer["ln_f"](x))
-        return functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
     def optimizer_groups(self, weight_decay: float) -> list[dict[str, object]]:
         """nanoGPT's configure_optimizers split: decay on tensors of dim >= 2, none below."""

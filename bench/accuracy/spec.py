@@ -61,6 +61,8 @@ CAUSES_BY_PRODUCER = {
 # update; its logged loss of step k is computed before update k). nanoGPT logs `iter_num` from 0
 # and Lightning logs `global_step` before the update, so optimizer step k is logged as k-1 there.
 # Checkpoint steps are the number of updates done in every producer.
+# Runs numbered from here are the test suite's small fixed runs (`smoke_specs`), in no split.
+SMOKE_INDEX = 90
 LOG_STEP_OFFSET = {"nanogpt": -1, "lightning": -1}
 CONTROLS_PER_PRODUCER = {"trainer_gpt2": 12, "trainer_llama": 10, "nanogpt": 10, "lightning": 10}
 
@@ -94,6 +96,8 @@ class RunSpec:
 
     @property
     def split(self) -> str:
+        if self.index >= SMOKE_INDEX:
+            return "smoke"
         return "dev" if self.seed % 2 == 0 else "test"
 
     @property
@@ -249,4 +253,53 @@ def select(
         for s in specs
         if (split in (None, "all") or s.split == split)
         and (not producers or s.producer in producers)
+    ]
+
+
+def smoke_specs() -> list[RunSpec]:
+    """A handful of small fixed runs for the test suite (tests/test_accuracy_bench.py): 60 steps,
+    batch 8, width 32, fp32; indices from SMOKE_INDEX, so in neither split (split "smoke")."""
+    common: dict[str, Any] = {
+        "hidden": 32,
+        "layers": 2,
+        "heads": 2,
+        "steps": 60,
+        "batch_size": 8,
+        "grad_accum": 1,
+        "schedule": "cosine",
+        "warmup_steps": 10,
+        "peak_lr": 3e-3,
+        "precision": "fp32",
+        "save_every": 20,
+        "data_order": "shuffled",
+    }
+    return [
+        RunSpec(
+            producer="nanogpt",
+            index=90,
+            seed=1,
+            model="nanogpt",
+            cause=LR_JUMP_TRANSIENT,
+            plant={"step": 40, "factor": 30.0, "window": 3},
+            **common,
+        ),
+        RunSpec(producer="nanogpt", index=91, seed=3, model="nanogpt", cause=CONTROL, **common),
+        RunSpec(
+            producer="trainer_gpt2",
+            index=90,
+            seed=5,
+            model="gpt2",
+            cause=BAD_BATCH,
+            plant={"step": 40, "rows": 8, "of_rows": 8, "generator_seed": 11},
+            **common,
+        ),
+        RunSpec(
+            producer="lightning",
+            index=90,
+            seed=7,
+            model="nanogpt",
+            cause=LR_JUMP_PERSISTENT,
+            plant={"step": 40, "factor": 20.0},
+            **common,
+        ),
     ]
