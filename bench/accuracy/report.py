@@ -6,8 +6,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 import causes
-from score import RealLogScore, RunScore
-from spec import ALL_CAUSES, CONTROL, PRODUCERS
+from score import VISIBLE_SIGMA, RealLogScore, RunScore
+from spec import ALL_CAUSES, BAD_BATCH, CONTROL, PRODUCERS
 
 CONFIDENCE_BINS = tuple(round(0.1 * i, 1) for i in range(11))
 
@@ -32,6 +32,12 @@ def said(run: RunScore) -> str:
     conf = f" {h.confidence:.2f}" if h.confidence is not None else ""
     first = f" (F1 {h.headline_category})" if h.headline_category not in (None, h.category) else ""
     return f"{h.category} @ {h.step}{conf}{first}"
+
+
+def is_visible(run: RunScore) -> bool:
+    return bool(
+        run.visibility is not None and run.visibility >= VISIBLE_SIGMA and run.largest_excursion
+    )
 
 
 def headline_by_producer(runs: list[RunScore]) -> list[str]:
@@ -72,6 +78,16 @@ def recall_by_cause(runs: list[RunScore]) -> list[str]:
         rows.append(
             [cause, _pct(sum(r.right for r in mine), len(mine)), per_producer, instead or "–"]
         )
+        if cause == BAD_BATCH:
+            visible = [r for r in mine if is_visible(r)]
+            rows.append(
+                [
+                    f"{cause}, visible in the log only",
+                    _pct(sum(r.right for r in visible), len(visible)),
+                    f"{len(visible)} of {len(mine)} visible",
+                    "visible: ≥ 5 robust σ over the local trend and the run's largest excursion",
+                ]
+            )
     return _table(
         [
             "planted cause",
@@ -223,7 +239,15 @@ def mapping_table() -> list[str]:
 
 def per_run(runs: list[RunScore]) -> list[str]:
     return _table(
-        ["run", "planted", "step", "headline (cause @ step confidence)", "right", "alerts"],
+        [
+            "run",
+            "planted",
+            "step",
+            "headline (cause @ step confidence)",
+            "right",
+            "alerts",
+            "visibility σ",
+        ],
         [
             [
                 r.name,
@@ -232,6 +256,9 @@ def per_run(runs: list[RunScore]) -> list[str]:
                 said(r),
                 "yes" if r.right else "**no**",
                 str(len(r.alerts)),
+                "–"
+                if r.visibility is None
+                else f"{r.visibility:.1f}" + ("" if r.largest_excursion else " (not largest)"),
             ]
             for r in runs
         ],

@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help=f"rewrite {DOCS_PATH.name}")
     parser.add_argument("--runs", action="store_true", help="also print the per-run table")
     parser.add_argument("--realdata", type=Path, default=REALDATA)
+    parser.add_argument("--skip-realdata", action="store_true", help="do not analyze the real logs")
     options = parser.parse_args(argv)
     os.nice(10)
     specs = select(build_specs(), options.split, tuple(options.producer))
@@ -88,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     if not options.no_generate:
         failures = generate(options.cache, specs, options.jobs)
     cached = [s for s in specs if is_done(options.cache, s)]
-    real_logs = healthy_real_logs(options.realdata) if options.realdata.is_dir() else []
+    real_logs = []
+    if options.realdata.is_dir() and not options.skip_realdata:
+        real_logs = healthy_real_logs(options.realdata)
     started = time.monotonic()
     runs, real = score_all([run_folder(options.cache, s) for s in cached], real_logs, options.jobs)
     context = _context(len(specs), len(specs) - len(cached), time.monotonic() - started)

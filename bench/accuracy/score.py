@@ -10,6 +10,7 @@ shape, so a change of the summary payload is one edit here.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import causes
-from spec import CONTROL, RunSpec
+import paths
+from spec import BAD_BATCH, CONTROL, RunSpec
 
 ALERT_SEVERITIES = ("warning", "critical")
 
@@ -66,6 +68,11 @@ class RunScore:
     alerts: list[Alert] = field(default_factory=list)
     error: str = ""
     analyze_seconds: float = 0.0
+    # Bad batch only: how far the logged loss at the planted step stands out, by the robustness
+    # sweep's own measure (sweep_scoring._excursions: robust σ over the local trend), and whether
+    # any other step of the run stands out more. None for other causes.
+    visibility: float | None = None
+    largest_excursion: bool | None = None
 
 
 def headline_of(case: Any) -> Headline:
@@ -99,15 +106,38 @@ def _alerts(spec: RunSpec, case: Any) -> list[Alert]:
     ]
 
 
+VISIBLE_SIGMA = 5.0  # the robustness sweep's "visible" (sweep_scoring: >= 5 and the largest)
+
+
+def _visibility(spec: RunSpec, run: Any) -> tuple[float | None, bool | None]:
+    if spec.cause != BAD_BATCH or spec.planted_step is None:
+        return None, None
+    sys.path.insert(0, str(paths.REPO_ROOT / "bench"))
+    from sweep_scoring import _excursions
+
+    from tscope.model.metric_names import LOSS
+
+    steps, values = run.series(LOSS)
+    rows = {int(s): {"loss": float(v)} for s, v in zip(steps, values, strict=True)}
+    scores = _excursions(rows)
+    at = max((scores.get(spec.planted_step + d, float("-inf")) for d in (0, 1)), default=None)
+    if at is None or at == float("-inf"):
+        return None, None
+    others = [v for s, v in scores.items() if abs(s - spec.planted_step) > 1]
+    return round(at, 1), all(at > v for v in others)
+
+
 def score_run(folder: str) -> RunScore:
-    """Analyze one cached run (`<folder>/run`, ground truth in `<folder>/truth.json`)."""
-    import tscope
+    """Analyze one cached run (`<folder>/run`, ground truth in `<folder>/truth.json`) with the
+    pipeline call behind `tscope.analyze` (it also returns the normalized run, for the
+    visibility measure)."""
+    from tscope.pipeline import analyze_run
 
     truth = json.loads((Path(folder) / "truth.json").read_text(encoding="utf-8"))
     spec = RunSpec.from_json(truth["spec"])
     started = time.monotonic()
     try:
-        case = tscope.analyze(Path(folder) / "run")
+        case, run = analyze_run(Path(folder) / "run")
     except Exception as error:  # scored as wrong, with the reason kept
         return RunScore(
             spec.name,
@@ -127,6 +157,7 @@ def score_run(folder: str) -> RunScore:
         right = headline.status == "incident" and causes.cause_is_right(
             spec, headline.category or "", headline.step, headline.source
         )
+    visibility, largest = _visibility(spec, run)
     return RunScore(
         spec.name,
         spec.producer,
@@ -137,6 +168,8 @@ def score_run(folder: str) -> RunScore:
         right,
         _alerts(spec, case),
         analyze_seconds=round(seconds, 1),
+        visibility=visibility,
+        largest_excursion=largest,
     )
 
 
