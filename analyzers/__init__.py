@@ -13,6 +13,7 @@ from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
 from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
 from tscope.analyzers.explainers.overfitting import OverfittingExplainer
 from tscope.analyzers.explainers.plateau import PlateauExplainer
+from tscope.analyzers.explainers.recurring import RecurringSpikesExplainer
 from tscope.analyzers.explainers.resume import ResumeExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
 from tscope.analyzers.explainers.updates import UpdatesExplainer
@@ -23,6 +24,7 @@ from tscope.model import Finding
 
 EXPLAINERS: tuple[Explainer, ...] = (
     SpikeExplainer(),
+    RecurringSpikesExplainer(),
     DivergenceExplainer(),
     LearningRateExplainer(),
     ResumeExplainer(),

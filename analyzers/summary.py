@@ -32,8 +32,9 @@ LR_CHECK_STEPS = 50
 # robust baseline 8 before the first judged point (baseline.MIN_BASELINE_POINTS), so a shorter
 # log cannot show a spike, a plateau or a divergence — the status says so instead of "healthy".
 MIN_LOSS_POINTS_TO_JUDGE = SPIKE_SCORE_MIN_POINTS
-# Alerts that need no baseline to be sure of: a NaN/Inf is an incident in a 10-point log too.
-NEEDS_NO_BASELINE = ("nan_loss", "nonfinite_weights", "nonfinite_origin")
+# Alerts that need no loss baseline to be sure of: a NaN/Inf or an fp16 loss-scale collapse is an
+# incident in a 10-point log too.
+NEEDS_NO_BASELINE = ("nan_loss", "nonfinite_weights", "nonfinite_origin", "loss_scale_collapse")
 # A bad batch breaks the loss within this many logged points from the onset to the peak.
 BAD_BATCH_MAX_RISE_POINTS = 2
 # The verdict's cause when no candidate wins (the card says what would decide).

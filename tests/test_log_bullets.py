@@ -109,3 +109,36 @@ def test_thin_logs_are_insufficient_data_never_healthy(tmp_path: Path, losses: l
     summary = analyze(run_dir).summary
     assert summary["status"] == "insufficient_data"
     assert f"only {len(losses)} finite point" in summary["verdict"]
+
+
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+
+
+@pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")
+def test_routine_bumps_of_a_real_spiky_run_are_one_finding() -> None:
+    """Baize's batch-2 LoRA run (a real Trainer log) bumps all the time: one info finding."""
+    case = analyze(REALDATA / "hf_trainer_state" / "baize_tcm_lora__trainer_state.json")
+    recurring = [f for f in case.findings if f.category == "recurring_loss_spikes"]
+    assert len(recurring) == 1 and recurring[0].severity == "info"
+    evidence = recurring[0].evidence
+    assert evidence["count"] >= 3 and evidence["median_spacing_steps"] > 0
+    routine = set(evidence["spike_ids"])
+    assert not [f for f in case.findings if f.category == "loss_spike" and f.spike_id in routine]
+    assert case.summary["status"] == "healthy"
+
+
+def test_large_recurring_spikes_are_one_warning(tmp_path: Path) -> None:
+    from tests.planted import healthy_series
+    from tests.user_logs import write_log
+
+    series = healthy_series(steps=2000, seed=3)
+    loss = series["loss"].copy()
+    every = 100
+    loss[every - 1 :: every] *= 3.5  # a one-step ×3.5 bump every 100 steps
+    series["loss"] = loss
+    case = analyze(write_log(tmp_path, "csv", series))
+    recurring = [f for f in case.findings if f.category == "recurring_loss_spikes"]
+    assert len(recurring) == 1 and recurring[0].severity == "warning"
+    assert recurring[0].evidence["median_spacing_steps"] == pytest.approx(every, abs=1)
+    assert recurring[0].evidence["median_peak_ratio"] == pytest.approx(3.5, rel=0.15)
+    assert len([f for f in case.findings if f.category == "loss_spike"]) < 5

@@ -45,6 +45,8 @@ class SpikeExplainer:
             notable = is_notable(evidence.run, spike, evidence.spikes)
             if is_loss_like(spike.metric):
                 notable = notable or _corroborated(evidence.run, spike, evidence.spikes)
+                if not notable and is_texture(evidence.run, spike.metric, evidence.spikes):
+                    continue  # one of the run's routine bumps: the recurring-spikes finding
                 findings.append(_loss_spike(evidence.run, spike, notable))
             elif spike.metric == GRAD_NORM:
                 # A gradient-norm jump matters when the loss reacts or it goes non-finite; a
@@ -76,13 +78,19 @@ def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
     if ratio < 1 + MIN_WARNING_EXCESS:
         return False
     same_series = [s for s in spikes if s.metric == spike.metric]
-    points = run.series(spike.metric)[0].size
-    if len(same_series) >= 3 and len(same_series) * 1000 / max(points, 1) > TEXTURE_SPIKES_PER_1000:
+    if is_texture(run, spike.metric, spikes):
         typical = float(np.median([s.magnitude for s in same_series]))
         return spike.magnitude >= TEXTURE_OUTLIER_FACTOR * typical
     if is_transient(run, spike):
         return ratio >= TRANSIENT_MAX_RATIO
     return True
+
+
+def is_texture(run: Run, metric: str, spikes: list[Spike]) -> bool:
+    """The series bumps all the time: ≥ 3 spikes, more than TEXTURE_SPIKES_PER_1000 points."""
+    count = sum(1 for s in spikes if s.metric == metric)
+    points = run.series(metric)[0].size
+    return count >= 3 and count * 1000 / max(points, 1) > TEXTURE_SPIKES_PER_1000
 
 
 # Spikes on two series count as one event when their peaks are at most this many points apart.

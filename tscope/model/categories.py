@@ -145,6 +145,14 @@ CATEGORIES: tuple[Category, ...] = (
         "the loss rises far above its recent baseline",
     ),
     Category(
+        "recurring_loss_spikes",
+        "symptom",
+        "info",
+        "logs",
+        "a loss that bumps all the time",
+        "many routine loss bumps summarised: count, size against the level before, spacing",
+    ),
+    Category(
         "grad_norm_spike",
         "symptom",
         "warning",
