@@ -32,14 +32,24 @@ DIVERGED_RATIO = 1.5
 MIN_WARNING_EXCESS = 0.10
 TRANSIENT_MAX_POINTS = 2
 TRANSIENT_MAX_RATIO = 1.5
-# "Back at the untrained level": the peak within this fraction of the run's first logged loss
-# (≈ ln V for a language model trained from scratch) while the level before was below
-# UNTRAINED_DROP × that first loss (the run had learned something to lose).
-UNTRAINED_TOLERANCE = 0.10
-UNTRAINED_DROP = 0.6
-# ... for at least this many logged points: one bad batch can touch the untrained level for a
-# step; weights that were lost keep the loss there while the run re-learns.
+# "Back at the untrained level" (weights lost): for at least UNTRAINED_MIN_POINTS logged points
+# the loss gives back ≥ UNTRAINED_LOST_FRACTION of what the run had gained from its first logged
+# loss (≈ ln V for a model trained from scratch) down to the level before the event, after a gain
+# of at least UNTRAINED_MIN_GAIN × that first loss (the run had learned something to lose). One
+# bad batch can touch the untrained level for a step; lost weights keep the loss there while the
+# run re-learns (a bench nanoGPT run with re-initialized weights: 0.99 of the gain given back).
+UNTRAINED_LOST_FRACTION = 0.8
+UNTRAINED_MIN_GAIN = 0.1
 UNTRAINED_MIN_POINTS = 3
+
+
+def back_at_initial(initial: float, level: float, after: np.ndarray) -> bool:
+    """Whether `after` (finite losses) sits at the untrained level `initial` (see above)."""
+    gain = initial - level
+    if not (np.isfinite(initial) and initial > 0 and gain >= UNTRAINED_MIN_GAIN * initial):
+        return False
+    lost = (after - level) / gain
+    return int((lost >= UNTRAINED_LOST_FRACTION).sum()) >= UNTRAINED_MIN_POINTS
 
 
 @dataclass(frozen=True)
@@ -108,13 +118,10 @@ def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
     area = area or float(clipped[0])
     first = values[np.isfinite(values)][:1]
     initial = float(first[0]) if first.size else float("nan")
-    returned = bool(
-        np.isfinite(initial)
-        and initial > 0
-        and baseline < UNTRAINED_DROP * initial
-        and int((finite >= (1 - UNTRAINED_TOLERANCE) * initial).sum()) >= UNTRAINED_MIN_POINTS
-        and steps[np.isfinite(values)][0] < onset_step
+    started_before = bool(
+        steps[np.isfinite(values)][:1].size and steps[np.isfinite(values)][0] < onset_step
     )
+    returned = started_before and back_at_initial(initial, baseline, finite)
     return Impact(
         baseline=baseline,
         peak=peak,

@@ -8,25 +8,21 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.card import cause_words, incident_card
+from tscope.analyzers.causes import bad_batch_against, inferred_cause, lr_change_note
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
-from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import (
     CAUSE_CATEGORIES,
     CAUSE_LOOKBACK_STEPS,
     STANDALONE_CATEGORIES,
 )
-from tscope.analyzers.signals import fmt, primary_loss, spike_size, window
+from tscope.analyzers.signals import fmt, primary_loss, spike_size
 
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
 from tscope.model.visible_text import visible
 
-# Over the incident's lookback, an LR that moved less than this is "did not change".
-LR_STEADY_RELATIVE = 0.05
-# How far before the onset the LR is checked for a jump or a change.
-LR_CHECK_STEPS = 50
 # Fewer logged loss points than this and "no incident" means "not judged": the spike score needs
 # 20 points before it scores anything (detectors.spike_score.SPIKE_SCORE_MIN_POINTS) and the
 # robust baseline 8 before the first judged point (baseline.MIN_BASELINE_POINTS), so a shorter
@@ -35,10 +31,6 @@ MIN_LOSS_POINTS_TO_JUDGE = SPIKE_SCORE_MIN_POINTS
 # Alerts that need no loss baseline to be sure of: a NaN/Inf or an fp16 loss-scale collapse is an
 # incident in a 10-point log too.
 NEEDS_NO_BASELINE = ("nan_loss", "nonfinite_weights", "nonfinite_origin", "loss_scale_collapse")
-# A bad batch breaks the loss within this many logged points from the onset to the peak.
-BAD_BATCH_MAX_RISE_POINTS = 2
-# The verdict's cause when no candidate wins (the card says what would decide).
-UNDETERMINED = "undetermined"
 # The series named when none is the loss (the rest are counted, not listed).
 MAX_NAMED_SERIES = 12
 
@@ -232,18 +224,9 @@ def _diagnose(
             f"{cause_words(category)} (confidence {confidence:.2f}): {cause.message.rstrip('.')}"
         )
     elif incident is not None and incident.kind == "spike" and incident.end_step is not None:
-        rise = rise_points(evidence, incident)
-        if rise > BAD_BATCH_MAX_RISE_POINTS:
-            # A bad batch breaks the loss in one step; a rise over several logged points is
-            # the optimization going unstable, and the logs do not say what drove it.
-            category, confidence = UNDETERMINED, 0.0
-            lead = "the cause is undetermined"
-            because = _slow_rise_reasons(evidence, incident, rise)
-        else:
-            category, confidence = "bad_batch", headline.confidence * 0.8
-            because = f"{cause_words(category)} (confidence {confidence:.2f}): " + (
-                _bad_batch_reasons(evidence, incident).rstrip(".")
-            )
+        category, confidence, lead, because = inferred_cause(
+            evidence, incident, headline.confidence
+        )
     else:
         # The headline finding is the incident and its own explanation (a loss-scale collapse,
         # a resume with no spike yet): saying "see F1: <the same words>" would repeat it.
@@ -288,67 +271,6 @@ def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
         f.message.split(": the peak loss")[0].removeprefix("What-if ") for f in removed
     )
     return f" Replay what-ifs that remove the spike: {described}."
-
-
-def rise_points(evidence: Evidence, incident: Incident) -> int:
-    """Logged loss points from the onset to the peak (1: the loss broke in one step)."""
-    steps, _ = evidence.run.series(incident.metric)
-    return int(((steps > incident.onset_step) & (steps <= incident.peak_step)).sum()) + 1
-
-
-def _slow_rise_reasons(evidence: Evidence, incident: Incident, rise: int) -> str:
-    """Why a slow rise is not a bad batch, and what would tell the causes apart."""
-    span = incident.peak_step - incident.onset_step
-    text = (
-        f"the loss rose over {rise} logged points ({span} steps) before peaking, which one bad "
-        "batch does not do (it breaks the loss in one step): an optimization instability"
-    )
-    if not evidence.run.has(LEARNING_RATE):
-        return text + (
-            "; the learning rate was not logged, so an LR jump, a ramp or the end of warm-up "
-            "cannot be told apart — log the LR to decide"
-        )
-    lr_note = _lr_change_note(evidence, incident)
-    if lr_note is not None:
-        text += f"; {lr_note}, so the schedule did not drive it"
-    return text + f"; a replay of the steps around {incident.peak_step} would decide"
-
-
-def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:
-    reasons = []
-    lr_note = _lr_change_note(evidence, incident)
-    if lr_note is not None:
-        reasons.append(lr_note)
-    elif not evidence.run.has(LEARNING_RATE):
-        reasons.append("the learning rate was not logged (an LR jump cannot be ruled out)")
-    if evidence.run.has(GRAD_NORM):
-        _, grads = window(evidence.run, GRAD_NORM, incident.onset_step, incident.peak_step)
-        if grads.size:
-            reasons.append(f"the gradient norm reached {fmt(float(np.nanmax(grads)))} at the spike")
-    if incident.end_step is not None:
-        reasons.append(f"the loss was back to baseline by step {incident.end_step}")
-    reasons.append("no resume, schedule jump or drift preceded it")
-    return ", ".join(reasons) + "."
-
-
-def _lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
-    """'steady' or 'smooth' description of the LR through the incident; None if it jumped."""
-    if not evidence.run.has(LEARNING_RATE):
-        return None
-    steps, lrs = window(
-        evidence.run, LEARNING_RATE, incident.onset_step - LR_CHECK_STEPS, incident.peak_step
-    )
-    if lrs.size == 0 or not np.isfinite(lrs).all() or lrs.max() <= 0:
-        return None
-    if lr_jumps(steps, lrs):
-        return None
-    change = float((lrs.max() - lrs.min()) / lrs.max())
-    if change < LR_STEADY_RELATIVE:
-        return f"the learning rate was steady at {fmt(float(lrs[-1]))}"
-    return (
-        f"the learning rate followed its schedule smoothly ({fmt(float(lrs[0]))} → "
-        f"{fmt(float(lrs[-1]))}, no jump)"
-    )
 
 
 def _restart_checkpoint(
@@ -410,7 +332,7 @@ def alternatives(
     spike_id = incident.spike.id if incident.spike else None
     categories = {f.category for f in findings if f.severity in ALERT_SEVERITIES}
     ruled_out = []
-    lr_note = _lr_change_note(evidence, incident)
+    lr_note = lr_change_note(evidence, incident)
     if lr_note is not None and not categories & {"lr_schedule_jump", "lr_too_high"}:
         ruled_out.append(
             Alternative(
@@ -464,30 +386,10 @@ def alternatives(
             )
         )
     if incident.kind == "spike":
-        reason = _bad_batch_against(evidence, incident, categories)
+        reason = bad_batch_against(evidence, incident, categories)
         if reason is not None:
             ruled_out.append(Alternative("bad_batch", reason, spike_id))
     return ruled_out
-
-
-def _bad_batch_against(evidence: Evidence, incident: Incident, categories: set[str]) -> str | None:
-    """The specific reason a bad batch explains this spike less well; None when it may."""
-    if "warmup_too_short" in categories:
-        return (
-            f"less likely a bad batch: the break came at step {incident.onset_step}, early in a "
-            "run whose LR had no (or too short a) warm-up, where the update itself is the usual "
-            "culprit; a bad batch would break the loss again when its steps are replayed at a "
-            f"lower LR (`tscope replay --around {incident.peak_step}` tells them apart)"
-        )
-    if categories & set(CAUSE_CATEGORIES):
-        return "not a bad batch alone: a logged cause precedes the spike (see the story)"
-    rise = rise_points(evidence, incident)
-    if rise > BAD_BATCH_MAX_RISE_POINTS:
-        return (
-            f"not a bad batch: the loss rose over {rise} logged points before its peak; one bad "
-            "batch breaks it in one step"
-        )
-    return None
 
 
 def limits(evidence: Evidence, has_checkpoints: bool) -> list[str]:

@@ -142,3 +142,59 @@ def test_large_recurring_spikes_are_one_warning(tmp_path: Path) -> None:
     assert recurring[0].evidence["median_spacing_steps"] == pytest.approx(every, abs=1)
     assert recurring[0].evidence["median_peak_ratio"] == pytest.approx(3.5, rel=0.15)
     assert len([f for f in case.findings if f.category == "loss_spike"]) < 5
+
+
+def _bumped(series: dict, at: int, rise_points: int, factor: float) -> dict:
+    """The loss rises linearly over `rise_points` points to ×factor at `at`, then drops back."""
+    loss = series["loss"].copy()
+    for offset in range(rise_points):
+        loss[at - 1 - offset] *= 1 + (factor - 1) * (rise_points - offset) / rise_points
+    return {**series, "loss": loss}
+
+
+def test_a_slow_rise_is_not_called_a_bad_batch(tmp_path: Path) -> None:
+    from tests.planted import healthy_series
+    from tests.user_logs import write_log
+
+    series = _bumped(healthy_series(steps=400, seed=2), at=250, rise_points=20, factor=2.0)
+    case = analyze(write_log(tmp_path, "csv", series))
+    card = case.summary["card"]
+    assert card["cause"]["category"] != "bad_batch"
+    assert "bad batch" not in case.summary["verdict"].split(";")[1].split(":")[0]
+    if card["cause"]["category"] == "undetermined":
+        assert "rose over" in case.summary["verdict"]
+
+
+def test_with_no_lr_logged_a_one_step_break_is_undetermined(tmp_path: Path) -> None:
+    from tests.planted import healthy_series
+    from tests.user_logs import write_log
+
+    series = healthy_series(steps=400, seed=4)
+    del series["lr"]
+    series = _bumped(series, at=250, rise_points=1, factor=1.8)
+    case = analyze(write_log(tmp_path, "csv", series))
+    assert case.summary["card"]["cause"]["category"] == "undetermined"
+    assert "log the LR" in case.summary["verdict"]
+    assert "tscope replay --around 250" in case.summary["verdict"]
+
+
+def test_weights_lost_at_a_resume_is_critical_and_tied_to_the_resume(tmp_path: Path) -> None:
+    """A JSONL log whose steps go back (a resume, as the nanoGPT loop re-logs them) and whose loss
+    returns to the run's first level: the resumed model was a fresh one."""
+    import numpy as np
+
+    from tests.synthetic import loss_curve
+
+    first = loss_curve(120, 5)  # from its untrained level down
+    rows = [{"step": s + 1, "loss": float(v), "lr": 1e-3} for s, v in enumerate(first)]
+    # Resumed at 80 with a fresh model: the same curve again, from the untrained level.
+    rows += [{"step": 80 + s, "loss": float(v), "lr": 1e-3} for s, v in enumerate(first)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    case = analyze(path)
+    resume = [f for f in case.findings if f.category == "resume_discontinuity"]
+    assert resume and resume[0].severity == "critical" and resume[0].step == 80
+    assert resume[0].evidence["weights_lost"] is True
+    assert case.findings[0].category == "resume_discontinuity"
+    assert case.summary["card"]["cause"]["category"] == "resume_discontinuity"
+    assert np.isclose(resume[0].evidence["untrained_level"], first[0], rtol=1e-6)

@@ -6,7 +6,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, window_stats
 from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
-from tscope.analyzers.impact import UNTRAINED_DROP, UNTRAINED_TOLERANCE
+from tscope.analyzers.impact import UNTRAINED_MIN_POINTS, back_at_initial
 from tscope.analyzers.signals import fmt, primary_loss
 
 from tscope.model import Finding, Run, RunEvent
@@ -62,8 +62,8 @@ def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
     steps, values = run.series(loss)
     finite = np.isfinite(values)
     before = values[(steps < step) & finite]
-    after = values[(steps >= step) & finite][:RESUME_CHECK_POINTS]
-    if before.size < 3 or after.size < RESUME_CHECK_POINTS:
+    after = values[(steps >= step) & finite][:UNTRAINED_MIN_POINTS]
+    if before.size < 3 or after.size < UNTRAINED_MIN_POINTS:
         return None
     vocab = run.config.get("vocab_size")
     if isinstance(vocab, int) and vocab > 1:
@@ -71,9 +71,7 @@ def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
     else:
         initial, how = float(before[0]), ", its first logged loss"
     level = float(np.median(before[-BASELINE_WINDOW_POINTS:]))
-    if level >= UNTRAINED_DROP * initial:
-        return None
-    if float(np.min(after)) < (1 - UNTRAINED_TOLERANCE) * initial:
+    if not back_at_initial(initial, level, after):
         return None
     return initial, float(np.max(after)), how
 

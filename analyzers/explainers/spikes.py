@@ -9,7 +9,6 @@ from tscope.analyzers.impact import (
     MIN_WARNING_EXCESS,
     TRANSIENT_MAX_POINTS,
     TRANSIENT_MAX_RATIO,
-    impact_severity,
     measure_impact,
 )
 from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
@@ -191,9 +190,10 @@ def _recovery_text(spike: Spike, points: int | None = None) -> str:
 def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
     transient = is_transient(run, spike)
     impact = measure_impact(run, spike.onset_step, spike.end_step)
+    # The spike's own severity stays warning at most: a critical impact (NaN/Inf, the untrained
+    # level) is reported by nan_loss, loss_divergence or a critical resume_discontinuity, which
+    # also name the cause; a critical spike would outrank the LR jump that caused it.
     severity = "warning" if notable else "info"
-    if impact_severity(impact) == "critical" and spike.metric == primary_loss(run):
-        severity = "critical"  # NaN/Inf, or back at the untrained level (analyzers/impact.py)
     peak = peak_text(spike)
     message = (
         f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
