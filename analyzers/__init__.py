@@ -15,6 +15,7 @@ from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
 from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
 from tscope.analyzers.explainers.overfitting import OverfittingExplainer
 from tscope.analyzers.explainers.plateau import PlateauExplainer
+from tscope.analyzers.explainers.recurring import RecurringSpikesExplainer
 from tscope.analyzers.explainers.resume import ResumeExplainer
 from tscope.analyzers.explainers.routing import RoutingExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
@@ -26,6 +27,7 @@ from tscope.model import Finding
 
 EXPLAINERS: tuple[Explainer, ...] = (
     SpikeExplainer(),
+    RecurringSpikesExplainer(),
     DivergenceExplainer(),
     LearningRateExplainer(),
     ResumeExplainer(),

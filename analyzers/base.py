@@ -26,5 +26,7 @@ class Explainer(Protocol):
     """Turns evidence into findings of one category (or a closely related few)."""
 
     name: str
+    # The finding categories it emits, each registered in tscope/model/categories.py.
+    categories: tuple[str, ...]
 
     def run(self, evidence: Evidence) -> list[Finding]: ...

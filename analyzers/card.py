@@ -7,32 +7,8 @@ The verdict sentence says the same in prose; the card holds the parts a reader s
 from __future__ import annotations
 
 from tscope.model import CheckpointInfo, Finding
+from tscope.model.categories import words
 
-# Each cause category in the words of an engineer reading the incident ticket; the id stays
-# beside it (small) so the finding it names can be found. A category missing here is shown as
-# its id with underscores as spaces.
-CAUSE_WORDS = {
-    "bad_batch": "a bad batch (corrupted or unusual samples)",
-    "nonfinite_origin": "a NaN/Inf that started in one layer",
-    "lr_schedule_jump": "a learning-rate schedule jump",
-    "resume_discontinuity": "a faulty resume from a checkpoint",
-    "lr_too_high": "a learning rate too high for this run",
-    "loss_scale_collapse": "fp16 loss-scale collapse (overflowing gradients)",
-    "warmup_too_short": "a warm-up too short for the peak learning rate",
-    "loss_divergence": "the loss diverging",
-    "loss_spike": "a loss spike",
-    "grad_norm_spike": "a gradient-norm spike",
-    "nan_loss": "a NaN/Inf loss",
-    "nonfinite_weights": "NaN/Inf in the saved weights",
-    "weight_norm_growth": "weight norms growing fast",
-    "update_ratio_high": "updates too large for the weights",
-    "optimizer_state_reset": "an optimizer state reset at a resume",
-    "eval_divergence": "the eval loss diverging from the training loss",
-    "overfitting": "overfitting (train loss falling, eval loss rising)",
-    "loss_plateau": "a loss that does not move (not learning)",
-    "grad_norm_high": "a gradient norm persistently far too high",
-    "lr_too_low": "a learning rate too low for this kind of training",
-}
 # How each checkpoint format is resumed, with the checkpoint path filled in: the line to copy.
 RESUME_COMMANDS = {
     "hf_trainer": 'trainer.train(resume_from_checkpoint="{path}")',
@@ -41,7 +17,8 @@ RESUME_COMMANDS = {
 
 
 def cause_words(category: str) -> str:
-    return CAUSE_WORDS.get(category, category.replace("_", " "))
+    """The category in an engineer's words (tscope/model/categories.py)."""
+    return words(category)
 
 
 def incident_card(

@@ -1,4 +1,10 @@
-"""Incidents: the loss spikes and divergence that a reader cares about, biggest first."""
+"""Incidents: the loss spikes and divergence that a reader cares about, biggest impact first.
+
+Every incident carries its impact on the training loss (analyzers/impact.py); the order is the
+impact's (non-finite first, then the peak excess in nats, then the area), never a per-kind weight.
+A gradient-norm excursion the loss did not show has a small impact on the loss, so it sorts below
+the loss incidents by the same measure.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +13,18 @@ from dataclasses import dataclass
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.spikes import is_transient
+from tscope.analyzers.impact import Impact, impact_order, impact_severity, measure_impact
 from tscope.analyzers.signals import loss_series, primary_loss
 
-from tscope.model import Spike
+from tscope.model import Run, Spike
 from tscope.model.metric_names import GRAD_NORM
 
-# A gradient-norm excursion the loss did not show ranks below every loss incident: the loss is
-# what the reader was paged for (capped: a NaN gradient norm has an astronomic magnitude).
-GRAD_ONLY_RANK_FACTOR = 0.01
+# A gradient-norm spike and a loss spike starting within this many steps are one incident (the
+# loss one describes it).
+SAME_INCIDENT_STEPS = 20
+# A gradient-only excursion's impact is measured on the loss up to this many logged points after
+# its peak (the loss reacts within a few optimizer steps, spikes.LOSS_REACTION_POINTS).
+GRAD_REACTION_POINTS = 3
 
 
 @dataclass(frozen=True)
@@ -24,12 +34,16 @@ class Incident:
     onset_step: int
     peak_step: int
     end_step: int | None
-    severity_rank: float  # larger = worse; orders incidents
+    impact: Impact
     spike: Spike | None = None
+
+    @property
+    def severity(self) -> str:
+        return impact_severity(self.impact)
 
 
 def incidents(evidence: Evidence) -> list[Incident]:
-    """Divergence first, then non-finite spikes, then spikes by magnitude; transient bumps last."""
+    """Every loss incident (and unmatched gradient-norm blow-up), largest impact first."""
     run = evidence.run
     loss = primary_loss(run)
     found: list[Incident] = []
@@ -37,33 +51,57 @@ def incidents(evidence: Evidence) -> list[Incident]:
         steps, values = loss_series(run, loss)
         onset = loss_rise(steps, values)
         if onset is not None:
-            index = onset[0]
-            found.append(Incident("divergence", loss, int(steps[index]), int(steps[-1]), None, 1e9))
+            start = int(steps[onset[0]])
+            impact = measure_impact(run, start, None)
+            found.append(Incident("divergence", loss, start, int(steps[-1]), None, impact))
     loss_spikes = [s for s in evidence.spikes if s.metric == loss]
     for spike in evidence.spikes:
         if spike.metric == GRAD_NORM and not is_transient(run, spike):
             # A gradient blow-up the loss did not (yet) show is still an incident to explain.
-            if not any(abs(other.onset_step - spike.onset_step) <= 20 for other in loss_spikes):
-                rank = GRAD_ONLY_RANK_FACTOR * min(_finite(spike.magnitude), 100.0)
-                found.append(_spike_incident(spike, rank))
+            if not any(
+                abs(other.onset_step - spike.onset_step) <= SAME_INCIDENT_STEPS
+                for other in loss_spikes
+            ):
+                end = _reaction_end(run, spike)
+                found.append(_spike_incident(spike, measure_impact(run, spike.onset_step, end)))
             continue
         if loss is not None and spike.metric != loss:
             continue
-        rank = _finite(spike.magnitude)
-        if spike.nonfinite:
-            rank = 1e8
-        elif is_transient(run, spike):
-            rank = rank * 1e-3
-        found.append(_spike_incident(spike, rank))
-    found.sort(key=lambda incident: (-incident.severity_rank, incident.onset_step))
+        found.append(_spike_incident(spike, measure_impact(run, spike.onset_step, spike.end_step)))
+    found = _fold_into_divergence(found)
+    found.sort(key=lambda incident: (*impact_order(incident.impact), incident.onset_step))
     return found
 
 
-def _finite(number: float) -> float:
-    return number if number == number and abs(number) != float("inf") else 0.0
+def _fold_into_divergence(found: list[Incident]) -> list[Incident]:
+    """A loss spike that never recovers while the loss diverges is the divergence itself: one
+    event, described as the divergence (its findings link to it by step)."""
+    divergence = next((i for i in found if i.kind == "divergence"), None)
+    if divergence is None:
+        return found
+    folded = [
+        i
+        for i in found
+        if i.kind == "spike" and i.end_step is None and i.metric == divergence.metric
+    ]
+    if not folded:
+        return found
+    return [i for i in found if not any(i is other for other in folded)]
 
 
-def _spike_incident(spike: Spike, rank: float) -> Incident:
+def _reaction_end(run: Run, spike: Spike) -> int:
+    """The step GRAD_REACTION_POINTS loss points after the spike's peak (or its recovery)."""
+    loss = primary_loss(run)
+    if loss is None:
+        return spike.peak_step + 1
+    steps, _ = run.series(loss)
+    later = steps[steps > spike.peak_step]
+    limit = int(later[min(GRAD_REACTION_POINTS, later.size) - 1]) + 1 if later.size else 0
+    limit = max(limit, spike.peak_step + 1)
+    return min(limit, spike.end_step) if spike.end_step is not None else limit
+
+
+def _spike_incident(spike: Spike, impact: Impact) -> Incident:
     return Incident(
-        "spike", spike.metric, spike.onset_step, spike.peak_step, spike.end_step, rank, spike
+        "spike", spike.metric, spike.onset_step, spike.peak_step, spike.end_step, impact, spike
     )

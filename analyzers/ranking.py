@@ -7,36 +7,16 @@ from dataclasses import replace
 from tscope.analyzers.incidents import Incident
 
 from tscope.model import Finding
+from tscope.model.categories import CAUSES, STANDALONE, ranking_role, severity_rank
 
-_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-# Causes explain an incident; symptoms describe it. At equal severity a cause linked to the
-# incident ranks above the incident's own description.
-CAUSE_CATEGORIES = (
-    "bad_batch",  # a replay named the samples (tscope replay)
-    "nonfinite_origin",
-    "lr_schedule_jump",
-    "resume_discontinuity",
-    "lr_too_high",
-    "loss_scale_collapse",
-    "warmup_too_short",
-)
-# Conditions that are their own news, not the description of a spike: when one heads the
-# findings the first screen describes it rather than an unrelated incident nearby.
-STANDALONE_CATEGORIES = ("overfitting", "loss_plateau", "grad_norm_high", "lr_too_low")
+# Causes explain an incident; symptoms describe it (roles in tscope/model/categories.py). At
+# equal severity a cause linked to the incident ranks above the incident's own description.
+CAUSE_CATEGORIES = CAUSES
+# Conditions that are their own news, not the description of a spike.
+STANDALONE_CATEGORIES = STANDALONE
 # A cause is credited to an incident when it lies at most this many steps before the onset (the
 # story gives the exact lead; an LR jump or a bad resume acts within a few optimizer steps).
 CAUSE_LOOKBACK_STEPS = 100
-# Within the symptoms of one incident, this order: the most severe description first.
-_SYMPTOM_ORDER = (
-    "loss_divergence",
-    "nan_loss",
-    "loss_spike",
-    "grad_norm_spike",
-    "grad_norm_high",
-    "eval_divergence",
-    "overfitting",
-    "loss_plateau",
-)
 
 
 def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Finding]:
@@ -66,16 +46,10 @@ def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Fi
         return len(incidents)
 
     def key(finding: Finding) -> tuple[int, int, int, float, int, str]:
-        if finding.category in CAUSE_CATEGORIES:
-            role = 0
-        elif finding.category in _SYMPTOM_ORDER:
-            role = 1 + _SYMPTOM_ORDER.index(finding.category)
-        else:
-            role = 1 + len(_SYMPTOM_ORDER)
         return (
-            _SEVERITY_ORDER[finding.severity],
+            severity_rank(finding.severity),
             linked_incident(finding),
-            role,
+            ranking_role(finding.category),
             -finding.confidence,
             finding.step if finding.step is not None else -1,
             finding.category,

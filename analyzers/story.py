@@ -9,6 +9,7 @@ from tscope.analyzers.incidents import Incident
 from tscope.analyzers.signals import fmt
 
 from tscope.model import Finding, StoryEvent
+from tscope.model.categories import ALERT_SEVERITIES, story_signal
 from tscope.model.metric_names import GRAD_NORM, LOSS_SCALE
 
 # How far back (in logged loss points) a precursor may lie and still belong to the incident.
@@ -20,20 +21,13 @@ PRECURSOR_SIGMA = 3.0
 PRECURSOR_GAP_POINTS = 2
 # Only the biggest incidents get a story: the report is read in a minute.
 MAX_STORIES = 5
-_CAUSE_SIGNALS = {
-    "lr_schedule_jump": "learning_rate",
-    "lr_too_high": "learning_rate",
-    "resume_discontinuity": "resume",
-    "loss_scale_collapse": "loss_scale",
-    "grad_norm_high": "grad_norm",
-}
 
 
 def build_story(
     evidence: Evidence, incidents: list[Incident], findings: list[Finding]
 ) -> list[StoryEvent]:
     story: list[StoryEvent] = []
-    alerted = {f.spike_id for f in findings if f.severity in ("critical", "warning")}
+    alerted = {f.spike_id for f in findings if f.severity in ALERT_SEVERITIES}
     for incident in incidents[:MAX_STORIES]:
         if incident.spike is not None and incident.spike.id not in alerted:
             continue  # informational bumps tell no story
@@ -60,7 +54,7 @@ def _incident_story(
         )
 
     for finding in findings:
-        signal = _CAUSE_SIGNALS.get(finding.category)
+        signal = story_signal(finding.category)
         if signal and finding.step is not None and start <= finding.step <= incident.peak_step:
             add(finding.step, signal, finding.message.split(":")[0].split(". ")[0])
     grad = _grad_norm_precursor(evidence, incident, start)

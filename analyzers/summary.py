@@ -6,30 +6,33 @@ from dataclasses import dataclass
 
 import numpy as np
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.card import cause_words, incident_card
+from tscope.analyzers.causes import bad_batch_against, inferred_cause, lr_change_note
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
-from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import (
     CAUSE_CATEGORIES,
     CAUSE_LOOKBACK_STEPS,
     STANDALONE_CATEGORIES,
 )
-from tscope.analyzers.signals import fmt, primary_loss, spike_size, window
+from tscope.analyzers.signals import fmt, primary_loss, spike_size
 
 from tscope.model import Alternative, CheckpointInfo, Finding
+from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
+from tscope.model.visible_text import visible
 
-# Over the incident's lookback, an LR that moved less than this is "did not change".
-LR_STEADY_RELATIVE = 0.05
-# How far before the onset the LR is checked for a jump or a change.
-LR_CHECK_STEPS = 50
-_ALERT_SEVERITIES = ("critical", "warning")
 # Fewer logged loss points than this and "no incident" means "not judged": the spike score needs
 # 20 points before it scores anything (detectors.spike_score.SPIKE_SCORE_MIN_POINTS) and the
 # robust baseline 8 before the first judged point (baseline.MIN_BASELINE_POINTS), so a shorter
 # log cannot show a spike, a plateau or a divergence — the status says so instead of "healthy".
 MIN_LOSS_POINTS_TO_JUDGE = SPIKE_SCORE_MIN_POINTS
+# Alerts that need no loss baseline to be sure of: a NaN/Inf or an fp16 loss-scale collapse is an
+# incident in a 10-point log too.
+NEEDS_NO_BASELINE = ("nan_loss", "nonfinite_weights", "nonfinite_origin", "loss_scale_collapse")
+# The series named when none is the loss (the rest are counted, not listed).
+MAX_NAMED_SERIES = 12
 
 
 def summarize(
@@ -39,17 +42,20 @@ def summarize(
     checkpoints: list[CheckpointInfo] | None = None,
 ) -> dict[str, object]:
     checkpoints = checkpoints or []
-    alerts = [f for f in findings if f.severity in _ALERT_SEVERITIES]
+    alerts = [f for f in findings if f.severity in ALERT_SEVERITIES]
+    missing = missing_data(evidence)
+    if missing and not any(f.category in NEEDS_NO_BASELINE for f in alerts):
+        # Too few points to judge: never "healthy", and an alert on them is only what was seen
+        # (a 10-point log cannot tell a divergence from a bumpy start); the findings stay listed.
+        seen = f" What was seen: {alerts[0].message.rstrip('.')}." if alerts else ""
+        return {
+            "status": "insufficient_data",
+            "verdict": "Insufficient data to judge the run: " + "; ".join(missing) + "." + seen,
+            "next_steps": [_MORE_DATA_STEP],
+            "headline_finding": None,
+            "missing": missing,
+        }
     if not alerts:
-        missing = missing_data(evidence)
-        if missing:
-            return {
-                "status": "insufficient_data",
-                "verdict": "Insufficient data to judge the run: " + "; ".join(missing) + ".",
-                "next_steps": [_MORE_DATA_STEP],
-                "headline_finding": None,
-                "missing": missing,
-            }
         return {
             "status": "healthy",
             "verdict": _healthy_verdict(evidence, findings),
@@ -82,6 +88,8 @@ def summarize(
             diagnosis.confidence,
             restart,
         ),
+        # The headline incident's impact on the loss (analyzers/impact.py); absent without one.
+        **({"impact": incident.impact.as_dict()} if incident is not None else {}),
     }
 
 
@@ -114,7 +122,16 @@ def missing_data(evidence: Evidence) -> list[str]:
     if loss is None:
         if evidence.checkpoints is not None:
             return []  # checkpoints alone are judged by the checkpoint explainers
-        return ["no loss series was found in the inputs"]
+        found = [visible(name) for name in run.metric_names]
+        if not found:
+            return ["no loss series was found in the inputs"]
+        shown = ", ".join(found[:MAX_NAMED_SERIES]) + (
+            " …" if len(found) > MAX_NAMED_SERIES else ""
+        )
+        return [
+            f"no series could be identified as the training loss (series found: {shown}); which "
+            "one is the loss? Log it as `loss`, `train_loss` or `train/loss`"
+        ]
     _steps, values = run.series(loss)
     finite = int(np.isfinite(values).sum())
     if finite < MIN_LOSS_POINTS_TO_JUDGE:
@@ -150,11 +167,15 @@ def _describe_incident(incident: Incident | None) -> str:
     assert spike is not None
     peak = "NaN/Inf" if spike.nonfinite else fmt(spike.peak_value)
     size = "" if spike.nonfinite else f" ({spike_size(spike)})"  # NaN/Inf has no σ
-    recovery = (
-        f" and recovered by step {spike.end_step}"
-        if spike.end_step is not None
-        else " and did not recover"
-    )
+    if spike.end_step is None:
+        recovery = " and did not recover"
+    elif incident.impact.points > BASELINE_WINDOW_POINTS:
+        recovery = (
+            f" and took {spike.end_step - spike.onset_step} steps to come back (by step "
+            f"{spike.end_step}): a setback, not a transient spike"
+        )
+    else:
+        recovery = f" and recovered by step {spike.end_step}"
     return (
         f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step}"
         f"{size}{recovery}"
@@ -171,11 +192,12 @@ class Diagnosis:
     confidence: float
     because: str  # the evidence for the cause, in words; "" when the headline is the whole story
     corroboration: str  # "Checkpoints agree: …", replay what-ifs; "" when none
+    lead: str = "most likely"  # "the cause is undetermined" when no candidate wins
 
     def sentence(self) -> str:
         verdict = f"{self.what[0].upper()}{self.what[1:]}"
         if self.because:
-            verdict += f"; most likely {self.because}"
+            verdict += f"; {self.lead}{' ' if self.lead == 'most likely' else ': '}{self.because}"
         return verdict + "." + self.corroboration
 
 
@@ -187,13 +209,14 @@ def _diagnose(
         f
         for f in findings
         if f.category in CAUSE_CATEGORIES
-        and f.severity in _ALERT_SEVERITIES
+        and f.severity in ALERT_SEVERITIES
         and incident is not None
         and f.step is not None
         and f.step >= incident.onset_step - CAUSE_LOOKBACK_STEPS
         and (incident.end_step is None or f.step <= incident.end_step)
     ]
     cause: Finding | None = None
+    lead = "most likely"
     if causes:
         cause = causes[0]
         category, confidence = cause.category, cause.confidence
@@ -201,10 +224,9 @@ def _diagnose(
             f"{cause_words(category)} (confidence {confidence:.2f}): {cause.message.rstrip('.')}"
         )
     elif incident is not None and incident.kind == "spike" and incident.end_step is not None:
-        category, confidence = "bad_batch", headline.confidence * 0.8
-        because = f"{cause_words(category)} (confidence {confidence:.2f}): " + _bad_batch_reasons(
-            evidence, incident
-        ).rstrip(".")
+        category, confidence, lead, because = inferred_cause(
+            evidence, incident, headline.confidence
+        )
     else:
         # The headline finding is the incident and its own explanation (a loss-scale collapse,
         # a resume with no spike yet): saying "see F1: <the same words>" would repeat it.
@@ -220,7 +242,7 @@ def _diagnose(
         first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
         corroboration = f" Checkpoints agree: {first_sentence}."
     corroboration += _what_if_note(findings, incident)
-    return Diagnosis(what, cause, category, confidence, because, corroboration)
+    return Diagnosis(what, cause, category, confidence, because, corroboration, lead)
 
 
 def _incident_step(headline: Finding, incident: Incident | None) -> int | None:
@@ -249,41 +271,6 @@ def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
         f.message.split(": the peak loss")[0].removeprefix("What-if ") for f in removed
     )
     return f" Replay what-ifs that remove the spike: {described}."
-
-
-def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:
-    reasons = []
-    lr_note = _lr_change_note(evidence, incident)
-    if lr_note is not None:
-        reasons.append(lr_note)
-    if evidence.run.has(GRAD_NORM):
-        _, grads = window(evidence.run, GRAD_NORM, incident.onset_step, incident.peak_step)
-        if grads.size:
-            reasons.append(f"the gradient norm reached {fmt(float(np.nanmax(grads)))} at the spike")
-    if incident.end_step is not None:
-        reasons.append(f"the loss was back to baseline by step {incident.end_step}")
-    reasons.append("no resume, schedule jump or drift preceded it")
-    return ", ".join(reasons) + "."
-
-
-def _lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
-    """'steady' or 'smooth' description of the LR through the incident; None if it jumped."""
-    if not evidence.run.has(LEARNING_RATE):
-        return None
-    steps, lrs = window(
-        evidence.run, LEARNING_RATE, incident.onset_step - LR_CHECK_STEPS, incident.peak_step
-    )
-    if lrs.size == 0 or not np.isfinite(lrs).all() or lrs.max() <= 0:
-        return None
-    if lr_jumps(steps, lrs):
-        return None
-    change = float((lrs.max() - lrs.min()) / lrs.max())
-    if change < LR_STEADY_RELATIVE:
-        return f"the learning rate was steady at {fmt(float(lrs[-1]))}"
-    return (
-        f"the learning rate followed its schedule smoothly ({fmt(float(lrs[0]))} → "
-        f"{fmt(float(lrs[-1]))}, no jump)"
-    )
 
 
 def _restart_checkpoint(
@@ -339,13 +326,13 @@ def alternatives(
     evidence: Evidence, incidents: list[Incident], findings: list[Finding]
 ) -> list[Alternative]:
     """Explanations the evidence argues against for the biggest incident, with the reason."""
-    if not incidents or not any(f.severity in _ALERT_SEVERITIES for f in findings):
+    if not incidents or not any(f.severity in ALERT_SEVERITIES for f in findings):
         return []
     incident = incidents[0]
     spike_id = incident.spike.id if incident.spike else None
-    categories = {f.category for f in findings if f.severity in _ALERT_SEVERITIES}
+    categories = {f.category for f in findings if f.severity in ALERT_SEVERITIES}
     ruled_out = []
-    lr_note = _lr_change_note(evidence, incident)
+    lr_note = lr_change_note(evidence, incident)
     if lr_note is not None and not categories & {"lr_schedule_jump", "lr_too_high"}:
         ruled_out.append(
             Alternative(
@@ -398,14 +385,10 @@ def alternatives(
                 spike_id,
             )
         )
-    if categories & set(CAUSE_CATEGORIES) and incident.kind == "spike":
-        ruled_out.append(
-            Alternative(
-                "bad_batch",
-                "not a bad batch alone: a logged cause precedes the spike (see the story)",
-                spike_id,
-            )
-        )
+    if incident.kind == "spike":
+        reason = bad_batch_against(evidence, incident, categories)
+        if reason is not None:
+            ruled_out.append(Alternative("bad_batch", reason, spike_id))
     return ruled_out
 
 

@@ -78,11 +78,11 @@ def test_the_incident_card_says_what_when_how_bad_why_and_where_to_restart(
     assert '<span class="badge severity-warning">warning</span>' in card_html
     assert "<strong>a bad batch (corrupted or unusual samples)</strong>" in card_html
     assert '<code class="small-id">bad_batch</code>' in card_html  # the id, small
-    assert "<strong>medium</strong> (0.57)" in card_html
+    assert "<strong>medium</strong> (0.51)" in card_html
     assert "high ≥ 0.8" in card_html  # the legend for the word
     assert "trainer.train(resume_from_checkpoint=&#34;checkpoint-120&#34;)" in card_html
     markdown = rendered["corrupted_batch"]["files"]["case.md"]
-    assert "| Confidence | **medium** (0.57) |" in markdown
+    assert "| Confidence | **medium** (0.51) |" in markdown
 
 
 def test_printed_sigma_is_the_one_compared_with_the_threshold(rendered: dict[str, Any]) -> None:

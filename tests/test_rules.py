@@ -34,7 +34,9 @@ def test_no_loss_series_is_insufficient_data():
     run = make_run({LEARNING_RATE: warmup_cosine(100)})
     summary = build_case(run, []).summary
     assert summary["status"] == "insufficient_data"
-    assert "no loss series" in summary["verdict"]
+    # It says which series it found and asks which one is the loss (issue 11).
+    assert "no series could be identified as the training loss" in summary["verdict"]
+    assert "series found: train/learning_rate" in summary["verdict"]
 
 
 def test_enough_points_are_judged_healthy():

@@ -34,6 +34,7 @@ from tscope.cli_output import (
 )
 from tscope.errors import TscopeError, UsageError
 from tscope.ingest.remote_source import local_inputs
+from tscope.model.categories import SEVERITIES, at_least
 from tscope.model.visible_text import visible
 from tscope.output_location import check_outside_inputs, default_output, report_folder
 
@@ -43,7 +44,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-SEVERITY_ORDER = ("info", "warning", "critical")
 EXIT_FINDINGS = 1  # only with --fail-on
 CLUSTER_PREFIX = "tscope-cluster"
 
@@ -96,9 +96,9 @@ def analyze(
 
     try:
         chosen = parse_formats(formats)
-        if fail_on is not None and fail_on not in SEVERITY_ORDER:
+        if fail_on is not None and fail_on not in SEVERITIES:
             raise UsageError(
-                f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}, not {fail_on!r}"
+                f"--fail-on must be one of {', '.join(reversed(SEVERITIES))}, not {fail_on!r}"
             )
         if out is not None:
             check_outside_inputs(out, local_inputs(paths))  # before any work
@@ -122,10 +122,8 @@ def analyze(
                 err=True,
             )
     typer.echo(visible(main_file(written)))
-    if fail_on is not None:
-        threshold = SEVERITY_ORDER.index(fail_on)
-        if any(SEVERITY_ORDER.index(f.severity) >= threshold for f in case.findings):
-            raise typer.Exit(code=EXIT_FINDINGS)
+    if fail_on is not None and any(at_least(f.severity, fail_on) for f in case.findings):
+        raise typer.Exit(code=EXIT_FINDINGS)
 
 
 @app.command(cls=PlainCommand)

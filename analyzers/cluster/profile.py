@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tscope.model.categories import ALERT_SEVERITIES, STANDALONE
 from tscope.model.cluster import LossCurve, RunProfile, Signal
 from tscope.model.metric_names import GRAD_NORM, LOSS, is_loss_like
 
@@ -30,10 +31,8 @@ MIN_LEVEL_POINTS = 10
 EXPLOSION_MIN_POINTS = 2
 # Findings that say on their own that the run derailed (the single-run analysis's verdict).
 DERAILED_CATEGORIES = ("loss_divergence", "nan_loss")
-SIGNAL_SEVERITIES = ("warning", "critical")
 # Run-long conditions (a plateau from step 1, a persistently high gradient norm) describe the
 # whole run, not a warning sign at a step before an explosion: not used as signals.
-NOT_SIGNALS = ("loss_plateau", "grad_norm_high", "overfitting", "lr_too_low")
 # A blown-up run "recovered" when its last logged points are finite and their median is back
 # within 15% of its best loss before the explosion (the divergence explainer's "elevated" line).
 RECOVERY_TAIL_POINTS = 5
@@ -163,9 +162,9 @@ def signals_of(case: dict[str, Any]) -> list[Signal]:
 
     for finding in case.get("findings", []):
         if (
-            finding.get("severity") in SIGNAL_SEVERITIES
+            finding.get("severity") in ALERT_SEVERITIES
             and finding.get("step") is not None
-            and finding.get("category") not in NOT_SIGNALS
+            and finding.get("category") not in STANDALONE
         ):
             add(
                 Signal(

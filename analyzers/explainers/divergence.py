@@ -33,6 +33,10 @@ EVAL_MIN_RISING_POINTS = 2
 
 class DivergenceExplainer:
     name = "divergence"
+    categories: tuple[str, ...] = (
+        "loss_divergence",
+        "eval_divergence",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         findings = []

@@ -39,6 +39,7 @@ CLIP_KEYS = ("max_grad_norm", "grad_clip", "clip_grad_norm", "gradient_clipping"
 
 class GradNormExplainer:
     name = "grad_norm"
+    categories: tuple[str, ...] = ("grad_norm_high",)  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

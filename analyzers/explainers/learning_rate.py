@@ -11,6 +11,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.lr_config import lr_range_findings
 from tscope.analyzers.explainers.spikes import is_transient
+from tscope.analyzers.impact import MIN_WARNING_EXCESS
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 
 from tscope.model import Finding, Run, Spike
@@ -98,6 +99,11 @@ def warmup_end(steps: np.ndarray, lrs: np.ndarray) -> int | None:
 
 class LearningRateExplainer:
     name = "learning_rate"
+    categories: tuple[str, ...] = (
+        "lr_schedule_jump",
+        "lr_too_high",
+        "warmup_too_short",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run
@@ -241,7 +247,18 @@ def _warmup_too_short(
         return []
     end_index = warmup_end(steps, lrs)
     loss_steps, loss_values = loss_series(run, loss)
-    onsets = [s.onset_step for s in spikes if s.metric == loss and not is_transient(run, s)]
+    constant_start = bool(lrs.size and np.isfinite(lrs).all() and lrs[0] >= lrs.max() * 0.99)
+    onsets = [
+        s.onset_step
+        for s in spikes
+        if s.metric == loss
+        and (
+            not is_transient(run, s)
+            # With no warm-up at all, even a one-step break in the first steps is the update's
+            # doing before it is the batch's: the model has not settled at this LR yet.
+            or (end_index is None and constant_start and _clear_excess(s))
+        )
+    ]
     found = loss_rise(loss_steps, loss_values)
     if found is not None:
         onsets.append(int(loss_steps[found[0]]))
@@ -277,6 +294,10 @@ def _warmup_too_short(
             ),
         )
     ]
+
+
+def _clear_excess(spike: Spike) -> bool:
+    return spike.baseline > 0 and spike.peak_value >= (1 + MIN_WARNING_EXCESS) * spike.baseline
 
 
 def _warmup_timing(

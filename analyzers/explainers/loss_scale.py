@@ -21,6 +21,9 @@ MANY_SKIPPED_STEPS = 10
 
 class LossScaleExplainer:
     name = "loss_scale"
+    categories: tuple[str, ...] = (
+        "loss_scale_collapse",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

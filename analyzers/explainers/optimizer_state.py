@@ -34,6 +34,11 @@ MAX_NAMED = 5
 
 class OptimizerStateExplainer:
     name = "optimizer_state"
+    categories: tuple[str, ...] = (
+        "adam_epsilon_dominance",
+        "checkpoint_incomplete",
+        "optimizer_state_reset",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         if evidence.checkpoints is None:

@@ -92,6 +92,7 @@ def overfitting_onset(run: Run) -> Overfitting | None:
 
 class OverfittingExplainer:
     name = "overfitting"
+    categories: tuple[str, ...] = ("overfitting",)  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         found = overfitting_onset(evidence.run)

@@ -52,6 +52,7 @@ GRAD_NORM_NEAR_ZERO = 1e-6  # a gradient this small moves no weight under any LR
 
 class PlateauExplainer:
     name = "plateau"
+    categories: tuple[str, ...] = ("loss_plateau",)  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

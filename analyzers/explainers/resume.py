@@ -6,6 +6,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, window_stats
 from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
+from tscope.analyzers.impact import UNTRAINED_MIN_POINTS, back_at_initial
 from tscope.analyzers.signals import fmt, primary_loss
 
 from tscope.model import Finding, Run, RunEvent
@@ -19,6 +20,9 @@ RESUME_CHECK_POINTS = 3
 
 class ResumeExplainer:
     name = "resume"
+    categories: tuple[str, ...] = (
+        "resume_discontinuity",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         return [_check(evidence.run, event) for event in evidence.run.events_of("resume")]
@@ -48,6 +52,30 @@ def _loss_jump(run: Run, step: int) -> tuple[float, float, float] | None:
     return baseline, worst, (worst - baseline) / sigma
 
 
+def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
+    """(untrained level, loss after the resume, how it is known) when the loss in the first
+    points after the resume is back at the run's initial level (≈ ln V: a model that knows
+    nothing) for RESUME_CHECK_POINTS points, after the run had fallen well below it."""
+    loss = primary_loss(run)
+    if loss is None:
+        return None
+    steps, values = run.series(loss)
+    finite = np.isfinite(values)
+    before = values[(steps < step) & finite]
+    after = values[(steps >= step) & finite][:UNTRAINED_MIN_POINTS]
+    if before.size < 3 or after.size < UNTRAINED_MIN_POINTS:
+        return None
+    vocab = run.config.get("vocab_size")
+    if isinstance(vocab, int) and vocab > 1:
+        initial, how = float(np.log(vocab)), f" = ln {vocab}, the vocabulary size"
+    else:
+        initial, how = float(before[0]), ", its first logged loss"
+    level = float(np.median(before[-BASELINE_WINDOW_POINTS:]))
+    if not back_at_initial(initial, level, after):
+        return None
+    return initial, float(np.max(after)), how
+
+
 def _check(run: Run, event: RunEvent) -> Finding:
     lr = _lr_change(run, event.step)
     loss = _loss_jump(run, event.step)
@@ -68,10 +96,20 @@ def _check(run: Run, event: RunEvent) -> Finding:
                 "in the first steps after it — weights, optimizer state or data position differ "
                 "from the original run"
             )
+    lost = _weights_lost(run, event.step)
+    if lost is not None:
+        evidence.update(untrained_level=lost[0], loss_after=lost[1], weights_lost=True)
+        problems.insert(
+            0,
+            f"the loss goes back to {fmt(lost[1])}, the run's untrained level "
+            f"({fmt(lost[0])}{lost[2]}) — the weights were not restored (a fresh model was "
+            "trained from the resume on)",
+        )
     if problems:
         return Finding(
             category="resume_discontinuity",
-            severity="warning",
+            # Weights lost at a resume throws away the training so far: the textbook critical.
+            severity="critical" if lost is not None else "warning",
             confidence=0.8 if len(problems) == 2 else 0.7,
             step=event.step,
             layer=None,

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
+from tscope.analyzers.impact import (
+    MIN_WARNING_EXCESS,
+    TRANSIENT_MAX_POINTS,
+    TRANSIENT_MAX_RATIO,
+    measure_impact,
+)
 from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
 
 from tscope.model import Finding, Run, Spike
 from tscope.model.metric_names import GRAD_NORM, is_loss_like
 
-# A spike back within the baseline band after at most this many points is transient; a lone
-# transient bump needs a peak ≥ TRANSIENT_MAX_RATIO × baseline to be worth a warning (the
-# REPORT.md example, a corrupted batch, is 1.57×; healthy modded-nanogpt runs show data-driven
-# one-step bumps of +21–40% that recur at the same steps in every run).
-TRANSIENT_MAX_POINTS = 2
-TRANSIENT_MAX_RATIO = 1.5
+# When a spike is worth a warning: the severity rule's constants live in analyzers/impact.py
+# (TRANSIENT_MAX_POINTS, TRANSIENT_MAX_RATIO, MIN_WARNING_EXCESS), the one rule for every incident.
 # Some runs bump all the time (tiny batches, repeated data): when transient spikes occur more than
 # once per 1,000 logged points they are the run's texture, and only one that stands out from them
 # (magnitude ≥ 3× their median) deserves attention. Measured on shared/realdata: the baize LoRA
 # run (batch 2) has 5 per 1,000 and modded-nanogpt 5 per 1,000; pythia has 0.01 per 1,000.
 TEXTURE_SPIKES_PER_1000 = 1.0
 TEXTURE_OUTLIER_FACTOR = 3.0
-# Below a 10% excess over the baseline a bump is within what engineers read as noise on a loss
-# dashboard, whatever its sigma (a judgment call, not a literature value).
-MIN_WARNING_EXCESS = 0.10
 SPIKE_THRESHOLD_TEXT = (
     "≥ 6 robust σ above the median of the previous 50 points (robust_z) and/or ≥ 7σ from the mean "
     "of the previous 1,000 (OLMo 2 spike score)"
@@ -32,6 +32,11 @@ SPIKE_THRESHOLD_TEXT = (
 
 class SpikeExplainer:
     name = "spikes"
+    categories: tuple[str, ...] = (
+        "loss_spike",
+        "grad_norm_spike",
+        "nan_loss",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         findings = []
@@ -39,6 +44,8 @@ class SpikeExplainer:
             notable = is_notable(evidence.run, spike, evidence.spikes)
             if is_loss_like(spike.metric):
                 notable = notable or _corroborated(evidence.run, spike, evidence.spikes)
+                if not notable and is_texture(evidence.run, spike.metric, evidence.spikes):
+                    continue  # one of the run's routine bumps: the recurring-spikes finding
                 findings.append(_loss_spike(evidence.run, spike, notable))
             elif spike.metric == GRAD_NORM:
                 # A gradient-norm jump matters when the loss reacts or it goes non-finite; a
@@ -70,13 +77,19 @@ def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
     if ratio < 1 + MIN_WARNING_EXCESS:
         return False
     same_series = [s for s in spikes if s.metric == spike.metric]
-    points = run.series(spike.metric)[0].size
-    if len(same_series) >= 3 and len(same_series) * 1000 / max(points, 1) > TEXTURE_SPIKES_PER_1000:
+    if is_texture(run, spike.metric, spikes):
         typical = float(np.median([s.magnitude for s in same_series]))
         return spike.magnitude >= TEXTURE_OUTLIER_FACTOR * typical
     if is_transient(run, spike):
         return ratio >= TRANSIENT_MAX_RATIO
     return True
+
+
+def is_texture(run: Run, metric: str, spikes: list[Spike]) -> bool:
+    """The series bumps all the time: ≥ 3 spikes, more than TEXTURE_SPIKES_PER_1000 points."""
+    count = sum(1 for s in spikes if s.metric == metric)
+    points = run.series(metric)[0].size
+    return count >= 3 and count * 1000 / max(points, 1) > TEXTURE_SPIKES_PER_1000
 
 
 # Spikes on two series count as one event when their peaks are at most this many points apart.
@@ -162,29 +175,45 @@ def _size_text(spike: Spike) -> str:
     return "" if spike.nonfinite else f"({spike_size(spike)}) "
 
 
-def _recovery_text(spike: Spike) -> str:
+def _recovery_text(spike: Spike, points: int | None = None) -> str:
     if spike.end_step is None:
         return "and has not recovered by the end of the log"
+    if points is not None and points > BASELINE_WINDOW_POINTS:
+        # Longer than the detectors' baseline window: a setback the run had to re-learn.
+        return (
+            f"and took {spike.end_step - spike.onset_step} steps ({points} logged points) to come "
+            f"back, by step {spike.end_step}: a setback, not a transient spike"
+        )
     return f"and recovered by step {spike.end_step}"
 
 
 def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
     transient = is_transient(run, spike)
+    impact = measure_impact(run, spike.onset_step, spike.end_step)
+    # The spike's own severity stays warning at most: a critical impact (NaN/Inf, the untrained
+    # level) is reported by nan_loss, loss_divergence or a critical resume_discontinuity, which
+    # also name the cause; a critical spike would outrank the LR jump that caused it.
+    severity = "warning" if notable else "info"
     peak = peak_text(spike)
     message = (
         f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
-        f"{_size_text(spike)}{_recovery_text(spike)}."
+        f"{_size_text(spike)}{_recovery_text(spike, impact.points)}."
     )
     if transient:
         message += " A transient bump: back to baseline within two logged points."
+    if impact.returned_to_initial:
+        message += (
+            f" The peak is back at the run's first logged loss ({fmt(impact.peak)}): the level of "
+            "a model that has learned nothing, as if the weights were lost."
+        )
     return Finding(
         category="loss_spike",
-        severity="warning" if notable else "info",
+        severity=severity,
         confidence=spike_confidence(spike),
         step=spike.peak_step,
         layer=None,
         message=message,
-        evidence=_evidence(run, spike),
+        evidence={**_evidence(run, spike), "impact": impact.as_dict()},
         suggestion=(
             "Find what changed at the onset: the story shows which signal moved first. If nothing "
             f"else moved, inspect the batch of step {spike.peak_step} (and the few before it) for "

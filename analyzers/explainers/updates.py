@@ -51,6 +51,10 @@ def _windows(layers: pd.DataFrame, rates: dict[int, float]) -> pd.DataFrame:
 
 class UpdatesExplainer:
     name = "updates"
+    categories: tuple[str, ...] = (
+        "update_ratio_high",
+        "layer_origin",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         if evidence.checkpoints is None or evidence.checkpoints.layers.empty:

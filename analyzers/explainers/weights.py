@@ -41,6 +41,11 @@ def _layers(evidence: Evidence) -> pd.DataFrame | None:
 
 class WeightsExplainer:
     name = "weights"
+    categories: tuple[str, ...] = (
+        "nonfinite_weights",
+        "weight_norm_growth",
+        "frozen_parameters",
+    )  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         layers = _layers(evidence)

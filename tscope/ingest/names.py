@@ -53,9 +53,33 @@ def _normalize_key(name: str) -> str:
     return key
 
 
+# The same names with separators squeezed out (`GradNorm`, `LearningRate`, `trainLoss`, the
+# PyTorch TensorBoard tutorial's tags) and the tags that put the split last (`Loss/train`).
+_SQUEEZED = {
+    re.sub(r"[_/.]", "", key): value for key, value in _CANONICAL.items() if "/" not in key
+}
+_SQUEEZED.update({"gnorm": GRAD_NORM, "gradnorm": GRAD_NORM})
+_SPLIT_SUFFIXES = {
+    "train": "",
+    "training": "",
+    "val": "val_",
+    "valid": "val_",
+    "validation": "val_",
+    "eval": "eval_",
+}
+
+
 def canonical_metric(name: str) -> str:
     """The canonical name for a producer's metric name; unknown names keep a cleaned-up form."""
     key = _normalize_key(name)
     if key in _CANONICAL:
         return _CANONICAL[key]
+    base, _, split = key.rpartition("/")
+    if base and "/" not in base and split in _SPLIT_SUFFIXES:
+        key = _SPLIT_SUFFIXES[split] + base  # "loss/train" -> "loss", "loss/val" -> "val_loss"
+        if key in _CANONICAL:
+            return _CANONICAL[key]
+    squeezed = re.sub(r"[_/.]", "", key)
+    if squeezed in _SQUEEZED:
+        return _SQUEEZED[squeezed]
     return name.strip()

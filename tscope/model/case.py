@@ -7,8 +7,9 @@ import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tscope.model.categories import SEVERITIES
+
 SCHEMA_VERSION = "1"
-SEVERITIES = ("critical", "warning", "info")
 SOURCES = ("logs", "checkpoints", "replay", "cluster", "xray")
 
 

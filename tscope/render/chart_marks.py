@@ -12,13 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tscope.model.categories import ALERT_SEVERITIES
 from tscope.render.chart_panels import LABEL_GAP, Panel, label_width
 from tscope.render.chart_style import FINDING_COLOR, PLOT_LEFT, PLOT_RIGHT, SPIKE_FILL
 from tscope.render.formatting import format_number, format_step, parse_number
 from tscope.render.series import as_records
 from tscope.render.svg import line, rect, tooltip, xml_text
 
-ALERT_SEVERITIES = ("critical", "warning")
 # Marks closer than this many pixels are one label ("S4 F1 F4 +4"): seven ids between steps 150
 # and 155 cannot each have their own.
 MERGE_MARKS_PX = 30

@@ -14,6 +14,7 @@ from typing import Any
 
 import jinja2
 
+from tscope.model.categories import SEVERITIES
 from tscope.render.card_view import card_view
 from tscope.render.charts import main_chart_metrics
 from tscope.render.formatting import (
@@ -42,7 +43,6 @@ NO_NEXT_STEPS = {
     "insufficient_data": "Log more of the run (the loss at every step) and analyze again.",
     "no_data": "Point tscope at the run's logs or checkpoints: nothing analyzable was found.",
 }
-SEVERITY_ORDER = ("critical", "warning", "info")
 TOP_LAYERS = 10  # rows of the "top layers" table per per-layer measure
 # What the per-layer numbers measure: both are per optimizer step (tscope.ingest.weight_deltas),
 # which is why a weight norm that grew ×1.93 between checkpoints 60 steps apart reads 0.011.
@@ -289,7 +289,7 @@ def _change_point_view(change: dict[str, Any]) -> dict[str, Any]:
 def _severity_counts(findings: list[dict[str, Any]]) -> str:
     counts = [
         f"{sum(1 for f in findings if f.get('severity') == level)} {level}"
-        for level in SEVERITY_ORDER
+        for level in SEVERITIES
         if any(f.get("severity") == level for f in findings)
     ]
     return ", ".join(counts) + "; most important first" if counts else "none"

@@ -1,0 +1,142 @@
+"""Causes when no finding names one: which explanation the incident's shape and data allow.
+
+A bad batch breaks the loss in one step and it recovers; a rise over several points is an
+optimization instability; without the LR a one-step break cannot be told from a transient LR
+jump. When the evidence cannot decide, the verdict's cause is `undetermined` with what would
+decide it (log the LR, a replay). The findings that name a cause (an LR jump, a resume) are
+credited first by the summary; this module speaks only where none does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.card import cause_words
+from tscope.analyzers.explainers.learning_rate import lr_jumps
+from tscope.analyzers.incidents import Incident
+from tscope.analyzers.signals import fmt, window
+
+from tscope.model.categories import CAUSES
+from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
+
+# Over the incident's lookback, an LR that moved less than this is "did not change".
+LR_STEADY_RELATIVE = 0.05
+# How far before the onset the LR is checked for a jump or a change.
+LR_CHECK_STEPS = 50
+# A bad batch breaks the loss within this many logged points from the onset to the peak.
+BAD_BATCH_MAX_RISE_POINTS = 2
+# The verdict's cause when no candidate wins (the card says what would decide).
+UNDETERMINED = "undetermined"
+
+
+def inferred_cause(
+    evidence: Evidence, incident: Incident, headline_confidence: float
+) -> tuple[str, float, str, str]:
+    """(category, confidence, lead, because) for a recovered spike no finding explains."""
+    rise = rise_points(evidence, incident)
+    if not evidence.run.has(LEARNING_RATE):
+        # A transient LR jump breaks the loss in one step too: without the LR the logs cannot
+        # tell it from a bad batch.
+        return UNDETERMINED, 0.0, "the cause is undetermined", _no_lr_reasons(incident, rise)
+    if rise > BAD_BATCH_MAX_RISE_POINTS:
+        # A bad batch breaks the loss in one step; a rise over several logged points is the
+        # optimization going unstable, and the logs do not say what drove it.
+        because = _slow_rise_reasons(evidence, incident, rise)
+        return UNDETERMINED, 0.0, "the cause is undetermined", because
+    confidence = headline_confidence * 0.8
+    because = f"{cause_words('bad_batch')} (confidence {confidence:.2f}): " + (
+        _bad_batch_reasons(evidence, incident).rstrip(".")
+    )
+    return "bad_batch", confidence, "most likely", because
+
+
+def rise_points(evidence: Evidence, incident: Incident) -> int:
+    """Logged loss points from the onset to the peak (1: the loss broke in one step)."""
+    steps, _ = evidence.run.series(incident.metric)
+    return int(((steps > incident.onset_step) & (steps <= incident.peak_step)).sum()) + 1
+
+
+def _no_lr_reasons(incident: Incident, rise: int) -> str:
+    shape = (
+        "a one-step break, which a bad batch and a transient LR jump both give"
+        if rise <= BAD_BATCH_MAX_RISE_POINTS
+        else f"a rise over {rise} logged points, an optimization instability"
+    )
+    return (
+        f"{shape}; the learning rate was not logged, so a schedule jump, ramp or warm-up end "
+        f"cannot be ruled in or out — log the LR, or run `tscope replay --around "
+        f"{incident.peak_step}` to see whether the batch alone breaks the loss"
+    )
+
+
+def _slow_rise_reasons(evidence: Evidence, incident: Incident, rise: int) -> str:
+    """Why a slow rise is not a bad batch, and what would tell the causes apart."""
+    span = incident.peak_step - incident.onset_step
+    text = (
+        f"the loss rose over {rise} logged points ({span} steps) before peaking, which one bad "
+        "batch does not do (it breaks the loss in one step): an optimization instability"
+    )
+    if not evidence.run.has(LEARNING_RATE):
+        return text + (
+            "; the learning rate was not logged, so an LR jump, a ramp or the end of warm-up "
+            "cannot be told apart — log the LR to decide"
+        )
+    lr_note = lr_change_note(evidence, incident)
+    if lr_note is not None:
+        text += f"; {lr_note}, so the schedule did not drive it"
+    return text + f"; a replay of the steps around {incident.peak_step} would decide"
+
+
+def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:
+    reasons = []
+    lr_note = lr_change_note(evidence, incident)
+    if lr_note is not None:
+        reasons.append(lr_note)
+    if evidence.run.has(GRAD_NORM):
+        _, grads = window(evidence.run, GRAD_NORM, incident.onset_step, incident.peak_step)
+        if grads.size:
+            reasons.append(f"the gradient norm reached {fmt(float(np.nanmax(grads)))} at the spike")
+    if incident.end_step is not None:
+        reasons.append(f"the loss was back to baseline by step {incident.end_step}")
+    reasons.append("no resume, schedule jump or drift preceded it")
+    return ", ".join(reasons) + "."
+
+
+def lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
+    """'steady' or 'smooth' description of the LR through the incident; None if it jumped."""
+    if not evidence.run.has(LEARNING_RATE):
+        return None
+    steps, lrs = window(
+        evidence.run, LEARNING_RATE, incident.onset_step - LR_CHECK_STEPS, incident.peak_step
+    )
+    if lrs.size == 0 or not np.isfinite(lrs).all() or lrs.max() <= 0:
+        return None
+    if lr_jumps(steps, lrs):
+        return None
+    change = float((lrs.max() - lrs.min()) / lrs.max())
+    if change < LR_STEADY_RELATIVE:
+        return f"the learning rate was steady at {fmt(float(lrs[-1]))}"
+    return (
+        f"the learning rate followed its schedule smoothly ({fmt(float(lrs[0]))} → "
+        f"{fmt(float(lrs[-1]))}, no jump)"
+    )
+
+
+def bad_batch_against(evidence: Evidence, incident: Incident, categories: set[str]) -> str | None:
+    """The specific reason a bad batch explains this spike less well; None when it may."""
+    if "warmup_too_short" in categories:
+        return (
+            f"less likely a bad batch: the break came at step {incident.onset_step}, early in a "
+            "run whose LR had no (or too short a) warm-up, where the update itself is the usual "
+            "culprit; a bad batch would break the loss again when its steps are replayed at a "
+            f"lower LR (`tscope replay --around {incident.peak_step}` tells them apart)"
+        )
+    if categories & set(CAUSES):
+        return "not a bad batch alone: a logged cause precedes the spike (see the story)"
+    rise = rise_points(evidence, incident)
+    if rise > BAD_BATCH_MAX_RISE_POINTS:
+        return (
+            f"not a bad batch: the loss rose over {rise} logged points before its peak; one bad "
+            "batch breaks it in one step"
+        )
+    return None

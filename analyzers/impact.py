@@ -1,0 +1,154 @@
+"""An incident's impact, measured on the training loss itself, and the one rule that grades it.
+
+The impact is what the reader was paged for: how far the loss went above the level it held just
+before the event (in nats and as a ratio), for how long, the area between the two (nats × steps),
+and whether it came back. Incidents are ordered by it (analyzers/incidents.py) and a loss
+spike's severity follows from it (`impact_severity`), so a 10σ spike of +2 nats always outranks a
+1.7σ wobble, whatever detector flagged either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tscope.analyzers.signals import loss_series, primary_loss
+
+from tscope.model import Run
+
+# The level before the event: the median of this many finite loss points before the onset (the
+# spike detectors' own window is 50; 20 keeps a slow pre-event drift from lowering it much).
+BASELINE_POINTS = 20
+# The severity rule (docs/case-schema.md "Severity and confidence"):
+# - critical: the loss went NaN/Inf, or it never recovered and peaked ≥ DIVERGED_RATIO × its level
+#   before the event (the divergence explainer's ratio), or it went back to the run's untrained
+#   level (`returned_to_initial`: weights lost);
+# - info: a peak below MIN_WARNING_EXCESS over the level before (what engineers read as noise on
+#   a loss dashboard), or a transient bump (back within TRANSIENT_MAX_POINTS logged points) below
+#   TRANSIENT_MAX_RATIO (healthy modded-nanogpt runs show data-driven one-step bumps of +21–40%;
+#   REPORT.md's corrupted batch is 1.57×);
+# - warning: everything else.
+DIVERGED_RATIO = 1.5
+MIN_WARNING_EXCESS = 0.10
+TRANSIENT_MAX_POINTS = 2
+TRANSIENT_MAX_RATIO = 1.5
+# "Back at the untrained level" (weights lost): for at least UNTRAINED_MIN_POINTS logged points
+# the loss gives back ≥ UNTRAINED_LOST_FRACTION of what the run had gained from its first logged
+# loss (≈ ln V for a model trained from scratch) down to the level before the event, after a gain
+# of at least UNTRAINED_MIN_GAIN × that first loss (the run had learned something to lose). One
+# bad batch can touch the untrained level for a step; lost weights keep the loss there while the
+# run re-learns (a bench nanoGPT run with re-initialized weights: 0.99 of the gain given back).
+UNTRAINED_LOST_FRACTION = 0.8
+UNTRAINED_MIN_GAIN = 0.1
+UNTRAINED_MIN_POINTS = 3
+
+
+def back_at_initial(initial: float, level: float, after: np.ndarray) -> bool:
+    """Whether `after` (finite losses) sits at the untrained level `initial` (see above)."""
+    gain = initial - level
+    if not (np.isfinite(initial) and initial > 0 and gain >= UNTRAINED_MIN_GAIN * initial):
+        return False
+    lost = (after - level) / gain
+    return int((lost >= UNTRAINED_LOST_FRACTION).sum()) >= UNTRAINED_MIN_POINTS
+
+
+@dataclass(frozen=True)
+class Impact:
+    baseline: float  # the loss level just before the onset (median of BASELINE_POINTS)
+    peak: float  # the largest finite loss in the incident window
+    excess_nats: float  # peak - baseline, ≥ 0 (inf when the loss went non-finite)
+    ratio: float  # peak / baseline (inf when non-finite or the baseline is ≤ 0)
+    duration_steps: int  # onset to recovery, or to the end of the log
+    points: int  # logged loss points in the window (onset to recovery)
+    area: float  # ∫ max(loss - baseline, 0) d(step) over the window, nats × steps
+    recovered: bool
+    nonfinite: bool
+    returned_to_initial: bool  # the peak is back at the run's first (untrained) loss level
+
+    @property
+    def transient(self) -> bool:
+        return self.recovered and not self.nonfinite and self.points <= TRANSIENT_MAX_POINTS
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "baseline": self.baseline,
+            "peak": self.peak,
+            "excess_nats": self.excess_nats,
+            "ratio": self.ratio,
+            "duration_steps": self.duration_steps,
+            "points": self.points,
+            "area_nats_steps": self.area,
+            "recovered": self.recovered,
+            "nonfinite": self.nonfinite,
+            "returned_to_initial": self.returned_to_initial,
+            "severity": impact_severity(self),
+        }
+
+
+NO_IMPACT = Impact(0.0, 0.0, 0.0, 1.0, 0, 0, 0.0, True, False, False)
+
+
+def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
+    """The impact on the training loss of an event from `onset_step` to `end_step` (None: it never
+    recovered, the window runs to the end of the log)."""
+    loss = primary_loss(run)
+    if loss is None:
+        return NO_IMPACT
+    steps, values = loss_series(run, loss)
+    before = values[steps < onset_step]
+    before = before[np.isfinite(before)][-BASELINE_POINTS:]
+    last = end_step if end_step is not None else int(steps[-1]) + 1
+    inside = (steps >= onset_step) & (steps < max(last, onset_step + 1))
+    window_steps, window = steps[inside], values[inside]
+    if window.size == 0:
+        return NO_IMPACT
+    finite = window[np.isfinite(window)]
+    baseline = float(np.median(before)) if before.size else float(finite[0] if finite.size else 0)
+    nonfinite = bool(finite.size < window.size)
+    peak = float(finite.max()) if finite.size else baseline
+    excess = float("inf") if nonfinite else max(peak - baseline, 0.0)
+    if nonfinite or baseline <= 0:
+        ratio = float("inf") if nonfinite or peak > 0 else 1.0
+    else:
+        ratio = peak / baseline
+    clipped = np.clip(np.where(np.isfinite(window), window, peak) - baseline, 0.0, None)
+    # Trapezoids between logged points (numpy's trapezoid needs numpy ≥ 2).
+    gaps = np.diff(window_steps.astype(float))
+    area = float(np.sum(gaps * (clipped[1:] + clipped[:-1]) / 2)) if window.size > 1 else 0.0
+    area = area or float(clipped[0])
+    first = values[np.isfinite(values)][:1]
+    initial = float(first[0]) if first.size else float("nan")
+    started_before = bool(
+        steps[np.isfinite(values)][:1].size and steps[np.isfinite(values)][0] < onset_step
+    )
+    returned = started_before and back_at_initial(initial, baseline, finite)
+    return Impact(
+        baseline=baseline,
+        peak=peak,
+        excess_nats=excess,
+        ratio=ratio,
+        duration_steps=int((end_step if end_step is not None else int(steps[-1])) - onset_step),
+        points=int(window.size),
+        area=area,
+        recovered=end_step is not None,
+        nonfinite=nonfinite,
+        returned_to_initial=returned,
+    )
+
+
+def impact_severity(impact: Impact) -> str:
+    """The one rule from impact to severity (constants above)."""
+    if impact.nonfinite or impact.returned_to_initial:
+        return "critical"
+    if not impact.recovered and impact.ratio >= DIVERGED_RATIO:
+        return "critical"
+    if impact.ratio < 1 + MIN_WARNING_EXCESS:
+        return "info"
+    if impact.transient and impact.ratio < TRANSIENT_MAX_RATIO:
+        return "info"
+    return "warning"
+
+
+def impact_order(impact: Impact) -> tuple[bool, float, float]:
+    """Sort key, worst first: non-finite, then the peak excess in nats, then the area."""
+    return (not impact.nonfinite, -impact.excess_nats, -impact.area)

@@ -1,0 +1,169 @@
+"""Producer: a plain-torch training loop in the shape of karpathy/nanoGPT's train.py.
+
+Iterations count from 0 (`iter_num`); iteration i is optimizer step i+1 of the spec, so every
+planted step s of the spec shows at the logged iteration s-1 (`logged_step`). At the top of an
+iteration that is a multiple of `save_every` the loop overwrites `ckpt.pt` with
+{model, optimizer, model_args, iter_num, best_val_loss, config}, as nanoGPT does with
+always_save_checkpoint. The log is the loop's own, in one of three formats by run index:
+`metrics.jsonl`, `metrics.csv` (iter, train_loss, lr, grad_norm) or `train.log` (nanoGPT's stdout
+line `iter N: loss X, time Tms, mfu P%` with the `lr` field forks add). The logged loss is the mean
+over the micro-batches of the iteration (stock nanoGPT prints the last micro-batch's: a bad
+micro-batch would then be invisible in the log).
+
+A resume (phase "resume") loads `ckpt.pt` the way `init_from='resume'` does, except for what the
+cause loses: the optimizer state (fresh AdamW), the schedule (the LR counter restarts at the
+resume: warm-up again), or the weights (the model stays at its initialization).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+from spec import (
+    RESUME_CAUSES,
+    RESUME_OPTIMIZER_LOST,
+    RESUME_SCHEDULER_LOST,
+    RESUME_WEIGHTS_REINIT,
+    RunSpec,
+)
+
+LOG_FORMATS = ("jsonl", "csv", "stdout")
+WEIGHT_DECAY = 0.1
+BETAS = (0.9, 0.95)
+GRAD_CLIP = 1.0
+CRASH_EXIT_CODE = 75
+
+
+def phases(spec: RunSpec) -> list[str]:
+    return ["first", "resume"] if spec.cause in RESUME_CAUSES else ["train"]
+
+
+def between_phases(spec: RunSpec, run_dir: Path) -> list[str]:
+    return {
+        RESUME_OPTIMIZER_LOST: ["resumed without loading the optimizer state (fresh AdamW)"],
+        RESUME_SCHEDULER_LOST: ["resumed with the LR schedule's counter restarted at the resume"],
+        RESUME_WEIGHTS_REINIT: ["resumed without loading the weights (initial weights kept)"],
+    }[spec.cause]
+
+
+def log_format(spec: RunSpec) -> str:
+    return LOG_FORMATS[spec.index % len(LOG_FORMATS)]
+
+
+class _Log:
+    def __init__(self, run_dir: Path, spec: RunSpec) -> None:
+        self.format = log_format(spec)
+        name = {"jsonl": "metrics.jsonl", "csv": "metrics.csv", "stdout": "train.log"}[self.format]
+        self.path = run_dir / name
+        fresh = not self.path.exists()
+        self.file = self.path.open("a", encoding="utf-8")
+        if fresh and self.format == "csv":
+            self.file.write("iter,train_loss,lr,grad_norm\n")
+
+    def write(
+        self, iteration: int, loss: float, lr: float, grad_norm: float, seconds: float
+    ) -> None:
+        if self.format == "jsonl":
+            record = {"iter": iteration, "loss": loss, "lr": lr, "grad_norm": grad_norm}
+            self.file.write(json.dumps(record) + "\n")
+        elif self.format == "csv":
+            self.file.write(f"{iteration},{loss:.6f},{lr:.6e},{grad_norm:.6f}\n")
+        else:
+            self.file.write(
+                f"iter {iteration}: loss {loss:.4f}, time {seconds * 1000:.2f}ms, mfu -100.00%, lr {lr:.4e}\n"
+            )
+        self.file.flush()
+
+
+def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> None:
+    import text_corpus
+    import torch
+    from nanogpt_model import GPT, GPTConfig
+    from planting import PlantedBatches, freeze, frozen_prefix
+    from schedules import multiplier
+
+    torch.set_num_threads(1)
+    torch.manual_seed(spec.seed)
+    tokenizer = text_corpus.CharacterTokenizer()
+    data = torch.tensor(tokenizer.encode(text_corpus.build_text()), dtype=torch.long)
+    block = text_corpus.BLOCK_TOKENS
+    model_args = {
+        "n_layer": spec.layers,
+        "n_head": spec.heads,
+        "n_embd": spec.hidden,
+        "block_size": block,
+        "bias": True,
+        "vocab_size": tokenizer.vocab_size,
+        "dropout": 0.0,
+    }
+    model = GPT(GPTConfig(**model_args))
+    optimizer = torch.optim.AdamW(
+        model.optimizer_groups(WEIGHT_DECAY), lr=spec.peak_lr, betas=BETAS
+    )
+    start, schedule_origin = 0, 0
+    if phase == "resume":
+        checkpoint = torch.load(run_dir / "ckpt.pt", map_location="cpu", weights_only=True)
+        start = int(checkpoint["iter_num"])
+        if spec.cause != RESUME_WEIGHTS_REINIT:
+            model.load_state_dict(checkpoint["model"])
+        if spec.cause != RESUME_OPTIMIZER_LOST:
+            optimizer.load_state_dict(checkpoint["optimizer"])
+        if spec.cause == RESUME_SCHEDULER_LOST:
+            schedule_origin = start
+    generator = torch.Generator().manual_seed(spec.seed + start)
+    batches = PlantedBatches(spec, tokenizer.vocab_size)
+    batches.calls = start * spec.grad_accum
+    cursor = start * spec.grad_accum * spec.batch_size * block
+    prefix = frozen_prefix(spec)
+    log = _Log(run_dir, spec)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec.precision == "bf16")
+    config = {k: v for k, v in dataclasses.asdict(spec).items() if k != "plant"}
+    crash_after = int(spec.plant["crash_after"]) - 1 if phase == "first" else None
+    for iteration in range(start, spec.steps):
+        if iteration % spec.save_every == 0 and iteration > start:
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "model_args": model_args,
+                    "iter_num": iteration,
+                    "best_val_loss": 1e9,
+                    "config": config,
+                },
+                run_dir / "ckpt.pt",
+            )
+        if prefix is not None and iteration + 1 >= int(spec.plant["step"]):
+            freeze(model, prefix)
+            prefix = None
+        lr = spec.peak_lr * multiplier(spec, iteration - schedule_origin + 1)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        started = time.monotonic()
+        losses = []
+        for _ in range(spec.grad_accum):
+            if spec.data_order == "sequential":
+                offsets = (cursor + block * torch.arange(spec.batch_size)) % (len(data) - block - 1)
+                cursor += block * spec.batch_size
+            else:
+                offsets = torch.randint(
+                    len(data) - block - 1, (spec.batch_size,), generator=generator
+                )
+            chunk = torch.stack([data[i : i + block + 1] for i in offsets.tolist()])  # (B, T+1)
+            chunk = batches(chunk)
+            with autocast:
+                loss = model(chunk[:, :-1], chunk[:, 1:])
+            (loss / spec.grad_accum).backward()
+            losses.append(float(loss.detach()))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        log.write(iteration, sum(losses) / len(losses), lr, grad_norm, time.monotonic() - started)
+        if crash_after is not None and iteration == crash_after:
+            record_path.write_text(json.dumps({"global_step": iteration + 1}), encoding="utf-8")
+            log.file.close()
+            os._exit(CRASH_EXIT_CODE)
+    record_path.write_text(json.dumps({"global_step": spec.steps}), encoding="utf-8")

@@ -1,0 +1,226 @@
+"""Producer: `transformers.Trainer` training a tiny random GPT-2 or Llama on the fixture corpus.
+
+The run folder is what the Trainer writes: `checkpoint-N/` (weights, optimizer, scheduler, RNG,
+trainer_state.json) and TensorBoard events from its own TensorBoardCallback under `runs/`. The
+pieces come from fixtures/: the corpus and dataset (`text_corpus`), the recording collator and the
+crash callback (`planted`). The LR schedule is a LambdaLR over `schedules.multiplier`, passed
+through `optimizers=(opt, sched)`, so a planted LR cause is in the scheduler the Trainer steps.
+
+A resume cause is two phases, each in its own process: the first dies after `crash_after` (no
+final save), the checkpoint is damaged as planted, and the second resumes from it with
+`trainer.train(resume_from_checkpoint=...)`. The Trainer loads optimizer and scheduler only when
+both files exist, so deleting either one loses both (the ground truth says so).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from spec import (
+    RESUME_CAUSES,
+    RESUME_OPTIMIZER_LOST,
+    RESUME_SCHEDULER_LOST,
+    RESUME_WEIGHTS_REINIT,
+    RunSpec,
+)
+
+TENSORBOARD_SUBDIR = "runs"
+WEIGHT_DECAY = 0.01
+MAX_GRAD_NORM = 1.0
+
+
+def phases(spec: RunSpec) -> list[str]:
+    return ["first", "resume"] if spec.cause in RESUME_CAUSES else ["train"]
+
+
+def between_phases(spec: RunSpec, run_dir: Path) -> list[str]:
+    """Damage the checkpoint the resume reads, as planted; returns what was done."""
+    checkpoint = run_dir / f"checkpoint-{spec.plant['resume_from']}"
+    removed = {RESUME_OPTIMIZER_LOST: "optimizer.pt", RESUME_SCHEDULER_LOST: "scheduler.pt"}
+    if spec.cause in removed:
+        (checkpoint / removed[spec.cause]).unlink()
+        return [
+            f"deleted {checkpoint.name}/{removed[spec.cause]}: the Trainer then loads neither "
+            "optimizer nor scheduler (fresh AdamW moments, LR warm-up restarts)"
+        ]
+    return ["the resumed process re-initializes the weights after loading the checkpoint"]
+
+
+def build_model(spec: RunSpec, vocab_size: int) -> Any:
+    import text_corpus
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    if spec.model == "llama":
+        return LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=vocab_size,
+                hidden_size=spec.hidden,
+                intermediate_size=2 * spec.hidden,
+                num_hidden_layers=spec.layers,
+                num_attention_heads=spec.heads,
+                num_key_value_heads=spec.heads,
+                max_position_embeddings=text_corpus.BLOCK_TOKENS,
+                bos_token_id=0,
+                eos_token_id=0,
+                pad_token_id=0,
+            )
+        )
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=vocab_size,
+            n_layer=spec.layers,
+            n_embd=spec.hidden,
+            n_head=spec.heads,
+            n_inner=2 * spec.hidden,
+            n_positions=text_corpus.BLOCK_TOKENS,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
+
+
+def _optimizers(model: Any, spec: RunSpec) -> tuple[Any, Any]:
+    """AdamW split as the Trainer splits it (no decay on biases and norms), with a LambdaLR."""
+    import torch
+    from schedules import multiplier
+
+    decay = [p for _, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for _, p in model.named_parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": WEIGHT_DECAY},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=spec.peak_lr,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: multiplier(spec, i + 1))
+    return optimizer, scheduler
+
+
+class _SequentialBlocks:
+    """The corpus blocks in order, cycling: a streamed dataset (the Trainer does not shuffle an
+    IterableDataset), whose changes of source text make natural bumps in the loss."""
+
+    def __init__(self, dataset: Any, total: int) -> None:
+        self.dataset = dataset
+        self.total = total
+
+    def make(self) -> Any:
+        import torch
+
+        dataset, total = self.dataset, self.total
+
+        class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+            def __iter__(self) -> Any:
+                for index in range(total):
+                    yield dataset[index % len(dataset)]
+
+        return Stream()
+
+
+def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> None:
+    import planted
+    import text_corpus
+    import torch
+    from planting import PlantedBatches, freeze, frozen_prefix
+    from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+
+    torch.set_num_threads(1)
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / TENSORBOARD_SUBDIR)
+    dataset, tokenizer, _ = text_corpus.build_dataset()
+    vocab_size = tokenizer.vocab_size
+    set_seed(spec.seed)
+    model = build_model(spec, vocab_size)
+    batches = PlantedBatches(spec, vocab_size)
+
+    class Collator(planted.RecordingCollator):
+        def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+            input_ids = torch.stack([feature["input_ids"] for feature in features])
+            self.sample_ids_per_call.append([int(feature["sample_id"]) for feature in features])
+            input_ids = batches(input_ids)
+            return {"input_ids": input_ids, "labels": input_ids.clone()}
+
+    collator = Collator()
+    callbacks: list[TrainerCallback] = []
+    if phase == "first":
+        callbacks.append(
+            planted.CrashAfterStep(int(spec.plant["crash_after"]), collator, record_path)
+        )
+    prefix = frozen_prefix(spec)
+    if prefix is not None:
+        callbacks.append(_FreezeAt(int(spec.plant["step"]), prefix, freeze))
+    if phase == "resume" and spec.cause == RESUME_WEIGHTS_REINIT:
+        set_seed(spec.seed)
+        callbacks.append(_Reinitialize(build_model(spec, vocab_size).state_dict()))
+
+    train_dataset: Any = dataset
+    if spec.data_order == "sequential":
+        total = spec.steps * spec.batch_size * spec.grad_accum + spec.batch_size
+        train_dataset = _SequentialBlocks(dataset, total).make()
+    args = TrainingArguments(
+        output_dir=str(run_dir),
+        max_steps=spec.steps,
+        per_device_train_batch_size=spec.batch_size,
+        gradient_accumulation_steps=spec.grad_accum,
+        max_grad_norm=MAX_GRAD_NORM,
+        logging_steps=1,
+        save_steps=spec.save_every,
+        save_total_limit=3,
+        report_to=["tensorboard"],
+        seed=spec.seed,
+        bf16=spec.precision == "bf16",
+        use_cpu=True,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        data_collator=collator,
+        callbacks=callbacks,
+        optimizers=_optimizers(model, spec),
+    )
+    resume = None
+    if phase == "resume":
+        resume = str(run_dir / f"checkpoint-{spec.plant['resume_from']}")
+    trainer.train(resume_from_checkpoint=resume)
+    planted.write_phase_record(record_path, collator, trainer.state.global_step)
+
+
+def _callback_base() -> Any:
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+class _FreezeAt(_callback_base()):  # type: ignore[misc]
+    """Stops training one block from optimizer step `step` on (before that step's update)."""
+
+    def __init__(self, step: int, prefix: str, freeze: Any) -> None:
+        self.step, self.prefix, self.freeze, self.done = step, prefix, freeze, False
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.done and state.global_step >= self.step - 1:
+            self.freeze(kwargs["model"], self.prefix)
+            self.done = True
+
+
+class _Reinitialize(_callback_base()):  # type: ignore[misc]
+    """After the checkpoint was loaded, put the initial weights back (a resume that rebuilt the
+    model after loading the checkpoint, keeping the loaded optimizer and scheduler)."""
+
+    def __init__(self, initial: dict[str, Any]) -> None:
+        self.initial = initial
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import torch
+
+        with torch.no_grad():
+            kwargs["model"].load_state_dict(self.initial)

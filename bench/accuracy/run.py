@@ -1,0 +1,126 @@
+"""The accuracy benchmark: generate what the cache lacks, analyze every run, score, report.
+
+    .venv/bin/python bench/accuracy/run.py --split dev                 # train what is missing, score
+    .venv/bin/python bench/accuracy/run.py --split dev --write-docs    # ... and rewrite docs/accuracy.md
+    .venv/bin/python bench/accuracy/run.py --split dev --no-generate   # score what is cached only
+    .venv/bin/python bench/accuracy/run.py --split dev --producer nanogpt --runs   # + a per-run table
+
+The test split is for the closing note: it is scored like dev (nothing is refused) and every
+output says which split it is. Results (every run's headline and alerts) are also written as JSON
+to `<cache>/results-<split>.json`. Exit code 0 whatever the numbers (a measurement, not a test);
+1 when a run could not be trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import paths
+import report
+from generate import generate, is_done, run_folder
+from score import healthy_real_logs, score_all, to_json
+from spec import PRODUCERS, build_specs, select
+
+DOCS_PATH = paths.REPO_ROOT / "docs" / "accuracy.md"
+REALDATA = paths.REPO_ROOT.parent / "shared" / "realdata"
+DOCS_HEADER = """# Diagnosis accuracy benchmark
+
+Measured by `bench/accuracy/` on runs made by real producers (`transformers.Trainer` with tiny
+random GPT-2 and Llama models, a plain-torch nanoGPT-style loop, Lightning), each with one planted
+cause at a random step and strength, plus healthy controls. Regenerate this page with
+
+    .venv/bin/python bench/accuracy/run.py --split dev --write-docs
+
+(runs are trained into a cache outside the repository, `~/.cache/tscope-bench` or
+`$TSCOPE_BENCH_CACHE`, and only what is missing is trained). The runs are never committed; the
+generator, the ground truth it writes (`truth.json` next to each run) and the scorer are.
+
+## How it is scored
+
+- **Headline right**: `summary.status` is `incident` and the cause the summary card names
+  (`summary.card.cause.category`) is one that counts for the planted cause (table below), at a
+  step inside the cause's window (`bench/accuracy/causes.py`: the planted step ±1 for one-step
+  causes; a checkpoint finding may sit at the first checkpoint after it; an LR ramp or a frozen
+  layer from its first step on; warm-up too hot in the first 30 steps or fifth of the run;
+  repeated data during the repetition). On a control the headline is right when there is no
+  incident.
+- **Recall** per planted cause: runs with that cause whose headline is right. **Precision** per
+  headline category: runs headlined with that cause category whose headline is right.
+- **False warnings**: any finding of severity warning or critical on a healthy control, and on the
+  healthy real logs of `../shared/realdata` (the modded-nanogpt records, the three Trainer
+  states, pythia 70m-seed3's segments; not pythia 14m-seed5 nor the Megatron chronicles, which
+  hold real events).
+- **Calibration**: findings binned by confidence, with the fraction that was right per bin.
+
+## What counts as right
+
+"""
+
+
+def _context(specs_count: int, missing: int, seconds: float) -> str:
+    import tscope
+
+    note = f"tscope {tscope.__version__}; analyzed in {seconds:.0f} s."
+    if missing:
+        note += f" **{missing} of {specs_count} runs of this split were not in the cache and are not scored.**"
+    return note
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev")
+    parser.add_argument("--producer", action="append", default=[], choices=PRODUCERS)
+    parser.add_argument("--cache", type=Path, default=paths.default_cache())
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--no-generate", action="store_true", help="score only what is cached")
+    parser.add_argument("--write-docs", action="store_true", help=f"rewrite {DOCS_PATH.name}")
+    parser.add_argument("--runs", action="store_true", help="also print the per-run table")
+    parser.add_argument("--realdata", type=Path, default=REALDATA)
+    parser.add_argument("--skip-realdata", action="store_true", help="do not analyze the real logs")
+    options = parser.parse_args(argv)
+    os.nice(10)
+    specs = select(build_specs(), options.split, tuple(options.producer))
+    failures: list[str] = []
+    if not options.no_generate:
+        failures = generate(options.cache, specs, options.jobs)
+    cached = [s for s in specs if is_done(options.cache, s)]
+    real_logs = []
+    if options.realdata.is_dir() and not options.skip_realdata:
+        real_logs = healthy_real_logs(options.realdata)
+    started = time.monotonic()
+    runs, real = score_all([run_folder(options.cache, s) for s in cached], real_logs, options.jobs)
+    context = _context(len(specs), len(specs) - len(cached), time.monotonic() - started)
+    body = report.markdown(runs, real, options.split, context)
+    print(f"=== split: {options.split} ===")
+    print("\n".join(body))
+    if options.runs:
+        print("\n".join(["", "### Per run", "", *report.per_run(runs)]))
+    results = options.cache / f"results-{options.split}.json"
+    results.write_text(json.dumps(to_json(runs, real), indent=1), encoding="utf-8")
+    print(f"\nper-run results: {results}")
+    if options.write_docs:
+        text = DOCS_HEADER + "\n".join(
+            [
+                *report.mapping_table(),
+                "",
+                "## Results",
+                "",
+                *body,
+                "",
+                "### Per run",
+                "",
+                *report.per_run(runs),
+            ]
+        )
+        DOCS_PATH.write_text(text + "\n", encoding="utf-8")
+        print(f"wrote {DOCS_PATH}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Analyze each cached run with `tscope.analyze` (the library call `tscope analyze` makes) and
+score it against its ground truth; also count alerts on the healthy real logs.
+
+What is read from the case: `summary.status` and `summary.card` (contract keys: the headline's
+cause category, its finding id and confidence, the card's step) and every finding's category,
+severity, confidence, step and source. `headline_of` is the only function that knows the case's
+shape, so a change of the summary payload is one edit here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import causes
+import paths
+from spec import BAD_BATCH, CONTROL, RunSpec
+
+ALERT_SEVERITIES = ("warning", "critical")
+
+# The healthy logs of ../shared/realdata (per its README: no incident in them). Excluded: pythia
+# 14m-seed5 (a real one-step spike at 95457) and the Megatron chronicles (documented events).
+HEALTHY_REAL_LOGS = (
+    "modded_nanogpt/runs/*.csv",
+    "modded_nanogpt/more_runs/*.csv",
+    "hf_trainer_state/baize_tcm_lora__trainer_state.json",
+    "hf_trainer_state/tinyllama_chat_dpo__trainer_state.json",
+    "hf_trainer_state/whisper_large_v2_ja__trainer_state.json",
+    "pythia_wandb_export/70m-seed3_*.csv",
+)
+
+
+@dataclass(frozen=True)
+class Headline:
+    status: str  # incident | healthy | insufficient_data | error
+    category: str | None  # the cause the verdict names (card.cause.category)
+    step: int | None  # the step of the cause's finding, else the card's step
+    confidence: float | None
+    source: str  # where the cause's finding came from ("logs", "checkpoints", ...)
+    headline_category: str | None  # the first alert finding's category (F1 of the alerts)
+
+
+@dataclass(frozen=True)
+class Alert:
+    category: str
+    severity: str
+    confidence: float
+    step: int | None
+    source: str
+    right: bool
+
+
+@dataclass
+class RunScore:
+    name: str
+    producer: str
+    cause: str
+    split: str
+    planted_step: int | None
+    headline: Headline
+    right: bool
+    alerts: list[Alert] = field(default_factory=list)
+    error: str = ""
+    analyze_seconds: float = 0.0
+    # Bad batch only: how far the logged loss at the planted step stands out, by the robustness
+    # sweep's own measure (sweep_scoring._excursions: robust σ over the local trend), and whether
+    # any other step of the run stands out more. None for other causes.
+    visibility: float | None = None
+    largest_excursion: bool | None = None
+
+
+def headline_of(case: Any) -> Headline:
+    summary = case.summary
+    status = str(summary.get("status", "?"))
+    card = summary.get("card")
+    alerts = [f for f in case.findings if f.severity in ALERT_SEVERITIES]
+    first = alerts[0].category if alerts else None
+    if not card:
+        return Headline(status, None, None, None, "logs", first)
+    cause = card.get("cause") or {}
+    by_id = {f.id: f for f in case.findings}
+    finding = by_id.get(cause.get("finding_id"))
+    step = finding.step if finding is not None and finding.step is not None else card.get("step")
+    source = finding.source if finding is not None else "logs"
+    return Headline(status, cause.get("category"), step, cause.get("confidence"), source, first)
+
+
+def _alerts(spec: RunSpec, case: Any) -> list[Alert]:
+    return [
+        Alert(
+            f.category,
+            f.severity,
+            float(f.confidence),
+            f.step,
+            f.source,
+            causes.finding_is_right(spec, f.category, f.step, f.source),
+        )
+        for f in case.findings
+        if f.severity in ALERT_SEVERITIES
+    ]
+
+
+VISIBLE_SIGMA = 5.0  # the robustness sweep's "visible" (sweep_scoring: >= 5 and the largest)
+
+
+def _visibility(spec: RunSpec, run: Any) -> tuple[float | None, bool | None]:
+    if spec.cause != BAD_BATCH or spec.planted_step is None:
+        return None, None
+    sys.path.insert(0, str(paths.REPO_ROOT / "bench"))
+    from sweep_scoring import _excursions
+
+    from tscope.model.metric_names import LOSS
+
+    steps, values = run.series(LOSS)
+    rows = {int(s): {"loss": float(v)} for s, v in zip(steps, values, strict=True)}
+    scores = _excursions(rows)
+    at = max((scores.get(spec.planted_step + d, float("-inf")) for d in (0, 1)), default=None)
+    if at is None or at == float("-inf"):
+        return None, None
+    others = [v for s, v in scores.items() if abs(s - spec.planted_step) > 1]
+    return round(at, 1), all(at > v for v in others)
+
+
+def score_run(folder: str) -> RunScore:
+    """Analyze one cached run (`<folder>/run`, ground truth in `<folder>/truth.json`) with the
+    pipeline call behind `tscope.analyze` (it also returns the normalized run, for the
+    visibility measure)."""
+    from tscope.pipeline import analyze_run
+
+    truth = json.loads((Path(folder) / "truth.json").read_text(encoding="utf-8"))
+    spec = RunSpec.from_json(truth["spec"])
+    started = time.monotonic()
+    try:
+        case, run = analyze_run(Path(folder) / "run")
+    except Exception as error:  # scored as wrong, with the reason kept
+        return RunScore(
+            spec.name,
+            spec.producer,
+            spec.cause,
+            spec.split,
+            spec.planted_step,
+            Headline("error", None, None, None, "logs", None),
+            False,
+            error=f"{type(error).__name__}: {error}"[:500] + traceback.format_exc()[-300:],
+        )
+    seconds = time.monotonic() - started
+    headline = headline_of(case)
+    if spec.cause == CONTROL:
+        right = headline.status != "incident"
+    else:
+        right = headline.status == "incident" and causes.cause_is_right(
+            spec, headline.category or "", headline.step, headline.source
+        )
+    visibility, largest = _visibility(spec, run)
+    return RunScore(
+        spec.name,
+        spec.producer,
+        spec.cause,
+        spec.split,
+        spec.planted_step,
+        headline,
+        right,
+        _alerts(spec, case),
+        analyze_seconds=round(seconds, 1),
+        visibility=visibility,
+        largest_excursion=largest,
+    )
+
+
+@dataclass(frozen=True)
+class RealLogScore:
+    path: str
+    status: str
+    alerts: list[tuple[str, str, int | None]]  # (category, severity, step)
+    error: str = ""
+
+
+def score_real_log(path: str) -> RealLogScore:
+    import tscope
+
+    try:
+        case = tscope.analyze(Path(path), read_weights=False)
+    except Exception as error:
+        return RealLogScore(path, "error", [], f"{type(error).__name__}: {error}"[:300])
+    alerts = [
+        (f.category, f.severity, f.step) for f in case.findings if f.severity in ALERT_SEVERITIES
+    ]
+    return RealLogScore(path, str(case.summary.get("status")), alerts)
+
+
+def healthy_real_logs(realdata: Path) -> list[Path]:
+    return sorted(p for pattern in HEALTHY_REAL_LOGS for p in realdata.glob(pattern))
+
+
+def score_all(
+    folders: list[Path], real_logs: list[Path], jobs: int
+) -> tuple[list[RunScore], list[RealLogScore]]:
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        runs = list(pool.map(score_run, [str(f) for f in folders]))
+        real = list(pool.map(score_real_log, [str(p) for p in real_logs]))
+    return runs, real
+
+
+def to_json(runs: list[RunScore], real: list[RealLogScore]) -> dict[str, Any]:
+    return {"runs": [asdict(r) for r in runs], "real_logs": [asdict(r) for r in real]}

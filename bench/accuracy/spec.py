@@ -1,0 +1,305 @@
+"""The benchmark's runs: one `RunSpec` per run, drawn deterministically, with its planted cause.
+
+Every number of a run (model width, batch, accumulation, schedule, LR, precision, the planted step
+and strength) is drawn from a `random.Random` seeded by the run's own identity (producer, cause,
+index), so adding a producer or a cause never changes the other runs, and their cache keys stay.
+
+The split is by seed: an even seed is `dev`, an odd one `test`; within each (producer, cause)
+group the indices alternate, so both splits hold the same mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Bumped whenever a producer changes what it writes: every cache key changes with it.
+GENERATOR_VERSION = 1
+
+PRODUCERS = ("trainer_gpt2", "trainer_llama", "nanogpt", "lightning")
+
+# The planted causes (ids used in the ground truth and in causes.py).
+BAD_BATCH = "bad_batch"
+LR_JUMP_TRANSIENT = "lr_jump_transient"
+LR_JUMP_PERSISTENT = "lr_jump_persistent"
+LR_RAMP = "lr_ramp"
+WARMUP_TOO_HOT = "warmup_too_hot"
+RESUME_OPTIMIZER_LOST = "resume_optimizer_lost"
+RESUME_SCHEDULER_LOST = "resume_scheduler_lost"
+RESUME_WEIGHTS_REINIT = "resume_weights_reinit"
+REPEATED_DATA = "repeated_data"
+FROZEN_LAYER = "frozen_layer"
+CONTROL = "control"
+
+RESUME_CAUSES = (RESUME_OPTIMIZER_LOST, RESUME_SCHEDULER_LOST, RESUME_WEIGHTS_REINIT)
+ALL_CAUSES = (
+    BAD_BATCH,
+    LR_JUMP_TRANSIENT,
+    LR_JUMP_PERSISTENT,
+    LR_RAMP,
+    WARMUP_TOO_HOT,
+    *RESUME_CAUSES,
+    REPEATED_DATA,
+    FROZEN_LAYER,
+)
+
+# Runs per (producer, cause); controls per producer. 128 planted runs and 42 controls.
+PLANTED_PER_CAUSE = {"trainer_gpt2": 4, "trainer_llama": 3, "nanogpt": 3, "lightning": 4}
+# Lightning restores a checkpoint as a whole (ckpt_path=): no planted resume there.
+CAUSES_BY_PRODUCER = {
+    "trainer_gpt2": ALL_CAUSES,
+    "trainer_llama": ALL_CAUSES,
+    "nanogpt": ALL_CAUSES,
+    "lightning": tuple(c for c in ALL_CAUSES if c not in RESUME_CAUSES),
+}
+# Steps in the specs are optimizer steps counted from 1 (the Trainer's global_step after the
+# update; its logged loss of step k is computed before update k). nanoGPT logs `iter_num` from 0
+# and Lightning logs `global_step` before the update, so optimizer step k is logged as k-1 there.
+# Checkpoint steps are the number of updates done in every producer.
+# Runs numbered from here are the test suite's small fixed runs (`smoke_specs`), in no split.
+SMOKE_INDEX = 90
+LOG_STEP_OFFSET = {"nanogpt": -1, "lightning": -1}
+CONTROLS_PER_PRODUCER = {"trainer_gpt2": 12, "trainer_llama": 10, "nanogpt": 10, "lightning": 10}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a producer needs to train one run; `cause` parameters are in `plant`."""
+
+    producer: str
+    index: int
+    seed: int
+    model: str  # "gpt2" | "llama" (Trainer) | "nanogpt" (the plain-torch GPT, also in Lightning)
+    hidden: int
+    layers: int
+    heads: int
+    steps: int
+    batch_size: int  # per micro-batch
+    grad_accum: int
+    schedule: str  # "cosine" | "linear" | "constant" (all with linear warm-up first)
+    warmup_steps: int
+    peak_lr: float
+    precision: str  # "fp32" | "bf16"
+    save_every: int
+    data_order: str  # "shuffled" | "sequential" (streamed in corpus order: natural data bumps)
+    cause: str
+    plant: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.producer}-{self.cause}-{self.index:02d}"
+
+    @property
+    def split(self) -> str:
+        if self.index >= SMOKE_INDEX:
+            return "smoke"
+        return "dev" if self.seed % 2 == 0 else "test"
+
+    @property
+    def planted_step(self) -> int | None:
+        """The planted step as the run logs it (see LOG_STEP_OFFSET)."""
+        step = self.plant.get("step")
+        return None if step is None else self.logged(int(step))
+
+    def logged(self, step: int) -> int:
+        """The logged step number of optimizer step `step` (counted from 1)."""
+        return step + LOG_STEP_OFFSET.get(self.producer, 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def key(self) -> str:
+        """The cache key: a hash of everything that shapes the run."""
+        payload = json.dumps(
+            {"generator_version": GENERATOR_VERSION, **self.to_json()}, sort_keys=True
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+    @staticmethod
+    def from_json(payload: dict[str, Any]) -> RunSpec:
+        return RunSpec(**payload)
+
+
+def _seed(producer: str, cause: str, index: int) -> int:
+    """Stable across Python runs (no hash randomization); parity alternates with `index`."""
+    base = zlib.crc32(f"{producer}/{cause}".encode()) % 50_000
+    return 2 * (base + index // 2 * 7919 % 50_000) + index % 2
+
+
+def _log_uniform(rng: random.Random, low: float, high: float) -> float:
+    return float(math.exp(rng.uniform(math.log(low), math.log(high))))
+
+
+def _training(producer: str, rng: random.Random) -> dict[str, Any]:
+    # Sized for a shared 2-core machine: ~10-25 s of CPU per run (bf16 autocast on CPU is the
+    # slow case, hence one run in four).
+    steps = rng.randrange(100, 201, 10)
+    grad_accum = rng.choice((1, 1, 4)) if producer != "nanogpt" else rng.choice((1, 4))
+    batch_choices = (4, 4, 8) if grad_accum == 4 else (4, 8, 8, 16, 16, 32)
+    return {
+        "model": {"trainer_gpt2": "gpt2", "trainer_llama": "llama"}.get(producer, "nanogpt"),
+        "hidden": rng.choice((32, 32, 48, 64)),
+        "layers": 2,
+        "heads": 2,
+        "steps": steps,
+        "batch_size": rng.choice(batch_choices),
+        "grad_accum": grad_accum,
+        "schedule": rng.choice(("cosine", "linear", "constant")),
+        "warmup_steps": rng.choice((10, 15, 20, 30)),
+        "peak_lr": round(_log_uniform(rng, 1e-3, 4e-3), 6),
+        "precision": rng.choice(("fp32", "fp32", "fp32", "bf16")),
+        "save_every": steps // 4,
+        "data_order": "shuffled",
+    }
+
+
+def _plant(cause: str, training: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """The cause's parameters. `step` is the first optimizer step (counted from 1) it acts on."""
+    steps = int(training["steps"])
+    save_every = int(training["save_every"])
+    rows = int(training["batch_size"]) * int(training["grad_accum"])
+    middle = rng.randrange(int(steps * 0.35), int(steps * 0.8))
+    if cause == BAD_BATCH:
+        n_rows = rng.choice((1, max(1, rows // 4), max(1, rows // 2), rows))
+        return {
+            "step": middle,
+            "rows": n_rows,
+            "of_rows": rows,
+            "generator_seed": rng.randrange(10**6),
+        }
+    if cause == LR_JUMP_TRANSIENT:
+        return {
+            "step": middle,
+            "factor": round(_log_uniform(rng, 3, 50), 2),
+            "window": rng.choice((1, 2, 3, 5)),
+        }
+    if cause == LR_JUMP_PERSISTENT:
+        return {"step": middle, "factor": round(_log_uniform(rng, 3, 50), 2)}
+    if cause == LR_RAMP:
+        return {
+            "step": rng.randrange(int(steps * 0.3), int(steps * 0.6)),
+            "growth": round(rng.uniform(1.04, 1.12), 3),
+        }
+    if cause == WARMUP_TOO_HOT:
+        training.update(schedule="constant", warmup_steps=0)
+        return {"step": 1, "lr_factor": round(_log_uniform(rng, 8, 30), 2)}
+    if cause in RESUME_CAUSES:
+        # Resume from a checkpoint in the middle; the first attempt died some steps after it.
+        checkpoint = save_every * rng.choice((2, 3)) if steps // save_every >= 3 else save_every
+        crash_after = checkpoint + rng.randrange(3, max(4, save_every - 2))
+        return {"step": checkpoint + 1, "resume_from": checkpoint, "crash_after": crash_after}
+    if cause == REPEATED_DATA:
+        length = rng.choice((10, 20, 30, 40))
+        return {
+            "step": rng.randrange(int(steps * 0.3), int(steps * 0.65)),
+            "length": length,
+            "distinct_batches": rng.choice((1, 2)),
+        }
+    if cause == FROZEN_LAYER:
+        # Frozen from a step before the second checkpoint, so two checkpoints show no change.
+        return {
+            "step": rng.randrange(2, save_every),
+            "layer": rng.randrange(int(training["layers"])),
+        }
+    raise ValueError(f"unknown cause {cause!r}")
+
+
+def _control_variety(training: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """Healthy runs differ in the ordinary ways; a third stream the corpus in order, whose
+    changes of text (one module's docstrings to the next) make real data bumps in the loss."""
+    if rng.random() < 1 / 3:
+        training["data_order"] = "sequential"
+    return {}
+
+
+def build_specs() -> list[RunSpec]:
+    specs: list[RunSpec] = []
+    for producer in PRODUCERS:
+        groups = [(c, PLANTED_PER_CAUSE[producer]) for c in CAUSES_BY_PRODUCER[producer]]
+        groups.append((CONTROL, CONTROLS_PER_PRODUCER[producer]))
+        for cause, count in groups:
+            for index in range(count):
+                seed = _seed(producer, cause, index)
+                rng = random.Random(seed)
+                training = _training(producer, rng)
+                if cause == CONTROL:
+                    plant = _control_variety(training, rng)
+                else:
+                    plant = _plant(cause, training, rng)
+                specs.append(
+                    RunSpec(
+                        producer=producer,
+                        index=index,
+                        seed=seed,
+                        cause=cause,
+                        plant=plant,
+                        **training,
+                    )
+                )
+    return specs
+
+
+def select(
+    specs: list[RunSpec], split: str | None = None, producers: tuple[str, ...] = ()
+) -> list[RunSpec]:
+    return [
+        s
+        for s in specs
+        if (split in (None, "all") or s.split == split)
+        and (not producers or s.producer in producers)
+    ]
+
+
+def smoke_specs() -> list[RunSpec]:
+    """A handful of small fixed runs for the test suite (tests/test_accuracy_bench.py): 60 steps,
+    batch 8, width 32, fp32; indices from SMOKE_INDEX, so in neither split (split "smoke")."""
+    common: dict[str, Any] = {
+        "hidden": 32,
+        "layers": 2,
+        "heads": 2,
+        "steps": 60,
+        "batch_size": 8,
+        "grad_accum": 1,
+        "schedule": "cosine",
+        "warmup_steps": 10,
+        "peak_lr": 3e-3,
+        "precision": "fp32",
+        "save_every": 20,
+        "data_order": "shuffled",
+    }
+    return [
+        RunSpec(
+            producer="nanogpt",
+            index=90,
+            seed=1,
+            model="nanogpt",
+            cause=LR_JUMP_TRANSIENT,
+            plant={"step": 40, "factor": 30.0, "window": 3},
+            **common,
+        ),
+        RunSpec(producer="nanogpt", index=91, seed=3, model="nanogpt", cause=CONTROL, **common),
+        RunSpec(
+            producer="trainer_gpt2",
+            index=90,
+            seed=5,
+            model="gpt2",
+            cause=BAD_BATCH,
+            plant={"step": 40, "rows": 8, "of_rows": 8, "generator_seed": 11},
+            **common,
+        ),
+        RunSpec(
+            producer="lightning",
+            index=90,
+            seed=7,
+            model="nanogpt",
+            cause=LR_JUMP_PERSISTENT,
+            plant={"step": 40, "factor": 20.0},
+            **common,
+        ),
+    ]
