@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,8 @@ import causes  # noqa: E402
 import paths  # noqa: E402, F401  (puts fixtures/ on sys.path, no bytecode in the repository)
 import report  # noqa: E402
 from generate import generate, run_folder  # noqa: E402
-from score import score_run  # noqa: E402
+from schedules import multiplier  # noqa: E402
+from score import RunScore, score_run  # noqa: E402
 from spec import CONTROL, build_specs, select, smoke_specs  # noqa: E402
 
 pytest.importorskip("transformers")
@@ -39,7 +41,7 @@ def smoke_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def smoke_scores(smoke_cache: Path) -> dict[str, object]:
+def smoke_scores(smoke_cache: Path) -> dict[str, RunScore]:
     return {spec.name: score_run(str(run_folder(smoke_cache, spec))) for spec in SMOKE}
 
 
@@ -68,8 +70,6 @@ def test_every_cause_has_a_mapping_and_a_window():
 
 def test_a_spec_change_is_a_new_cache_key():
     spec = build_specs()[0]
-    from dataclasses import replace
-
     assert replace(spec, peak_lr=spec.peak_lr * 2).key != spec.key
 
 
@@ -101,26 +101,46 @@ def test_the_nanogpt_log_holds_the_planted_lr_jump(smoke_cache: Path):
     lr = {row["iter"]: row["lr"] for row in rows}
     jump = spec.planted_step
     assert jump is not None
-    assert lr[jump] == pytest.approx(lr[jump - 1] * 30.0, rel=0.05)
-    assert lr[jump + 3] == pytest.approx(lr[jump + 2] / 30.0, rel=0.05)
+    unplanted = replace(spec, cause=CONTROL, plant={})
+    for iteration, value in lr.items():  # iteration i is optimizer step i+1
+        base = spec.peak_lr * multiplier(unplanted, iteration + 1)
+        planted = jump <= iteration < jump + 3
+        assert value == pytest.approx(base * (30.0 if planted else 1.0), rel=1e-6, abs=1e-12)
 
 
-def test_the_scorer_reports_each_smoke_run(smoke_scores: dict[str, object]):
+def test_the_smoke_runs_are_diagnosed_right(smoke_scores: dict[str, RunScore]):
+    """Right on main when this test was written (12:50 UTC, 2026-12-01): the LR jump is the
+    headline at its step, the control is healthy, the corrupted batch is "most likely a bad
+    batch" at its step."""
     lr_jump, control, bad_batch = (smoke_scores[s.name] for s in SMOKE)
-    # What the current analysis says about these runs (measured when this test was written).
-    assert lr_jump.headline.category == "lr_schedule_jump" and lr_jump.right
-    assert control.cause == CONTROL
-    assert control.right == (control.headline.status != "incident")
-    assert bad_batch.headline.status == "incident"
-    assert bad_batch.right == causes.cause_is_right(
-        SMOKE[2],
-        bad_batch.headline.category or "",
-        bad_batch.headline.step,
-        bad_batch.headline.source,
+    assert lr_jump.headline.category == "lr_schedule_jump"
+    assert lr_jump.headline.step == SMOKE[0].planted_step
+    assert lr_jump.right
+    assert control.headline.status == "healthy" and control.alerts == [] and control.right
+    assert bad_batch.headline.category == "bad_batch"
+    assert abs(bad_batch.headline.step - SMOKE[2].planted_step) <= 1
+    assert bad_batch.right
+    # The whole batch replaced by random tokens stands far out of the log by the own measure.
+    assert bad_batch.visibility is not None and bad_batch.visibility > 10
+    assert bad_batch.largest_excursion
+
+
+def test_a_wrong_headline_is_scored_wrong(smoke_scores: dict[str, RunScore]):
+    """The scorer can fail a run: the same LR-jump headline judged against another cause or
+    another step is wrong."""
+    spec = SMOKE[0]
+    headline = smoke_scores[spec.name].headline
+    assert causes.cause_is_right(spec, headline.category, headline.step, headline.source)
+    assert not causes.cause_is_right(spec, headline.category, headline.step + 5, headline.source)
+    as_bad_batch = replace(
+        spec, cause="bad_batch", plant={"step": 40, "rows": 1, "of_rows": 8, "generator_seed": 1}
+    )
+    assert not causes.cause_is_right(
+        as_bad_batch, headline.category, headline.step, headline.source
     )
 
 
-def test_the_report_names_the_split(smoke_scores: dict[str, object]):
+def test_the_report_names_the_split(smoke_scores: dict[str, RunScore]):
     runs = list(smoke_scores.values())
     lines = report.markdown(runs, [], "smoke", "")
     assert lines[0].startswith("Split scored: **smoke** — 3 runs (2 planted, 1 controls)")
