@@ -37,7 +37,11 @@ def test_every_emitted_category_is_registered() -> None:
 def test_explainers_declare_registered_categories() -> None:
     declared = [c for explainer in EXPLAINERS for c in explainer.categories]
     assert sorted(c for c in declared if category(c) is None) == []
-    assert len(declared) == len(set(declared))  # one explainer owns each category
+    # A category may come from several sources (layer_origin from checkpoints and from per-layer
+    # logs; lr_schedule_jump from the logged LR and from the optimizer's param groups): the
+    # registry defines it once, whoever emits it.
+    for explainer in EXPLAINERS:
+        assert len(explainer.categories) == len(set(explainer.categories)), explainer.name
 
 
 def test_entries_are_well_formed() -> None:

@@ -69,6 +69,7 @@ class Deviation(NamedTuple):
 
 class LayerLogsExplainer:
     name = "layer_logs"
+    categories: tuple[str, ...] = ("layer_origin",)  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

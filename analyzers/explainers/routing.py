@@ -29,6 +29,7 @@ PERSIST_POINTS = 5
 
 class RoutingExplainer:
     name = "routing"
+    categories: tuple[str, ...] = ("router_collapse",)  # registered in tscope/model/categories.py
 
     def run(self, evidence: Evidence) -> list[Finding]:
         findings = []
