@@ -61,6 +61,8 @@ def _summary_writer_run(
         ("grad_norm", GRAD_NORM),
         ("GradNorm", GRAD_NORM),
         ("gnorm", GRAD_NORM),
+        ("lr-AdamW", LEARNING_RATE),  # Lightning's LearningRateMonitor, one parameter group
+        ("lr-AdamW/pg1", LEARNING_RATE),  # ... and the first of several
     ],
 )
 def test_common_naming_schemes_are_recognized(name: str, canonical: str) -> None:
@@ -70,6 +72,8 @@ def test_common_naming_schemes_are_recognized(name: str, canonical: str) -> None
 def test_unrelated_names_keep_their_own_name() -> None:
     assert canonical_metric("Accuracy/train") == "Accuracy/train"
     assert canonical_metric("tokens_per_second") == "tokens_per_second"
+    assert canonical_metric("lr-AdamW/pg2") == "lr-AdamW/pg2"
+    assert canonical_metric("lr-AdamW-momentum") == "lr-AdamW-momentum"
 
 
 def test_tutorial_tags_lr_jump_is_headlined_and_fails_the_gate(

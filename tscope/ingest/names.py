@@ -69,11 +69,19 @@ _SPLIT_SUFFIXES = {
 }
 
 
+# Lightning's LearningRateMonitor logs `lr-{optimizer class}` for one parameter group and
+# `lr-{class}/pg1`, `/pg2`, ... for several: the first group is the run's LR (`-momentum`
+# series and a second optimizer's `lr-{class}-1` are other series).
+_LIGHTNING_LR = re.compile(r"^lr_[a-z][a-z0-9]*(?:/pg1)?$")
+
+
 def canonical_metric(name: str) -> str:
     """The canonical name for a producer's metric name; unknown names keep a cleaned-up form."""
     key = _normalize_key(name)
     if key in _CANONICAL:
         return _CANONICAL[key]
+    if _LIGHTNING_LR.match(key):
+        return LEARNING_RATE
     base, _, split = key.rpartition("/")
     if base and "/" not in base and split in _SPLIT_SUFFIXES:
         key = _SPLIT_SUFFIXES[split] + base  # "loss/train" -> "loss", "loss/val" -> "val_loss"
