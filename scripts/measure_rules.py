@@ -5,7 +5,7 @@
 
 Healthy runs: fixtures/data/trainer/stable*, the four stable sweep runs (lr0.00*), and every log
 in ../shared/realdata except the Megatron chronicles (known incidents; what fires there is
-listed separately). Planted runs and controls: tests/planted.py, dev seeds 0-9 (used while
+listed separately). Planted runs and controls: tests/planted_logs.py, dev seeds 0-9 (used while
 choosing a rule's shape) and held-out seeds 100-119 (scored once).
 """
 
@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from tscope.analyzers import EXPLAINERS, Evidence  # noqa: E402
 
-from tests import planted  # noqa: E402
+from tests import planted_logs as planted  # noqa: E402
 from tscope.pipeline import analyze_run, build_case  # noqa: E402
 
 REALDATA = ROOT.parent / "shared" / "realdata"

@@ -132,7 +132,7 @@ def test_routine_bumps_of_a_real_spiky_run_are_one_finding() -> None:
 
 
 def test_large_recurring_spikes_are_one_warning(tmp_path: Path) -> None:
-    from tests.planted import healthy_series
+    from tests.planted_logs import healthy_series
     from tests.user_logs import write_log
 
     series = healthy_series(steps=2000, seed=3)
@@ -157,7 +157,7 @@ def _bumped(series: dict, at: int, rise_points: int, factor: float) -> dict:
 
 
 def test_a_slow_rise_is_not_called_a_bad_batch(tmp_path: Path) -> None:
-    from tests.planted import healthy_series
+    from tests.planted_logs import healthy_series
     from tests.user_logs import write_log
 
     series = _bumped(healthy_series(steps=400, seed=2), at=250, rise_points=20, factor=2.0)
@@ -170,7 +170,7 @@ def test_a_slow_rise_is_not_called_a_bad_batch(tmp_path: Path) -> None:
 
 
 def test_with_no_lr_logged_a_one_step_break_is_undetermined(tmp_path: Path) -> None:
-    from tests.planted import healthy_series
+    from tests.planted_logs import healthy_series
     from tests.user_logs import write_log
 
     series = healthy_series(steps=400, seed=4)

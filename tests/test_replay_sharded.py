@@ -169,7 +169,7 @@ def test_restore_never_unpickles_metadata(monkeypatch, one_rank_group):
 
 def test_nproc_without_a_dcp_checkpoint_is_one_line(tmp_path):
     (tmp_path / "run").mkdir()
-    from tscope.replay.sharded import choose_dcp_checkpoint
+    from tscope.sharded_replay_pipeline import choose_dcp_checkpoint
 
     with pytest.raises(UsageError, match="No DCP checkpoint"):
         choose_dcp_checkpoint(tmp_path / "run", 10)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tscope
-from tests import planted
+from tests import planted_logs as planted
 from tests.synthetic import loss_curve, make_run, stable_run, warmup_cosine
 from tests.user_logs import LOG_KINDS, write_log
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS

@@ -148,7 +148,7 @@ def replay(
             )
         with Progress(progress_enabled(quiet) and _rank_zero(), "replaying") as progress:
             if sharded:
-                from tscope.replay.sharded import investigate_sharded
+                from tscope.sharded_replay_pipeline import investigate_sharded
 
                 assert around is not None
                 found = investigate_sharded(
@@ -284,7 +284,7 @@ def xray(
 
 
 def _sharded(nproc: int | None) -> bool:
-    from tscope.replay.sharded import under_torchrun
+    from tscope.sharded_replay_pipeline import under_torchrun
 
     return (nproc is not None and nproc > 1) or under_torchrun()
 

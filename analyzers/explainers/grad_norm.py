@@ -28,7 +28,7 @@ HIGH_FACTOR = 5.0
 # ×5 means every step is clipped to a fifth or less of its gradient, so the clip, not the LR,
 # sets the step size. Healthy fine-tunes log pre-clip norms of 0.5–3 under a 1.0 clip.
 CLIP_FACTOR = 5.0
-# Measured (tests/planted.py, scripts/measure_rules.py): false alarms 0 of 7 healthy runs that log
+# Measured (tests/planted_logs.py, scripts/measure_rules.py): false alarms 0 of 7 healthy runs that log
 # a gradient norm (stable fixtures ×2, stable sweep ×4, baize) and 0 of 83 healthy runs in all;
 # 0/10 dev and 0/20 held-out seeds on each control (healthy, ×2 late drift, ×3 rise). Recall
 # 10/10 dev and 20/20 held-out seeds on ×8 from step 200 and on ×6 from step 300. It also fires

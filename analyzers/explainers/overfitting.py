@@ -18,7 +18,7 @@ from tscope.model.metric_names import EVAL_LOSS
 # +0.36% (DPO's converged tail). +3% is 8× that.
 EVAL_RISE_RATIO = 1.03
 EVAL_RISING_POINTS = 2
-# Measured (tests/planted.py, scripts/measure_rules.py): warnings on 0 of 82 healthy runs; 0/10
+# Measured (tests/planted_logs.py, scripts/measure_rules.py): warnings on 0 of 82 healthy runs; 0/10
 # dev and 0/20 held-out seeds on each control (converged eval ±0.3%, a +1.5% eval rise). Recall
 # 10/10 dev and 20/20 held-out on +10% after step 200 and +5% after step 300. Real data: it fires
 # on whisper-large-v2-ja (train loss → 0.000 while eval/loss rises 0.321 → 0.420), which

@@ -31,7 +31,7 @@ SMOOTHING_MIN_POINTS = 5
 PLATEAU_MIN_RELATIVE_DROP = 0.01
 NOISE_MARGIN_STANDARD_ERRORS = 2.0
 MEDIAN_STANDARD_ERROR = 1.2533  # √(π/2): standard error of a median over that of a mean
-# Measured (tests/planted.py, scripts/measure_rules.py): false alarms (warnings) on 0 of 83 healthy
+# Measured (tests/planted_logs.py, scripts/measure_rules.py): false alarms (warnings) on 0 of 83 healthy
 # runs (fixtures, stable sweep, shared/realdata without the Megatron incident logs) and 0/10 dev,
 # 0/20 held-out seeds on each control (healthy, converged fine-tune, slow −6% pre-training).
 # Recall 10/10 dev and 20/20 held-out on LR 1e-9, on a frozen model and on a run stuck for its

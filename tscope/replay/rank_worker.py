@@ -1,4 +1,4 @@
-"""One rank of a sharded replay (launched by tscope.replay.sharded through torch.distributed.run).
+"""One rank of a sharded replay (launched by tscope.sharded_replay_pipeline through torch.distributed.run).
 
     python -m torch.distributed.run --nproc_per_node 2 -m tscope.replay.rank_worker SPEC.json
 
