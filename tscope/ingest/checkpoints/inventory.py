@@ -47,11 +47,22 @@ def checkpoint_inventory(root: Path) -> list[CheckpointInfo]:
             found[shown] = CheckpointInfo(
                 step=int(step_match.group(1)) if step_match else None,
                 path=shown,
-                format="torch_file",
+                format=torch_file_producer(keys),
                 has_optimizer=bool(keys & {"optimizer", "optimizer_states"}),
                 has_rng=bool(keys & {"rng_state", "rng_states", "cpu_rng_state"}),
             )
     return sorted(found.values(), key=lambda c: (c.step is None, c.step or 0, c.path))
+
+
+def torch_file_producer(keys: set[str]) -> str:
+    """The producer a torch file's top-level keys name: "lightning" (its version key), "nanogpt"
+    (iter_num and model_args), else "torch_file". The restart point depends on it: their step N
+    is the state before the update logged as step N (analyzers/summary.py)."""
+    if "pytorch-lightning_version" in keys and "state_dict" in keys:
+        return "lightning"
+    if {"iter_num", "model_args"} <= keys:
+        return "nanogpt"
+    return "torch_file"
 
 
 # The pickle inside a torch zip file holds the dict keys as string opcodes; scanning the opcodes
