@@ -11,9 +11,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = ROOT / "fixtures" / "entries" / "accumulation_run.py"
-sys.path.insert(0, str(ROOT / "fixtures"))
+CORRUPTED_STEP = 50  # fixtures/accumulation_run.py (imported lazily: fixtures/ joins sys.path
+CORRUPTED_ROWS = (1, 4, 9, 14, 18, 23)  # only when a test runs, never at collection)
 
-from accumulation_run import CORRUPTED_ROWS, CORRUPTED_STEP, train_accumulation_run  # noqa: E402
+
+def _script():  # type: ignore[no-untyped-def]
+    if str(ROOT / "fixtures") not in sys.path:
+        sys.path.append(str(ROOT / "fixtures"))
+    import accumulation_run
+
+    assert accumulation_run.CORRUPTED_STEP == CORRUPTED_STEP
+    assert tuple(accumulation_run.CORRUPTED_ROWS) == CORRUPTED_ROWS
+    return accumulation_run
+
 
 pytest.importorskip("transformers")
 
@@ -22,7 +32,9 @@ pytest.importorskip("transformers")
 def investigated(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from tscope.replay_pipeline import investigate
 
-    run = train_accumulation_run(tmp_path_factory.mktemp("ga") / "run", steps=55, save_steps=20)
+    run = _script().train_accumulation_run(
+        tmp_path_factory.mktemp("ga") / "run", steps=55, save_steps=20
+    )
     return investigate(run, CORRUPTED_STEP, ENTRY, what_ifs=["skip"])
 
 

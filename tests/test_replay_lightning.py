@@ -12,11 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = ROOT / "fixtures" / "entries" / "lightning_run.py"
-sys.path.insert(0, str(ROOT / "fixtures"))
 
 pytest.importorskip("lightning")
-
-from lightning_run import train_lightning_run  # noqa: E402
 
 from tscope.replay.select import choose_checkpoint  # noqa: E402
 
@@ -26,6 +23,10 @@ JUMP = 30  # the logged step whose update first uses the ×30 LR (Lightning logs
 
 @pytest.fixture(scope="module")
 def lightning_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if str(ROOT / "fixtures") not in sys.path:  # at run time only, never at collection
+        sys.path.append(str(ROOT / "fixtures"))
+    from lightning_run import train_lightning_run
+
     return train_lightning_run(tmp_path_factory.mktemp("lightning") / "run")
 
 

@@ -13,15 +13,16 @@ from tscope.replay.seed_stream import NanoGPTDraws, nanogpt_batches, rebuildable
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = ROOT / "fixtures" / "entries" / "stock_nanogpt.py"
-sys.path.insert(0, str(ROOT / "fixtures"))
-
-from stock_nanogpt_run import train_stock_run  # noqa: E402
 
 SPIKE = 33  # the first loss after the ×30 updates of 31 and 32
 
 
 @pytest.fixture(scope="module")
 def stock_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if str(ROOT / "fixtures") not in sys.path:  # at run time only, never at collection
+        sys.path.append(str(ROOT / "fixtures"))
+    from stock_nanogpt_run import train_stock_run
+
     return train_stock_run(tmp_path_factory.mktemp("stock") / "run")
 
 
