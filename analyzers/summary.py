@@ -276,10 +276,25 @@ def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
 def _restart_checkpoint(
     headline: Finding, incident: Incident | None, checkpoints: list[CheckpointInfo]
 ) -> CheckpointInfo | None:
-    """The newest checkpoint before whichever came first, the cause or the incident."""
+    """The newest checkpoint before whichever came first, the cause or the incident: the newest
+    whose state precedes the onset step's update (see _precedes)."""
     onset = _first_step(headline, incident)
-    before = [c for c in checkpoints if onset is not None and c.step is not None and c.step < onset]
+    before = [c for c in checkpoints if onset is not None and _precedes(c, onset)]
     return max(before, key=lambda c: c.step or 0) if before else None
+
+
+# Formats whose checkpoint step N is the state the logged step N starts from: nanoGPT saves
+# iter_num N before update N; Lightning's step=N.ckpt holds N updates and its loggers number the
+# next batch N. A Trainer's checkpoint-N comes after the update logged as step N.
+STATE_BEFORE_LOGGED_STEP = frozenset({"nanogpt", "lightning"})
+
+
+def _precedes(checkpoint: CheckpointInfo, onset: int) -> bool:
+    if checkpoint.step is None:
+        return False
+    if checkpoint.format in STATE_BEFORE_LOGGED_STEP:
+        return checkpoint.step <= onset
+    return checkpoint.step < onset
 
 
 def _first_step(headline: Finding, incident: Incident | None) -> int | None:
@@ -306,7 +321,7 @@ def _next_steps(
         )
         steps.append(
             f"Restart point: `{restart.path}` (step {restart.step}, {holds}), the newest "
-            f"checkpoint before step {onset}."
+            f"checkpoint from before step {onset}'s update."
         )
         step = _incident_step(headline, incident)
         if restart.has_optimizer and step is not None and headline.source == "logs":

@@ -1,15 +1,19 @@
 """Judge a what-if replay against the baseline replay: did the change remove the spike?
 
-The spike line comes from the steps before the window (the baseline replay's, or the logged
-losses when the replay starts too close to the window): their median plus SPIKE_SIGMA robust
-sigmas, the robust-z detector's alarm threshold, so "removed" means "no detector would have
-fired". Sigma is the spread of first differences (a falling loss does not inflate it).
+The spike line comes from the spike's neighbours: the NEIGHBOUR_POINTS losses right before the
+window (the baseline replay's, or the logged losses when the replay starts too close to the
+window). Their median is the pre-spike level; their noise is the robust spread of their first
+differences (a falling loss does not inflate it, and neither does the run's early descent, which a
+longer history would drag in: a 50-step history of a run 90 steps old put the line of the issue's
+Llama run at 4.14, above its own 4.09 spike over neighbours at ~2.4-2.8). The line is the level
+plus SPIKE_SIGMA noise sigmas, the robust-z detector's alarm threshold, so "a spike" means "a
+detector would have fired"; a baseline that does not cross its own line has no spike to remove.
 
-The line decides whether there is a spike to remove; how much of it a what-if removes is the
-fraction of the baseline's excess over its pre-spike level (the reference median) that is gone,
-1 − (what-if peak − level) / (baseline peak − level). A what-if that takes a 4.09 peak to 2.50
-next to neighbours at ~2.5 removed the spike even when its peak still sits a hair above a line
-drawn from a noisy history; one that only trims the top has not.
+How much of it a what-if removes is the fraction of the baseline's excess over its pre-spike
+level that is gone, measured at the spike's own steps (those where the baseline crosses its line):
+1 − (what-if loss − level) / (baseline peak − level) at the worst of them. A what-if that moves
+the spike elsewhere keeps it: any what-if step above the line counts as remaining excess too,
+while a what-if step under the line away from the spike is the loss's own noise, not the spike.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from tscope.model.replay import InterventionOutcome, ReplayStep
 SPIKE_SIGMA = ROBUST_Z_ALARM_SIGMA
 # The reference needs this many loss points before the window (the detectors' minimum history).
 MIN_REFERENCE_POINTS = 8
-REFERENCE_POINTS = 50
+# The neighbours the level and noise come from: 20 steps, enough for a median and a MAD of 19
+# differences, short enough that a loss still falling steeply 50 steps back is not in it.
+NEIGHBOUR_POINTS = 20
 # A what-if that removes at least this fraction of the baseline's excess removed the spike; one
 # that removes at most KEPT_FRACTION kept it; in between it is partial. Four fifths back to the
 # pre-spike level leaves a bump within the loss's own step-to-step noise at the fixtures' spikes
@@ -40,15 +46,16 @@ def spike_line(
     window_first: int,
     logged: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[float, float] | None:
-    """(reference median, spike line), or None when there is too little history."""
+    """(pre-spike level, spike line) from the NEIGHBOUR_POINTS losses before the window, or
+    None when there are fewer than MIN_REFERENCE_POINTS of them."""
     before = [s.loss for s in baseline if s.step < window_first and math.isfinite(s.loss)]
     if len(before) < MIN_REFERENCE_POINTS and logged is not None:
         steps, values = logged
         keep = (steps < window_first) & np.isfinite(values)
-        before = values[keep][-REFERENCE_POINTS:].tolist()
+        before = values[keep][-NEIGHBOUR_POINTS:].tolist()
     if len(before) < MIN_REFERENCE_POINTS:
         return None
-    values = np.asarray(before[-REFERENCE_POINTS:], dtype=np.float64)
+    values = np.asarray(before[-NEIGHBOUR_POINTS:], dtype=np.float64)
     median = float(np.median(values))
     differences = np.abs(np.diff(values))
     sigma = MAD_TO_SIGMA * float(np.median(differences)) / math.sqrt(2.0)
@@ -102,9 +109,11 @@ def judge(
                 band = line - median
                 level = float(np.median(others))
                 line = level + band
-        fraction = removed_fraction(base_peak, peak, reference[0], level)
+        spike_steps = _crossing_steps(baseline, first, last, reference[1])
+        remaining = _remaining_peak(what_if, first, last, spike_steps, line, level)
+        fraction = removed_fraction(base_peak, remaining, reference[0], level)
         # The baseline must cross its own line (the reference's, not the what-if's).
-        effect = "no_spike" if base_peak < reference[1] else effect_of(fraction)
+        effect = "no_spike" if not spike_steps else effect_of(fraction)
         median = level
     return InterventionOutcome(
         name=name,
@@ -121,6 +130,39 @@ def judge(
         removed_fraction=fraction,
         effect=effect,
     )
+
+
+def _loss(step: ReplayStep) -> float:
+    return step.loss if math.isfinite(step.loss) else math.inf
+
+
+def _crossing_steps(steps: Sequence[ReplayStep], first: int, last: int, line: float) -> set[int]:
+    """The window's trained steps above the line: the spike (a non-finite loss is above it)."""
+    return {
+        s.step
+        for s in steps
+        if first <= s.step <= last and not s.update_skipped and _loss(s) > line
+    }
+
+
+def _remaining_peak(
+    what_if: Sequence[ReplayStep],
+    first: int,
+    last: int,
+    spike_steps: set[int],
+    line: float,
+    level: float,
+) -> float:
+    """The what-if's highest loss at the spike's steps, or anywhere it crosses the line; its
+    level when it trained on none of them (a skipped update leaves no excess behind)."""
+    worst = level
+    for step in what_if:
+        if not first <= step.step <= last or step.update_skipped:
+            continue
+        value = _loss(step)
+        if step.step in spike_steps or value > line:
+            worst = max(worst, value)
+    return worst
 
 
 def removed_fraction(

@@ -1,7 +1,12 @@
 """The files of one checkpoint a replay restores from, each read through the safe loaders.
 
 Tensors and state dicts come through `safe_torch_load` (weights_only=True, numpy allowed only for
-RNG state); `training_args.bin` is decoded by the ingest reader without unpickling. Nothing is
+RNG state); `training_args.bin` is decoded by the ingest reader without unpickling. A Lightning
+`.ckpt` (a pickle like nanoGPT's ckpt.pt) is read the same way, never with weights_only=False:
+`state_dict` (the LightningModule's, so the entry's build_model returns that module or one with
+the same attribute paths), `optimizer_states[0]`, `lr_schedulers[0]`, `hyper_parameters` (what
+build_model receives) and `loops` (read by tscope.ingest.checkpoints.lightning). It holds no RNG
+state (Lightning saves none) and no trainer settings (gradient_clip_val, precision). Nothing is
 written, and nothing is read that the replay does not use.
 """
 
@@ -36,9 +41,10 @@ class CheckpointFiles:
             self._hf = HfTrainerCheckpoint(choice.path, choice.shown, _SAFE)
         else:
             loaded = safe_torch_load(choice.path, choice.shown, _SAFE)
-            if not isinstance(loaded, Mapping) or not isinstance(loaded.get("model"), Mapping):
-                raise UnreadableInput(choice.shown, "holds no `model` state dict")
-            self._nanogpt = loaded
+            weights_key = "state_dict" if choice.format == "lightning" else "model"
+            if not isinstance(loaded, Mapping) or not isinstance(loaded.get(weights_key), Mapping):
+                raise UnreadableInput(choice.shown, f"holds no `{weights_key}` state dict")
+            self._nanogpt = loaded  # nanoGPT's ckpt.pt or a Lightning .ckpt: one mapping
 
     # --- what the producer recorded --------------------------------------------------------
 
@@ -48,7 +54,7 @@ class CheckpointFiles:
         if self._hf is not None:
             return dict(self._hf.config) if self._hf.config else None
         assert self._nanogpt is not None
-        args = self._nanogpt.get("model_args")
+        args = self._nanogpt.get(self._lightning_or("hyper_parameters", "model_args"))
         return dict(args) if isinstance(args, Mapping) else None
 
     @property
@@ -57,6 +63,8 @@ class CheckpointFiles:
         if self._hf is not None:
             return dict(self._hf.training_args or {})
         assert self._nanogpt is not None
+        if self.choice.format == "lightning":
+            return {}  # the Trainer's settings are not in the .ckpt (hyper_parameters are the model's)
         config = self._nanogpt.get("config")
         return dict(config) if isinstance(config, Mapping) else {}
 
@@ -83,22 +91,43 @@ class CheckpointFiles:
                 raise UsageError(f"{self.choice.shown} holds no model weights to replay from.")
             return {name: self._hf.load_tensor(name) for name in names}
         assert self._nanogpt is not None
-        return {normalize_name(str(k)): v for k, v in self._nanogpt["model"].items()}
+        weights = self._nanogpt[self._lightning_or("state_dict", "model")]
+        return {normalize_name(str(k)): v for k, v in weights.items()}
 
     def optimizer_state(self) -> Any | None:
         """The saved `Optimizer.state_dict()` (integer ids), or None when there is none."""
         if self._nanogpt is not None:
+            if self.choice.format == "lightning":
+                return self._lightning_single("optimizer_states")
             return self._nanogpt.get("optimizer")
         file = next((f for f in _OPTIMIZER_FILES if self.has(f)), None)
         return self._load(file) if file is not None else None
 
     def optimizer_file(self) -> str | None:
         if self._nanogpt is not None:
-            return self.choice.shown if self._nanogpt.get("optimizer") is not None else None
+            return self.choice.shown if self.optimizer_state() is not None else None
         return next((f for f in _OPTIMIZER_FILES if self.has(f)), None)
 
     def scheduler_state(self) -> Any | None:
+        if self.choice.format == "lightning":
+            return self._lightning_single("lr_schedulers")
         return self._load("scheduler.pt") if self.has("scheduler.pt") else None
+
+    def _lightning_or(self, lightning_key: str, nanogpt_key: str) -> str:
+        return lightning_key if self.choice.format == "lightning" else nanogpt_key
+
+    def _lightning_single(self, key: str) -> Any | None:
+        """The one optimizer's (or scheduler's) state of a Lightning .ckpt; None when absent."""
+        assert self._nanogpt is not None
+        states = self._nanogpt.get(key)
+        if not isinstance(states, (list, tuple)) or not states:
+            return None
+        if len(states) > 1:
+            raise UsageError(
+                f"{self.choice.shown} holds {len(states)} {key}; a replay restores one optimizer "
+                "(manual optimization with several is not replayed)."
+            )
+        return states[0]
 
     def scaler_state(self) -> Any | None:
         return self._load("scaler.pt") if self.has("scaler.pt") else None

@@ -11,7 +11,7 @@ from tscope.ingest.checkpoints.registry import find_checkpoints
 from tscope.ingest.checkpoints.state_dict_files import step_from_name
 
 # The layouts a replay can restore: weights, optimizer and (Trainer) scheduler, scaler and RNG.
-REPLAYABLE_FORMATS = ("hf_trainer", "nanogpt")
+REPLAYABLE_FORMATS = ("hf_trainer", "nanogpt", "lightning")
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,12 @@ def first_replay_step(checkpoint_format: str, step: int) -> int:
     """The step whose update comes right after the checkpoint's state.
 
     Trainer `checkpoint-N/` is saved after update N (global_step counts finished updates), so the
-    next is N+1. nanoGPT saves `iter_num` N at the top of iteration N, before update N.
+    next is N+1. nanoGPT saves `iter_num` N at the top of iteration N, before update N. Lightning's
+    `step=N.ckpt` holds global_step N (N updates done) and its loggers number a batch by the
+    updates before it (the loss logged at step N is the batch of update N+1), so in the log's
+    numbering the next step is N, as for nanoGPT.
     """
-    return step if checkpoint_format == "nanogpt" else step + 1
+    return step if checkpoint_format in ("nanogpt", "lightning") else step + 1
 
 
 def replayable_checkpoints(run_dir: Path) -> list[CheckpointChoice]:
@@ -59,7 +62,7 @@ def choose_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
     if not available:
         raise UsageError(
             f"No replayable checkpoint in {run_dir}: replay needs Hugging Face Trainer "
-            "checkpoint-N/ folders or nanoGPT ckpt*.pt files."
+            "checkpoint-N/ folders, nanoGPT ckpt*.pt files or Lightning .ckpt files."
         )
     usable = [c for c in available if c.first_step <= window_start]
     if not usable:

@@ -2,7 +2,8 @@
 
 The replay builds the model itself (from the checkpoint), so the statistics observers, which need
 the model to find blocks, attention and routers, are created when the first step starts and then
-called in the registry's order.
+called in the registry's order. Their step-end tensors reach the host in one transfer
+(stats.base.HostTransfer): one device sync per step for all of them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tscope.replay.observers import StepContext, StepObserver
+from tscope.replay.stats.base import HostTransfer, StatisticsObserver
 
 if TYPE_CHECKING:
     from tscope.replay.entry import Entry
@@ -23,6 +25,7 @@ class StatisticsSuite(StepObserver):
         self.observers: list[StepObserver] = []
         self._settings: LoopSettings | None = None
         self._built = False
+        self.host = HostTransfer()  # `.transfers` counts the device syncs the statistics made
 
     def bind(self, entry: Entry, settings: LoopSettings) -> None:
         self._settings = settings
@@ -32,6 +35,9 @@ class StatisticsSuite(StepObserver):
 
         scaler = self._settings.scaler if self._settings is not None else None
         self.observers = list(statistics_observers(model, names=self.names, grad_scaler=scaler))
+        for observer in self.observers:
+            if isinstance(observer, StatisticsObserver):
+                observer.host = self.host
         self._built = True
 
     def on_step_start(self, context: StepContext) -> None:
@@ -51,6 +57,7 @@ class StatisticsSuite(StepObserver):
     def on_step_end(self, context: StepContext) -> None:
         for observer in self.observers:
             observer.on_step_end(context)
+        self.host.run()
 
     def close(self) -> None:
         """Remove every hook and wrapper the statistics installed (also after a failed step)."""

@@ -71,13 +71,17 @@ class ActivationStatistics(StatisticsObserver):
         super().on_step_end(context)
         if not self._records:
             return
-        values = torch.stack([stats for _, _, stats in self._records]).tolist()  # one transfer
-        pooled: dict[int, list[tuple[int, list[float]]]] = {}
-        for (index, count, _), row in zip(self._records, values, strict=True):
-            pooled.setdefault(index, []).append((count, row))
-        for index, rows in pooled.items():
-            context.layers.setdefault(self._blocks[index], {}).update(_pool(rows))
+        records, blocks = self._records, self._blocks
         self._records = []
+
+        def receive(values: list[list[float]]) -> None:
+            pooled: dict[int, list[tuple[int, list[float]]]] = {}
+            for (index, count, _), row in zip(records, values, strict=True):
+                pooled.setdefault(index, []).append((count, row))
+            for index, rows in pooled.items():
+                context.layers.setdefault(blocks[index], {}).update(_pool(rows))
+
+        self.deliver(torch.stack([stats for _, _, stats in records]), receive)
 
 
 def moments(tensor: torch.Tensor) -> torch.Tensor:

@@ -98,13 +98,17 @@ class AttentionLogits(StatisticsObserver):
                     "custom or reordered attention path); not measured",
                 )
             return
-        values = torch.stack([value for _, value in self._records]).tolist()  # one transfer
-        best: dict[str, float] = {}
-        for (name, _), value in zip(self._records, values, strict=True):
-            best[name] = nan_max(best.get(name, -math.inf), value)
-        for name, value in best.items():
-            context.layers.setdefault(name, {})[ATTENTION_LOGIT_MAX] = value
+        records = self._records
         self._records = []
+
+        def receive(values: list[float]) -> None:
+            best: dict[str, float] = {}
+            for (name, _), value in zip(records, values, strict=True):
+                best[name] = nan_max(best.get(name, -math.inf), value)
+            for name, value in best.items():
+                context.layers.setdefault(name, {})[ATTENTION_LOGIT_MAX] = value
+
+        self.deliver(torch.stack([value for _, value in records]), receive)
 
     def close(self) -> None:
         super().close()

@@ -83,12 +83,18 @@ class GradientStatistics(StatisticsObserver):
             rows = [self._grad_norms]
             if self._weight_norms is not None:
                 rows += [self._weight_norms, self._snapshot.delta_norms(self._parameters)]
-            values = torch.stack(rows).tolist()  # the step's one device→host transfer
+            stacked = torch.stack(rows)
         blocks = [name for name, _ in transformer_blocks(context.model)]
-        _fill(context.layers, self._names, values, blocks)
-        for name, parameter in zip(self._names, self._parameters, strict=True):
-            context.layers[name][NUMEL] = float(parameter.numel())
+        names = self._names
+        numels = [float(parameter.numel()) for parameter in self._parameters]
         self._parameters = []  # no reference to the model between steps
+
+        def receive(values: list[list[float]]) -> None:
+            _fill(context.layers, names, values, blocks)
+            for name, numel in zip(names, numels, strict=True):
+                context.layers[name][NUMEL] = numel
+
+        self.deliver(stacked, receive)
 
     def _grad_scale(self) -> torch.Tensor | None:
         scaler = self.grad_scaler

@@ -80,11 +80,16 @@ class OutputLogitStatistics(StatisticsObserver):
         sums = torch.stack(self._records)  # (forwards, 4)
         total, count = sums[:, 0].sum(), sums[:, 1].sum()
         summary = torch.stack([total / count, sums[:, 2].max(), sums[:, 3].max()])
-        mean, log_z_max, logit_max = summary.tolist()  # one transfer
-        context.layers.setdefault(self._head_name, {}).update(
-            {LOG_Z_MEAN: mean, LOG_Z_MAX: log_z_max, LOGIT_MAX: logit_max}
-        )
+        head = self._head_name
         self._records = []
+
+        def receive(values: list[float]) -> None:
+            mean, log_z_max, logit_max = values
+            context.layers.setdefault(head, {}).update(
+                {LOG_Z_MEAN: mean, LOG_Z_MAX: log_z_max, LOGIT_MAX: logit_max}
+            )
+
+        self.deliver(summary, receive)
 
 
 def logit_sums(logits: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:

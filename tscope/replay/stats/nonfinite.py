@@ -128,15 +128,17 @@ class NonfiniteOrigin(StatisticsObserver):
             return
         device = parts[0].device
         flat = torch.cat([p.reshape(-1).to(device) for p in parts])
-        finite = torch.isfinite(flat).tolist()  # the step's one device→host transfer
         # Forward and backward values come in (min, max) pairs: an event is finite if both are.
         forward_end = len(self._forward_values)
         backward_end = forward_end + len(self._backward_values)
-        forward = _pairs(finite[:forward_end])
-        backward = _pairs(finite[forward_end:backward_end])
-        grads = finite[backward_end:]
-        self._report(context, forward, backward, grads)
         self._forward_values, self._backward_values, self._grad_values = [], [], None
+
+        def receive(finite: list[bool]) -> None:
+            forward = _pairs(finite[:forward_end])
+            backward = _pairs(finite[forward_end:backward_end])
+            self._report(context, forward, backward, finite[backward_end:])
+
+        self.deliver(torch.isfinite(flat), receive)
 
     def _report(
         self, context: StepContext, forward: list[bool], backward: list[bool], grads: list[bool]

@@ -139,16 +139,20 @@ class RouterShares(StatisticsObserver):
             return
         order = sorted(self._counts)
         counts = torch.stack([self._counts[i].to(self._counts[order[0]].device) for i in order])
-        shares = (counts.double() / counts.sum(dim=-1, keepdim=True).double()).tolist()
-        for index, row in zip(order, shares, strict=True):
-            top_k = self._top_k[index]
-            largest = max(row)
-            stats = {share_name(e): share for e, share in enumerate(row)}
-            stats.update(
-                {SHARE_MAX: largest, TOKEN_FRACTION_MAX: largest * top_k, TOP_K: float(top_k)}
-            )
-            context.layers.setdefault(self._routers[index].name, {}).update(stats)
+        shares = counts.double() / counts.sum(dim=-1, keepdim=True).double()
         self._counts = {}
+
+        def receive(rows: list[list[float]]) -> None:
+            for index, row in zip(order, rows, strict=True):
+                top_k = self._top_k[index]
+                largest = max(row)
+                stats = {share_name(e): share for e, share in enumerate(row)}
+                stats.update(
+                    {SHARE_MAX: largest, TOKEN_FRACTION_MAX: largest * top_k, TOP_K: float(top_k)}
+                )
+                context.layers.setdefault(self._routers[index].name, {}).update(stats)
+
+        self.deliver(shares, receive)
 
 
 def routed_experts(output: Any, router: Router) -> torch.Tensor | None:
