@@ -327,10 +327,14 @@ def _next_steps(
         if restart.has_optimizer and step is not None and headline.source == "logs":
             # A replay from that checkpoint names the samples and tests a fix before a restart.
             run_path = evidence.run.path or "RUN"
+            where = ""
+            if "://" in run_path:  # an object-store URL: replay runs the model on local files
+                where = f" Replay reads local files: copy the run from {run_path} first."
+                run_path = "LOCAL_COPY"
             steps.append(
                 f"Replay the steps around it to name the samples and test a fix: "
                 f"`tscope replay {run_path} --around {step} --entry replay_entry.py` "
-                "(replay_entry.py builds your model; see examples/)."
+                f"(replay_entry.py builds your model; see examples/).{where}"
             )
     elif checkpoints:
         steps.append(f"No checkpoint precedes step {onset}: restart from scratch.")

@@ -32,6 +32,9 @@ SLOW_MODULES = frozenset({
     "test_render", "test_render_replay", "test_replay_attribution", "test_replay_batch_outliers",
     "test_replay_core", "test_replay_pipeline", "test_replay_sharded", "test_remote",
     "test_xray", "test_xray_trainer", "test_xray_sft", "test_accuracy_bench",
+    "test_checkpoint_controls", "test_replay_accumulation_run", "test_replay_lightning",
+    "test_replay_seed_stream", "test_log_bullets", "test_generic_segments", "test_light_imports",
+    "test_replay_judgement",
 })  # fmt: skip
 SLOW_TESTS = frozenset(
     {

@@ -88,7 +88,13 @@ def test_s3_run_gives_the_same_case_as_the_local_copy(s3_env: Path, tmp_path: Pa
     remote = _case_json_text(analyze("s3://runs/lr_jump/"), tmp_path / "remote")
     local = _case_json_text(analyze(RUN), tmp_path / "local")
     assert json.loads(remote)["run"]["path"] == "s3://runs/lr_jump/"
-    # The input's name is the only difference (run.path, and the replay command naming it).
+    # The input's name is the only difference: run.path, and the replay command, which asks for
+    # a local copy (replay runs the model on local files).
+    copy_first = " Replay reads local files: copy the run from s3://runs/lr_jump/ first."
+    assert copy_first in remote
+    remote = remote.replace(copy_first, "").replace(
+        "tscope replay LOCAL_COPY", f"tscope replay {RUN}"
+    )
     assert remote.replace("s3://runs/lr_jump/", str(RUN)) == local
     assert any(f["category"] == "lr_schedule_jump" for f in json.loads(remote)["findings"])
 

@@ -62,7 +62,8 @@ def choose_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
     if not available:
         raise UsageError(
             f"No replayable checkpoint in {run_dir}: replay needs Hugging Face Trainer "
-            "checkpoint-N/ folders, nanoGPT ckpt*.pt files or Lightning .ckpt files."
+            "checkpoint-N/ folders, nanoGPT ckpt*.pt files or Lightning .ckpt files "
+            "(an FSDP2 run saved with torch DCP replays sharded: add --nproc N)."
         )
     usable = [c for c in available if c.first_step <= window_start]
     if not usable:
