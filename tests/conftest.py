@@ -21,7 +21,8 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# The fast loop, `pytest -m "not slow"` (~40 s on 2 cores), leaves out these modules: each takes
+# The fast loop, `pytest -m "not slow"` (~1 min on 2 cores, mostly imports at collection; the
+# whole suite ~12 min), leaves out these modules: each takes
 # over ~4 s alone (they train, replay, spawn processes or fuzz; `pytest --durations=0`,
 # 2026-12-01), and the single tests below. CI and `scripts/check` run everything.
 SLOW_MODULES = frozenset({
