@@ -65,7 +65,7 @@ def sft_step_gradient(
     from trl.trainer.sft_config import SFTConfig
     from trl.trainer.sft_trainer import SFTTrainer
 
-    from tscope.xray.trainer_step import PAD_ID
+    from tscope.xray.trainer_step import PAD_ID, audit_step_arguments
 
     transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     captured: dict[str, Any] = {}
@@ -78,14 +78,7 @@ def sft_step_gradient(
     recorder = CallRecorder().attach(model)
     with tempfile.TemporaryDirectory(prefix="tscope-xray-sft-") as scratch:
         arguments = SFTConfig(
-            output_dir=scratch,
-            per_device_train_batch_size=settings.per_device_train_batch_size,
-            gradient_accumulation_steps=settings.gradient_accumulation_steps,
-            average_tokens_across_devices=settings.average_tokens_across_devices,
-            label_smoothing_factor=settings.label_smoothing_factor,
-            train_sampling_strategy=settings.train_sampling_strategy,
-            use_cache=settings.use_cache,
-            seed=settings.seed,
+            **audit_step_arguments(settings, scratch),
             packing=settings.packing,
             packing_strategy=settings.packing_strategy,
             padding_free=settings.padding_free,
@@ -93,17 +86,6 @@ def sft_step_gradient(
             loss_type=settings.loss_type,
             shuffle_dataset=settings.shuffle_dataset,
             completion_only_loss=False,  # the probe's labels already say which tokens count
-            max_steps=1,
-            max_grad_norm=0.0,
-            learning_rate=0.0,
-            optim="sgd",
-            lr_scheduler_type="constant",
-            report_to=[],
-            save_strategy="no",
-            logging_strategy="no",
-            use_cpu=True,
-            dataloader_num_workers=0,
-            disable_tqdm=True,
             bf16=False,  # SFTConfig's default is bf16; the audit measures weights, not rounding
             fp16=False,
         )

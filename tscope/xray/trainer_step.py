@@ -82,6 +82,32 @@ class PaddingCollator:
         return {key: torch.tensor(value) for key, value in batch.items()}
 
 
+def audit_step_arguments(settings: TrainerSettings, output_dir: str) -> dict[str, Any]:
+    """The run's settings that shape one step's weighting, and one unclipped, LR-0 step on CPU
+    (the Trainer's and TRL's SFTTrainer's audits share them)."""
+    return {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": settings.per_device_train_batch_size,
+        "gradient_accumulation_steps": settings.gradient_accumulation_steps,
+        "average_tokens_across_devices": settings.average_tokens_across_devices,
+        "label_smoothing_factor": settings.label_smoothing_factor,
+        "train_sampling_strategy": settings.train_sampling_strategy,
+        "use_cache": settings.use_cache,
+        "seed": settings.seed,
+        "max_steps": 1,
+        "max_grad_norm": 0.0,  # no clipping: the audit reads the raw step gradient
+        "learning_rate": 0.0,
+        "optim": "sgd",
+        "lr_scheduler_type": "constant",
+        "report_to": [],
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "use_cpu": True,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+    }
+
+
 def trainer_step_gradient(
     settings: TrainerSettings, model: Any, sequences: list[dict[str, list[int]]]
 ) -> tuple[Any, list[ForwardCall]]:
@@ -104,26 +130,7 @@ def trainer_step_gradient(
     recorder = CallRecorder().attach(model)
     with tempfile.TemporaryDirectory(prefix="tscope-xray-") as scratch:
         arguments = TrainingArguments(
-            output_dir=scratch,
-            per_device_train_batch_size=settings.per_device_train_batch_size,
-            gradient_accumulation_steps=settings.gradient_accumulation_steps,
-            average_tokens_across_devices=settings.average_tokens_across_devices,
-            label_smoothing_factor=settings.label_smoothing_factor,
-            train_sampling_strategy=settings.train_sampling_strategy,
-            use_cache=settings.use_cache,
-            seed=settings.seed,
-            max_steps=1,
-            max_grad_norm=0.0,  # no clipping: the audit reads the raw step gradient
-            learning_rate=0.0,
-            optim="sgd",
-            lr_scheduler_type="constant",
-            report_to=[],
-            save_strategy="no",
-            logging_strategy="no",
-            use_cpu=True,
-            dataloader_num_workers=0,
-            remove_unused_columns=False,
-            disable_tqdm=True,
+            **audit_step_arguments(settings, scratch), remove_unused_columns=False
         )
         trainer = Trainer(
             model=model,
