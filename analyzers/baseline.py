@@ -59,6 +59,17 @@ def _floor_sigma(sigma: np.ndarray, median: np.ndarray) -> np.ndarray:
         return np.where(np.isnan(sigma), np.nan, np.maximum(sigma, floor))
 
 
+def difference_sigma(values: np.ndarray) -> float:
+    """The noise σ of a short window (finite points, step order) from its first differences,
+    1.4826 · median|Δx| / √2 like `robust_baseline`: a trend inside the window does not inflate
+    it. Floored at 0.1% of the window's median so a flat stretch keeps a finite σ."""
+    finite = values[np.isfinite(values)]
+    if finite.size < 2:
+        return float("nan")
+    sigma = MAD_TO_SIGMA * _median(np.abs(np.diff(finite))) / float(np.sqrt(2.0))
+    return max(sigma, abs(_median(finite)) * 1e-3, 1e-12)
+
+
 def window_stats(values: np.ndarray) -> tuple[float, float]:
     """(median, robust sigma) of a window of points, ignoring non-finite ones."""
     finite = values[np.isfinite(values)]

@@ -24,14 +24,22 @@ BASELINE_POINTS = 20
 #   before the event (the divergence explainer's ratio), or it went back to the run's untrained
 #   level (`returned_to_initial`: weights lost);
 # - info: a peak below MIN_WARNING_EXCESS over the level before (what engineers read as noise on
-#   a loss dashboard), or a transient bump (back within TRANSIENT_MAX_POINTS logged points) below
-#   TRANSIENT_MAX_RATIO (healthy modded-nanogpt runs show data-driven one-step bumps of +21–40%;
-#   REPORT.md's corrupted batch is 1.57×);
+#   a loss dashboard), or a short bump below TRANSIENT_MAX_RATIO that recovered: back within
+#   TRANSIENT_MAX_POINTS logged points, or an excess worth at most SHORT_BUMP_POINTS logged points
+#   at its peak (`effective_points` = area / (peak excess × logging interval)). Healthy
+#   modded-nanogpt runs show data-driven one-step bumps of +21–40%; REPORT.md's corrupted batch
+#   is 1.57×. Healthy benchmark controls that stream their corpus in order show +17–25% data
+#   bumps that stay up for 2–5 points with an effective length of 0.7–2.6 points (dev split, 7
+#   bumps in 10 controls); the planted causes whose loss bump recovers below 1.5× (a transient
+#   LR jump, an LR ramp) last 5–9 effective points (dev split) and carry their own cause finding;
 # - warning: everything else.
 DIVERGED_RATIO = 1.5
 MIN_WARNING_EXCESS = 0.10
 TRANSIENT_MAX_POINTS = 2
 TRANSIENT_MAX_RATIO = 1.5
+# Between the healthy data bumps' longest effective length (2.6 points) and the shortest planted
+# recovered excursion's (4.8), on the dev split; the test split scores it.
+SHORT_BUMP_POINTS = 3.5
 # "Back at the untrained level" (weights lost): for at least UNTRAINED_MIN_POINTS logged points
 # the loss gives back ≥ UNTRAINED_LOST_FRACTION of what the run had gained from its first logged
 # loss (≈ ln V for a model trained from scratch) down to the level before the event, after a gain
@@ -64,10 +72,20 @@ class Impact:
     recovered: bool
     nonfinite: bool
     returned_to_initial: bool  # the peak is back at the run's first (untrained) loss level
+    # The excess's length at its peak height: area / (excess_nats × the logging interval), in
+    # logged points (1 for a one-point bump; inf when non-finite; 0 without an excess).
+    effective_points: float = 0.0
 
     @property
     def transient(self) -> bool:
         return self.recovered and not self.nonfinite and self.points <= TRANSIENT_MAX_POINTS
+
+    @property
+    def short_bump(self) -> bool:
+        """Recovered quickly: transient, or an excess worth ≤ SHORT_BUMP_POINTS peak-high points."""
+        return self.transient or (
+            self.recovered and not self.nonfinite and self.effective_points <= SHORT_BUMP_POINTS
+        )
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -81,6 +99,7 @@ class Impact:
             "recovered": self.recovered,
             "nonfinite": self.nonfinite,
             "returned_to_initial": self.returned_to_initial,
+            "effective_points": self.effective_points,
             "severity": impact_severity(self),
         }
 
@@ -122,6 +141,13 @@ def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
         steps[np.isfinite(values)][:1].size and steps[np.isfinite(values)][0] < onset_step
     )
     returned = started_before and back_at_initial(initial, baseline, finite)
+    interval = float(np.median(np.diff(steps))) if steps.size > 1 else 1.0
+    if nonfinite:
+        effective = float("inf")
+    elif excess > 0:
+        effective = area / (excess * max(interval, 1.0))
+    else:
+        effective = 0.0
     return Impact(
         baseline=baseline,
         peak=peak,
@@ -133,6 +159,7 @@ def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
         recovered=end_step is not None,
         nonfinite=nonfinite,
         returned_to_initial=returned,
+        effective_points=effective,
     )
 
 
@@ -144,7 +171,7 @@ def impact_severity(impact: Impact) -> str:
         return "critical"
     if impact.ratio < 1 + MIN_WARNING_EXCESS:
         return "info"
-    if impact.transient and impact.ratio < TRANSIENT_MAX_RATIO:
+    if impact.short_bump and impact.ratio < TRANSIENT_MAX_RATIO:
         return "info"
     return "warning"
 

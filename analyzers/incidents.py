@@ -12,19 +12,17 @@ from dataclasses import dataclass
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
-from tscope.analyzers.explainers.spikes import is_transient
+from tscope.analyzers.explainers.spikes import is_transient, reaction_end
 from tscope.analyzers.impact import Impact, impact_order, impact_severity, measure_impact
 from tscope.analyzers.signals import loss_series, primary_loss
 
-from tscope.model import Run, Spike
+from tscope.model import Spike
 from tscope.model.metric_names import GRAD_NORM
 
 # A gradient-norm spike and a loss spike starting within this many steps are one incident (the
-# loss one describes it).
+# loss one describes it). A gradient-only excursion's impact is measured on the loss up to
+# spikes.REACTION_POINTS logged points after its peak (`reaction_end`).
 SAME_INCIDENT_STEPS = 20
-# A gradient-only excursion's impact is measured on the loss up to this many logged points after
-# its peak (the loss reacts within a few optimizer steps, spikes.LOSS_REACTION_POINTS).
-GRAD_REACTION_POINTS = 3
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ def incidents(evidence: Evidence) -> list[Incident]:
                 abs(other.onset_step - spike.onset_step) <= SAME_INCIDENT_STEPS
                 for other in loss_spikes
             ):
-                end = _reaction_end(run, spike)
+                end = reaction_end(run, spike)
                 found.append(_spike_incident(spike, measure_impact(run, spike.onset_step, end)))
             continue
         if loss is not None and spike.metric != loss:
@@ -87,18 +85,6 @@ def _fold_into_divergence(found: list[Incident]) -> list[Incident]:
     if not folded:
         return found
     return [i for i in found if not any(i is other for other in folded)]
-
-
-def _reaction_end(run: Run, spike: Spike) -> int:
-    """The step GRAD_REACTION_POINTS loss points after the spike's peak (or its recovery)."""
-    loss = primary_loss(run)
-    if loss is None:
-        return spike.peak_step + 1
-    steps, _ = run.series(loss)
-    later = steps[steps > spike.peak_step]
-    limit = int(later[min(GRAD_REACTION_POINTS, later.size) - 1]) + 1 if later.size else 0
-    limit = max(limit, spike.peak_step + 1)
-    return min(limit, spike.end_step) if spike.end_step is not None else limit
 
 
 def _spike_incident(spike: Spike, impact: Impact) -> Incident:

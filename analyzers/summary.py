@@ -10,6 +10,7 @@ from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.card import cause_words, incident_card
 from tscope.analyzers.causes import bad_batch_against, inferred_cause, lr_change_note
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
+from tscope.analyzers.impact import TRANSIENT_MAX_RATIO
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import (
     CAUSE_CATEGORIES,
@@ -155,6 +156,29 @@ def _healthy_verdict(evidence: Evidence, findings: list[Finding]) -> str:
         f"{int(steps[-1])} ({fmt(float(values[0]))} → {fmt(float(values[-1]))}); no spike, "
         "divergence or schedule anomaly crossed its threshold"
         + (f" ({notes} informational note{'s' if notes > 1 else ''} below)." if notes else ".")
+        + _largest_bump_note(findings)
+    )
+
+
+def _largest_bump_note(findings: list[Finding]) -> str:
+    """The biggest loss bump below the warning rule, named so a reader who saw it on a dashboard
+    finds it judged (and how to see which rows drove it); "" when there is none."""
+    bumps = [
+        (impact, f)
+        for f in findings
+        if f.category == "loss_spike"
+        and isinstance(impact := f.evidence.get("impact"), dict)
+        and impact.get("recovered")
+    ]
+    if not bumps:
+        return ""
+    impact, finding = max(bumps, key=lambda pair: float(pair[0]["excess_nats"]))
+    return (
+        f" The largest loss bump, at step {finding.step} ({fmt(float(impact['baseline']))} → "
+        f"{fmt(float(impact['peak']))}, {fmt(float(impact['ratio']))}×), recovered within "
+        f"{int(impact['points'])} logged point{'s' if int(impact['points']) != 1 else ''}: below "
+        f"the warning rule for a bump that recovers (≥ {fmt(TRANSIENT_MAX_RATIO)}× its level); "
+        f"`tscope replay --around {finding.step}` shows which samples drove it."
     )
 
 

@@ -138,7 +138,7 @@ def test_a_grad_norm_spike_while_the_loss_is_nan_counts_as_the_loss_reacting():
     """Regression: an all-NaN loss window during a grad-norm spike raised a NumPy warning."""
     import warnings
 
-    from tscope.analyzers.explainers.spikes import _loss_rises_after
+    from tscope.analyzers.explainers.spikes import _loss_reacts
 
     from tscope.model import Spike
     from tscope.model.metric_names import GRAD_NORM
@@ -149,4 +149,4 @@ def test_a_grad_norm_spike_while_the_loss_is_nan_counts_as_the_loss_reacting():
     spike = Spike("S1", GRAD_NORM, 41, 43, None, 50.0, ("robust_z",), 1.0, 50.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _loss_rises_after(run, spike)
+        assert _loss_reacts(run, spike, [spike])

@@ -46,13 +46,21 @@ def test_long_logging_window_is_stated(cases):
 
 
 def test_corrupted_batch_step_is_the_biggest_loss_spike_with_a_finding(cases):
+    """6 of 24 rows of random tokens lift the loss 1.15× for one step, as a healthy control's
+    natural batch does (+17–25%): the severity rule keeps it a note, and the verdict names it
+    with the way to see its rows."""
     step = manifest("corrupted_batch")["planted"]["step"]
     case = cases["corrupted_batch"]
     loss_spikes = [s for s in case.spikes if s.metric == "train/loss"]
     assert max(loss_spikes, key=lambda s: s.magnitude).peak_step == step
-    assert any(f.step == step and f.category == "loss_spike" for f in case.findings)
-    assert case.findings[0].step == step
-    assert "bad batch" in case.summary["verdict"]
+    assert any(
+        f.step == step and f.category == "loss_spike" and f.severity == "info"
+        for f in case.findings
+    )
+    assert case.summary["status"] == "healthy"
+    verdict = case.summary["verdict"]
+    assert f"The largest loss bump, at step {step}" in verdict
+    assert f"tscope replay --around {step}" in verdict
 
 
 def test_lr_jump_is_in_the_top_three_at_the_jump_step(cases):

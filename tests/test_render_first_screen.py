@@ -36,7 +36,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
     """Each run analyzed and rendered once: its payload and every file written, by name."""
     out = tmp_path_factory.mktemp("first-screen")
     results = {}
-    for name in ("stable", "corrupted_batch", "lr_blowup"):
+    for name in ("stable", "corrupted_batch", "lr_jump", "lr_blowup"):
         paths = render_case(tscope.analyze(RUNS / name), out / name)
         files = {path.name: path.read_text(encoding="utf-8") for path in paths}
         results[name] = {"payload": load_case_payload(out / name), "files": files}
@@ -52,37 +52,47 @@ def test_the_healthy_run_has_no_red_band_and_no_card(rendered: dict[str, Any]) -
 
 
 def test_only_the_warning_spike_is_shaded_and_the_zoom_frames_it(rendered: dict[str, Any]) -> None:
-    payload, files = rendered["corrupted_batch"]["payload"], rendered["corrupted_batch"]["files"]
+    payload, files = rendered["lr_jump"]["payload"], rendered["lr_jump"]["files"]
     info_spikes = {f["spike_id"] for f in payload["findings"] if f["severity"] == "info"}
     chart = files["case-chart.svg"]
-    assert chart.count('class="spike"') == 2 * 3  # S2 and S3 at step 145, on three panels
+    assert chart.count('class="spike"') == 2 * 3  # S2 and S3 at step 151, on three panels
     labels = re.findall(r"<tspan[^>]*>([A-Z]\d+)</tspan>", chart)
     assert not info_spikes & set(labels), "an informational spike got a label and a band"
     zoom = files["case-zoom.svg"]
-    assert "Zoom: steps 115–175 around step 145" in zoom
+    assert "Zoom: steps 121–181 around step 151" in zoom
     assert (
         zoom.count("<circle") > 60
     )  # one dot per logged step: the spike is readable point by point
-    assert "<title>step 145: train/loss 3.41 nats" in zoom  # hover reads the step and its values
+    assert "<title>step 151: train/loss 3.6 nats" in zoom  # hover reads the step and its values
+
+
+def test_a_note_sized_bump_gets_no_band_and_no_card(rendered: dict[str, Any]) -> None:
+    """corrupted_batch's 1.15× one-step bump is a note by the severity rule: no red band, no
+    zoom, no incident card; the verdict names it."""
+    files = rendered["corrupted_batch"]["files"]
+    assert 'class="spike"' not in files["case-chart.svg"]
+    assert "case-zoom.svg" not in files
+    assert 'id="incident"' not in files["case.html"]
+    assert "The largest loss bump, at step 145" in files["case.html"]
 
 
 def test_the_incident_card_says_what_when_how_bad_why_and_where_to_restart(
     rendered: dict[str, Any],
 ) -> None:
-    card = rendered["corrupted_batch"]["payload"]["summary"]["card"]
-    assert card["step"] == 145 and card["severity"] == "warning"
-    assert card["cause"]["category"] == "bad_batch"
+    card = rendered["lr_jump"]["payload"]["summary"]["card"]
+    assert card["step"] == 151 and card["severity"] == "warning"
+    assert card["cause"]["category"] == "lr_schedule_jump"
     assert card["restart"]["path"] == "checkpoint-120"
-    html = rendered["corrupted_batch"]["files"]["case.html"]
+    html = rendered["lr_jump"]["files"]["case.html"]
     card_html = html.split('<section id="incident"', 1)[1].split("</section>", 1)[0]
     assert '<span class="badge severity-warning">warning</span>' in card_html
-    assert "<strong>a bad batch (corrupted or unusual samples)</strong>" in card_html
-    assert '<code class="small-id">bad_batch</code>' in card_html  # the id, small
-    assert "<strong>medium</strong> (0.51)" in card_html
+    assert "<strong>a learning-rate schedule jump</strong>" in card_html
+    assert '<code class="small-id">lr_schedule_jump</code>' in card_html  # the id, small
+    assert "<strong>high</strong> (0.85)" in card_html
     assert "high ≥ 0.8" in card_html  # the legend for the word
     assert "trainer.train(resume_from_checkpoint=&#34;checkpoint-120&#34;)" in card_html
-    markdown = rendered["corrupted_batch"]["files"]["case.md"]
-    assert "| Confidence | **medium** (0.51) |" in markdown
+    markdown = rendered["lr_jump"]["files"]["case.md"]
+    assert "| Confidence | **high** (0.85) |" in markdown
 
 
 def test_printed_sigma_is_the_one_compared_with_the_threshold(rendered: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from tscope.analyzers.impact import (
     MIN_WARNING_EXCESS,
     TRANSIENT_MAX_POINTS,
     TRANSIENT_MAX_RATIO,
+    impact_severity,
     measure_impact,
 )
 from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
@@ -43,7 +44,6 @@ class SpikeExplainer:
         for spike in evidence.spikes:
             notable = is_notable(evidence.run, spike, evidence.spikes)
             if is_loss_like(spike.metric):
-                notable = notable or _corroborated(evidence.run, spike, evidence.spikes)
                 if not notable and is_texture(evidence.run, spike.metric, evidence.spikes):
                     continue  # one of the run's routine bumps: the recurring-spikes finding
                 findings.append(_loss_spike(evidence.run, spike, notable))
@@ -82,6 +82,10 @@ def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
         return spike.magnitude >= TEXTURE_OUTLIER_FACTOR * typical
     if is_transient(run, spike):
         return ratio >= TRANSIENT_MAX_RATIO
+    if is_loss_like(spike.metric) and ratio < TRANSIENT_MAX_RATIO:
+        # The one severity rule (analyzers/impact.py): a recovered bump whose excess amounts to a
+        # few points at its peak is the data's texture, not an incident.
+        return not measure_impact(run, spike.onset_step, spike.end_step).short_bump
     return True
 
 
@@ -92,10 +96,11 @@ def is_texture(run: Run, metric: str, spikes: list[Spike]) -> bool:
     return count >= 3 and count * 1000 / max(points, 1) > TEXTURE_SPIKES_PER_1000
 
 
-# Spikes on two series count as one event when their peaks are at most this many points apart.
-COINCIDENCE_POINTS = 2
 # A gradient-norm jump "makes the loss react" when a loss spike starts within this many points.
 LOSS_REACTION_POINTS = 20
+# A gradient-only excursion's effect on the loss is measured up to this many logged loss points
+# after its peak (the loss reacts within a few optimizer steps).
+REACTION_POINTS = 3
 
 
 def _points_between(run: Run, metric: str, first: int, second: int) -> int:
@@ -104,43 +109,42 @@ def _points_between(run: Run, metric: str, first: int, second: int) -> int:
     return int(((steps > low) & (steps <= high)).sum())
 
 
-def _corroborated(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
-    """A lone loss bump confirmed by a simultaneous gradient-norm spike (two signals agree)."""
-    if not is_transient(run, spike) or spike.peak_value < (1 + MIN_WARNING_EXCESS) * spike.baseline:
-        return False
-    return any(
-        other.metric == GRAD_NORM
-        and _points_between(run, spike.metric, other.peak_step, spike.peak_step)
-        <= COINCIDENCE_POINTS
-        for other in spikes
-    )
-
-
 def _loss_reacts(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
+    """The loss shows this gradient excursion as an incident: a loss spike worth a warning starts
+    with it or within LOSS_REACTION_POINTS after, or the loss's own impact from the excursion's
+    onset to REACTION_POINTS points after its peak grades above info by the one severity rule
+    (analyzers/impact.py).
+
+    A small bump of the same step's loss is not a reaction: both numbers come from one batch (the
+    Trainer logs the loss and the gradient norm of the batch before its update), so together
+    they say the batch was unusual, not that training was hurt. A healthy benchmark control's
+    natural batch at step 60 gave a gradient norm of 24 (30× typical, clipped to 1) and a +19%
+    loss bump, back the next step; BLOOM-176B's 960 at step 31219 came with the loss at 2.3×."""
     loss = primary_loss(run)
-    return any(
+    if any(
         other.metric == loss
         and other.onset_step >= spike.onset_step - 1
         and _points_between(run, other.metric, spike.onset_step, other.onset_step)
         <= LOSS_REACTION_POINTS
+        and is_notable(run, other, spikes)
         for other in spikes
-    ) or _loss_rises_after(run, spike)
+    ):
+        return True
+    impact = measure_impact(run, spike.onset_step, reaction_end(run, spike))
+    return impact_severity(impact) != "info"
 
 
-def _loss_rises_after(run: Run, spike: Spike) -> bool:
-    """The loss's median over the excursion is ≥ MIN_WARNING_EXCESS above its level before it."""
+def reaction_end(run: Run, spike: Spike) -> int:
+    """The step REACTION_POINTS loss points after a gradient spike's peak (or its recovery,
+    when earlier): where its effect on the loss is measured."""
     loss = primary_loss(run)
     if loss is None:
-        return False
-    steps, values = run.series(loss)
-    before = values[(steps < spike.onset_step)][-20:]
-    during = values[(steps >= spike.onset_step) & (steps <= spike.peak_step + 3)]
-    before = before[np.isfinite(before)]
-    if before.size < 3 or during.size == 0:
-        return False
-    if not np.isfinite(during).all():
-        return True  # the loss went non-finite during the excursion: it reacted
-    return bool(during.max() >= (1 + MIN_WARNING_EXCESS / 2) * np.median(before))
+        return spike.peak_step + 1
+    steps, _ = run.series(loss)
+    later = steps[steps > spike.peak_step]
+    limit = int(later[min(REACTION_POINTS, later.size) - 1]) + 1 if later.size else 0
+    limit = max(limit, spike.peak_step + 1)
+    return min(limit, spike.end_step) if spike.end_step is not None else limit
 
 
 def spike_confidence(spike: Spike) -> float:

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from tscope.analyzers.baseline import MAD_TO_SIGMA
+from tscope.analyzers.baseline import difference_sigma
 from tscope.analyzers.detectors.robust_z import ROBUST_Z_ALARM_SIGMA
 
 from tscope.model.replay import InterventionOutcome, ReplayStep
@@ -57,10 +57,7 @@ def spike_line(
         return None
     values = np.asarray(before[-NEIGHBOUR_POINTS:], dtype=np.float64)
     median = float(np.median(values))
-    differences = np.abs(np.diff(values))
-    sigma = MAD_TO_SIGMA * float(np.median(differences)) / math.sqrt(2.0)
-    sigma = max(sigma, abs(median) * 1e-3, 1e-12)
-    return median, median + SPIKE_SIGMA * sigma
+    return median, median + SPIKE_SIGMA * difference_sigma(values)
 
 
 def window_peak(steps: Sequence[ReplayStep], first: int, last: int) -> tuple[float, int | None]:
