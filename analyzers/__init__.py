@@ -20,6 +20,7 @@ from tscope.analyzers.explainers.resume import ResumeExplainer
 from tscope.analyzers.explainers.routing import RoutingExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
 from tscope.analyzers.explainers.updates import UpdatesExplainer
+from tscope.analyzers.explainers.warmup_stall import WarmupStallExplainer
 from tscope.analyzers.explainers.weights import WeightsExplainer
 
 from tscope.errors import UsageError
@@ -30,6 +31,7 @@ EXPLAINERS: tuple[Explainer, ...] = (
     RecurringSpikesExplainer(),
     DivergenceExplainer(),
     LearningRateExplainer(),
+    WarmupStallExplainer(),
     ResumeExplainer(),
     LossScaleExplainer(),
     GradNormExplainer(),

@@ -120,7 +120,10 @@ def _start_kind(run: Run) -> tuple[str, str] | None:
     finite = np.isfinite(values)
     if not finite.any() or steps[0] > START_MAX_STEP:
         return None
-    start = float(np.median(values[finite][:START_POINTS]))
+    # The first logged loss: a fresh model sits at ln(vocab) only before its first updates (at a
+    # high LR the loss is 25% lower five steps in, which a median of the first points took for a
+    # pretrained start).
+    start = float(values[finite][0])
     vocab = _number(run, VOCAB_KEYS)
     if vocab is not None and vocab >= 2:
         ceiling = math.log(vocab)

@@ -1,0 +1,147 @@
+"""warmup_too_short, the stalled kind: no warm-up, a fast first drop, then no progress.
+
+Adam's first updates are the unreliable ones: its second-moment estimate rests on a handful of
+gradients, so the effective step is large and erratic until it settles; warm-up exists to keep
+those steps small (Liu et al. 2020, "On the Variance of the Adaptive Learning Rate and Beyond",
+arXiv 1908.03265; Xiong et al. 2020, arXiv 2002.04745, on why Transformers need it). Started at
+full LR, a model can break early (a spike: learning_rate.py's `_warmup_too_short`) or, without
+a visible spike, be knocked into a region it does not learn out of: the loss falls fast for a
+few steps to the level of the easy statistics (token frequencies) and then stays there. A model
+that trains keeps falling through the first half of its run.
+
+The rule, from the logs alone; each condition is needed, none is evidence alone:
+- the learning rate was at its maximum from the first logged step (no warm-up at all), logged
+  from the start of training, and that maximum is above the typical range for training from
+  scratch (lr_config.TYPICAL_LR, sourced there);
+- the run is not a fine-tune (lr_config's `training_kind`: pretrained models and adapters
+  converge early for other reasons);
+- the loss fell by at least EARLY_DROP_FRACTION of its first value within the first
+  EARLY_FRACTION of the logged points, and then stalled: the median of the loss over the
+  segment ending at STALL_END_FRACTION of the run is less than STALL_MAX_GAIN of the level
+  below the median of the segment right after the early window.
+Measured on the accuracy benchmark's dev split (bench/accuracy): over that stretch the planted
+warm-up-too-hot runs (constant LR ×8–30 from step 1) gained −2.2…+4.0% of their level (8 runs),
+healthy controls +7.8…+19% except three tiny GPT-2 Trainer controls that stall on their own
+(−1.2…+4.4%, with a warm-up and a typical LR: the other two conditions keep them out). The
+test split scores the rule once (docs/accuracy.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from tscope.analyzers.base import Evidence
+from tscope.analyzers.explainers.lr_config import START_MAX_STEP, TYPICAL_LR, training_kind
+from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
+from tscope.analyzers.signals import fmt, loss_series, primary_loss
+
+from tscope.model import Finding
+from tscope.model.metric_names import LEARNING_RATE
+
+# "No warm-up": the first logged LR is within this fraction of the run's largest.
+NO_WARMUP_RELATIVE = 0.99
+# The early window (a fraction of the logged points) in which the loss made its first drop.
+EARLY_FRACTION = 0.10
+# The first drop: at least this fraction of the first logged loss (a fresh LM at ln V falls to
+# its token-frequency level, 25–30% lower on the benchmark's byte-level corpus, within it).
+EARLY_DROP_FRACTION = 0.15
+# The stall: from the segment right after the early window to the one ending at
+# STALL_END_FRACTION of the run (each SEGMENT_FRACTION of the points), the loss's median gained
+# less than STALL_MAX_GAIN of its level.
+STALL_END_FRACTION = 0.5
+SEGMENT_FRACTION = 0.10
+STALL_MAX_GAIN = 0.05
+# Fewer logged loss points than this and the segments are too short to judge.
+MIN_POINTS = 50
+# Kinds of training whose early convergence is expected (lr_config.training_kind).
+FINE_TUNE_KINDS = ("lora", "full_fine_tune", "fine_tune", "preference")
+
+
+class WarmupStallExplainer:
+    name = "warmup_stall"
+    categories: tuple[str, ...] = ("warmup_too_short",)  # registered in tscope/model/categories.py
+
+    def run(self, evidence: Evidence) -> list[Finding]:
+        run = evidence.run
+        loss = primary_loss(run)
+        if loss is None or not run.has(LEARNING_RATE):
+            return []
+        lr_steps, lrs = run.series(LEARNING_RATE)
+        finite_lr = np.isfinite(lrs)
+        lr_steps, lrs = lr_steps[finite_lr], lrs[finite_lr]
+        if lrs.size < 2 or lrs.max() <= 0 or lr_steps[0] > START_MAX_STEP:
+            return []
+        if lrs[0] < NO_WARMUP_RELATIVE * lrs.max():
+            return []  # it warmed up (or ramps): not this rule
+        kind = training_kind(run)
+        if kind is not None and kind.kind in FINE_TUNE_KINDS:
+            return []
+        steps, values = loss_series(run, loss)
+        finite = np.isfinite(values)
+        steps, values = steps[finite], values[finite]
+        n = values.size
+        if n < MIN_POINTS or steps[0] > START_MAX_STEP:
+            return []
+        kind_range = TYPICAL_LR["pre_training"]
+        peak = float(lrs.max())
+        if peak <= kind_range[1]:
+            return []
+        early_end = max(SMOOTHING_MIN_POINTS, int(EARLY_FRACTION * n))
+        segment = max(SMOOTHING_MIN_POINTS, int(SEGMENT_FRACTION * n))
+        stall_end = int(STALL_END_FRACTION * n)
+        if stall_end - segment < early_end + segment:
+            return []
+        first = float(values[0])
+        level = pd.Series(values).rolling(SMOOTHING_MIN_POINTS).median().to_numpy()
+        early = level[SMOOTHING_MIN_POINTS - 1 : early_end]
+        early_min = float(np.nanmin(early))
+        if first <= 0 or (first - early_min) < EARLY_DROP_FRACTION * first:
+            return []
+        after_drop = float(np.median(values[early_end : early_end + segment]))
+        at_half = float(np.median(values[stall_end - segment : stall_end]))
+        gain = (after_drop - at_half) / after_drop if after_drop > 0 else 0.0
+        if gain >= STALL_MAX_GAIN:
+            return []  # it kept learning
+        stall_step = int(steps[int(np.nanargmin(early)) + SMOOTHING_MIN_POINTS - 1])
+        end_step = int(steps[stall_end - 1])
+        return [
+            Finding(
+                category="warmup_too_short",
+                severity="warning",
+                confidence=0.6,
+                step=stall_step,
+                layer=None,
+                message=(
+                    f"The run started at its peak learning rate ({fmt(peak)} from step "
+                    f"{int(lr_steps[0])}, no warm-up); the loss fell from {fmt(first)} to "
+                    f"{fmt(early_min)} by step {stall_step} and then stalled: its median went "
+                    f"from {fmt(after_drop)} to {fmt(at_half)} by step {end_step}, half the run "
+                    f"({abs(gain):.1%} {'lower' if gain >= 0 else 'higher'}). A model that trains from scratch keeps falling through its "
+                    "first half; one started at full LR can be knocked into a region it does not "
+                    f"learn out of. The peak LR is above the typical {fmt(kind_range[0])}–"
+                    f"{fmt(kind_range[1])} for training from scratch."
+                ),
+                evidence={
+                    "peak_lr": peak,
+                    "first_lr_step": int(lr_steps[0]),
+                    "first_loss": first,
+                    "early_min_level": early_min,
+                    "stall_step": stall_step,
+                    "stall_end_step": end_step,
+                    "median_after_drop": after_drop,
+                    "median_at_half": at_half,
+                    "relative_gain": gain,
+                    "training_kind": kind.kind if kind is not None else None,
+                },
+                suggestion=(
+                    "Add a warm-up (a few % of the steps; e.g. 2–5% linear) and/or lower the peak "
+                    "learning rate, and restart from the beginning: the early steps decided it."
+                ),
+                threshold=(
+                    f"LR at ≥ {NO_WARMUP_RELATIVE:.0%} of its maximum from the first step; loss "
+                    f"down ≥ {EARLY_DROP_FRACTION:.0%} in the first {EARLY_FRACTION:.0%} of "
+                    f"points, then < {STALL_MAX_GAIN:.0%} more by {STALL_END_FRACTION:.0%} of the "
+                    f"run; peak LR above the typical range"
+                ),
+            )
+        ]
