@@ -16,7 +16,6 @@ from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
 from tscope.analyzers.explainers.overfitting import OverfittingExplainer
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.explainers.recurring import RecurringSpikesExplainer
-from tscope.analyzers.explainers.repeated_data import RepeatedDataExplainer
 from tscope.analyzers.explainers.resume import ResumeExplainer
 from tscope.analyzers.explainers.routing import RoutingExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
@@ -37,7 +36,6 @@ EXPLAINERS: tuple[Explainer, ...] = (
     LossScaleExplainer(),
     GradNormExplainer(),
     PlateauExplainer(),
-    RepeatedDataExplainer(),
     OverfittingExplainer(),
     # Per-layer and routing series the run logged (a recorder's, or the user's own):
     LayerLogsExplainer(),

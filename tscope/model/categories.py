@@ -61,16 +61,6 @@ CATEGORIES: tuple[Category, ...] = (
         alternative="not a bad batch",
     ),
     Category(
-        "repeated_data",
-        "cause",
-        "warning",
-        "logs",
-        "repeated data (the same batches fed again and again)",
-        "the loss turns into that of the same few batches repeated: its step-to-step noise "
-        "collapses and it keeps dropping (memorization)",
-        alternative="not repeated data",
-    ),
-    Category(
         "nonfinite_origin",
         "cause",
         "critical",
