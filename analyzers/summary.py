@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
+from tscope.analyzers.calibration import calibrated_confidence
 from tscope.analyzers.card import cause_words, incident_card
 from tscope.analyzers.causes import bad_batch_against, inferred_cause, lr_change_note
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
@@ -266,7 +267,9 @@ def _diagnose(
         first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
         corroboration = f" Checkpoints agree: {first_sentence}."
     corroboration += _what_if_note(findings, incident)
-    return Diagnosis(what, cause, category, confidence, because, corroboration, lead)
+    calibrated = calibrated_confidence(category, confidence)
+    because = because.replace(f"(confidence {confidence:.2f})", f"(confidence {calibrated:.2f})")
+    return Diagnosis(what, cause, category, calibrated, because, corroboration, lead)
 
 
 def _incident_step(headline: Finding, incident: Incident | None) -> int | None:

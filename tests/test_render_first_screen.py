@@ -88,11 +88,11 @@ def test_the_incident_card_says_what_when_how_bad_why_and_where_to_restart(
     assert '<span class="badge severity-warning">warning</span>' in card_html
     assert "<strong>a learning-rate schedule jump</strong>" in card_html
     assert '<code class="small-id">lr_schedule_jump</code>' in card_html  # the id, small
-    assert "<strong>high</strong> (0.85)" in card_html
+    assert "<strong>high</strong> (0.94)" in card_html
     assert "high ≥ 0.8" in card_html  # the legend for the word
     assert "trainer.train(resume_from_checkpoint=&#34;checkpoint-120&#34;)" in card_html
     markdown = rendered["lr_jump"]["files"]["case.md"]
-    assert "| Confidence | **high** (0.85) |" in markdown
+    assert "| Confidence | **high** (0.94) |" in markdown
 
 
 def test_printed_sigma_is_the_one_compared_with_the_threshold(rendered: dict[str, Any]) -> None:
