@@ -21,7 +21,6 @@ from tscope.analyzers.explainers.routing import RoutingExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
 from tscope.analyzers.explainers.updates import UpdatesExplainer
 from tscope.analyzers.explainers.weights import WeightsExplainer
-
 from tscope.model import Finding
 
 EXPLAINERS: tuple[Explainer, ...] = (

@@ -6,7 +6,6 @@ from __future__ import annotations
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.causes import bad_batch_against, lr_change_note
 from tscope.analyzers.incidents import Incident
-
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE

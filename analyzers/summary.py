@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.card import cause_words, incident_card
@@ -25,7 +26,6 @@ from tscope.analyzers.ranking import (
     STANDALONE_CATEGORIES,
 )
 from tscope.analyzers.signals import fmt, primary_loss, spike_size
-
 from tscope.model import CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.visible_text import visible

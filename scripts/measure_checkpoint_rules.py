@@ -43,8 +43,8 @@ RULES = ("update_ratio_high", "lr_schedule_jump", "weight_norm_growth", "adam_ep
 
 def statistics(run: Path) -> dict[str, float]:
     import numpy as np
-    from tscope.analyzers.explainers.weights import NORM_GROWTH_FACTOR, _growth_table
 
+    from tscope.analyzers.explainers.weights import NORM_GROWTH_FACTOR, _growth_table
     from tscope.ingest.checkpoint_evidence import read_checkpoints
     from tscope.ingest.checkpoints.base import LoadOptions
 

@@ -23,7 +23,6 @@ def test_healthy_byte_llama_raises_no_checkpoint_warning(byte_llama_runs, name):
 
 def test_early_head_growth_is_measured_but_not_a_runaway(byte_llama_runs):
     from tscope.analyzers.explainers.weights import NORM_GROWTH_FACTOR, _growth_table
-
     from tscope.ingest.checkpoint_evidence import read_checkpoints
     from tscope.ingest.checkpoints.base import LoadOptions
 
