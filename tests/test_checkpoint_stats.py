@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoint_stats import (
+from tscope.ingest.checkpoints.base import OptimizerState
+from tscope.ingest.checkpoints.stats.layers import (
     collect_layers,
     read_layers_parquet,
     write_layers_parquet,
 )
-from tscope.ingest.checkpoints.base import OptimizerState
-from tscope.ingest.tensor_stats import (
+from tscope.ingest.checkpoints.stats.tensor import (
     LOG_HISTOGRAM_BINS,
 )
 from tscope.model import CheckpointInfo, PartialInput

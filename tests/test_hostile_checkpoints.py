@@ -266,7 +266,7 @@ def write_many_tensors(path: Path, count: int) -> None:
 
 
 def test_a_file_of_200k_tiny_tensors_is_read_in_bounded_time_with_a_note(tmp_path):
-    from tscope.ingest.checkpoint_stats import MAX_TENSORS_PER_CHECKPOINT
+    from tscope.ingest.checkpoints.stats.layers import MAX_TENSORS_PER_CHECKPOINT
 
     run = tmp_path / "run"
     write_metrics(run)

@@ -11,14 +11,14 @@ import pytest
 import scipy.stats
 import torch
 
-from tscope.ingest.chunk_runner import ChunkRunner
-from tscope.ingest.tensor_stats import (
+from tscope.ingest.checkpoints.stats.chunk_runner import ChunkRunner
+from tscope.ingest.checkpoints.stats.tensor import (
     LOG_HISTOGRAM_BINS,
     LOG_HISTOGRAM_EDGES,
     TensorStats,
     tensor_stats,
 )
-from tscope.ingest.weight_deltas import histogram_kl
+from tscope.ingest.checkpoints.stats.weight_deltas import histogram_kl
 
 
 def reference(values: np.ndarray) -> dict[str, float]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
-from tscope.ingest.names import canonical_metric
+from tscope.ingest.logs.names import canonical_metric
 from tscope.ingest.readers.event_proto import WireFormatError, decode_hparams
 
 # torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
