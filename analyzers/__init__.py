@@ -22,8 +22,6 @@ from tscope.analyzers.explainers.spikes import SpikeExplainer
 from tscope.analyzers.explainers.updates import UpdatesExplainer
 from tscope.analyzers.explainers.warmup_stall import WarmupStallExplainer
 from tscope.analyzers.explainers.weights import WeightsExplainer
-
-from tscope.errors import UsageError
 from tscope.model import Finding
 
 EXPLAINERS: tuple[Explainer, ...] = (
@@ -48,16 +46,8 @@ EXPLAINERS: tuple[Explainer, ...] = (
 )
 
 
-def explainer_named(name: str) -> Explainer:
-    for explainer in EXPLAINERS:
-        if explainer.name == name:
-            return explainer
-    valid = ", ".join(explainer.name for explainer in EXPLAINERS)
-    raise UsageError(f"Unknown explainer {name!r}; valid explainers: {valid}")
-
-
 def explain(evidence: Evidence) -> list[Finding]:
     return [finding for explainer in EXPLAINERS for finding in explainer.run(evidence)]
 
 
-__all__ = ["EXPLAINERS", "Evidence", "explain", "explainer_named"]
+__all__ = ["EXPLAINERS", "Evidence", "explain"]

@@ -10,12 +10,12 @@ credited first by the summary; this module speaks only where none does.
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.card import cause_words
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.signals import fmt, window
-
 from tscope.model.categories import CAUSES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 

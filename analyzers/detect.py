@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detectors.base import Detection, Detector
 from tscope.analyzers.detectors.cusum import CusumDetector
@@ -11,7 +12,6 @@ from tscope.analyzers.detectors.pelt import PeltDetector
 from tscope.analyzers.detectors.robust_z import RobustZDetector
 from tscope.analyzers.detectors.spike_score import SpikeScoreDetector
 from tscope.analyzers.signals import loss_series
-
 from tscope.model import ChangePoint, Run, Spike
 from tscope.model.metric_names import GRAD_NORM, is_loss_like
 

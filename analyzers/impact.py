@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tscope.analyzers.signals import loss_series, primary_loss
 
+from tscope.analyzers.signals import loss_series, primary_loss
 from tscope.model import Run
 
 # The level before the event: the median of this many finite loss points before the onset (the

@@ -15,7 +15,6 @@ from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.spikes import is_transient, reaction_end
 from tscope.analyzers.impact import Impact, impact_order, impact_severity, measure_impact
 from tscope.analyzers.signals import loss_series, primary_loss
-
 from tscope.model import Spike
 from tscope.model.metric_names import GRAD_NORM
 

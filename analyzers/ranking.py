@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tscope.analyzers.incidents import Incident
-
 from tscope.model import Finding
 from tscope.model.categories import CAUSES, STANDALONE, ranking_role, severity_rank
 

@@ -16,14 +16,6 @@ def primary_loss(run: Run) -> str | None:
     return candidates[0] if candidates else (EVAL_LOSS if run.has(EVAL_LOSS) else None)
 
 
-def value_at_or_before(run: Run, metric: str, step: int) -> float | None:
-    steps, values = run.series(metric)
-    position = int(np.searchsorted(steps, step, side="right")) - 1
-    if position < 0:
-        return None
-    return float(values[position])
-
-
 def window(run: Run, metric: str, first_step: int, last_step: int) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) with first_step <= step <= last_step."""
     steps, values = run.series(metric)

@@ -1,29 +1,39 @@
-"""The first screen: a one-sentence verdict, what to do next, what was ruled out, what is unknown."""
+"""The first screen's verdict: healthy, not judged, or the headline incident in one sentence with
+its cause. What to do next, what was ruled out and what is unknown are analyzers/next_steps.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.calibration import calibrated_confidence
 from tscope.analyzers.card import cause_words, incident_card
-from tscope.analyzers.causes import bad_batch_against, inferred_cause, lr_change_note
+from tscope.analyzers.causes import inferred_cause
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
 from tscope.analyzers.impact import TRANSIENT_MAX_RATIO
 from tscope.analyzers.incidents import Incident
+from tscope.analyzers.next_steps import (
+    alternatives,
+    incident_step,
+    limits,
+    next_steps,
+    restart_checkpoint,
+)
 from tscope.analyzers.ranking import (
     CAUSE_CATEGORIES,
     CAUSE_LOOKBACK_STEPS,
     STANDALONE_CATEGORIES,
 )
 from tscope.analyzers.signals import fmt, primary_loss, spike_size
-
-from tscope.model import Alternative, CheckpointInfo, Finding
+from tscope.model import CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
-from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
 from tscope.model.visible_text import visible
+
+# alternatives and limits are imported from here by the pipeline with summarize.
+__all__ = ["Diagnosis", "alternatives", "limits", "missing_data", "summarize"]
 
 # Fewer logged loss points than this and "no incident" means "not judged": the spike score needs
 # 20 points before it scores anything (detectors.spike_score.SPIKE_SCORE_MIN_POINTS) and the
@@ -75,16 +85,16 @@ def summarize(
     if headline.category in STANDALONE_CATEGORIES and headline.spike_id is None:
         incident = None  # overfitting, a plateau: the condition is the news, not a nearby spike
     diagnosis = _diagnose(evidence, headline, incident, findings)
-    restart = _restart_checkpoint(headline, incident, checkpoints)
+    restart = restart_checkpoint(headline, incident, checkpoints)
     return {
         "status": "incident",
         "verdict": diagnosis.sentence(),
-        "next_steps": _next_steps(evidence, headline, incident, checkpoints, restart),
+        "next_steps": next_steps(evidence, headline, incident, checkpoints, restart),
         "headline_finding": headline.id,
         "card": incident_card(
             diagnosis.what,
             headline,
-            _incident_step(headline, incident),
+            incident_step(headline, incident),
             diagnosis.cause,
             diagnosis.cause_category,
             diagnosis.confidence,
@@ -272,13 +282,6 @@ def _diagnose(
     return Diagnosis(what, cause, category, calibrated, because, corroboration, lead)
 
 
-def _incident_step(headline: Finding, incident: Incident | None) -> int | None:
-    """The step the card shows and the chart zooms to: the incident's peak, else the finding's."""
-    if incident is not None:
-        return incident.onset_step if incident.kind == "divergence" else incident.peak_step
-    return headline.step
-
-
 def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
     """The replay experiments that changed the outcome of this incident, in one sentence."""
     if incident is None:
@@ -298,163 +301,3 @@ def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
         f.message.split(": the peak loss")[0].removeprefix("What-if ") for f in removed
     )
     return f" Replay what-ifs that remove the spike: {described}."
-
-
-def _restart_checkpoint(
-    headline: Finding, incident: Incident | None, checkpoints: list[CheckpointInfo]
-) -> CheckpointInfo | None:
-    """The newest checkpoint before whichever came first, the cause or the incident: the newest
-    whose state precedes the onset step's update (see _precedes)."""
-    onset = _first_step(headline, incident)
-    before = [c for c in checkpoints if onset is not None and _precedes(c, onset)]
-    return max(before, key=lambda c: c.step or 0) if before else None
-
-
-# Formats whose checkpoint step N is the state the logged step N starts from: nanoGPT saves
-# iter_num N before update N; Lightning's step=N.ckpt holds N updates and its loggers number the
-# next batch N. A Trainer's checkpoint-N comes after the update logged as step N.
-STATE_BEFORE_LOGGED_STEP = frozenset({"nanogpt", "lightning"})
-
-
-def _precedes(checkpoint: CheckpointInfo, onset: int) -> bool:
-    if checkpoint.step is None:
-        return False
-    if checkpoint.format in STATE_BEFORE_LOGGED_STEP:
-        return checkpoint.step <= onset
-    return checkpoint.step < onset
-
-
-def _first_step(headline: Finding, incident: Incident | None) -> int | None:
-    candidates = [
-        s for s in (headline.step, incident.onset_step if incident else None) if s is not None
-    ]
-    return min(candidates) if candidates else None
-
-
-def _next_steps(
-    evidence: Evidence,
-    headline: Finding,
-    incident: Incident | None,
-    checkpoints: list[CheckpointInfo],
-    restart: CheckpointInfo | None,
-) -> list[str]:
-    steps = [headline.suggestion]
-    onset = _first_step(headline, incident)
-    if onset is None:
-        return steps
-    if restart is not None:
-        holds = (
-            "with optimizer state" if restart.has_optimizer else "weights only: no optimizer state"
-        )
-        steps.append(
-            f"Restart point: `{restart.path}` (step {restart.step}, {holds}), the newest "
-            f"checkpoint from before step {onset}'s update."
-        )
-        step = _incident_step(headline, incident)
-        if restart.has_optimizer and step is not None and headline.source == "logs":
-            # A replay from that checkpoint names the samples and tests a fix before a restart.
-            run_path = evidence.run.path or "RUN"
-            where = ""
-            if "://" in run_path:  # an object-store URL: replay runs the model on local files
-                where = f" Replay reads local files: copy the run from {run_path} first."
-                run_path = "LOCAL_COPY"
-            steps.append(
-                f"Replay the steps around it to name the samples and test a fix: "
-                f"`tscope replay {run_path} --around {step} --entry replay_entry.py` "
-                f"(replay_entry.py builds your model; see examples/).{where}"
-            )
-    elif checkpoints:
-        steps.append(f"No checkpoint precedes step {onset}: restart from scratch.")
-    return steps
-
-
-def alternatives(
-    evidence: Evidence, incidents: list[Incident], findings: list[Finding]
-) -> list[Alternative]:
-    """Explanations the evidence argues against for the biggest incident, with the reason."""
-    if not incidents or not any(f.severity in ALERT_SEVERITIES for f in findings):
-        return []
-    incident = incidents[0]
-    spike_id = incident.spike.id if incident.spike else None
-    categories = {f.category for f in findings if f.severity in ALERT_SEVERITIES}
-    ruled_out = []
-    lr_note = lr_change_note(evidence, incident)
-    if lr_note is not None and not categories & {"lr_schedule_jump", "lr_too_high"}:
-        ruled_out.append(
-            Alternative(
-                "lr_schedule_jump",
-                f"not an LR schedule problem: {lr_note} through the incident",
-                spike_id,
-            )
-        )
-    resumes = [
-        e for e in evidence.run.events_of("resume") if abs(e.step - incident.onset_step) <= 100
-    ]
-    if not resumes:
-        ruled_out.append(
-            Alternative(
-                "resume_discontinuity",
-                "not a resume: no resume point within 100 steps of the onset",
-                spike_id,
-            )
-        )
-    if evidence.run.has(LOSS_SCALE) and "loss_scale_collapse" not in categories:
-        ruled_out.append(
-            Alternative(
-                "loss_scale_collapse",
-                "not fp16 overflow: the loss scale did not collapse",
-                spike_id,
-            )
-        )
-    if incident.kind == "spike" and incident.end_step is not None:
-        ruled_out.append(
-            Alternative(
-                "loss_divergence",
-                f"not a divergence: the loss was back to baseline by step {incident.end_step}",
-                spike_id,
-            )
-        )
-    drifts = [
-        cp
-        for cp in evidence.change_points
-        if cp.metric == incident.metric
-        and cp.step < incident.onset_step
-        and cp.after_mean > cp.before_mean
-        and incident.onset_step - cp.step <= 200
-    ]
-    if not drifts:
-        ruled_out.append(
-            Alternative(
-                "slow_drift",
-                "not a slow drift: no upward regime shift in the "
-                "loss before the onset (CUSUM, PELT)",
-                spike_id,
-            )
-        )
-    if incident.kind == "spike":
-        reason = bad_batch_against(evidence, incident, categories)
-        if reason is not None:
-            ruled_out.append(Alternative("bad_batch", reason, spike_id))
-    return ruled_out
-
-
-def limits(evidence: Evidence, has_checkpoints: bool) -> list[str]:
-    """What the evidence cannot show, in the reader's words."""
-    run = evidence.run
-    notes = []
-    if not has_checkpoints:
-        notes.append(
-            "Logs only: which layer started the incident needs checkpoints (weights, optimizer "
-            "state) or a replay of the steps around it."
-        )
-    for metric, consequence in (
-        (GRAD_NORM, "whether gradients moved before the loss cannot be told"),
-        (LEARNING_RATE, "schedule problems cannot be ruled in or out"),
-    ):
-        if not run.has(metric):
-            notes.append(f"{metric} was not logged: {consequence}.")
-    if run.partial:
-        notes.append(
-            f"{len(run.partial)} input(s) could not be fully read (see Inputs): the case is partial."
-        )
-    return notes

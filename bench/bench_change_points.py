@@ -75,6 +75,7 @@ def f1(predicted: list[int], true: list[int], margin: int = MARGIN) -> float:
 
 def methods() -> dict[str, object]:
     import ruptures
+
     from tscope.analyzers.baseline import robust_baseline
     from tscope.analyzers.detectors.generic_segments import generic_change_points
     from tscope.analyzers.detectors.pelt import PeltDetector, _difference_sigma

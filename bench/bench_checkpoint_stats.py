@@ -10,7 +10,7 @@ in fresh child processes, alternating so each side sees the same load, on a warm
 file is read once before the round):
 
 * cat      — `cat` of both files to /dev/null: the machine's warm sequential read.
-* scan     — tscope.ingest.safetensors_scan over both files (compiled kernels, `--workers` threads),
+* scan     — tscope.ingest.checkpoints.stats.safetensors_scan over both files (compiled kernels, `--workers` threads),
              in one child; "fixed" is the same child on a 1-tensor file (interpreter, imports, JIT
              cache load), so marginal = scan − fixed. Ratio = cat / marginal (goal ≥ 0.5).
 * numpy    — the same scan with the numpy fallback kernels (what the `fast` extra buys).
@@ -41,22 +41,22 @@ import json, resource, sys, time
 from pathlib import Path
 start = time.perf_counter()
 mode, workers, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-from tscope.ingest import array_kernels
+from tscope.ingest.checkpoints.stats import array_kernels
 if mode == "numpy":
     for name in ("count_patterns", "float_chunk_kernel", "widen_bf16_kernel"):
         setattr(array_kernels, name, getattr(array_kernels, "_" + name.removesuffix("_kernel") + "_np"))
 tensors = 0
 if mode == "torch":
     from tscope.ingest.checkpoints.safetensors_header import read_header, read_tensor
-    from tscope.ingest.chunk_runner import ChunkRunner
-    from tscope.ingest.tensor_stats import tensor_stats
+    from tscope.ingest.checkpoints.stats.chunk_runner import ChunkRunner
+    from tscope.ingest.checkpoints.stats.tensor import tensor_stats
     with ChunkRunner(workers=workers) as runner:
         for path in paths:
             for entry in read_header(Path(path), path).entries:
                 tensor_stats(read_tensor(Path(path), entry, path), runner)
                 tensors += 1
 else:
-    from tscope.ingest.safetensors_scan import scan_safetensors
+    from tscope.ingest.checkpoints.stats.safetensors_scan import scan_safetensors
     for path in paths:
         for _ in scan_safetensors(Path(path), path, workers=workers):
             tensors += 1

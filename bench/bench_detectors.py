@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detect import DETECTORS
 from tscope.analyzers.detectors.merge import merge_alarms

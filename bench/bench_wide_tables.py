@@ -11,7 +11,7 @@ its size (same kind) is printed as "10x ratio".
 Writes each table in a temporary directory, runs the real CLI in a child process (as a user
 would: imports included) and prints the wall time, the peak memory of the child and each time's
 ratio to the smallest table's. The cost should grow no faster than the file: past
-tscope.ingest.series_cap.MAX_SERIES series only the cap's share is analyzed and rendered. Numbers
+tscope.ingest.logs.series_cap.MAX_SERIES series only the cap's share is analyzed and rendered. Numbers
 only: nothing here asserts on time.
 """
 

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from tscope.analyzers.replay import spike_line
 from tscope.analyzers.signals import loss_series, primary_loss
-
 from tscope.pipeline import analyze_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 MICRO_BATCHES = 2  # gradient accumulation steps
 PAD_ID = 0
@@ -21,17 +22,13 @@ intended = "token_mean"
 
 def pad(sequences: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
     """Right-padded (rows, longest) tensors; padding is masked and labelled -100."""
-    longest = max(len(s["input_ids"]) for s in sequences)
-    ids, labels, mask = [], [], []
-    for s in sequences:
-        extra = longest - len(s["input_ids"])
-        ids.append(s["input_ids"] + [PAD_ID] * extra)
-        labels.append(s["labels"] + [-100] * extra)
-        mask.append([1] * len(s["input_ids"]) + [0] * extra)
+    ids = [torch.tensor(s["input_ids"]) for s in sequences]
     return {
-        "input_ids": torch.tensor(ids),
-        "labels": torch.tensor(labels),
-        "attention_mask": torch.tensor(mask),
+        "input_ids": pad_sequence(ids, batch_first=True, padding_value=PAD_ID),
+        "labels": pad_sequence(
+            [torch.tensor(s["labels"]) for s in sequences], batch_first=True, padding_value=-100
+        ),
+        "attention_mask": pad_sequence([torch.ones_like(i) for i in ids], batch_first=True),
     }
 
 

@@ -11,24 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+from transformers import DataCollatorWithFlattening
 
-
-def packed(sequences: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-    ids: list[int] = []
-    labels: list[int] = []
-    positions: list[int] = []
-    for s in sequences:
-        ids += s["input_ids"]
-        labels += [-100, *s["labels"][1:]]  # no target across a boundary
-        positions += list(range(len(s["input_ids"])))
-    return {
-        "input_ids": torch.tensor([ids]),
-        "labels": torch.tensor([labels]),
-        "position_ids": torch.tensor([positions]),
-    }
+# transformers' packing collator: sequences end to end in one row, each one's first label -100
+# (no target across a boundary), and here no position_ids: nothing marks where a sequence starts
+pack = DataCollatorWithFlattening(return_tensors="pt", return_position_ids=False)
 
 
 def train_step(model: Any, sequences: list[dict[str, list[int]]]) -> None:
-    batch = packed(sequences)
+    batch = pack(sequences)
     model(input_ids=batch["input_ids"], labels=batch["labels"]).loss.backward()

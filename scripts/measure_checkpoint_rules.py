@@ -43,10 +43,10 @@ RULES = ("update_ratio_high", "lr_schedule_jump", "weight_norm_growth", "adam_ep
 
 def statistics(run: Path) -> dict[str, float]:
     import numpy as np
-    from tscope.analyzers.explainers.weights import NORM_GROWTH_FACTOR, _growth_table
 
-    from tscope.ingest.checkpoint_evidence import read_checkpoints
+    from tscope.analyzers.explainers.weights import NORM_GROWTH_FACTOR, _growth_table
     from tscope.ingest.checkpoints.base import LoadOptions
+    from tscope.ingest.checkpoints.evidence import read_checkpoints
 
     evidence, _ = read_checkpoints(run, LoadOptions())
     if evidence is None or evidence.layers.empty:

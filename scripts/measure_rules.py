@@ -17,9 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tscope.analyzers import EXPLAINERS, Evidence  # noqa: E402
-
 from tests import planted_logs as planted  # noqa: E402
+from tscope.analyzers import EXPLAINERS, Evidence  # noqa: E402
 from tscope.pipeline import analyze_run, build_case  # noqa: E402
 
 REALDATA = ROOT.parent / "shared" / "realdata"

@@ -27,10 +27,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # 2026-12-01), and the single tests below. CI and `scripts/check` run everything.
 SLOW_MODULES = frozenset({
     "test_checkpoint_cases", "test_checkpoint_layouts", "test_checkpoint_readers",
-    "test_checkpoint_safety", "test_checkpoint_stats", "test_cli", "test_cluster_pipeline",
-    "test_demo_run", "test_examples", "test_hostile_checkpoints", "test_hostile_files",
-    "test_hostile_parsers", "test_pelt_search", "test_reader_tensorboard", "test_realdata_cases",
-    "test_render", "test_render_replay", "test_replay_attribution", "test_replay_batch_outliers",
+    "test_checkpoint_safety", "test_checkpoint_stats", "test_tensor_stats", "test_cli",
+    "test_cluster_pipeline",
+    "test_demo_run", "test_examples", "test_hostile_checkpoints", "test_hostile_checkpoint_fuzz",
+    "test_hostile_files",
+    "test_hostile_parsers", "test_pelt_search", "test_reader_tensorboard",
+    "test_reader_tensorboard_damaged", "test_realdata_cases",
+    "test_render", "test_render_replay", "test_render_replay_payloads", "test_replay_attribution",
+    "test_replay_bad_sample_rule", "test_replay_batch_outliers",
     "test_replay_core", "test_replay_pipeline", "test_replay_sharded", "test_remote",
     "test_xray", "test_xray_trainer", "test_xray_sft", "test_accuracy_bench",
     "test_checkpoint_controls", "test_replay_accumulation_run", "test_replay_lightning",

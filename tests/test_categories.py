@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 from tscope.analyzers import EXPLAINERS
-
 from tscope.model.categories import (
     ALERT_SEVERITIES,
     CATEGORIES,

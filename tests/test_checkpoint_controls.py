@@ -23,9 +23,8 @@ def test_healthy_byte_llama_raises_no_checkpoint_warning(byte_llama_runs, name):
 
 def test_early_head_growth_is_measured_but_not_a_runaway(byte_llama_runs):
     from tscope.analyzers.explainers.weights import NORM_GROWTH_FACTOR, _growth_table
-
-    from tscope.ingest.checkpoint_evidence import read_checkpoints
     from tscope.ingest.checkpoints.base import LoadOptions
+    from tscope.ingest.checkpoints.evidence import read_checkpoints
 
     evidence, _ = read_checkpoints(byte_llama_runs["short_warmup"], LoadOptions())
     assert evidence is not None

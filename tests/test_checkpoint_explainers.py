@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from tscope.analyzers import Evidence, explain
 
 from tests.synthetic import stable_run
+from tscope.analyzers import Evidence, explain
 from tscope.model import CheckpointInfo, RunEvent
 from tscope.model.checkpoint import (
     LAYER_COLUMNS,

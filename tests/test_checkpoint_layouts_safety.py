@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoint_evidence import read_checkpoints
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.dcp import DcpReader
 from tscope.ingest.checkpoints.dcp_metadata import parse_metadata
 from tscope.ingest.checkpoints.deepspeed import DeepSpeedReader
+from tscope.ingest.checkpoints.evidence import read_checkpoints
 from tscope.ingest.checkpoints.lightning import LightningReader
 
 LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"

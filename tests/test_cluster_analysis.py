@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tscope.analyzers.cluster import cluster_runs, profile_run
 from tscope.analyzers.cluster.aligned import aligned_spikes
 from tscope.analyzers.cluster.traits import setting_fields
-
 from tscope.model.cluster import LossCurve, RunProfile
 
 STEPS = 600

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
 from tscope.analyzers.cluster.profile import (
     BASELINE_POINTS,
     EXPLOSION_FACTOR,
@@ -24,7 +25,6 @@ from tscope.analyzers.cluster.profile import (
     first_above_level,
     profile_run,
 )
-
 from tscope.model.cluster import LossCurve
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tscope.analyzers.detectors.cusum import (
     CUSUM_DECISION_SIGMA,
     CUSUM_REFERENCE_SIGMA,

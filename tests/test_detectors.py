@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from tests.synthetic import bad_batch_run, loss_curve, stable_run
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detect import DETECTORS, detect
 from tscope.analyzers.detectors.cusum import CusumDetector
@@ -11,8 +13,6 @@ from tscope.analyzers.detectors.merge import merge_alarms
 from tscope.analyzers.detectors.pelt import PeltDetector
 from tscope.analyzers.detectors.robust_z import RobustZDetector
 from tscope.analyzers.detectors.spike_score import SpikeScoreDetector, spike_score
-
-from tests.synthetic import bad_batch_run, loss_curve, stable_run
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -139,7 +139,6 @@ def test_a_grad_norm_spike_while_the_loss_is_nan_counts_as_the_loss_reacting():
     import warnings
 
     from tscope.analyzers.explainers.spikes import _loss_reacts
-
     from tscope.model import Spike
     from tscope.model.metric_names import GRAD_NORM
 

@@ -17,9 +17,8 @@ import pytest
 pytest.importorskip("ruptures")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tscope.analyzers.detectors.generic_segments import generic_change_points
-
 from bench.bench_change_points import TEST_SEEDS, f1, score, synthetic
+from tscope.analyzers.detectors.generic_segments import generic_change_points
 
 MARGIN_F1 = 0.02
 

@@ -4,7 +4,8 @@ read outside what tscope was given, exhaust memory or time, or crash it with a t
 Every file is built at test time and the real CLI runs in a child under memory and time limits
 (tests/hostile.py). Each test asserts the promise of docs/security.md that the crafted file once
 broke: nothing created outside --out, nothing outside the input read, no traceback, one line and
-exit 2 or a partial case naming the file and what to do.
+exit 2 or a partial case naming the file and what to do. The parsers' property-based fuzzing is
+tests/test_hostile_checkpoint_fuzz.py.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from typing import Any
 import pytest
 import torch
 from hostile import run_tscope, tree_digest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
@@ -31,6 +30,7 @@ from tscope.ingest.checkpoints.hf_trainer import HfTrainerReader
 
 OPTIONS = LoadOptions()
 LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"
+
 LFS_POINTER = (
     b"version https://git-lfs.github.com/spec/v1\n"
     b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
@@ -53,9 +53,6 @@ def case_partial(out: Path) -> dict[str, str]:
 def outside_out(root: Path, out_prefix: str) -> dict[str, str]:
     """The tree digest of root without the output folders (named `out_prefix...`)."""
     return {k: v for k, v in tree_digest(root).items() if not k.startswith(out_prefix)}
-
-
-# --- 1. write-anywhere through a BUILD on an allowed class -------------------------------------
 
 
 def posix_path_attack(target: Path) -> bytes:
@@ -95,9 +92,6 @@ def test_a_metadata_that_builds_on_a_class_changes_nothing_and_writes_nothing(tm
     assert "step_2/.metadata" in case_partial(tmp_path / "out-analyze")
 
 
-# --- 2. memory far beyond the file size -------------------------------------------------------
-
-
 def test_a_stride_zero_view_and_an_oversized_dcp_tensor_are_refused_within_memory(tmp_path):
     run = tmp_path / "run"
     write_metrics(run)
@@ -124,9 +118,6 @@ def test_a_stride_zero_view_and_an_oversized_dcp_tensor_are_refused_within_memor
         "model.emb.weight" in problem and "allocates only what the files back" in problem
         for problem in partial.values()
     ), partial
-
-
-# --- 3. reads outside the input ---------------------------------------------------------------
 
 
 def test_shards_named_outside_the_checkpoint_are_never_opened(tmp_path):
@@ -181,8 +172,6 @@ def test_shards_named_outside_the_checkpoint_are_never_opened(tmp_path):
     assert "secret.weight" not in (out / "case.json").read_text()
 
 
-# --- 4. Git LFS pointers ----------------------------------------------------------------------
-
 LFS_NAMES = ("model.safetensors", "optimizer.pt", "rng_state.pth", "training_args.bin")
 
 
@@ -215,9 +204,6 @@ def test_git_lfs_pointers_are_named_as_such_and_a_run_of_only_pointers_is_not_he
         problem = next(v for k, v in partial.items() if name in k)
         assert "Git LFS pointer, not the file: run `git lfs pull`" in problem, (name, problem)
     assert "--trust-pickle" not in json.dumps(partial)
-
-
-# --- 5. tracebacks ----------------------------------------------------------------------------
 
 
 def forged_numpy_rng_state(path: Path) -> None:
@@ -265,9 +251,6 @@ def test_implausible_steps_a_deep_config_and_a_forged_rng_state_are_partial(tmp_
     assert {1, 2, 3, 4} <= set(steps)  # an implausible step falls back to the file name
 
 
-# --- 6. cost: many tiny tensors ---------------------------------------------------------------
-
-
 def write_many_tensors(path: Path, count: int) -> None:
     """A valid safetensors file of `count` one-element float32 tensors (header written directly:
     the library's writer would take longer than the read under test)."""
@@ -283,7 +266,7 @@ def write_many_tensors(path: Path, count: int) -> None:
 
 
 def test_a_file_of_200k_tiny_tensors_is_read_in_bounded_time_with_a_note(tmp_path):
-    from tscope.ingest.checkpoint_stats import MAX_TENSORS_PER_CHECKPOINT
+    from tscope.ingest.checkpoints.stats.layers import MAX_TENSORS_PER_CHECKPOINT
 
     run = tmp_path / "run"
     write_metrics(run)
@@ -299,115 +282,3 @@ def test_a_file_of_200k_tiny_tensors_is_read_in_bounded_time_with_a_note(tmp_pat
     assert f"holds 200000 tensors; statistics cover the first {MAX_TENSORS_PER_CHECKPOINT}" in (
         problem
     )
-
-
-# --- 7. property-based fuzzing of the checkpoint parsers --------------------------------------
-# Truncated, bit-flipped and random-opcode inputs: each parser returns data or raises
-# UnreadableInput (None for pickle_literals, which never raises), and never runs anything.
-
-REAL_METADATA = (LAYOUTS / "dcp_fsdp2_2ranks" / "step-4" / ".metadata").read_bytes()
-# Single-byte opcodes and opcodes with short arguments, to build streams the decoder must follow.
-OPCODES = [bytes([code]) for code in b"().0123NIJKLMVXTUabcdeghijlpqrstu}]~\x80\x81\x85\x86\x87"]
-OPCODES += [b"\x93", b"\x94", b"\x95\x05\x00\x00\x00\x00\x00\x00\x00", b"\x8c\x03abc"]
-
-
-def damaged(data: bytes, cut: int, flips: list[int]) -> bytes:
-    out = bytearray(data[: max(cut, 1)])
-    for position in flips:
-        out[position % len(out)] ^= 0xFF
-    return bytes(out)
-
-
-random_opcodes = st.lists(
-    st.one_of(st.sampled_from(OPCODES), st.binary(max_size=4)), max_size=60
-).map(lambda parts: b"\x80\x04" + b"".join(parts))
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    cut=st.integers(1, len(REAL_METADATA)),
-    flips=st.lists(st.integers(0, len(REAL_METADATA) - 1), max_size=4),
-    noise=random_opcodes,
-    use_noise=st.booleans(),
-)
-def test_fuzzed_dcp_metadata_is_data_or_unreadable_input(cut, flips, noise, use_noise):
-    from tscope.ingest.checkpoints.dcp_metadata import DcpMetadata
-    from tscope.ingest.checkpoints.dcp_storage import metadata_from_bytes
-
-    payload = noise if use_noise else damaged(REAL_METADATA, cut, flips)
-    try:
-        parsed = metadata_from_bytes(payload, "step-4/.metadata", OPTIONS)
-    except UnreadableInput:
-        return
-    assert isinstance(parsed, DcpMetadata)
-    assert all(isinstance(entry.size, tuple) for entry in parsed.tensors.values())
-
-
-@settings(max_examples=300, deadline=None)
-@given(noise=random_opcodes, cut=st.integers(1, 4096), flips=st.lists(st.integers(0, 4095)))
-def test_fuzzed_training_args_decode_to_plain_data_or_none(noise, cut, flips):
-    from tscope.ingest.checkpoints.pickle_literals import pickle_literals
-
-    real = pickle.dumps({"learning_rate": 3e-4, "fp16": True, "seed": 42, "xs": [1, 2]}, 4)
-    for payload in (noise, damaged(real, cut, flips)):
-        value = pickle_literals(payload)
-        assert value is None or isinstance(value, (dict, list, str, int, float, bool, bytes))
-
-
-def _real_safetensors_header() -> bytes:
-    header = {
-        "__metadata__": {"step": "5"},
-        "a.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
-        "b.bias": {"dtype": "BF16", "shape": [3], "data_offsets": [16, 22]},
-    }
-    return json.dumps(header).encode()
-
-
-SAFETENSORS_HEADER = _real_safetensors_header()
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    cut=st.integers(1, len(SAFETENSORS_HEADER)),
-    flips=st.lists(st.integers(0, len(SAFETENSORS_HEADER) - 1), max_size=4),
-    noise=st.binary(max_size=200),
-    use_noise=st.booleans(),
-    data_size=st.integers(0, 64),
-)
-@example(cut=1, flips=[], noise=b"[" * 100_000, use_noise=True, data_size=0)
-def test_fuzzed_safetensors_headers_are_data_or_unreadable_input(
-    cut, flips, noise, use_noise, data_size
-):
-    from tscope.ingest.checkpoints.safetensors_header import parse_header
-
-    raw = noise if use_noise else damaged(SAFETENSORS_HEADER, cut, flips)
-    try:
-        header = parse_header(raw, 8 + len(raw), 8 + len(raw) + data_size, "x.safetensors")
-    except UnreadableInput:
-        return
-    for entry in header.entries:  # whatever was accepted lies inside the file
-        assert 8 + len(raw) <= entry.start <= entry.end <= 8 + len(raw) + data_size
-
-
-RNG_FILE = next(iter(sorted((LAYOUTS.parent).rglob("rng_state.pth"))), None)
-
-
-@pytest.mark.skipif(RNG_FILE is None, reason="no rng_state.pth fixture")
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(data=st.data())
-def test_fuzzed_rng_state_files_are_states_or_unreadable_input(tmp_path, data):
-    from tscope.ingest.checkpoints.rng_state import read_rng_state
-
-    assert RNG_FILE is not None
-    real = RNG_FILE.read_bytes()
-    cut = data.draw(st.integers(1, len(real)))
-    flips = data.draw(st.lists(st.integers(0, len(real) - 1), max_size=4))
-    target = tmp_path / "rng_state.pth"
-    target.write_bytes(damaged(real, cut, flips))
-    try:
-        state = read_rng_state(target, "checkpoint-1/rng_state.pth", OPTIONS)
-    except UnreadableInput:
-        return
-    assert "numpy" not in state or len(state["numpy"][1]) == 624

@@ -222,7 +222,7 @@ def test_cluster_survives_a_worker_killed_by_a_crashing_reader(tmp_path: Path) -
 
 
 def test_csv_with_more_columns_than_the_cap_is_analyzed_with_a_caveat(tmp_path: Path) -> None:
-    from tscope.ingest.series_cap import MAX_SERIES
+    from tscope.ingest.logs.series_cap import MAX_SERIES
 
     run = tmp_path / "run"
     run.mkdir()
@@ -245,7 +245,7 @@ def test_csv_with_more_columns_than_the_cap_is_analyzed_with_a_caveat(tmp_path: 
 
 
 def test_csv_with_100k_columns_reads_a_bounded_share_of_them(tmp_path: Path) -> None:
-    from tscope.ingest.series_cap import MAX_TABLE_COLUMNS
+    from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS
 
     run = tmp_path / "run"
     run.mkdir()
@@ -265,7 +265,7 @@ def test_csv_with_100k_columns_reads_a_bounded_share_of_them(tmp_path: Path) -> 
 
 
 def test_jsonl_with_many_distinct_keys_is_capped_too(tmp_path: Path) -> None:
-    from tscope.ingest.series_cap import MAX_SERIES
+    from tscope.ingest.logs.series_cap import MAX_SERIES
 
     run = tmp_path / "run"
     run.mkdir()

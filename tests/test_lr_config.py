@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tscope.analyzers.explainers.lr_config import training_kind
 
 from tests import planted_logs as planted
+from tscope.analyzers.explainers.lr_config import training_kind
 from tscope.pipeline import analyze_run, build_case
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "hf_trainer_state"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tscope.analyzers.explainers.learning_rate import (
     LR_JUMP_MIN_RELATIVE,
     LR_JUMP_SLOPE_MULTIPLE,

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json, safe_yaml
+from tscope.ingest.logs.tabular import read_table
 from tscope.ingest.readers.trainer_state import TrainerStateReader
-from tscope.ingest.tabular import read_table
 
 # Pieces of JSON that broke a parser once: deep nesting, numbers beyond every range, NaN.
 HOSTILE_FRAGMENTS = [

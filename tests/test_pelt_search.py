@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import ruptures
+
 from tscope.analyzers.detectors.pelt import PELT_MAX_POINTS, _bucket_medians
 from tscope.analyzers.detectors.pelt_search import pelt_l2_breakpoints
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from case_payloads import incident_case
 from layout import CONTENT_PX, inline_svgs, overlapping_labels, svg_label_boxes, table_min_widths
-from tscope.analyzers.summary import Diagnosis
 
 import tscope
+from tscope.analyzers.summary import Diagnosis
 from tscope.render import load_case_payload, render_case
 from tscope.render.card_view import confidence_word
 from tscope.render.chart_marks import Mark, mark_labels

@@ -22,7 +22,7 @@ from layout import (
     table_min_widths,
 )
 from test_cluster_render import render_synthetic
-from test_render_replay import replay_payload
+from test_render_replay_payloads import replay_payload
 
 from tscope.model.case import Case
 from tscope.render import render_case

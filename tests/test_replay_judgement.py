@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tscope.analyzers.replay import cause_verdict, judge
 from tscope.analyzers.replay.effects import effect_findings
-
 from tscope.model.replay import COMPARED, InterventionOutcome, ReplayStep, StepComparison
 from tscope.replay.diagnosis import ReplayConditions, likely_reasons
 from tscope.replay_pipeline import case_with_replay, investigate

@@ -1,7 +1,7 @@
 """The torch-free safetensors scan gives the torch path's statistics (within float64 rounding).
 
 Files are written by the real producer (safetensors.torch.save_file); the reference is
-tscope.ingest.tensor_stats.tensor_stats over the tensors torch loads back.
+tscope.ingest.checkpoints.stats.tensor.tensor_stats over the tensors torch loads back.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tscope.errors import UnreadableInput
-from tscope.ingest import array_kernels, safetensors_scan
-from tscope.ingest.safetensors_scan import scan_safetensors
-from tscope.ingest.tensor_stats import TensorStats, tensor_stats
+from tscope.ingest.checkpoints.stats import array_kernels, safetensors_scan
+from tscope.ingest.checkpoints.stats.safetensors_scan import scan_safetensors
+from tscope.ingest.checkpoints.stats.tensor import TensorStats, tensor_stats
 
 FLOAT_FIELDS = ("l2_norm", "rms", "mean", "std", "min", "max", "max_abs", "zero_fraction",
                 "excess_kurtosis")  # fmt: skip
@@ -128,9 +128,9 @@ class _TorchOnly:
 
 
 def test_layers_from_the_scan_equal_the_torch_path_including_deltas(tmp_path: Path) -> None:
-    from tscope.ingest.checkpoint_stats import collect_layers
     from tscope.ingest.checkpoints.base import LoadOptions
     from tscope.ingest.checkpoints.hf_trainer import HfTrainerReader
+    from tscope.ingest.checkpoints.stats.layers import collect_layers
 
     generator = torch.Generator().manual_seed(11)
     base = {

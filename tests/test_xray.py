@@ -12,9 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tscope.analyzers.xray import xray_findings
 from typer.testing import CliRunner
 
+from tscope.analyzers.xray import xray_findings
 from tscope.cli import app
 from tscope.xray import xray_entry
 from tscope.xray.probe import DEFAULT_LENGTHS

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tscope.analyzers.xray import fit_rules, matching_rules, xray_findings
-
 from tscope.model.xray import TokenWeight, XrayResult
 from tscope.render import render_case
 from tscope.xray_pipeline import XrayAudit, case_with_xray

@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tscope.analyzers.xray import xray_findings
 from typer.testing import CliRunner
 
+from tscope.analyzers.xray import xray_findings
 from tscope.cli import app
 from tscope.xray.trainer_run import read_settings, xray_trainer_run
 

@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tscope.analyzers.xray import xray_findings
 from typer.testing import CliRunner
 
+from tscope.analyzers.xray import xray_findings
 from tscope.cli import app
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.xray.trainer_run import read_settings, xray_trainer_run

@@ -65,7 +65,7 @@ def write_case(case: Case, target: Path, formats: tuple[str, ...]) -> list[Path]
     prepare_case_folder(target)
     written = render_case(case, target, formats)
     if case.layers_table is not None:
-        from tscope.ingest.checkpoint_stats import write_layers_parquet
+        from tscope.ingest.checkpoints.stats.layers import write_layers_parquet
 
         write_layers_parquet(case.layers_table, target / "layers.parquet")
         written.append(target / "layers.parquet")

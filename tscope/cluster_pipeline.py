@@ -283,7 +283,7 @@ def _analyze_and_cache(
         ),
     )
     if case.layers_table is not None:
-        from tscope.ingest.checkpoint_stats import write_layers_parquet
+        from tscope.ingest.checkpoints.stats.layers import write_layers_parquet
 
         write_layers_parquet(case.layers_table, case_dir / "layers.parquet")
     # Written last: its presence means the rest of the folder is complete.

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tscope import __version__
-from tscope.chart_buckets import bucketed
+from tscope.chart_data import chart_series, layer_heatmap
 from tscope.errors import NothingToAnalyze, SeveralRuns, UsageError
 from tscope.ingest.assemble import assemble_run
-from tscope.ingest.checkpoint_evidence import read_checkpoints
 from tscope.ingest.checkpoints import checkpoint_inventory
 from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.evidence import read_checkpoints
 from tscope.ingest.discover import discover
 from tscope.ingest.remote_source import is_remote_url
 from tscope.ingest.run_config import checkpoint_config
@@ -20,14 +20,9 @@ from tscope.ingest.run_groups import run_groups, several_runs_message
 from tscope.ingest.safe_fs import NOT_REGULAR
 from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
-from tscope.model.metric_names import LOSS
 
 if TYPE_CHECKING:
     from tscope.ingest.remote_mirror import Mirror
-
-# Charts keep at most this many buckets per series; each bucket keeps its last value and its
-# min/max, so a one-step spike in a 10^6-step run still shows at full height.
-CHART_BUCKETS = 1200
 
 
 class Analysis(NamedTuple):
@@ -197,22 +192,6 @@ def build_case(
     return case
 
 
-def chart_series(run: Run, metric: str) -> dict[str, list[object]]:
-    """The chart's points; a loss the producer logged as 0.0 or a running mean where the step
-    was non-finite (the Trainer's logging_nan_inf_filter) is drawn as the NaN it was."""
-    from tscope.analyzers.signals import loss_series
-
-    steps, values = loss_series(run, metric) if metric == LOSS else run.series(metric)
-    if steps.size <= CHART_BUCKETS:
-        return {
-            "steps": steps.tolist(),
-            "values": values.tolist(),
-            "min": values.tolist(),
-            "max": values.tolist(),
-        }
-    return bucketed(steps, values, CHART_BUCKETS)
-
-
 def _nothing_message(
     roots: Sequence[str | Path], partial: list[PartialInput], unclaimed: list[str]
 ) -> str:
@@ -229,31 +208,3 @@ def _nothing_message(
             "exports and run dirs, CSV/JSONL metrics, nanoGPT/Megatron/Trainer stdout logs."
         )
     return f"{where} holds no files. Pass a run directory, checkpoint or log file."
-
-
-# Heat-map size: the layers with the largest peak update ratio (a report is read in a minute).
-HEATMAP_MAX_LAYERS = 40
-
-
-def layer_heatmap(layers: Any) -> dict[str, Any]:
-    """names × checkpoint steps matrices of the update ratio and norm growth, for the report."""
-    steps = sorted(int(s) for s in layers["step"].unique())
-    ratio = layers.pivot_table(index="tensor", columns="step", values="update_ratio_per_step")
-    growth = layers.pivot_table(index="tensor", columns="step", values="norm_growth_rate")
-    order = ratio.max(axis=1).sort_values(ascending=False).index[:HEATMAP_MAX_LAYERS].tolist()
-    if not order:
-        order = sorted(layers["tensor"].unique().tolist())[:HEATMAP_MAX_LAYERS]
-
-    def matrix(table: Any) -> list[list[float | None]]:
-        table = table.reindex(index=order, columns=steps)
-        return [
-            [None if value != value else float(value) for value in row]
-            for row in table.to_numpy().tolist()
-        ]
-
-    return {
-        "steps": steps,
-        "names": order,
-        "update_ratio": matrix(ratio),
-        "norm_growth": matrix(growth),
-    }

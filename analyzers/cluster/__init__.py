@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from tscope.analyzers.cluster.aligned import (
     ALIGNED_ALPHA,
     ALIGNED_Z,
@@ -33,7 +34,6 @@ from tscope.analyzers.cluster.traits import (
     nearest_stable,
     setting_fields,
 )
-
 from tscope.model import Finding
 from tscope.model.cluster import AlignedSpike, ClusterReport, RunCluster, RunProfile
 

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from tscope.analyzers.baseline import robust_baseline
 
+from tscope.analyzers.baseline import robust_baseline
 from tscope.model.cluster import AlignedSpike, RunProfile
 
 ALIGNED_Z = 3.0

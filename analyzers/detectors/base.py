@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
 from tscope.analyzers.baseline import RobustBaseline
 
 

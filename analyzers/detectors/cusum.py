@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, RobustBaseline, window_stats
 from tscope.analyzers.detectors.base import Alarm, Detection, RegimeShift
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
 from tscope.analyzers.detectors.pelt import _difference_sigma
 
 # Segments shorter than this carry no level or slope worth reporting (and a line needs 3 points).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, window_stats
 from tscope.analyzers.detectors.base import Detection
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.baseline import MAD_TO_SIGMA, RobustBaseline, window_stats
 from tscope.analyzers.detectors.base import Detection, RegimeShift
 from tscope.analyzers.detectors.pelt_search import pelt_l2_breakpoints

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.baseline import RobustBaseline
 from tscope.analyzers.detectors.base import Alarm, Detection
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from tscope.analyzers.baseline import RobustBaseline
 from tscope.analyzers.detectors.base import Alarm, Detection
 

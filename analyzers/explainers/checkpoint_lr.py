@@ -16,7 +16,6 @@ import itertools
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import incidents_after
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding
 from tscope.model.metric_names import LEARNING_RATE
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-
 from tscope.model import Finding
 from tscope.model.metric_names import EVAL_LOSS
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding
 from tscope.model.metric_names import GRAD_NORM
 

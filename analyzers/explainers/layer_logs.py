@@ -24,11 +24,11 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import MAD_TO_SIGMA
 from tscope.analyzers.explainers.learning_rate import warmup_end
 from tscope.analyzers.signals import fmt, primary_loss
-
 from tscope.model import Finding, Run
 from tscope.model.layer_metrics import ACT_KURTOSIS, STAT_WORDS, layer_metric
 from tscope.model.metric_names import LEARNING_RATE

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.lr_config import lr_range_findings
 from tscope.analyzers.explainers.spikes import is_transient
 from tscope.analyzers.impact import MIN_WARNING_EXCESS
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-
 from tscope.model import Finding, Run, Spike
 from tscope.model.metric_names import LEARNING_RATE
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding
 from tscope.model.metric_names import LOSS_SCALE
 

@@ -25,11 +25,11 @@ import re
 from dataclasses import dataclass, replace
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-
 from tscope.model import Finding, Run
 from tscope.model.metric_names import LEARNING_RATE
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding, Run
 from tscope.model.checkpoint import CheckpointSnapshot
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-
 from tscope.model import Finding, Run
 from tscope.model.metric_names import EVAL_LOSS
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import MAD_TO_SIGMA
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-
 from tscope.model import Finding, Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 

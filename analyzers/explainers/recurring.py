@@ -9,11 +9,11 @@ the texture keep their own loss_spike findings.
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.spikes import is_notable, is_texture
 from tscope.analyzers.impact import measure_impact
 from tscope.analyzers.signals import fmt, primary_loss
-
 from tscope.model import Finding
 
 # Recurring bumps are a warning when their median peak is ≥ this × the level just before them.

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, window_stats
 from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
 from tscope.analyzers.impact import UNTRAINED_MIN_POINTS, back_at_initial
 from tscope.analyzers.signals import fmt, primary_loss
-
 from tscope.model import Finding, Run, RunEvent
 from tscope.model.metric_names import LEARNING_RATE
 

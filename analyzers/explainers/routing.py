@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.replay.layers import ROUTER_COLLAPSE_FRACTION
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding, Run
 
 _SHARE = re.compile(r"^moe/(?P<block>.+)/expert_(?P<expert>\d+)_share$")

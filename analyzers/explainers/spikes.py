@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.impact import (
@@ -13,7 +14,6 @@ from tscope.analyzers.impact import (
     measure_impact,
 )
 from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
-
 from tscope.model import Finding, Run, Spike
 from tscope.model.metric_names import GRAD_NORM, is_loss_like
 

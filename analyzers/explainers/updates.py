@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt, primary_loss
-
 from tscope.model import Finding, Spike
 
 # A window "moved too far" when its raw update-to-weight ratio per step (median over tensors) is

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.lr_config import START_MAX_STEP, TYPICAL_LR, training_kind
 from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-
 from tscope.model import Finding
 from tscope.model.metric_names import LEARNING_RATE
 

@@ -7,10 +7,10 @@ import re
 
 import numpy as np
 import pandas as pd
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.checkpoint_lr import is_lr_jump
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding
 
 # Embeddings and the output head are where norm growth precedes spikes (Takase et al., "Spike No

@@ -10,7 +10,6 @@ from tscope.analyzers.replay.interventions import judge, spike_line, window_peak
 from tscope.analyzers.replay.layers import layer_findings
 from tscope.analyzers.replay.mismatch import mismatch_findings
 from tscope.analyzers.replay.samples import bad_batch_findings
-
 from tscope.model import Finding
 from tscope.model.replay import ReplayResult
 

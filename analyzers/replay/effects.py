@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from tscope.analyzers.replay.interventions import KEPT_FRACTION, REMOVED_FRACTION
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding
 from tscope.model.replay import InterventionOutcome
 

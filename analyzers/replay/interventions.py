@@ -22,9 +22,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
 from tscope.analyzers.baseline import difference_sigma
 from tscope.analyzers.detectors.robust_z import ROBUST_Z_ALARM_SIGMA
-
 from tscope.model.replay import InterventionOutcome, ReplayStep
 
 SPIKE_SIGMA = ROBUST_Z_ALARM_SIGMA

@@ -17,8 +17,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from tscope.analyzers.signals import fmt
 
+from tscope.analyzers.signals import fmt
 from tscope.model import Finding
 from tscope.model.replay import ReplayResult, ReplayStep
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding
 from tscope.model.replay import ReplayResult
 

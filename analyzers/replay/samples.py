@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding
 from tscope.model.replay import BadSample, ReplayResult
 

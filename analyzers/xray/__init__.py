@@ -8,7 +8,6 @@ from __future__ import annotations
 from tscope.analyzers.xray.leak import leak_findings
 from tscope.analyzers.xray.rules import RULE_MATCH_TOLERANCE, fit_rules, matching_rules
 from tscope.analyzers.xray.weighting import weighting_findings
-
 from tscope.model import Finding
 from tscope.model.xray import XrayResult
 

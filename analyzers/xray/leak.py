@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tscope.analyzers.signals import fmt
-
 from tscope.model import Finding
 from tscope.model.xray import XrayResult
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from tscope.analyzers.signals import fmt
 from tscope.analyzers.xray.rules import RULE_MATCH_TOLERANCE, matching_rules
-
 from tscope.model import Finding
 from tscope.model.xray import XrayResult
 

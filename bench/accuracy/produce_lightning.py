@@ -41,9 +41,10 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     import torch
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-    from nanogpt_model import GPT, GPTConfig
     from planting import PlantedBatches, freeze, frozen_prefix
     from schedules import multiplier
+
+    from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig, optimizer_groups
 
     torch.set_num_threads(1)
     lightning.seed_everything(spec.seed, verbose=False)
@@ -56,19 +57,20 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     class Module(lightning.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.model = GPT(
-                GPTConfig(
+            self.model = TinyGPT(
+                TinyGPTConfig(
                     block_size=text_corpus.BLOCK_TOKENS,
                     vocab_size=tokenizer.vocab_size,
                     n_layer=spec.layers,
                     n_head=spec.heads,
                     n_embd=spec.hidden,
+                    bias=True,
                 )
             )
             self.prefix = frozen_prefix(spec)
 
         def training_step(self, batch: torch.Tensor, batch_index: int) -> torch.Tensor:
-            loss = self.model(batch[:, :-1], batch[:, 1:])
+            _, loss = self.model(batch[:, :-1], batch[:, 1:])
             self.log("train_loss", loss, on_step=True, on_epoch=False)
             return loss
 
@@ -83,7 +85,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
 
         def configure_optimizers(self) -> Any:
             optimizer = torch.optim.AdamW(
-                self.model.optimizer_groups(WEIGHT_DECAY), lr=spec.peak_lr, betas=BETAS
+                optimizer_groups(self.model, WEIGHT_DECAY), lr=spec.peak_lr, betas=BETAS
             )
             scheduler = torch.optim.lr_scheduler.LambdaLR(
                 optimizer, lambda i: multiplier(spec, i + 1)

@@ -82,27 +82,28 @@ class _Log:
 def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> None:
     import text_corpus
     import torch
-    from nanogpt_model import GPT, GPTConfig
     from planting import PlantedBatches, freeze, frozen_prefix
     from schedules import multiplier
+
+    from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig, optimizer_groups
 
     torch.set_num_threads(1)
     torch.manual_seed(spec.seed)
     tokenizer = text_corpus.CharacterTokenizer()
     data = torch.tensor(tokenizer.encode(text_corpus.build_text()), dtype=torch.long)
     block = text_corpus.BLOCK_TOKENS
-    model_args = {
-        "n_layer": spec.layers,
-        "n_head": spec.heads,
-        "n_embd": spec.hidden,
-        "block_size": block,
-        "bias": True,
-        "vocab_size": tokenizer.vocab_size,
-        "dropout": 0.0,
-    }
-    model = GPT(GPTConfig(**model_args))
+    config = TinyGPTConfig(
+        vocab_size=tokenizer.vocab_size,
+        block_size=block,
+        n_layer=spec.layers,
+        n_head=spec.heads,
+        n_embd=spec.hidden,
+        bias=True,
+    )
+    model_args = {**config.to_model_args(), "dropout": 0.0}  # the keys nanoGPT's ckpt.pt holds
+    model = TinyGPT(config)
     optimizer = torch.optim.AdamW(
-        model.optimizer_groups(WEIGHT_DECAY), lr=spec.peak_lr, betas=BETAS
+        optimizer_groups(model, WEIGHT_DECAY), lr=spec.peak_lr, betas=BETAS
     )
     start, schedule_origin = 0, 0
     if phase == "resume":
@@ -155,7 +156,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
             chunk = torch.stack([data[i : i + block + 1] for i in offsets.tolist()])  # (B, T+1)
             chunk = batches(chunk)
             with autocast:
-                loss = model(chunk[:, :-1], chunk[:, 1:])
+                _, loss = model(chunk[:, :-1], chunk[:, 1:])
             (loss / spec.grad_accum).backward()
             losses.append(float(loss.detach()))
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP))

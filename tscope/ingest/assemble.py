@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tscope.ingest.logs.series_cap import cap_series
 from tscope.ingest.registry import READERS
-from tscope.ingest.series_cap import cap_series
 from tscope.model import Caveat, LogRead, PartialInput, Run, RunEvent, Source, empty_metric_table
 
 _READER_PRIORITY = {reader.name: rank for rank, reader in enumerate(READERS)}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tscope.errors import UsageError
 from tscope.ingest.base import Reader
 from tscope.ingest.readers.megatron_log import MegatronLogReader
 from tscope.ingest.readers.metrics_table import MetricsTableReader
@@ -29,11 +28,3 @@ READERS: tuple[Reader, ...] = (
     # Last: it claims any table with a step column, so every specific reader asks first.
     MetricsTableReader(),
 )
-
-
-def reader_named(name: str) -> Reader:
-    for reader in READERS:
-        if reader.name == name:
-            return reader
-    valid = ", ".join(reader.name for reader in READERS)
-    raise UsageError(f"Unknown reader {name!r}; valid readers: {valid}")

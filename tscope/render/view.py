@@ -44,7 +44,7 @@ NO_NEXT_STEPS = {
     "no_data": "Point tscope at the run's logs or checkpoints: nothing analyzable was found.",
 }
 TOP_LAYERS = 10  # rows of the "top layers" table per per-layer measure
-# What the per-layer numbers measure: both are per optimizer step (tscope.ingest.weight_deltas),
+# What the per-layer numbers measure: both are per optimizer step (tscope.ingest.checkpoints.stats.weight_deltas),
 # which is why a weight norm that grew ×1.93 between checkpoints 60 steps apart reads 0.011.
 MEASURE_UNITS = {
     "update_ratio": "‖ΔW‖ / ‖W‖ per optimizer step",

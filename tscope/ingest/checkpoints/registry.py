@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tscope.errors import UsageError
 from tscope.ingest.checkpoints.base import CheckpointReader
 from tscope.ingest.checkpoints.dcp import DcpReader
 from tscope.ingest.checkpoints.deepspeed import DeepSpeedReader
@@ -55,14 +54,6 @@ def find_checkpoints(
             found[file] = (reader, _shown(file, root))
     ordered = sorted(found.items(), key=lambda item: _order_key(item[0], item[1][1]))
     return [(reader, path, shown) for path, (reader, shown) in ordered]
-
-
-def reader_named(name: str) -> CheckpointReader:
-    for reader in CHECKPOINT_READERS:
-        if reader.name == name:
-            return reader
-    valid = ", ".join(reader.name for reader in CHECKPOINT_READERS)
-    raise UsageError(f"Unknown checkpoint reader {name!r}; valid readers: {valid}")
 
 
 def _claiming_folder(

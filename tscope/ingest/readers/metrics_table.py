@@ -21,17 +21,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.names import canonical_metric
-from tscope.ingest.readers.wandb_export import is_wandb_export
-from tscope.ingest.readers.wandb_history import is_wandb_history
-from tscope.ingest.table_columns import (
+from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.logs.table_columns import (
     find_column,
     is_bookkeeping_column,
     sniff_columns,
     to_long_form,
     unique_metric_names,
 )
-from tscope.ingest.tabular import read_table
+from tscope.ingest.logs.tabular import read_table
+from tscope.ingest.readers.wandb_export import is_wandb_export
+from tscope.ingest.readers.wandb_history import is_wandb_history
 from tscope.model import LogRead, PartialInput
 
 # In preference order when a table has several: the most specific optimizer-step counter first.

@@ -15,14 +15,16 @@ import numpy as np
 import pandas as pd
 
 from tscope.errors import UnreadableInput
-from tscope.ingest import safe_json
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
-from tscope.ingest.names import canonical_metric
 from tscope.ingest.readers.event_proto import (
     WireFormatError,
     decode_event,
-    decode_hparams,
     decode_scalar_records,
+)
+from tscope.ingest.readers.tensorboard_tags import (
+    add_hparams_config,
+    add_text_config,
+    metric_name,
 )
 from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
 from tscope.ingest.safe_fs import read_bytes_bounded
@@ -30,44 +32,6 @@ from tscope.model import LogRead, PartialInput, empty_metric_table
 
 # The file name TensorBoard writers use: events.out.tfevents.<time>.<host>.<pid>.<uid>.
 _FILE_NAME_MARKER = "tfevents"
-# torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
-_TEXT_TAG_SUFFIX = "/text_summary"
-# Text summaries that hold the run's configuration, and the key prefix their fields get: the HF
-# Trainer's TensorBoardCallback writes TrainingArguments as "args" and the model's config as
-# "model_config", both as JSON (transformers integration_utils.TensorBoardCallback.on_train_begin).
-_CONFIG_TEXT_TAGS = {"args": "", "model_config": "model_config."}
-# Nested configuration deeper than this stays one value instead of more dotted keys.
-_MAX_CONFIG_DEPTH = 6
-# Megatron-DeepSpeed (BigScience) groups its tags as "<group>/<series>", e.g. "lm-loss-training/lm
-# loss", "grad-norm/grad-norm" (megatron/training.py training_log, evaluate_and_print_results).
-_MEGATRON_TAG_GROUPS = (
-    "lm-loss-training/",
-    "lm-loss-validation/",
-    "learning-rate/",
-    "grad-norm/",
-    "loss-scale/",
-)
-# Megatron logs each series a second time against consumed samples or tokens instead of the
-# iteration ("lm loss vs samples", "steps-vs-tokens/..."). Those points have no optimizer-step
-# axis, so they are left out rather than mixed into step-indexed series.
-_NON_STEP_AXIS_SUFFIXES = (" vs samples", " vs tokens", " vs gigaflos")
-_NON_STEP_AXIS_GROUPS = ("steps-vs-samples/", "steps-vs-tokens/")
-# The HF Trainer's end-of-training summary goes through the same callback as "train/<key>" at the
-# last step ("train/train_loss" is the whole run's mean loss, not that step's), and eval throughput
-# rides along with every eval: none of them is a per-step training signal (trainer_state.py skips
-# the same keys).
-_HF_NON_SIGNAL_TAGS = frozenset(
-    {
-        "train/train_loss",
-        "train/train_runtime",
-        "train/train_samples_per_second",
-        "train/train_steps_per_second",
-        "train/total_flos",
-        "eval/runtime",
-        "eval/samples_per_second",
-        "eval/steps_per_second",
-    }
-)
 # How many leading records to try for the wall time that orders resumed runs' files.
 _STARTED_AT_PROBE_RECORDS = 16
 
@@ -192,9 +156,9 @@ def _decode_records(buffer: bytes, records: Records) -> _Decoded:
                 slow_value.append(number)
                 slow_tag_id.append(tag_ids[tag])
             elif plugin == "text" and summary_value.tensor is not None:
-                _add_text_config(config, tag, summary_value.tensor.string_val)
+                add_text_config(config, tag, summary_value.tensor.string_val)
             elif plugin == "hparams":
-                _add_hparams_config(config, summary_value.plugin_content)
+                add_hparams_config(config, summary_value.plugin_content)
 
     record = np.concatenate([fast.record_index[keep_fast], np.asarray(slow_record, np.int64)])
     within_record = np.concatenate(
@@ -304,23 +268,8 @@ def _first_wall_time(buffer: bytes, records: Records, usable: np.ndarray) -> flo
     return None
 
 
-def _metric_name(tag: str) -> str | None:
-    """The canonical metric for a tag, or None for series that are not per-step signals."""
-    if tag in _HF_NON_SIGNAL_TAGS:
-        return None
-    if tag.endswith(_NON_STEP_AXIS_SUFFIXES) or tag.startswith(_NON_STEP_AXIS_GROUPS):
-        return None
-    for group in _MEGATRON_TAG_GROUPS:
-        if tag.startswith(group):
-            series = tag[len(group) :]
-            canonical = canonical_metric(series)
-            if canonical != series.strip():
-                return canonical
-    return canonical_metric(tag)
-
-
 def _metric_table(decoded: _Decoded, source: str) -> pd.DataFrame:
-    names = [_metric_name(tag) for tag in decoded.tags]
+    names = [metric_name(tag) for tag in decoded.tags]
     kept_tag = np.asarray([name is not None for name in names], dtype=bool)
     keep = kept_tag[decoded.tag_id] if decoded.tag_id.size else np.zeros(0, dtype=bool)
     if not keep.any():
@@ -345,42 +294,6 @@ def _string_column(distinct: list[str], codes: np.ndarray) -> pd.Index:
     """
     inferred = pd.Series(distinct[:1] or [""]).dtype
     return pd.Index(distinct, dtype=inferred).take(codes)
-
-
-def _add_text_config(config: dict[str, Any], tag: str, strings: list[bytes]) -> None:
-    base_tag = tag[: -len(_TEXT_TAG_SUFFIX)] if tag.endswith(_TEXT_TAG_SUFFIX) else tag
-    prefix = _CONFIG_TEXT_TAGS.get(base_tag)
-    if prefix is None or not strings:
-        return
-    text = strings[0].decode("utf-8", errors="replace")
-    try:
-        # Bounded nesting, int64-safe numbers: the settings end up in case.json and the report.
-        parsed = safe_json.loads(text, tag)
-    except UnreadableInput:
-        parsed = text
-    if isinstance(parsed, dict):
-        _flatten_into(config, parsed, prefix, depth=0)
-    else:
-        config.setdefault(base_tag, parsed)
-
-
-def _add_hparams_config(config: dict[str, Any], content: bytes) -> None:
-    try:
-        hparams = decode_hparams(content)
-    except WireFormatError:
-        return
-    for key, setting in hparams.items():
-        config.setdefault(key, setting)
-
-
-def _flatten_into(config: dict[str, Any], values: dict[str, Any], prefix: str, depth: int) -> None:
-    """Nested settings become dotted keys (`optim.betas`); the first writer of a key wins."""
-    for key, setting in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(setting, dict) and setting and depth < _MAX_CONFIG_DEPTH:
-            _flatten_into(config, setting, f"{name}.", depth + 1)
-        else:
-            config.setdefault(name, setting)
 
 
 def _problems(records: Records, decoded: _Decoded) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
 from tscope.ingest.base import read_head
-from tscope.ingest.names import canonical_metric
+from tscope.ingest.logs.names import canonical_metric
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 
 # A Trainer logging every step of a 1M-step run writes ~150 MB; beyond this the file is not one

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tscope.ingest.names import canonical_metric
+from tscope.ingest.logs.names import canonical_metric
 from tscope.ingest.readers.text_logs import (
     iter_lines,
     no_records_error,

@@ -23,15 +23,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.names import canonical_metric
-from tscope.ingest.table_columns import (
+from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.logs.table_columns import (
     find_column,
     is_bookkeeping_column,
     sniff_columns,
     to_long_form,
     unique_metric_names,
 )
-from tscope.ingest.tabular import DELIMITERS, read_table
+from tscope.ingest.logs.tabular import DELIMITERS, read_table
 from tscope.model import Caveat, LogRead, PartialInput
 
 RUN_METRIC_SEPARATOR = " - "

@@ -20,16 +20,16 @@ from pathlib import Path
 import numpy as np
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.names import canonical_metric
-from tscope.ingest.readers.wandb_export import is_wandb_export
-from tscope.ingest.table_columns import (
+from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.logs.table_columns import (
     find_column,
     is_bookkeeping_column,
     sniff_columns,
     to_long_form,
     unique_metric_names,
 )
-from tscope.ingest.tabular import read_table
+from tscope.ingest.logs.tabular import read_table
+from tscope.ingest.readers.wandb_export import is_wandb_export
 from tscope.model import Caveat, LogRead, PartialInput
 
 WANDB_STEP_KEY = "_step"

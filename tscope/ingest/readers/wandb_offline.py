@@ -28,7 +28,8 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json, safe_yaml
 from tscope.ingest.base import read_head
-from tscope.ingest.names import canonical_metric
+from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.logs.table_columns import is_bookkeeping_column, unique_metric_names
 from tscope.ingest.readers.wandb_framing import (
     FILE_HEADER,
     FILE_MAGIC,
@@ -48,7 +49,6 @@ from tscope.ingest.readers.wandb_history import (
     is_wandb_metric_key,
 )
 from tscope.ingest.safe_fs import read_bytes_bounded
-from tscope.ingest.table_columns import is_bookkeeping_column, unique_metric_names
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 
 # wandb_internal.Record and the messages it holds (wandb/proto/wandb_internal.proto).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tscope.chart_buckets import bucketed
+from tscope.chart_data import bucketed
 
 
 def bucketed_loop(steps: np.ndarray, values: np.ndarray, count: int) -> dict[str, list[object]]:

@@ -30,11 +30,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tscope.errors import UnreadableInput
-from tscope.ingest import array_kernels as kernels
 from tscope.ingest.checkpoints.safetensors_header import DTYPES, HeaderEntry, read_header
-from tscope.ingest.chunk_runner import DEFAULT_WORKERS
-from tscope.ingest.safe_fs import open_regular
-from tscope.ingest.tensor_stats import (
+from tscope.ingest.checkpoints.stats import array_kernels as kernels
+from tscope.ingest.checkpoints.stats.chunk_runner import DEFAULT_WORKERS
+from tscope.ingest.checkpoints.stats.tensor import (
     _UNDERFLOW_BIN,
     LOG_HISTOGRAM_BINS,
     TensorStats,
@@ -44,6 +43,7 @@ from tscope.ingest.tensor_stats import (
     _stats_from_patterns,
     log_histogram_bin,
 )
+from tscope.ingest.safe_fs import open_regular
 
 # 4 MiB spans: large enough that a span's fixed cost (a pread, a future, a few numpy calls;
 # ~30 µs) is under 3 % of its 1 ms of kernel time, small enough that 2 × workers of them stay

@@ -25,10 +25,10 @@ import pyarrow.json as pa_json
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
-from tscope.ingest.csv_arrow import parse_csv, wide_csv_header, without_row_decoding_dumps
-from tscope.ingest.json_lines_shape import MAX_DENSE_PER_CELL, arrow_table_is_bounded
+from tscope.ingest.logs.csv_arrow import parse_csv, wide_csv_header, without_row_decoding_dumps
+from tscope.ingest.logs.json_lines_shape import MAX_DENSE_PER_CELL, arrow_table_is_bounded
+from tscope.ingest.logs.series_cap import columns_to_read
 from tscope.ingest.safe_fs import open_regular, read_bytes_bounded
-from tscope.ingest.series_cap import columns_to_read
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")

@@ -18,8 +18,8 @@ def read_checkpoints(
     progress: Callable[[str], None] | None = None,
 ) -> tuple[CheckpointEvidence | None, list[PartialInput]]:
     """Every checkpoint under root, opened lazily, statistics streamed one tensor at a time."""
-    from tscope.ingest.checkpoint_stats import collect_layers
     from tscope.ingest.checkpoints.registry import find_checkpoints
+    from tscope.ingest.checkpoints.stats.layers import collect_layers
 
     handles: list[CheckpointHandle] = []
     partial: list[PartialInput] = []

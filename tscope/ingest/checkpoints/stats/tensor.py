@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from tscope.ingest.chunk_runner import PATTERN_CHUNK_ELEMENTS, ChunkRunner, Workspace, flat_view
+from tscope.ingest.checkpoints.stats.chunk_runner import (
+    PATTERN_CHUNK_ELEMENTS,
+    ChunkRunner,
+    Workspace,
+    flat_view,
+)
 
 if TYPE_CHECKING:
     import torch

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tscope.ingest.chunk_runner import ChunkRunner, Workspace, flat_view
+from tscope.ingest.checkpoints.stats.chunk_runner import ChunkRunner, Workspace, flat_view
 
 if TYPE_CHECKING:
     import torch

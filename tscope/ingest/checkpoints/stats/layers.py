@@ -46,11 +46,11 @@ import numpy.typing as npt
 import pandas as pd
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.adam_stats import AdamStats, adam_stats, parameter_group
 from tscope.ingest.checkpoints.base import CheckpointHandle, OptimizerState
-from tscope.ingest.chunk_runner import DEFAULT_WORKERS, ChunkRunner
-from tscope.ingest.tensor_stats import LOG_HISTOGRAM_EDGES, TensorStats, tensor_stats
-from tscope.ingest.weight_deltas import (
+from tscope.ingest.checkpoints.stats.adam import AdamStats, adam_stats, parameter_group
+from tscope.ingest.checkpoints.stats.chunk_runner import DEFAULT_WORKERS, ChunkRunner
+from tscope.ingest.checkpoints.stats.tensor import LOG_HISTOGRAM_EDGES, TensorStats, tensor_stats
+from tscope.ingest.checkpoints.stats.weight_deltas import (
     WeightDelta,
     delta_from_sums,
     delta_source_name,
@@ -167,7 +167,7 @@ def _scan_raw(
     progress: Callable[[str], None] | None,
 ) -> dict[str, TensorStats]:
     """Statistics of the safetensors-stored tensors without torch (safetensors_scan), by name."""
-    from tscope.ingest.safetensors_scan import SCANNED_DTYPES
+    from tscope.ingest.checkpoints.stats.safetensors_scan import SCANNED_DTYPES
 
     entries: dict[Path, dict[tuple[int, int], HeaderEntry]] = {}  # tied aliases: one entry
     for path, entry in locations.values():
@@ -193,7 +193,7 @@ def _scan_raw(
 def _scan_file(
     path: Path, shown: str, entries: list[HeaderEntry], workers: int
 ) -> list[tuple[HeaderEntry, TensorStats]]:
-    from tscope.ingest.safetensors_scan import scan_entries
+    from tscope.ingest.checkpoints.stats.safetensors_scan import scan_entries
 
     by_name = {entry.name: entry for entry in entries}
     return [(by_name[name], stats) for name, stats in scan_entries(path, shown, entries, workers)]
@@ -283,7 +283,7 @@ def _delta(
     if weights is None and here is not None and there is not None:
         if here[1].shape != there[1].shape:
             return WeightDelta(histogram_kl=kl, delta_source=source)
-        from tscope.ingest.safetensors_scan import raw_delta_sums
+        from tscope.ingest.checkpoints.stats.safetensors_scan import raw_delta_sums
 
         try:
             sums = raw_delta_sums(here, there, handle.info.path, runner.workers)

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tscope.ingest.base import read_head
-from tscope.ingest.tabular import DELIMITERS, ParsedTable, table_format
+from tscope.ingest.logs.tabular import DELIMITERS, ParsedTable, table_format
 from tscope.model import empty_metric_table
 
 # Enough for the header of any real export (W&B exports of many runs have long headers).

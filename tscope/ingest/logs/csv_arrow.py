@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from tscope.ingest.base import read_head
-from tscope.ingest.series_cap import MAX_TABLE_COLUMNS
+from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS
 
 # Bytes Arrow parses at a time; a header longer than this is refused as unreadable.
 CSV_BLOCK_BYTES = 32 * 1024 * 1024

@@ -1,0 +1,3 @@
+"""What the log readers share: canonical metric names (names.py), metric tables in CSV, TSV and
+JSON (tabular.py, csv_arrow.py, json_lines_shape.py), which column is what (table_columns.py), and
+the cap on the series one case considers (series_cap.py)."""
