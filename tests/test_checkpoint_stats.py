@@ -15,11 +15,7 @@ import scipy.stats
 import torch
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoint_stats import (
-    collect_layers,
-    read_layers_parquet,
-    write_layers_parquet,
-)
+from tscope.ingest.checkpoint_stats import collect_layers, read_layers_parquet
 from tscope.ingest.checkpoints.base import OptimizerState
 from tscope.ingest.chunk_runner import ChunkRunner
 from tscope.ingest.tensor_stats import (
@@ -31,6 +27,7 @@ from tscope.ingest.tensor_stats import (
 from tscope.ingest.weight_deltas import histogram_kl
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import LAYER_COLUMNS, ResumeAudit
+from tscope.output_writer import write_layers_parquet
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "trainer"
 

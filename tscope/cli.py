@@ -30,13 +30,13 @@ from tscope.cli_output import (
     main_file,
     progress_enabled,
     say_where_it_goes,
-    write_case,
 )
 from tscope.errors import TscopeError, UsageError
 from tscope.ingest.remote_source import local_inputs
 from tscope.model.categories import SEVERITIES, at_least
 from tscope.model.visible_text import visible
 from tscope.output_location import check_outside_inputs, default_output, report_folder
+from tscope.output_writer import write_case
 
 app = typer.Typer(
     cls=PlainGroup,

@@ -26,11 +26,11 @@ from tscope.cli_output import (
     main_file,
     progress_enabled,
     say_where_it_goes,
-    write_case,
 )
 from tscope.errors import TscopeError, UsageError
 from tscope.model.visible_text import visible
 from tscope.output_location import check_outside_inputs, default_output
+from tscope.output_writer import write_case
 
 XRAY_PREFIX = "tscope-xray"  # default case folder: ./tscope-xray-<run or entry>
 

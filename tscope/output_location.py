@@ -66,7 +66,7 @@ def _shortest(path: Path) -> Path:
 def report_folder(case_dir: Path, out: Path | None) -> Path:
     """Where `tscope report` writes: the case's own folder (re-rendering in place keeps the
     case's other files), or another folder made ready to hold only this case."""
-    from tscope.cli_output import prepare_case_folder
+    from tscope.output_writer import prepare_case_folder
 
     source = case_dir if case_dir.is_dir() else case_dir.parent
     target = out or source

@@ -11,25 +11,20 @@ judged against the baseline (tscope.analyzers.replay).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UsageError
 from tscope.model import Finding, Run
 from tscope.model.replay import InterventionOutcome, ReplayResult
-from tscope.output_files import prepare_folder, write_text, write_with
+from tscope.output_writer import LAYERS_TABLE, REPLAY_JSON, SAMPLES_TABLE, STEPS_TABLE
+from tscope.output_writer import write_replay_files as write_replay_files
 from tscope.replay.api import DEFAULT_WINDOW, replay
 from tscope.replay.loop import ProgressCallback
 from tscope.replay.whatif import WhatIf, parse_what_if, skip_intervention, window_intervention
 
-REPLAY_JSON = "replay.json"
-STEPS_TABLE = "replay_steps.parquet"
-LAYERS_TABLE = "replay_layers.parquet"
-SAMPLES_TABLE = "replay_samples.parquet"
 # --check-resume replays this many steps after each resume point.
 RESUME_CHECK_STEPS = 5
 
@@ -206,65 +201,6 @@ def resume_investigation(
         findings=list(findings),
         run=run,
         resume_checks=list(checks),
-    )
-
-
-def write_replay_files(investigation: Investigation, out_dir: Path) -> list[Path]:
-    """replay.json, the per-step tables and skip_batches.json (never into the run directory)."""
-    import pandas as pd
-
-    from tscope.replay.skip_list import write_skip_batches
-
-    prepare_folder(out_dir, "the replay")
-    result = investigation.result
-    payload = result.to_dict()
-    if investigation.resume_checks:
-        payload["resume_checks"] = [check.to_dict() for check in investigation.resume_checks]
-    written = [_write_json(out_dir / REPLAY_JSON, payload)]
-    steps = pd.DataFrame(
-        [
-            {
-                "step": s.step,
-                "loss": s.loss,
-                "grad_norm": s.grad_norm,
-                "learning_rate": s.learning_rate,
-                "samples": s.samples,
-                "update_skipped": s.update_skipped,
-                "seconds": s.seconds,
-            }
-            for s in result.per_step
-        ]
-    )
-    written.append(write_with(out_dir / STEPS_TABLE, partial(steps.to_parquet, index=False)))
-    layers = pd.DataFrame(
-        [
-            {"step": s.step, "layer": layer, "statistic": name, "value": value}
-            for s in result.per_step
-            for layer, values in s.layers.items()
-            for name, value in values.items()
-            if isinstance(value, (int, float))
-        ],
-        columns=["step", "layer", "statistic", "value"],
-    )
-    written.append(write_with(out_dir / LAYERS_TABLE, partial(layers.to_parquet, index=False)))
-    samples = pd.DataFrame(
-        [
-            {"step": s.step, "index": index, "loss": loss}
-            for s in result.per_step
-            for index, loss in enumerate(s.per_sample_loss)
-        ],
-        columns=["step", "index", "loss"],
-    )
-    written.append(write_with(out_dir / SAMPLES_TABLE, partial(samples.to_parquet, index=False)))
-    if investigation.skips is not None and investigation.skips.batches:
-        written.append(write_skip_batches(out_dir, investigation.skips, investigation.run_dir))
-    return written
-
-
-def _write_json(path: Path, payload: dict[str, Any]) -> Path:
-    return write_text(
-        path,
-        json.dumps(payload, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
     )
 
 

@@ -12,18 +12,16 @@ ranked in.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UsageError
 from tscope.model import Finding
 from tscope.model.xray import XrayResult
+from tscope.output_writer import XRAY_JSON
 from tscope.xray.probe import DEFAULT_LENGTHS
-
-XRAY_JSON = "xray.json"
 
 
 @dataclass
@@ -118,15 +116,7 @@ def xray_section(result: XrayResult) -> dict[str, Any]:
 
 
 def write_xray_files(audit_result: XrayAudit, out_dir: Path) -> list[Path]:
-    """xray.json into the case folder (already prepared by write_case), through output_files:
-    never through a link planted at the name."""
-    from tscope.model.case import json_safe
-    from tscope.output_files import prepare_folder, write_text
+    """xray.json into the case folder (tscope.output_writer)."""
+    from tscope.output_writer import write_xray_file
 
-    prepare_folder(out_dir, "the case")  # created when missing; refused when it is a link
-    payload = audit_result.result.to_dict()
-    payload["findings"] = [asdict(f) for f in audit_result.findings]
-    text = json.dumps(
-        json_safe(payload), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False
-    )
-    return [write_text(out_dir / XRAY_JSON, text + "\n")]
+    return [write_xray_file(audit_result, out_dir)]
