@@ -51,7 +51,8 @@ def replayed(
 ) -> tuple[dict[str, Any], Path, dict[str, str]]:
     """The case `tscope replay corrupted_batch --around 145 --what-if skip --what-if lr=0.5`
     writes, rendered into a folder: (payload, folder, file name -> text)."""
-    from tscope.replay_pipeline import case_with_replay, investigate
+    from tscope.replay_case import case_with_replay
+    from tscope.replay_pipeline import investigate
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")
@@ -164,7 +165,7 @@ SPIKE = 145
 
 
 def replay_payload(**changes: Any) -> dict[str, Any]:
-    """The incident case with a replay section shaped as replay_pipeline.replay_section writes
+    """The incident case with a replay section shaped as replay_case.replay_section writes
     it: 30 steps from checkpoint-120, a spike at 145, two what-ifs, twelve layers."""
     loss = [2.9 + 0.01 * (step % 3) + (0.5 if step == SPIKE else 0.0) for step in STEPS]
     grad = [0.5 + (1.5 if step == SPIKE else 0.0) for step in STEPS]

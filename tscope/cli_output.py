@@ -14,7 +14,6 @@ import typer
 from tscope.model.visible_text import visible
 
 EXIT_BAD_INPUT = 2
-CASE_PREFIX = "tscope-case"  # default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>
 
 
 def fail(message: str) -> NoReturn:

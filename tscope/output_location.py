@@ -14,6 +14,11 @@ from pathlib import Path
 
 from tscope.errors import UsageError
 
+# Default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>, ./tscope-xray-<name>.
+CASE_PREFIX = "tscope-case"
+CLUSTER_PREFIX = "tscope-cluster"
+XRAY_PREFIX = "tscope-xray"
+
 
 def _protected_by(out: Path, input_path: Path) -> bool:
     """Would writing the folder `out` land under the input directory, or on the input file or

@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tscope.model.case import json_safe
 from tscope.output_files import prepare_folder, write_text, write_with
 
 if TYPE_CHECKING:
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from tscope.replay_pipeline import Investigation
     from tscope.xray_pipeline import XrayAudit
 
+FORMATS = ("html", "md", "json")  # the case's and the cluster report's files: --format
 LAYERS_PARQUET = "layers.parquet"
 REPLAY_JSON = "replay.json"
 STEPS_TABLE = "replay_steps.parquet"
@@ -59,6 +59,8 @@ WHAT_A_CASE_IS = "the case"
 
 def json_text(payload: Any, *, round_floats: bool = True, compact: bool = False) -> str:
     """The one JSON encoding of tscope's output files (see the module docstring)."""
+    from tscope.model.case import json_safe  # here: `tscope --help` imports no pandas
+
     text = json.dumps(
         json_safe(payload) if round_floats else payload,
         sort_keys=True,
@@ -81,6 +83,8 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if hasattr(value, "item"):
+        from tscope.model.case import json_safe
+
         return json_safe(value.item())
     raise TypeError(f"case payload holds a {type(value).__name__}, which JSON cannot represent")
 
