@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from tscope.analyzers import EXPLAINERS
+from tscope.analyzers.replay import REPLAY_EXPLAINERS
 from tscope.model.categories import (
     ALERT_SEVERITIES,
     CATEGORIES,
@@ -34,13 +35,23 @@ def test_every_emitted_category_is_registered() -> None:
 
 
 def test_explainers_declare_registered_categories() -> None:
-    declared = [c for explainer in EXPLAINERS for c in explainer.categories]
+    explainers = [*EXPLAINERS, *REPLAY_EXPLAINERS]
+    declared = [c for explainer in explainers for c in explainer.categories]
     assert sorted(c for c in declared if category(c) is None) == []
     # A category may come from several sources (layer_origin from checkpoints and from per-layer
     # logs; lr_schedule_jump from the logged LR and from the optimizer's param groups): the
     # registry defines it once, whoever emits it.
-    for explainer in EXPLAINERS:
+    for explainer in explainers:
         assert len(explainer.categories) == len(set(explainer.categories)), explainer.name
+
+
+def test_replay_explainers_declare_what_their_modules_emit() -> None:
+    """A replay explainer's categories are the ones its module writes (no category unlisted)."""
+    emitted = set()
+    for path in (ROOT / "analyzers" / "replay").glob("*.py"):
+        emitted |= set(re.findall(r'category="([a-z_]+)"', path.read_text()))
+    declared = {c for explainer in REPLAY_EXPLAINERS for c in explainer.categories}
+    assert declared == emitted
 
 
 def test_entries_are_well_formed() -> None:

@@ -18,16 +18,13 @@ import torch
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import OptimizerState
-from tscope.ingest.checkpoints.stats.layers import (
-    collect_layers,
-    read_layers_parquet,
-    write_layers_parquet,
-)
+from tscope.ingest.checkpoints.stats.layers import collect_layers, read_layers_parquet
 from tscope.ingest.checkpoints.stats.tensor import (
     LOG_HISTOGRAM_BINS,
 )
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import LAYER_COLUMNS, ResumeAudit
+from tscope.output_writer import write_layers_parquet
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "trainer"
 

@@ -301,11 +301,16 @@ def test_an_out_folder_holding_files_tscope_did_not_write_is_refused(tmp_path):
 
 def test_the_case_folder_list_covers_every_file_a_case_writes():
     """A name missing from CASE_FOLDER_FILES would make tscope refuse its own earlier case."""
-    from tscope.cli_output import CASE_FOLDER_FILES
     from tscope.output_files import is_owned
+    from tscope.output_writer import (
+        CASE_FOLDER_FILES,
+        LAYERS_TABLE,
+        REPLAY_JSON,
+        SAMPLES_TABLE,
+        STEPS_TABLE,
+    )
     from tscope.render import ALL_CHART_FILES, CASE_HTML, CASE_JSON, CASE_MD
     from tscope.replay.skip_list import SKIP_BATCHES_FILE
-    from tscope.replay_pipeline import LAYERS_TABLE, REPLAY_JSON, SAMPLES_TABLE, STEPS_TABLE
 
     names = [CASE_JSON, CASE_HTML, CASE_MD, *ALL_CHART_FILES.values(), "layers.parquet"]
     names += [REPLAY_JSON, STEPS_TABLE, LAYERS_TABLE, SAMPLES_TABLE, SKIP_BATCHES_FILE]

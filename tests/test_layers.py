@@ -21,16 +21,17 @@ ALLOWED = {
         "tscope.errors",
         "tscope.templates",
         "tscope.output_files",
+        # the one JSON encoding (output_writer.json_text) of case.json and cluster.json
+        "tscope.output_writer",
     },
     # Replay restores from checkpoints (ingest) into the model's dataclasses; it reads the logs
-    # through the pipeline and the analyzers' view of the loss.
+    # through tscope.ingest.read_inputs and the analyzers' view of the loss.
     "tscope/replay": {
         "tscope.replay",
         "tscope.ingest",
         "tscope.model",
         "tscope.errors",
         "tscope.analyzers.signals",
-        "tscope.pipeline",
         "tscope.output_files",
     },
 }

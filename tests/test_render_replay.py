@@ -35,7 +35,8 @@ def replayed(
 ) -> tuple[dict[str, Any], Path, dict[str, str]]:
     """The case `tscope replay corrupted_batch --around 145 --what-if skip --what-if lr=0.5`
     writes, rendered into a folder: (payload, folder, file name -> text)."""
-    from tscope.replay_pipeline import case_with_replay, investigate
+    from tscope.replay_case import case_with_replay
+    from tscope.replay_pipeline import investigate
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")

@@ -32,7 +32,7 @@ SPIKE = 145
 
 
 def replay_payload(**changes: Any) -> dict[str, Any]:
-    """The incident case with a replay section shaped as replay_pipeline.replay_section writes
+    """The incident case with a replay section shaped as replay_case.replay_section writes
     it: 30 steps from checkpoint-120, a spike at 145, two what-ifs, twelve layers."""
     loss = [2.9 + 0.01 * (step % 3) + (0.5 if step == SPIKE else 0.0) for step in STEPS]
     grad = [0.5 + (1.5 if step == SPIKE else 0.0) for step in STEPS]

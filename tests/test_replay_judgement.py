@@ -11,7 +11,8 @@ from tscope.analyzers.replay import cause_verdict, judge
 from tscope.analyzers.replay.effects import effect_findings
 from tscope.model.replay import COMPARED, InterventionOutcome, ReplayStep, StepComparison
 from tscope.replay.diagnosis import ReplayConditions, likely_reasons
-from tscope.replay_pipeline import case_with_replay, investigate
+from tscope.replay_case import case_with_replay
+from tscope.replay_pipeline import investigate
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "fixtures" / "data" / "trainer"

@@ -58,7 +58,7 @@ def test_the_replay_reproduces_the_lightning_log_and_names_the_state(investigate
 
 
 def test_the_restart_point_is_the_checkpoint_before_the_first_affected_update(investigated):
-    from tscope.replay_pipeline import case_with_replay
+    from tscope.replay_case import case_with_replay
 
     case = case_with_replay(investigated, read_weights=False)
     restart = [s for s in case.summary["next_steps"] if s.startswith("Restart point")]

@@ -12,12 +12,9 @@ from any_cpu import like_another_cpu
 from typer.testing import CliRunner
 
 from tscope.cli import app
-from tscope.replay_pipeline import (
-    case_with_replay,
-    check_resumes,
-    investigate,
-    write_replay_files,
-)
+from tscope.output_writer import write_replay_files
+from tscope.replay_case import case_with_replay
+from tscope.replay_pipeline import check_resumes, investigate
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "fixtures" / "data" / "trainer"
@@ -226,3 +223,48 @@ def test_replay_command_writes_the_case_replay_json_and_skip_list(tmp_path, monk
     case = json.loads((out / "case.json").read_text(encoding="utf-8"))
     assert case["findings"][0]["category"] == "bad_batch"
     assert case["replay"]["cause"] == "data"
+
+
+def test_one_replay_reads_and_parses_the_logs_once(tmp_path, monkeypatch):
+    """A replay with a what-if and --check-resume (three replays and the case) reads every log
+    file exactly once and the checkpoints' statistics once: the replays and the case share one
+    read_inputs."""
+    from tscope.ingest import checkpoint_evidence, inputs
+    from tscope.ingest.registry import READERS
+    from tscope.replay_pipeline import ReplayRequest, run
+
+    monkeypatch.setenv("TSCOPE_FIXTURE_RUN", "resumed_lr_restart")
+    parsed: list[str] = []
+    for reader in READERS:
+
+        def counted(path, shown, _read=reader.read):
+            parsed.append(shown)
+            return _read(path, shown)
+
+        monkeypatch.setattr(reader, "read", counted)
+    statistics_reads: list[Path] = []
+
+    def counted_checkpoints(root, options, progress=None):
+        statistics_reads.append(root)
+        return checkpoint_evidence.read_checkpoints(root, options, progress)
+
+    monkeypatch.setattr(inputs, "read_checkpoints", counted_checkpoints)
+    outcome = run(
+        ReplayRequest(
+            RUNS / "resumed_lr_restart",
+            around=150,
+            entry=ENTRY,
+            window=(-2, 0),
+            what_ifs=("lr=0.5",),
+            check_resume=True,
+            statistics=False,
+            out=tmp_path / "case",
+        )
+    )
+    assert outcome is not None
+    assert parsed and sorted(parsed) == sorted(set(parsed)), parsed
+    assert len(statistics_reads) == 1
+    # The resume check's finding is ranked into the case beside the replay's own.
+    assert any((f.category, f.step) == ("replay_mismatch", 121) for f in outcome.case.findings)
+    assert outcome.case.replay is not None and outcome.case.replay["resume_checks"]
+    assert (tmp_path / "case" / "replay.json").is_file()

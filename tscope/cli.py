@@ -14,7 +14,6 @@ import typer
 from tscope.cli_audit import replay, xray
 from tscope.cli_help import PlainCommand, PlainGroup
 from tscope.cli_options import (
-    FORMATS,
     CaseOutOption,
     FormatsOption,
     NoWeightsOption,
@@ -24,19 +23,16 @@ from tscope.cli_options import (
     print_version,
 )
 from tscope.cli_output import (
-    CASE_PREFIX,
     Progress,
     fail,
     main_file,
     progress_enabled,
     say_where_it_goes,
-    write_case,
 )
 from tscope.errors import TscopeError, UsageError
-from tscope.ingest.remote_source import local_inputs
 from tscope.model.categories import SEVERITIES, at_least
 from tscope.model.visible_text import visible
-from tscope.output_location import check_outside_inputs, default_output, report_folder
+from tscope.output_location import CASE_PREFIX, CLUSTER_PREFIX
 
 app = typer.Typer(
     cls=PlainGroup,
@@ -45,7 +41,6 @@ app = typer.Typer(
 )
 
 EXIT_FINDINGS = 1  # only with --fail-on
-CLUSTER_PREFIX = "tscope-cluster"
 
 
 app.command(cls=PlainCommand)(replay)
@@ -92,7 +87,8 @@ def analyze(
     quiet: QuietOption = False,
 ) -> None:
     """Analyze what a run left behind and write case.html, case.md and case.json (+ layers.parquet)."""
-    from tscope.pipeline import analyze as analyze_run
+    from tscope.commands import AnalyzeRequest
+    from tscope.commands import analyze as analyze_command
 
     try:
         chosen = parse_formats(formats)
@@ -100,21 +96,21 @@ def analyze(
             raise UsageError(
                 f"--fail-on must be one of {', '.join(reversed(SEVERITIES))}, not {fail_on!r}"
             )
-        if out is not None:
-            check_outside_inputs(out, local_inputs(paths))  # before any work
         with Progress(progress_enabled(quiet), "reading") as progress:
-            case = analyze_run(
-                *paths,
-                on_file=progress.update,
-                trust_pickle=trust_pickle,
-                read_weights=not no_weights,
+            outcome = analyze_command(
+                AnalyzeRequest(
+                    paths,
+                    out=out,
+                    formats=chosen,
+                    read_weights=not no_weights,
+                    trust_pickle=trust_pickle,
+                    on_file=progress.update,
+                    on_default_folder=lambda target: say_where_it_goes(target, CASE_PREFIX, quiet),
+                )
             )
-        target = out or default_output(CASE_PREFIX, str(case.run["name"]), local_inputs(paths))
-        if out is None:
-            say_where_it_goes(target, CASE_PREFIX, quiet)
-        written = write_case(case, target, chosen)
     except TscopeError as error:
         fail(str(error))
+    case, written = outcome.case, outcome.written
     if not quiet:
         for item in case.partial:
             typer.echo(
@@ -171,32 +167,30 @@ def cluster(
     Writes cluster.html, cluster.md and cluster.json, and each run's case under OUT/runs/ (reused
     on the next call while the run's files are unchanged).
     """
-    from tscope.cluster_pipeline import cluster as cluster_runs
-    from tscope.cluster_pipeline import find_runs
-    from tscope.render.cluster_report import render_cluster
+    from tscope.commands import ClusterRequest
+    from tscope.commands import cluster as cluster_command
 
     try:
         chosen = parse_formats(formats)
-        # Symlinked runs live elsewhere: the output may not land inside any of them either.
-        inputs = [runs_dir, *find_runs(runs_dir, follow_run_links)]
-        if out is not None:
-            check_outside_inputs(out, inputs)
-        target = out or default_output(CLUSTER_PREFIX, runs_dir.resolve().name, inputs)
-        if out is None:
-            say_where_it_goes(target, CLUSTER_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "analyzing runs") as progress:
-            result = cluster_runs(
-                runs_dir,
-                target,
-                jobs=jobs,
-                read_weights=not no_weights,
-                trust_pickle=trust_pickle,
-                on_run_done=progress.advance,
-                follow_run_links=follow_run_links,
+            outcome = cluster_command(
+                ClusterRequest(
+                    runs_dir,
+                    out=out,
+                    formats=chosen,
+                    jobs=jobs,
+                    read_weights=not no_weights,
+                    trust_pickle=trust_pickle,
+                    follow_run_links=follow_run_links,
+                    on_run_done=progress.advance,
+                    on_default_folder=lambda target: say_where_it_goes(
+                        target, CLUSTER_PREFIX, quiet
+                    ),
+                )
             )
-        written = render_cluster(result, target, chosen)
     except TscopeError as error:
         fail(str(error))
+    result, written = outcome.report, outcome.written
     if not quiet:
         for item in result.skipped:
             typer.echo(
@@ -217,13 +211,10 @@ def report(
     ] = None,
 ) -> None:
     """Re-render a case from its case.json, with no recomputation."""
-    from tscope.render import load_case_payload, render_case
+    from tscope.commands import report as report_command
 
     try:
-        chosen = parse_formats(formats)
-        payload = load_case_payload(case_dir)
-        target = report_folder(case_dir, out)
-        written = render_case(payload, target, chosen)
+        written = report_command(case_dir, out, parse_formats(formats))
     except TscopeError as error:
         fail(str(error))
     for path in written:
@@ -241,16 +232,14 @@ def demo(
     quiet: QuietOption = False,
 ) -> None:
     """Train a tiny GPT on CPU with a planted LR jump, analyze the run, print the case path."""
-    from tscope.demo.train import make_demo_run
-    from tscope.pipeline import analyze as analyze_run
+    from tscope.commands import demo as demo_command
 
     try:
         with Progress(progress_enabled(quiet), "training demo") as progress:
-            demo_run = make_demo_run(out / "run", progress=progress.advance)
-        case = analyze_run(demo_run.run_dir)
-        written = write_case(case, out / "case", FORMATS)
+            outcome = demo_command(out, on_progress=progress.advance)
     except TscopeError as error:
         fail(str(error))
+    demo_run, case, written = outcome.demo_run, outcome.case, outcome.written
     if not quiet:
         typer.echo(
             f"Planted: learning rate ×{demo_run.lr_factor:g} at step {demo_run.planted_step} for "

@@ -20,19 +20,15 @@ from tscope.cli_options import (
     parse_window,
 )
 from tscope.cli_output import (
-    CASE_PREFIX,
     Progress,
     fail,
     main_file,
     progress_enabled,
     say_where_it_goes,
-    write_case,
 )
-from tscope.errors import TscopeError, UsageError
+from tscope.errors import TscopeError
 from tscope.model.visible_text import visible
-from tscope.output_location import check_outside_inputs, default_output
-
-XRAY_PREFIX = "tscope-xray"  # default case folder: ./tscope-xray-<run or entry>
+from tscope.output_location import CASE_PREFIX, XRAY_PREFIX
 
 if TYPE_CHECKING:
     from tscope.model.replay import Fidelity
@@ -117,79 +113,35 @@ def replay(
     Fidelity, per-layer statistics, bad samples and what-if experiments: --out gets replay.json,
     the replay tables and case.html/md/json with the replay's findings; the run is never touched.
     """
-    from tscope.replay_pipeline import (
-        case_with_replay,
-        check_resumes,
-        investigate,
-        resume_investigation,
-        write_replay_files,
-    )
+    from tscope.replay_pipeline import ReplayRequest, rank_zero
+    from tscope.replay_pipeline import run as replay_run
 
     try:
-        chosen = parse_formats(formats)
-        if entry is None:
-            raise UsageError(
-                "tscope replay needs --entry FILE.py defining batches(start_step): the batches "
-                "the run consumed (see the README's replay section)."
-            )
-        if around is None and not check_resume:
-            raise UsageError("Give --around STEP (the step to investigate), or --check-resume.")
-        offsets = parse_window(window)
-        if out is not None:
-            check_outside_inputs(out, [run_dir])
-        target = out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
-        if out is None and _rank_zero():  # under torchrun only rank 0 writes the case
-            say_where_it_goes(target, CASE_PREFIX, quiet)
-        sharded = _sharded(nproc)
-        if sharded and (what_if or check_resume or around is None):
-            raise UsageError(
-                "A sharded replay (--nproc / torchrun) takes --around only: --what-if and "
-                "--check-resume replay one process (docs/replay-schema.md, multi-node)."
-            )
-        with Progress(progress_enabled(quiet) and _rank_zero(), "replaying") as progress:
-            if sharded:
-                from tscope.sharded_replay_pipeline import investigate_sharded
-
-                assert around is not None
-                found = investigate_sharded(
+        with Progress(progress_enabled(quiet) and rank_zero(), "replaying") as progress:
+            outcome = replay_run(
+                ReplayRequest(
                     run_dir,
                     around,
                     entry,
-                    window=offsets,
+                    formats=parse_formats(formats),
+                    window=parse_window(window),
+                    device=device,
+                    deterministic=not relaxed,
+                    what_ifs=tuple(what_if or ()),
+                    check_resume=check_resume,
+                    statistics=not no_stats,
                     nproc=nproc,
-                    device=device,
-                    deterministic=not relaxed,
-                    statistics=not no_stats,
-                )
-                if found is None:  # a rank other than 0 under torchrun: rank 0 writes the case
-                    return
-                investigation = found
-            elif around is not None:
-                investigation = investigate(
-                    run_dir,
-                    around,
-                    entry,
-                    window=offsets,
-                    device=device,
-                    deterministic=not relaxed,
-                    what_ifs=what_if or (),
-                    statistics=not no_stats,
+                    out=out,
+                    trust_pickle=trust_pickle,
                     on_step=lambda done, total, _step: progress.advance(done, total),
+                    on_default_folder=lambda target: say_where_it_goes(target, CASE_PREFIX, quiet),
                 )
-            if check_resume:
-                checks, resume_findings = check_resumes(
-                    run_dir, entry, device=device, deterministic=not relaxed
-                )
-                if around is None:
-                    investigation = resume_investigation(run_dir, checks, resume_findings)
-                else:
-                    investigation.resume_checks = checks
-                    investigation.findings.extend(resume_findings)
-            case = case_with_replay(investigation, trust_pickle=trust_pickle)
-        written = write_case(case, target, chosen)
-        written += write_replay_files(investigation, target)
+            )
     except TscopeError as error:
         fail(str(error))
+    if outcome is None:  # a rank other than 0 under torchrun: rank 0 writes the case
+        return
+    investigation, written = outcome.investigation, outcome.written
     if not quiet:
         from tscope.render.formatting import format_number  # the case's 3 significant digits
 
@@ -248,30 +200,26 @@ def xray(
     """Audit a training step on a tracer model: the gradient weight of every target token, and
     gradient leaking between sequences. Writes xray.json and case.html/md/json."""
     from tscope.xray.probe import parse_lengths
-    from tscope.xray_pipeline import audit, case_with_xray, write_xray_files
+    from tscope.xray_pipeline import XrayRequest
+    from tscope.xray_pipeline import run as xray_run
 
     try:
         chosen = parse_formats(formats)
         probe_lengths = parse_lengths(lengths) if lengths is not None else None
-        named = entry if entry is not None else run_dir
-        if named is None:
-            raise UsageError(
-                "Give --entry FILE.py (defining train_step(model, sequences)) or a Hugging Face "
-                "Trainer run directory."
-            )
-        inputs = [run_dir] if run_dir is not None else []
-        if out is not None:
-            check_outside_inputs(out, inputs)
-        target = out or default_output(XRAY_PREFIX, named.resolve().stem, inputs)
-        if out is None:
-            say_where_it_goes(target, XRAY_PREFIX, quiet)
         with Progress(progress_enabled(quiet), "auditing the step"):
-            result = audit(run_dir, entry, probe_lengths)
-            case = case_with_xray(result)
-        written = write_case(case, target, chosen)
-        written += write_xray_files(result, target)
+            outcome = xray_run(
+                XrayRequest(
+                    run_dir,
+                    entry,
+                    probe_lengths,
+                    out=out,
+                    formats=chosen,
+                    on_default_folder=lambda target: say_where_it_goes(target, XRAY_PREFIX, quiet),
+                )
+            )
     except TscopeError as error:
         fail(str(error))
+    case, result, written = outcome.case, outcome.audit, outcome.written
     if not quiet:
         section = case.xray or {}
         typer.echo(
@@ -281,18 +229,6 @@ def xray(
             err=True,
         )
     typer.echo(visible(main_file(written)))
-
-
-def _sharded(nproc: int | None) -> bool:
-    from tscope.sharded_replay_pipeline import under_torchrun
-
-    return (nproc is not None and nproc > 1) or under_torchrun()
-
-
-def _rank_zero() -> bool:
-    import os
-
-    return os.environ.get("RANK", "0") == "0"
 
 
 def _rounding_note(fidelity: Fidelity) -> str:

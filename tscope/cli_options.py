@@ -12,8 +12,7 @@ import typer
 
 from tscope import __version__
 from tscope.errors import UsageError
-
-FORMATS = ("html", "md", "json")
+from tscope.output_writer import FORMATS
 
 QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress or warnings on stderr.")

@@ -7,18 +7,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import typer
 
 from tscope.model.visible_text import visible
 
-if TYPE_CHECKING:
-    from tscope.model import Case
-
-
 EXIT_BAD_INPUT = 2
-CASE_PREFIX = "tscope-case"  # default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>
 
 
 def fail(message: str) -> NoReturn:
@@ -30,46 +25,6 @@ def fail(message: str) -> NoReturn:
 
 def progress_enabled(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
-
-
-# Every name tscope writes into a case folder (analyze, replay, report), as globs. A folder holding
-# anything else is someone else's and is refused; these are removed before a new case is written,
-# so nothing of an earlier case (its layers.parquet, its case-layers.svg) stays beside it.
-CASE_FOLDER_FILES = (
-    "case.json",
-    "case.html",
-    "case.md",
-    "case-*.svg",  # the charts: tscope.render.ALL_CHART_FILES
-    "layers.parquet",
-    "replay.json",  # tscope replay: tscope.replay_pipeline
-    "replay_*.parquet",
-    "skip_batches.json",
-    "xray.json",  # tscope xray: tscope.xray_pipeline
-)
-WHAT_A_CASE_IS = "the case"
-
-
-def prepare_case_folder(target: Path, clear: bool = True) -> Path:
-    """The case folder, refused when it is a link or holds files tscope did not write; the files
-    of an earlier case removed (`clear`)."""
-    from tscope.output_files import prepare_folder
-
-    return prepare_folder(target, WHAT_A_CASE_IS, CASE_FOLDER_FILES, clear=clear)
-
-
-def write_case(case: Case, target: Path, formats: tuple[str, ...]) -> list[Path]:
-    """The case files, plus layers.parquet when checkpoints were read, into a folder that then
-    holds only this case."""
-    from tscope.render import render_case
-
-    prepare_case_folder(target)
-    written = render_case(case, target, formats)
-    if case.layers_table is not None:
-        from tscope.ingest.checkpoints.stats.layers import write_layers_parquet
-
-        write_layers_parquet(case.layers_table, target / "layers.parquet")
-        written.append(target / "layers.parquet")
-    return written
 
 
 def say_where_it_goes(target: Path, prefix: str, quiet: bool) -> None:

@@ -16,7 +16,6 @@ end on the profiles.
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import sys
@@ -37,7 +36,8 @@ from tscope.ingest import safe_json
 from tscope.ingest.discover import iter_files
 from tscope.ingest.safe_fs import NOT_REGULAR, is_inside, is_regular_file, read_bytes_bounded
 from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
-from tscope.output_files import make_subfolder, prepare_folder, write_text, write_with
+from tscope.output_files import make_subfolder, prepare_folder, write_with
+from tscope.output_writer import write_json, write_layers_parquet
 
 CASES_DIR = "runs"
 SERIES_FILE = "series.npz"
@@ -273,8 +273,7 @@ def _analyze_and_cache(
     payload = case.to_dict()  # already JSON-safe: NaN as strings, floats rounded
     # Compact, sorted JSON: the C encoder (an indented dump is ~10x slower in pure Python, which
     # dominates a 1,000-run sweep). `tscope report` reads it; `--format json` rewrites it indented.
-    compact = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    write_text(case_dir / "case.json", compact + "\n")
+    write_json(case_dir / "case.json", payload, round_floats=False, compact=True)
     # numpy's own format, read back with allow_pickle=False: arrays only, nothing executes.
     write_with(
         case_dir / SERIES_FILE,
@@ -283,11 +282,9 @@ def _analyze_and_cache(
         ),
     )
     if case.layers_table is not None:
-        from tscope.ingest.checkpoints.stats.layers import write_layers_parquet
-
         write_layers_parquet(case.layers_table, case_dir / "layers.parquet")
     # Written last: its presence means the rest of the folder is complete.
-    write_text(case_dir / FINGERPRINT_FILE, json.dumps(fingerprint, sort_keys=True))
+    write_json(case_dir / FINGERPRINT_FILE, fingerprint, round_floats=False, compact=True)
     return payload, LossCurve(steps, values), _max_finite(lrs)
 
 

@@ -14,6 +14,11 @@ from pathlib import Path
 
 from tscope.errors import UsageError
 
+# Default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>, ./tscope-xray-<name>.
+CASE_PREFIX = "tscope-case"
+CLUSTER_PREFIX = "tscope-cluster"
+XRAY_PREFIX = "tscope-xray"
+
 
 def _protected_by(out: Path, input_path: Path) -> bool:
     """Would writing the folder `out` land under the input directory, or on the input file or
@@ -66,7 +71,7 @@ def _shortest(path: Path) -> Path:
 def report_folder(case_dir: Path, out: Path | None) -> Path:
     """Where `tscope report` writes: the case's own folder (re-rendering in place keeps the
     case's other files), or another folder made ready to hold only this case."""
-    from tscope.cli_output import prepare_case_folder
+    from tscope.output_writer import prepare_case_folder
 
     source = case_dir if case_dir.is_dir() else case_dir.parent
     target = out or source

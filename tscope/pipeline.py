@@ -4,25 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple
 
 from tscope import __version__
 from tscope.chart_data import chart_series, layer_heatmap
-from tscope.errors import NothingToAnalyze, SeveralRuns, UsageError
-from tscope.ingest.assemble import assemble_run
-from tscope.ingest.checkpoints import checkpoint_inventory
-from tscope.ingest.checkpoints.base import LoadOptions
-from tscope.ingest.checkpoints.evidence import read_checkpoints
-from tscope.ingest.discover import discover
-from tscope.ingest.remote_source import is_remote_url
-from tscope.ingest.run_config import checkpoint_config
-from tscope.ingest.run_groups import run_groups, several_runs_message
-from tscope.ingest.safe_fs import NOT_REGULAR
-from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
+from tscope.ingest.inputs import Inputs, ReadOptions, read_inputs
+from tscope.model import Case, CheckpointInfo, Finding, Run
 from tscope.model.checkpoint import CheckpointEvidence
-
-if TYPE_CHECKING:
-    from tscope.ingest.remote_mirror import Mirror
 
 
 class Analysis(NamedTuple):
@@ -54,89 +42,14 @@ def analyze_run(
     extra_findings: Sequence[Finding] = (),
 ) -> Analysis:
     """`analyze`, also returning the normalized run (for cross-run work that needs every step)."""
-    if not paths:
-        raise UsageError("Give at least one run directory, checkpoint or log file to analyze.")
-    reads, partial, checkpoints, unclaimed = [], [], [], []
-    # A URL (s3://, gs://, hf://…) is mirrored into the local cache first; everything after reads
-    # the mirror like any local folder, and the case names the URL.
-    mirrors = [_mirrored(p, read_weights, on_file) for p in paths]
-    for mirror in mirrors:
-        if mirror is not None:
-            partial.extend(mirror.partial)
-    named = [Path(p) if m is None else m.root for p, m in zip(paths, mirrors, strict=True)]
-    roots = [_named_input(path) for path in named]
-    evidence_parts: list[CheckpointEvidence] = []
-    side_config: dict[str, Any] = {}
-    for root in roots:
-        found = discover(root, on_file=on_file)
-        if root.is_dir():
-            groups = run_groups(found.reads)
-            if len(groups) > 1:  # never merged (nor all but one dropped) silently
-                raise SeveralRuns(several_runs_message(str(root), groups))
-        reads.extend(found.reads)
-        partial.extend(found.partial)
-        unclaimed.extend(found.unclaimed)
-        inventory = checkpoint_inventory(root)
-        checkpoints.extend(inventory)
-        for key, value in checkpoint_config(root, inventory).items():
-            side_config.setdefault(key, value)
-        if read_weights:
-            evidence, checkpoint_partial = read_checkpoints(
-                root, LoadOptions(trust_pickle=trust_pickle), on_file
-            )
-            partial.extend(checkpoint_partial)
-            if evidence is not None:
-                evidence_parts.append(evidence)
-    name = roots[0].resolve().name if roots[0].is_dir() else roots[0].stem
-    shown_input = mirrors[0].url if mirrors[0] is not None else str(roots[0].resolve())
-    run = assemble_run(name, shown_input, reads, partial)
-    for key, value in side_config.items():
-        run.config.setdefault(key, value)  # what the logs recorded wins
-    checkpoint_evidence = _merge(evidence_parts)
-    if checkpoint_evidence is not None:
-        checkpoints = [snapshot.info for snapshot in checkpoint_evidence.snapshots]
-    # Checkpoints whose every file was refused (all Git LFS pointers, all damaged) are listed by
-    # the inventory but hold nothing to judge: without metrics that is not a healthy run.
-    no_tensor_read = read_weights and (
-        checkpoint_evidence is None or checkpoint_evidence.layers.empty
-    )
-    if run.metrics.empty and (not checkpoints or no_tensor_read):
-        shown = [p if m is None else m.url for p, m in zip(paths, mirrors, strict=True)]
-        raise NothingToAnalyze(_nothing_message(shown, partial, unclaimed))
-    return Analysis(build_case(run, checkpoints, checkpoint_evidence, extra_findings), run)
+    inputs = read_inputs(paths, ReadOptions(read_weights, trust_pickle, on_file))
+    return analysis_of(inputs, extra_findings)
 
 
-def _mirrored(
-    path: str | Path, read_weights: bool, on_file: Callable[[str], None] | None
-) -> Mirror | None:
-    """The local mirror of a URL input (None for a local path)."""
-    if not (isinstance(path, str) and is_remote_url(path)):
-        return None
-    from tscope.ingest.remote_mirror import mirror_run
-
-    return mirror_run(path, read_weights=read_weights, on_file=on_file)
-
-
-def _named_input(path: Path) -> Path:
-    """A path the user named, resolved once: the user chose it, so a link here is followed (and
-    no link inside it is). Only a folder or a regular file can be read."""
-    if not path.exists():
-        raise UsageError(f"{path} does not exist. Pass a run directory, checkpoint or log file.")
-    resolved = path.resolve()
-    if not (resolved.is_dir() or resolved.is_file()):
-        raise UsageError(f"{path}: {NOT_REGULAR}. Pass a run directory, checkpoint or log file.")
-    return resolved
-
-
-def _merge(parts: list[CheckpointEvidence]) -> CheckpointEvidence | None:
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    import pandas as pd
-
-    snapshots = tuple(s for part in parts for s in part.snapshots)
-    return CheckpointEvidence(snapshots, pd.concat([p.layers for p in parts], ignore_index=True))
+def analysis_of(inputs: Inputs, extra_findings: Sequence[Finding] = ()) -> Analysis:
+    """The case of inputs already read (a replay reads them once and builds its case here)."""
+    case = build_case(inputs.run, inputs.checkpoints, inputs.checkpoint_evidence, extra_findings)
+    return Analysis(case, inputs.run)
 
 
 def build_case(
@@ -190,21 +103,3 @@ def build_case(
     if run.partial:
         case.summary["partial"] = True
     return case
-
-
-def _nothing_message(
-    roots: Sequence[str | Path], partial: list[PartialInput], unclaimed: list[str]
-) -> str:
-    where = ", ".join(str(root) for root in roots)
-    if partial:
-        first = partial[0]
-        return f"Nothing analyzable in {where}: {first.path}: {first.problem}" + (
-            f" (and {len(partial) - 1} more unreadable files)" if len(partial) > 1 else ""
-        )
-    if unclaimed:
-        return (
-            f"No supported log or checkpoint in {where} ({len(unclaimed)} files of unknown format, "
-            f"e.g. {unclaimed[0]}). Supported: trainer_state.json, TensorBoard events, W&B "
-            "exports and run dirs, CSV/JSONL metrics, nanoGPT/Megatron/Trainer stdout logs."
-        )
-    return f"{where} holds no files. Pass a run directory, checkpoint or log file."

@@ -1,35 +1,36 @@
-"""investigate(run_dir, around) -> Investigation: the replay, its attribution and what-ifs, and
-the findings they support; write_investigation() writes replay.json and updates the case.
+"""run(request) -> ReplayOutcome: `tscope replay` as one call. The run's inputs are read once;
+the replay, its what-ifs and resume checks run on them; the case is built from the same inputs with
+the replay's findings ranked in; the case folder gets the case files, replay.json and the tables.
 
-    investigation = investigate("runs/exp1", around=145, entry="entry.py", what_ifs=["skip"])
-    write_investigation(investigation, "case-dir")
+    outcome = run(ReplayRequest(Path("runs/exp1"), around=145, entry=Path("entry.py")))
 
-A baseline replay runs with every per-layer statistic and per-sample attribution on the steps
-leading to `around`; each what-if is a further replay from a checkpoint with one thing changed,
-judged against the baseline (tscope.analyzers.replay).
+investigate(run_dir, around) -> Investigation is the replay on its own: a baseline replay with
+every per-layer statistic and per-sample attribution on the steps leading to `around`; each what-if
+is a further replay from a checkpoint with one thing changed, judged against the baseline
+(tscope.analyzers.replay).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UsageError
+from tscope.ingest.inputs import Inputs, ReadOptions, read_inputs
 from tscope.model import Finding, Run
 from tscope.model.replay import InterventionOutcome, ReplayResult
-from tscope.output_files import prepare_folder, write_text, write_with
+from tscope.output_location import CASE_PREFIX, check_outside_inputs, default_output
+from tscope.output_writer import FORMATS, write_case, write_replay_files
 from tscope.replay.api import DEFAULT_WINDOW, replay
 from tscope.replay.loop import ProgressCallback
 from tscope.replay.whatif import WhatIf, parse_what_if, skip_intervention, window_intervention
 
-REPLAY_JSON = "replay.json"
-STEPS_TABLE = "replay_steps.parquet"
-LAYERS_TABLE = "replay_layers.parquet"
-SAMPLES_TABLE = "replay_samples.parquet"
+if TYPE_CHECKING:
+    from tscope.model import Case
+
 # --check-resume replays this many steps after each resume point.
 RESUME_CHECK_STEPS = 5
 
@@ -45,6 +46,143 @@ class Investigation:
     resume_checks: list[ReplayResult] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ReplayRequest:
+    """What `tscope replay` was asked (docs/replay-schema.md; the CLI's options, parsed)."""
+
+    run_dir: Path
+    around: int | None  # None: --check-resume alone
+    entry: Path | None
+    window: tuple[int, int] = DEFAULT_WINDOW
+    device: str = "cpu"
+    deterministic: bool = True
+    what_ifs: tuple[str, ...] = ()
+    check_resume: bool = False
+    statistics: bool = True
+    nproc: int | None = None  # an FSDP2/DCP run replayed on N processes
+    out: Path | None = None  # None: ./tscope-case-<run> (beside the run from inside it)
+    formats: tuple[str, ...] = FORMATS
+    trust_pickle: bool = False
+    on_step: ProgressCallback | None = None
+    on_default_folder: Callable[[Path], None] | None = None  # told the folder chosen for it
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    investigation: Investigation
+    case: Case
+    written: list[Path]
+
+
+def run(request: ReplayRequest) -> ReplayOutcome | None:
+    """The replay asked for, its case and files; None on a torchrun rank other than 0 (rank 0
+    writes the case)."""
+    if request.entry is None:
+        raise UsageError(
+            "tscope replay needs --entry FILE.py defining batches(start_step): the batches "
+            "the run consumed (see the README's replay section)."
+        )
+    around, entry, run_dir = request.around, request.entry, request.run_dir
+    if around is None and not request.check_resume:
+        raise UsageError("Give --around STEP (the step to investigate), or --check-resume.")
+    if request.out is not None:
+        check_outside_inputs(request.out, [run_dir])
+    target = request.out or default_output(CASE_PREFIX, run_dir.resolve().name, [run_dir])
+    if request.out is None and rank_zero() and request.on_default_folder is not None:
+        request.on_default_folder(target)
+    sharded = is_sharded(request.nproc)
+    if sharded and (request.what_ifs or request.check_resume or around is None):
+        raise UsageError(
+            "A sharded replay (--nproc / torchrun) takes --around only: --what-if and "
+            "--check-resume replay one process (docs/replay-schema.md, multi-node)."
+        )
+    for text in request.what_ifs:
+        parse_what_if(text)  # bad specs fail before any work
+    # Read once (rank 0 only): the replay compares with these logs, the case is built from them.
+    inputs = (
+        read_inputs([run_dir], ReadOptions(trust_pickle=request.trust_pickle))
+        if (rank_zero())
+        else None
+    )
+    common: dict[str, Any] = {
+        "window": request.window,
+        "device": request.device,
+        "deterministic": request.deterministic,
+        "statistics": request.statistics,
+    }
+    if sharded:
+        from tscope.sharded_replay_pipeline import investigate_sharded
+
+        assert around is not None
+        found = investigate_sharded(
+            run_dir,
+            around,
+            entry,
+            nproc=request.nproc,
+            run=inputs.run if inputs is not None else None,
+            **common,
+        )
+        if found is None or inputs is None:  # another rank under torchrun: rank 0 writes
+            return None
+        investigation = found
+    else:
+        assert inputs is not None
+        if around is not None:
+            investigation = investigate(
+                run_dir,
+                around,
+                entry,
+                what_ifs=request.what_ifs,
+                on_step=request.on_step,
+                run=inputs.run,
+                **common,
+            )
+        if request.check_resume:
+            investigation = _with_resume_checks(
+                investigation if around is not None else None, request, inputs
+            )
+    return _written(investigation, inputs, target, request.formats)
+
+
+def _with_resume_checks(
+    investigation: Investigation | None, request: ReplayRequest, inputs: Inputs
+) -> Investigation:
+    assert request.entry is not None
+    checks, resume_findings = check_resumes(
+        request.run_dir,
+        request.entry,
+        device=request.device,
+        deterministic=request.deterministic,
+        run=inputs.run,
+    )
+    if investigation is None:
+        return resume_investigation(request.run_dir, checks, resume_findings, run=inputs.run)
+    findings = [*investigation.findings, *resume_findings]
+    return replace(investigation, resume_checks=checks, findings=findings)
+
+
+def _written(
+    investigation: Investigation, inputs: Inputs, target: Path, formats: tuple[str, ...]
+) -> ReplayOutcome:
+    from tscope.replay_case import replay_case
+
+    case = replay_case(investigation, inputs)
+    written = write_case(case, target, formats)
+    written += write_replay_files(investigation, target)
+    return ReplayOutcome(investigation, case, written)
+
+
+def is_sharded(nproc: int | None) -> bool:
+    from tscope.sharded_replay_pipeline import under_torchrun
+
+    return (nproc is not None and nproc > 1) or under_torchrun()
+
+
+def rank_zero() -> bool:
+    """Under torchrun only rank 0 reads the inputs and writes the case."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def investigate(
     run_dir: str | Path,
     around: int,
@@ -55,15 +193,16 @@ def investigate(
     what_ifs: Sequence[str] = (),
     statistics: bool = True,
     on_step: ProgressCallback | None = None,
+    run: Run | None = None,
 ) -> Investigation:
+    """`run`: the run's logs when the caller has read them (else they are read here)."""
     from tscope.analyzers.replay import cause_verdict, judge, replay_findings, spike_line
     from tscope.analyzers.signals import loss_series, primary_loss
-    from tscope.pipeline import analyze_run
     from tscope.replay.attribution import SampleAttribution, attribution_steps
     from tscope.replay.suite import StatisticsSuite
 
     experiments = [parse_what_if(text) for text in what_ifs]  # bad specs fail before any work
-    run = analyze_run(run_dir, read_weights=False).run
+    run = run if run is not None else logs_of(run_dir)
     attribution = SampleAttribution(attribution_steps(around))
     observers: list[Any] = [attribution]  # first: it suspends the others' hooks for its passes
     suite = StatisticsSuite() if statistics else None
@@ -160,13 +299,13 @@ def check_resumes(
     device: str = "cpu",
     deterministic: bool = True,
     steps: int = RESUME_CHECK_STEPS,
+    run: Run | None = None,
 ) -> tuple[list[ReplayResult], list[Finding]]:
     """Reload each checkpoint the run resumed from with everything it holds and recompute the
     first steps after the resume; a mismatch with the log is a replay_mismatch at the resume."""
     from tscope.analyzers.replay.mismatch import mismatch_findings
-    from tscope.pipeline import analyze_run
 
-    run = analyze_run(run_dir, read_weights=False).run
+    run = run if run is not None else logs_of(run_dir)
     resumes = sorted({event.step for event in run.events_of("resume")})
     if not resumes:
         raise UsageError(
@@ -194,166 +333,21 @@ def check_resumes(
 
 
 def resume_investigation(
-    run_dir: str | Path, checks: list[ReplayResult], findings: list[Finding]
+    run_dir: str | Path,
+    checks: list[ReplayResult],
+    findings: list[Finding],
+    run: Run | None = None,
 ) -> Investigation:
     """--check-resume on its own: the case shows the first resume's replay."""
-    from tscope.pipeline import analyze_run
-
-    run = analyze_run(run_dir, read_weights=False).run
     return Investigation(
         run_dir=str(run_dir),
         result=checks[0],
         findings=list(findings),
-        run=run,
+        run=run if run is not None else logs_of(run_dir),
         resume_checks=list(checks),
     )
 
 
-def write_replay_files(investigation: Investigation, out_dir: Path) -> list[Path]:
-    """replay.json, the per-step tables and skip_batches.json (never into the run directory)."""
-    import pandas as pd
-
-    from tscope.replay.skip_list import write_skip_batches
-
-    prepare_folder(out_dir, "the replay")
-    result = investigation.result
-    payload = result.to_dict()
-    if investigation.resume_checks:
-        payload["resume_checks"] = [check.to_dict() for check in investigation.resume_checks]
-    written = [_write_json(out_dir / REPLAY_JSON, payload)]
-    steps = pd.DataFrame(
-        [
-            {
-                "step": s.step,
-                "loss": s.loss,
-                "grad_norm": s.grad_norm,
-                "learning_rate": s.learning_rate,
-                "samples": s.samples,
-                "update_skipped": s.update_skipped,
-                "seconds": s.seconds,
-            }
-            for s in result.per_step
-        ]
-    )
-    written.append(write_with(out_dir / STEPS_TABLE, partial(steps.to_parquet, index=False)))
-    layers = pd.DataFrame(
-        [
-            {"step": s.step, "layer": layer, "statistic": name, "value": value}
-            for s in result.per_step
-            for layer, values in s.layers.items()
-            for name, value in values.items()
-            if isinstance(value, (int, float))
-        ],
-        columns=["step", "layer", "statistic", "value"],
-    )
-    written.append(write_with(out_dir / LAYERS_TABLE, partial(layers.to_parquet, index=False)))
-    samples = pd.DataFrame(
-        [
-            {"step": s.step, "index": index, "loss": loss}
-            for s in result.per_step
-            for index, loss in enumerate(s.per_sample_loss)
-        ],
-        columns=["step", "index", "loss"],
-    )
-    written.append(write_with(out_dir / SAMPLES_TABLE, partial(samples.to_parquet, index=False)))
-    if investigation.skips is not None and investigation.skips.batches:
-        written.append(write_skip_batches(out_dir, investigation.skips, investigation.run_dir))
-    return written
-
-
-def _write_json(path: Path, payload: dict[str, Any]) -> Path:
-    return write_text(
-        path,
-        json.dumps(payload, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-    )
-
-
-# The case's replay section charts at most this many layers per statistic (largest peak first).
-CASE_MAX_LAYERS = 24
-
-
-def case_with_replay(
-    investigation: Investigation, read_weights: bool = True, trust_pickle: bool = False
-) -> Any:
-    """The run's case with the replay's findings ranked in and a `replay` section added."""
-    from tscope.pipeline import analyze_run
-
-    case = analyze_run(
-        investigation.run_dir,
-        read_weights=read_weights,
-        trust_pickle=trust_pickle,
-        extra_findings=investigation.findings,
-    ).case
-    case.replay = replay_section(investigation)
-    return case
-
-
-def replay_section(investigation: Investigation) -> dict[str, Any]:
-    """What case.json keeps of the replay (replay.json has everything)."""
-    result = investigation.result
-    payload = result.to_dict()
-    compared = {c["step"]: c for c in payload["comparisons"]}
-    section: dict[str, Any] = {
-        "checkpoint": payload["checkpoint"],
-        "steps": payload["steps"],
-        "around": result.around,
-        "window": list(result.window),
-        "device": result.device,
-        "deterministic": result.deterministic,
-        "fidelity": payload["fidelity"],
-        "restore": payload["restore"],
-        "cause": result.cause,
-        "per_step": [
-            {
-                "step": s.step,
-                "loss": s.loss,
-                "logged_loss": compared.get(s.step, {}).get("logged_loss"),
-                "grad_norm": s.grad_norm,
-                "learning_rate": s.learning_rate,
-                "update_skipped": s.update_skipped,
-            }
-            for s in result.per_step
-        ],
-        "bad_samples": payload["bad_samples"],
-        "interventions": payload["interventions"],
-        "layer_series": layer_series(result),
-        "files": [REPLAY_JSON, STEPS_TABLE, LAYERS_TABLE, SAMPLES_TABLE],
-    }
-    if investigation.skips is not None and investigation.skips.batches:
-        section["files"].append("skip_batches.json")
-    if investigation.resume_checks:
-        section["resume_checks"] = [
-            {
-                "checkpoint": check.checkpoint_path,
-                "steps": list(check.steps),
-                "reproduced": check.fidelity.reproduced,
-                "max_rel_loss_diff": check.fidelity.max_rel_loss_diff,
-            }
-            for check in investigation.resume_checks
-        ]
-    return section
-
-
-def layer_series(result: ReplayResult) -> dict[str, dict[str, Any]]:
-    """{statistic: {layers, steps, values (layers × steps)}} for the per-layer charts."""
-    steps = [s.step for s in result.per_step]
-    by_stat: dict[str, dict[str, dict[int, float]]] = {}
-    for s in result.per_step:
-        for layer, values in s.layers.items():
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    by_stat.setdefault(name, {}).setdefault(layer, {})[s.step] = float(value)
-    series: dict[str, dict[str, Any]] = {}
-    for name, layers in sorted(by_stat.items()):
-
-        def peak(layer: str, table: dict[str, dict[int, float]] = layers) -> float:
-            finite = [v for v in table[layer].values() if v == v and abs(v) != float("inf")]
-            return max((abs(v) for v in finite), default=float("inf"))
-
-        chosen = sorted(layers, key=lambda layer: (-peak(layer), layer))[:CASE_MAX_LAYERS]
-        series[name] = {
-            "layers": chosen,
-            "steps": steps,
-            "values": [[layers[layer].get(step) for step in steps] for layer in chosen],
-        }
-    return series
+def logs_of(run_dir: str | Path) -> Run:
+    """The run's logs alone (no checkpoint statistics): what a replay compares with."""
+    return read_inputs([run_dir], ReadOptions(read_weights=False)).run

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from tscope.replay.loop import ProgressCallback
     from tscope.replay_pipeline import Investigation
 
-DCP_FORMAT = "torch_dcp"
 RESULT_FILE = "result.json"
 # A rank that has not finished in this long is stuck in a collective (another rank failed).
 RANK_TIMEOUT_SECONDS = 1800
@@ -67,17 +66,19 @@ def investigate_sharded(
     deterministic: bool = True,
     statistics: bool = True,
     on_step: ProgressCallback | None = None,
+    run: Run | None = None,
 ) -> Investigation | None:
-    """The sharded replay's investigation (rank 0 or the launcher); None on the other ranks."""
+    """The sharded replay's investigation (rank 0 or the launcher); None on the other ranks.
+    `run`: the run's logs when the caller has read them (else rank 0 reads them)."""
     if under_torchrun():
         world = int(os.environ["WORLD_SIZE"])
         if nproc is not None and nproc != world:
             raise UsageError(f"--nproc {nproc} under torchrun with {world} processes: drop one.")
-        return _in_process(run_dir, around, entry, window, device, deterministic, statistics)
+        return _in_process(run_dir, around, entry, window, device, deterministic, statistics, run)
     if nproc is None or nproc < 2:
         raise UsageError("--nproc N: a sharded replay needs at least 2 processes.")
     started = time.perf_counter()
-    prepared = prepare(run_dir, around, entry, window, device, deterministic, statistics)
+    prepared = prepare(run_dir, around, entry, window, device, deterministic, statistics, run)
     result = _launch(prepared.spec, nproc, device)
     return assemble(prepared, result, around, window, started)
 
@@ -90,9 +91,9 @@ def prepare(
     device: str,
     deterministic: bool,
     statistics: bool,
+    run: Run | None = None,
 ) -> Prepared:
     """Choose the DCP checkpoint and plan the learning rates (one process, before any rank)."""
-    from tscope.pipeline import analyze_run
     from tscope.replay.attribution import attribution_steps
     from tscope.replay.entry import load_entry
     from tscope.replay.logs import logged_series
@@ -107,8 +108,11 @@ def prepare(
         raise UsageError(f"--window {window[0]}:{window[1]} around {around} is empty or negative.")
     loaded = load_entry(entry)
     choice = choose_dcp_checkpoint(root, first_wanted)
-    run = analyze_run(root, read_weights=False).run
-    logs = logged_series(run, DCP_FORMAT, {})
+    if run is None:
+        from tscope.replay_pipeline import logs_of
+
+        run = logs_of(root)
+    logs = logged_series(run, choice.facts, {})
     metadata = read_folder_metadata(choice.path, choice.shown)
     group_lrs = saved_group_lrs(choice.path, choice.shown, metadata)
     first = choice.first_step
@@ -136,7 +140,8 @@ def choose_dcp_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
     """The newest DCP folder whose next update is at or before the window's first step."""
     available = []
     for reader, path, shown in find_checkpoints(run_dir):
-        if reader.name != DCP_FORMAT:
+        facts = reader.replay_facts
+        if facts is None or not facts.sharded:
             continue
         handle = reader.open(path, shown, LoadOptions())
         try:
@@ -146,7 +151,9 @@ def choose_dcp_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
         step = step if step is not None else step_from_name(path.name)
         if step is not None:
             available.append(
-                CheckpointChoice(path, shown, DCP_FORMAT, step, first_replay_step(DCP_FORMAT, step))
+                CheckpointChoice(
+                    path, shown, reader.name, step, first_replay_step(facts, step), facts
+                )
             )
     if not available:
         raise UsageError(
@@ -212,6 +219,7 @@ def _in_process(
     device: str,
     deterministic: bool,
     statistics: bool,
+    run: Run | None,
 ) -> Investigation | None:
     import torch.distributed as dist
 
@@ -226,7 +234,7 @@ def _in_process(
         if rank == 0:
             try:
                 prepared = prepare(
-                    run_dir, around, entry, window, device, deterministic, statistics
+                    run_dir, around, entry, window, device, deterministic, statistics, run
                 )
             except TscopeError as error:
                 problem = str(error)
@@ -277,7 +285,7 @@ def assemble(
         )
         for r in records
     ]
-    logs = logged_series(prepared.run, DCP_FORMAT, {})
+    logs = logged_series(prepared.run, prepared.choice.facts, {})
     conditions = ReplayConditions(
         optimizer_restored=result["optimizer_restored"],
         rng_restored=False,

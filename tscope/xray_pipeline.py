@@ -1,9 +1,9 @@
 """audit(...) -> XrayAudit: the token audit and its findings; case_with_xray() puts them into a
-case, write_xray_files() writes xray.json.
+case; run(request) is `tscope xray` as one call.
 
     audit_result = audit(entry="xray_entry.py", lengths=(5, 9, 3, 12, 7, 4))
     case = case_with_xray(audit_result)
-    write_xray_files(audit_result, Path("case-dir"))
+    write_xray_file(audit_result, Path("case-dir"))      # tscope.output_writer
 
 With an entry the audit needs no run: the case holds only the audit's findings. With a run
 directory (a Hugging Face Trainer run) the case is the run's analysis with the audit's findings
@@ -12,18 +12,57 @@ ranked in.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UsageError
-from tscope.model import Finding
+from tscope.model import Case, Finding
 from tscope.model.xray import XrayResult
+from tscope.output_location import XRAY_PREFIX, check_outside_inputs, default_output
+from tscope.output_writer import FORMATS, XRAY_JSON, write_case, write_xray_file
 from tscope.xray.probe import DEFAULT_LENGTHS
 
-XRAY_JSON = "xray.json"
+
+@dataclass(frozen=True)
+class XrayRequest:
+    """What `tscope xray` was asked (the CLI's options, parsed)."""
+
+    run_dir: Path | None  # a Trainer run: audited itself, or the run whose case gets the findings
+    entry: Path | None  # an entry file defining train_step(model, sequences)
+    lengths: Sequence[int] | None = None  # the probe batch's sequence lengths
+    out: Path | None = None  # None: ./tscope-xray-<entry or run>
+    formats: tuple[str, ...] = FORMATS
+    on_default_folder: Callable[[Path], None] | None = None  # told the folder chosen for it
+
+
+@dataclass(frozen=True)
+class XrayOutcome:
+    audit: XrayAudit
+    case: Case
+    written: list[Path]
+
+
+def run(request: XrayRequest) -> XrayOutcome:
+    """`tscope xray` as one call: the audit, its case and the case folder's files."""
+    named = request.entry if request.entry is not None else request.run_dir
+    if named is None:
+        raise UsageError(
+            "Give --entry FILE.py (defining train_step(model, sequences)) or a Hugging Face "
+            "Trainer run directory."
+        )
+    inputs = [request.run_dir] if request.run_dir is not None else []
+    if request.out is not None:
+        check_outside_inputs(request.out, inputs)
+    target = request.out or default_output(XRAY_PREFIX, named.resolve().stem, inputs)
+    if request.out is None and request.on_default_folder is not None:
+        request.on_default_folder(target)
+    audit_result = audit(request.run_dir, request.entry, request.lengths)
+    case = case_with_xray(audit_result)
+    written = write_case(case, target, request.formats)
+    written.append(write_xray_file(audit_result, target))
+    return XrayOutcome(audit_result, case, written)
 
 
 @dataclass
@@ -115,18 +154,3 @@ def xray_section(result: XrayResult) -> dict[str, Any]:
         token["intended"] = expected.get(result.intended)
     payload["files"] = [XRAY_JSON]
     return payload
-
-
-def write_xray_files(audit_result: XrayAudit, out_dir: Path) -> list[Path]:
-    """xray.json into the case folder (already prepared by write_case), through output_files:
-    never through a link planted at the name."""
-    from tscope.model.case import json_safe
-    from tscope.output_files import prepare_folder, write_text
-
-    prepare_folder(out_dir, "the case")  # created when missing; refused when it is a link
-    payload = audit_result.result.to_dict()
-    payload["findings"] = [asdict(f) for f in audit_result.findings]
-    text = json.dumps(
-        json_safe(payload), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False
-    )
-    return [write_text(out_dir / XRAY_JSON, text + "\n")]

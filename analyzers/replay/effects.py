@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tscope.analyzers.replay.base import qualified
 from tscope.analyzers.replay.interventions import KEPT_FRACTION, REMOVED_FRACTION
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
-from tscope.model.replay import InterventionOutcome
+from tscope.model.replay import InterventionOutcome, ReplayResult
 
 
 def effect_findings(outcomes: Sequence[InterventionOutcome], qualified: bool) -> list[Finding]:
@@ -169,3 +170,13 @@ def _suggestion(outcome: InterventionOutcome) -> str:
     if outcome.name == "clip" and outcome.spike_removed:
         return "Enable or tighten gradient clipping and restart from the checkpoint before it."
     return "Combine with the other what-ifs to separate data from state."
+
+
+class InterventionEffectExplainer:
+    name = "intervention_effect"
+    categories: tuple[str, ...] = (
+        "intervention_effect",
+    )  # registered in tscope/model/categories.py
+
+    def run(self, result: ReplayResult) -> list[Finding]:
+        return effect_findings(result.interventions, qualified(result))

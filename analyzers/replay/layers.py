@@ -18,9 +18,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tscope.analyzers.replay.base import qualified
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
 from tscope.model.replay import ReplayResult, ReplayStep
+from tscope.model.replay_statistics import (
+    ACTIVATION_MAX_ABS,
+    ATTENTION_LOGIT_MAX,
+    EXPERT_TOKEN_FRACTION_MAX,
+    LOG_Z_MEAN,
+    NONFINITE_BACKWARD,
+    NONFINITE_FORWARD,
+)
 
 ATTENTION_LOGIT_DEGRADED = 1e3
 ATTENTION_LOGIT_DIVERGED = 1e4
@@ -68,8 +77,8 @@ def _series(steps: Sequence[ReplayStep], statistic: str) -> dict[str, list[tuple
 
 def _nonfinite_origin(steps: Sequence[ReplayStep]) -> list[Finding]:
     for step in steps:
-        forward = [name for name, v in step.layers.items() if v.get("nonfinite_forward")]
-        backward = [name for name, v in step.layers.items() if v.get("nonfinite_backward")]
+        forward = [name for name, v in step.layers.items() if v.get(NONFINITE_FORWARD)]
+        backward = [name for name, v in step.layers.items() if v.get(NONFINITE_BACKWARD)]
         if not forward and not backward:
             continue
         phase, module = ("forward", forward[0]) if forward else ("backward", backward[0])
@@ -105,7 +114,7 @@ def _nonfinite_origin(steps: Sequence[ReplayStep]) -> list[Finding]:
 
 
 def _attention(steps: Sequence[ReplayStep]) -> list[Finding]:
-    worst = _worst(_series(steps, "attention_logit_max"))
+    worst = _worst(_series(steps, ATTENTION_LOGIT_MAX))
     if worst is None or worst[2] < ATTENTION_LOGIT_DEGRADED:
         return []
     layer, step, value = worst
@@ -125,7 +134,7 @@ def _attention(steps: Sequence[ReplayStep]) -> list[Finding]:
                     else "the range where training quality degrades (≥ 1e3)."
                 )
             ),
-            evidence={"attention_logit_max": value, "layer": layer, "step": step},
+            evidence={ATTENTION_LOGIT_MAX: value, "layer": layer, "step": step},
             suggestion="Add QK-layernorm or a lower learning rate for attention (Wortsman et al. "
             "2023); check the softmax inputs in this layer.",
             source="replay",
@@ -136,7 +145,7 @@ def _attention(steps: Sequence[ReplayStep]) -> list[Finding]:
 
 def _output_logits(steps: Sequence[ReplayStep]) -> list[Finding]:
     findings = []
-    for layer, points in _series(steps, "log_z_mean").items():
+    for layer, points in _series(steps, LOG_Z_MEAN).items():
         finite = [(s, v) for s, v in points if math.isfinite(v)]
         if len(finite) < 2:
             continue
@@ -155,7 +164,7 @@ def _output_logits(steps: Sequence[ReplayStep]) -> list[Finding]:
                     f"The output log-partition (mean log Z of {layer}) moved from {fmt(start)} to "
                     f"{fmt(value)} nats by step {step}: the output logits are diverging."
                 ),
-                evidence={"log_z_mean_start": start, "log_z_mean": value, "step": step},
+                evidence={"log_z_mean_start": start, LOG_Z_MEAN: value, "step": step},
                 suggestion="Add a z-loss (PaLM: 1e-4 · log²Z) or lower the learning rate of the "
                 "output head.",
                 source="replay",
@@ -167,7 +176,7 @@ def _output_logits(steps: Sequence[ReplayStep]) -> list[Finding]:
 
 def _activations(steps: Sequence[ReplayStep]) -> list[Finding]:
     candidates = []
-    for layer, points in _series(steps, "activation_max_abs").items():
+    for layer, points in _series(steps, ACTIVATION_MAX_ABS).items():
         values = np.array([v for _, v in points if math.isfinite(v)])
         if values.size < 3:
             continue
@@ -189,7 +198,7 @@ def _activations(steps: Sequence[ReplayStep]) -> list[Finding]:
                 f"{layer}'s largest activation jumped to {fmt(value)} at step {step}, "
                 f"×{fmt(ratio)} its median over the replay ({fmt(median)})."
             ),
-            evidence={"activation_max_abs": value, "median": median, "ratio": ratio},
+            evidence={ACTIVATION_MAX_ABS: value, "median": median, "ratio": ratio},
             suggestion="Look at this block's inputs at that step (the batch, the norm before it).",
             source="replay",
             threshold=f"block max |activation| ≥ {ACTIVATION_JUMP:g}× its replay median",
@@ -198,7 +207,7 @@ def _activations(steps: Sequence[ReplayStep]) -> list[Finding]:
 
 
 def _routers(steps: Sequence[ReplayStep]) -> list[Finding]:
-    worst = _worst(_series(steps, "expert_token_fraction_max"))
+    worst = _worst(_series(steps, EXPERT_TOKEN_FRACTION_MAX))
     if worst is None or worst[2] < ROUTER_COLLAPSE_FRACTION:
         return []
     layer, step, value = worst
@@ -213,7 +222,7 @@ def _routers(steps: Sequence[ReplayStep]) -> list[Finding]:
                 f"Router {layer} sent {value:.0%} of its tokens to one expert at step {step}: "
                 "one expert has taken over."
             ),
-            evidence={"expert_token_fraction_max": value, "router": layer, "step": step},
+            evidence={EXPERT_TOKEN_FRACTION_MAX: value, "router": layer, "step": step},
             suggestion="Check the load-balancing loss weight and the router's learning rate; "
             "look for a router with no gradient (frozen_parameters).",
             source="replay",
@@ -229,3 +238,17 @@ def _worst(table: dict[str, list[tuple[int, float]]]) -> tuple[str, int, float] 
             if math.isfinite(value) and (best is None or value > best[2]):
                 best = (layer, step, value)
     return best
+
+
+class LayerStatisticsExplainer:
+    name = "layer_statistics"
+    categories: tuple[str, ...] = (
+        "nonfinite_origin",
+        "attention_logit_growth",
+        "output_logit_divergence",
+        "activation_outlier",
+        "router_collapse",
+    )  # registered in tscope/model/categories.py
+
+    def run(self, result: ReplayResult) -> list[Finding]:
+        return layer_findings(result, qualified(result))

@@ -74,3 +74,11 @@ def mismatch_findings(
             threshold=f"relative loss difference > {fmt(fidelity.tolerance)}",
         )
     ]
+
+
+class MismatchExplainer:
+    name = "replay_mismatch"
+    categories: tuple[str, ...] = ("replay_mismatch",)  # registered in tscope/model/categories.py
+
+    def run(self, result: ReplayResult) -> list[Finding]:
+        return mismatch_findings(result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from tscope.analyzers.replay.base import qualified
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
 from tscope.model.replay import BadSample, ReplayResult
@@ -75,3 +76,11 @@ def bad_batch_findings(result: ReplayResult, qualified: bool) -> list[Finding]:
             )
         )
     return findings
+
+
+class BadBatchExplainer:
+    name = "bad_batch"
+    categories: tuple[str, ...] = ("bad_batch",)  # registered in tscope/model/categories.py
+
+    def run(self, result: ReplayResult) -> list[Finding]:
+        return bad_batch_findings(result, qualified(result))

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tscope.model.replay_statistics import KEY_STATISTICS
+from tscope.model.replay_statistics import replay_statistic as statistic
 from tscope.render.charts import PLOT_LEFT, WIDTH, Chart
 from tscope.render.formatting import parse_number
-from tscope.render.replay_names import KEY_STATISTICS, MAX_CHARTED_STATISTICS, statistic
+from tscope.render.replay_names import MAX_CHARTED_STATISTICS
 from tscope.render.replay_plot import (
     Box,
     frame,

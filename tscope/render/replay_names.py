@@ -1,52 +1,16 @@
 """Words for the replay section: per-layer statistics, what-if experiments and the files written.
 
 One table per kind of name, so the charts, the HTML and the Markdown call a statistic or an
-experiment the same thing. Unknown names (a statistic added later, a new what-if) still render,
-with a title made from the name itself.
+experiment the same thing. Unknown names (a new what-if) still render. The per-layer statistics'
+titles, units and axes are declared once, in tscope.model.replay_statistics.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from tscope.render.formatting import format_number, format_step, format_value, parse_number
 
-
-@dataclass(frozen=True)
-class Statistic:
-    title: str  # what the chart panel and the table call it
-    unit: str  # what the number measures, in a few words
-    log_preferred: bool  # norms and ratios span decades across layers: log axis when they do
-
-
-STATISTICS = {
-    "grad_norm": Statistic("Gradient norm", "L2 norm of the layer's gradient", True),
-    "update_ratio_per_step": Statistic(
-        "Update-to-weight ratio", "‖Δw‖ / ‖w‖ of the step's update", True
-    ),
-    "activation_max_abs": Statistic("Largest activation", "max |output| of the module", False),
-    "attention_logit_max": Statistic("Largest attention logit", "max pre-softmax q·k / √d", False),
-    "logit_max": Statistic("Largest output logit", "max logit of the LM head", False),
-    "log_z_mean": Statistic("Mean log Z", "mean log-sum-exp of the output logits", False),
-    "log_z_max": Statistic("Largest log Z", "max log-sum-exp of the output logits", False),
-    "activation_mean": Statistic("Activation mean", "mean of the module's output", False),
-    "activation_std": Statistic("Activation spread", "standard deviation of the output", False),
-    "activation_excess_kurtosis": Statistic(
-        "Activation excess kurtosis", "heavy tails of the output; 0 for a Gaussian", False
-    ),
-    "delta_norm": Statistic("Update norm", "‖Δw‖ of the step's update", True),
-    "weight_norm": Statistic("Weight norm", "‖w‖ after the step", True),
-}
-# The statistics charted, in this order, when present: where an instability shows first.
-KEY_STATISTICS = (
-    "grad_norm",
-    "update_ratio_per_step",
-    "activation_max_abs",
-    "attention_logit_max",
-    "logit_max",
-    "log_z_mean",
-)
 MAX_CHARTED_STATISTICS = 6
 
 FILE_DESCRIPTIONS = {
@@ -72,13 +36,6 @@ LOSS_PATHS = {
     "entry_loss_fn": "the entry file's loss_fn",
     "default_causal_lm": "next-token cross-entropy (the model computes no loss)",
 }
-
-
-def statistic(name: str) -> Statistic:
-    known = STATISTICS.get(name)
-    if known is not None:
-        return known
-    return Statistic(name.replace("_", " ").capitalize(), name, False)
 
 
 def what_if_label(name: str, params: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tscope.model.replay_statistics import replay_statistic as statistic
 from tscope.render.formatting import MISSING, format_number, format_step, one_line, parse_number
 from tscope.render.replay_charts import section_of
 from tscope.render.replay_layers import read_layer_series
@@ -18,7 +19,6 @@ from tscope.render.replay_names import (
     FILE_DESCRIPTIONS,
     LOSS_PATHS,
     LR_SOURCES,
-    statistic,
     what_if_label,
     what_if_words,
 )

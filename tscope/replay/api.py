@@ -59,7 +59,7 @@ def replay(
 
     `window` = (-A, +B) asks for steps around-A .. around+B; the replay starts at the
     checkpoint, so it usually covers more. `run` is the run's normalized logs when the caller
-    already has them (else they are read with analyze_run). `state_from` restores the newest
+    already has them (else they are read here, logs only). `state_from` restores the newest
     checkpoint at or before that step instead and feeds it the window's batches directly (the
     what-if "same batches, earlier state"; it cannot reproduce the log by design). Raises
     UsageError for inputs that cannot be replayed, with a one-line message naming the file and
@@ -90,13 +90,13 @@ def replay(
     lr_offset = first - choice.first_step
     torch_device = resolve_device(device)
     if run is None:
-        from tscope.pipeline import analyze_run
+        from tscope.ingest.inputs import ReadOptions, read_inputs
 
-        run = analyze_run(root, read_weights=False).run
+        run = read_inputs([root], ReadOptions(read_weights=False)).run
     files = CheckpointFiles(choice)
     try:
         producer = files.producer_version
-        logs = logged_series(run, choice.format, files.run_config)
+        logs = logged_series(run, choice.facts, files.run_config)
         with (
             replay_settings(torch_device.type, relaxed=not deterministic) as settings_report,
             caller_rng_preserved(torch_device.type),

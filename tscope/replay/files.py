@@ -37,7 +37,7 @@ class CheckpointFiles:
         self.choice = choice
         self._hf: HfTrainerCheckpoint | None = None
         self._nanogpt: Mapping[str, Any] | None = None
-        if choice.format == "hf_trainer":
+        if choice.facts.folder_with_side_files:
             self._hf = HfTrainerCheckpoint(choice.path, choice.shown, _SAFE)
         else:
             loaded = safe_torch_load(choice.path, choice.shown, _SAFE)
@@ -79,7 +79,7 @@ class CheckpointFiles:
         return version if isinstance(version, str) and self._hf is not None else None
 
     def has(self, name: str) -> bool:
-        return self.choice.format == "hf_trainer" and (self.choice.path / name).is_file()
+        return self.choice.facts.folder_with_side_files and (self.choice.path / name).is_file()
 
     # --- tensors and states ----------------------------------------------------------------
 

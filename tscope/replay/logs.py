@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from tscope.analyzers.signals import loss_series, primary_loss
+from tscope.ingest.checkpoints.base import ReplayFacts
 from tscope.model import Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
@@ -27,14 +28,14 @@ class LoggedSeries:
     nan_filter: bool  # Trainer logging_nan_inf_filter: a non-finite micro-batch loss is replaced
 
 
-def logged_series(run: Run, checkpoint_format: str, run_config: Mapping[str, Any]) -> LoggedSeries:
+def logged_series(run: Run, facts: ReplayFacts, run_config: Mapping[str, Any]) -> LoggedSeries:
     metric = primary_loss(run)
     loss = _as_dict(*run.series(metric)) if metric else {}
     filtered = _as_dict(*loss_series(run, metric)) if metric else {}
     hidden = frozenset(
         s for s, v in filtered.items() if not np.isfinite(v) and np.isfinite(loss.get(s, np.nan))
     )
-    trainer = checkpoint_format == "hf_trainer"
+    trainer = facts.trainer_logging
     return LoggedSeries(
         loss=loss,
         hidden_nonfinite=hidden,

@@ -40,11 +40,12 @@ def build_model(files: CheckpointFiles, entry: Entry) -> BuiltModel:
     if entry.build_model is not None:
         model = _call_build_model(entry, config)
         notes.append(f"model built by {entry.path}: build_model")
-    elif files.choice.format == "hf_trainer" and config is not None:
+    elif files.choice.facts.model_from_config_json and config is not None:
         model = _from_hf_config(files)
         notes.append(f"model built from config.json ({config.get('architectures', ['?'])[0]})")
     else:
-        what = "config.json" if files.choice.format == "hf_trainer" else "transformers config"
+        from_file = files.choice.facts.model_from_config_json
+        what = "config.json" if from_file else "transformers config"
         raise UsageError(
             f"{files.choice.shown} has no {what} to build the model from. Define "
             f"build_model(config) in the entry file ({entry.path})."

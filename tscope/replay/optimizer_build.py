@@ -86,7 +86,7 @@ def _resume_rule(files: CheckpointFiles, saved: Any, notes: list[str]) -> tuple[
     else neither (a lost scheduler.pt also drops the AdamW moments). nanoGPT: the optimizer."""
     if saved is None:
         return False, None
-    if files.choice.format != "hf_trainer":
+    if not files.choice.facts.resumes_optimizer_with_scheduler:
         return True, None
     scheduler_state = files.scheduler_state()
     if scheduler_state is None:
@@ -225,7 +225,7 @@ def _fresh_from_training_args(
 
     args = files.run_config
     optim = str(args.get("optim") or "")
-    if files.choice.format != "hf_trainer" or optim not in _TORCH_ADAMW:
+    if not files.choice.facts.training_arguments or optim not in _TORCH_ADAMW:
         raise UsageError(
             f"{files.choice.shown} holds no optimizer state to rebuild the optimizer from. "
             "Define build_optimizer(model) in the entry file."

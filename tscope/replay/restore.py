@@ -59,7 +59,7 @@ def restore(
     notes += optimizer.notes
     caveats += optimizer.caveats
     autocast_dtype, scaler, scaler_restored = _precision(files, device.type, notes, caveats)
-    trainer = files.choice.format == "hf_trainer"
+    trainer = files.choice.facts.training_arguments
     schedule = None
     if trainer:
         schedule = trainer_schedule(
@@ -148,7 +148,7 @@ def _precision(
     import torch
 
     config = files.run_config
-    if files.choice.format == "hf_trainer":
+    if files.choice.facts.training_arguments:
         mode = config.get("mixed_precision")
         fp16 = config.get("fp16") is True or mode == "fp16"
         bf16 = config.get("bf16") is True or mode == "bf16"

@@ -6,40 +6,39 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tscope.errors import UsageError
-from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.base import LoadOptions, ReplayFacts
 from tscope.ingest.checkpoints.registry import find_checkpoints
 from tscope.ingest.checkpoints.state_dict_files import step_from_name
-
-# The layouts a replay can restore: weights, optimizer and (Trainer) scheduler, scaler and RNG.
-REPLAYABLE_FORMATS = ("hf_trainer", "nanogpt", "lightning")
 
 
 @dataclass(frozen=True)
 class CheckpointChoice:
     path: Path
     shown: str  # relative to the run directory
-    format: str  # a REPLAYABLE_FORMATS name
+    format: str  # its reader's name
     step: int  # the step number the producer gave the checkpoint
     first_step: int  # the first optimizer step a replay from it runs
+    facts: ReplayFacts  # what the replay must know of its producer (its reader's)
 
 
-def first_replay_step(checkpoint_format: str, step: int) -> int:
+def first_replay_step(facts: ReplayFacts, step: int) -> int:
     """The step whose update comes right after the checkpoint's state.
 
     Trainer `checkpoint-N/` is saved after update N (global_step counts finished updates), so the
     next is N+1. nanoGPT saves `iter_num` N at the top of iteration N, before update N. Lightning's
     `step=N.ckpt` holds global_step N (N updates done) and its loggers number a batch by the
     updates before it (the loss logged at step N is the batch of update N+1), so in the log's
-    numbering the next step is N, as for nanoGPT.
+    numbering the next step is N, as for nanoGPT. Each reader says which (next_update_offset).
     """
-    return step if checkpoint_format in ("nanogpt", "lightning") else step + 1
+    return step + facts.next_update_offset
 
 
 def replayable_checkpoints(run_dir: Path) -> list[CheckpointChoice]:
     """Every checkpoint under run_dir a replay can start from, in step order."""
     choices = []
     for reader, path, shown in find_checkpoints(run_dir):
-        if reader.name not in REPLAYABLE_FORMATS:
+        facts = reader.replay_facts
+        if facts is None or facts.sharded:  # the layouts one process restores
             continue
         step = step_from_name(path.name)
         if step is None:  # e.g. nanoGPT's plain ckpt.pt: its iter_num says
@@ -51,7 +50,7 @@ def replayable_checkpoints(run_dir: Path) -> list[CheckpointChoice]:
         if step is None:
             continue
         choices.append(
-            CheckpointChoice(path, shown, reader.name, step, first_replay_step(reader.name, step))
+            CheckpointChoice(path, shown, reader.name, step, first_replay_step(facts, step), facts)
         )
     return sorted(choices, key=lambda c: (c.step, c.shown))
 

@@ -176,7 +176,7 @@ def _parameter_norms(model: torch.nn.Module) -> dict[str, dict[str, float]]:
     import torch
     import torch.distributed as dist
 
-    from tscope.replay.stats.gradients import GRAD_NORM, WEIGHT_NORM
+    from tscope.model.replay_statistics import GRAD_NORM, WEIGHT_NORM
 
     named = [(n, p) for n, p in model.named_parameters() if p.grad is not None]
     if not named:

@@ -58,10 +58,40 @@ class CheckpointHandle(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class ReplayFacts:
+    """What `tscope replay` must know of the producer that wrote a layout (None on a reader:
+    the layout is not replayed)."""
+
+    # The first update after the state of checkpoint N is N + this: 1 where N counts finished
+    # updates (Trainer checkpoint-N/, DCP step folders), 0 where the state precedes update N
+    # (nanoGPT's iter_num, Lightning's step=N.ckpt in its loggers' numbering).
+    next_update_offset: int
+    # A folder with the producer's side files (config.json, scheduler.pt, scaler.pt,
+    # rng_state*.pth, trainer_state.json, training_args.bin), not one torch file.
+    folder_with_side_files: bool = False
+    # The model is a transformers one, built from the checkpoint's config.json.
+    model_from_config_json: bool = False
+    # The settings are TrainingArguments: precision (fp16/bf16), optim, max_grad_norm (default
+    # 1.0), the LR scheduler, the loss normaliser of Trainer.compute_loss.
+    training_arguments: bool = False
+    # Trainer._load_optimizer_and_scheduler: the optimizer resumes only with the scheduler.
+    resumes_optimizer_with_scheduler: bool = False
+    # The log's loss at a logging step is the mean since the previous one, with non-finite
+    # steps filtered unless logging_nan_inf_filter is off (the Trainer's logging).
+    trainer_logging: bool = False
+    sharded: bool = False  # replayed on N processes (--nproc), never in one
+
+
 class CheckpointReader(Protocol):
     """One checkpoint layout. `can_open` looks at names and first bytes only."""
 
     name: str
+
+    @property
+    def replay_facts(self) -> ReplayFacts | None:
+        """What a replay must know of the producer; None: this layout is not replayed."""
+        ...
 
     def can_open(self, path: Path) -> bool:
         """`path` is a directory (HF checkpoint-N/, DCP, DeepSpeed global_stepN/) or a file."""

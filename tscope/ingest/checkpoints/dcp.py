@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints import dcp_storage
-from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState, ReplayFacts
 from tscope.ingest.checkpoints.dcp_layout import (
     HYPER_KEYS,
     SAMPLER_ROOTS,
@@ -52,6 +52,7 @@ ACCELERATE_OPTIMIZER_ONLY = re.compile(r"^optimizer_\d+$")
 
 class DcpReader:
     name = "torch_dcp"
+    replay_facts = ReplayFacts(next_update_offset=1, sharded=True)  # step N: N updates done
 
     def can_open(self, path: Path) -> bool:
         """A folder holding `.metadata`, or a Trainer folder holding accelerate's

@@ -44,6 +44,7 @@ _UNIVERSAL_SLOTS = ("exp_avg", "exp_avg_sq")
 
 class DeepSpeedReader:
     name = "deepspeed"
+    replay_facts = None
 
     def can_open(self, path: Path) -> bool:
         """A tag folder with model states, or a universal folder (`zero/<param>/fp32.pt`).

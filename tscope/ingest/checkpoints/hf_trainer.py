@@ -13,7 +13,12 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.base import (
+    CheckpointHandle,
+    LoadOptions,
+    OptimizerState,
+    ReplayFacts,
+)
 from tscope.ingest.checkpoints.optimizer_mapping import (
     TRAINER_RULES,
     map_optimizer_state,
@@ -62,6 +67,14 @@ _EMBEDDING_NAMES = (
 
 class HfTrainerReader:
     name = "hf_trainer"
+    replay_facts = ReplayFacts(
+        next_update_offset=1,  # checkpoint-N is saved after update N (global_step)
+        folder_with_side_files=True,
+        model_from_config_json=True,
+        training_arguments=True,
+        resumes_optimizer_with_scheduler=True,
+        trainer_logging=True,
+    )
 
     def can_open(self, path: Path) -> bool:
         """A `checkpoint-N/` folder (or one with trainer_state.json) holding weights or optimizer.

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState, ReplayFacts
 from tscope.ingest.checkpoints.optimizer_mapping import (
     GroupingRule,
     map_optimizer_state,
@@ -59,6 +59,8 @@ NO_SAMPLER_NOTE = (
 
 class LightningReader:
     name = "lightning"
+    # step=N.ckpt holds N finished updates, and the loggers number the next batch N.
+    replay_facts = ReplayFacts(next_update_offset=0)
 
     def can_open(self, path: Path) -> bool:
         """A `.ckpt` file in torch's zip format (Lightning's FSDP/DeepSpeed `.ckpt/` folders are

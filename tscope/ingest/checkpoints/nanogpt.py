@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.base import (
+    CheckpointHandle,
+    LoadOptions,
+    OptimizerState,
+    ReplayFacts,
+)
 from tscope.ingest.checkpoints.optimizer_mapping import (
     NANOGPT_RULES,
     map_optimizer_state,
@@ -38,6 +43,7 @@ _NANOGPT_KEYS = {"iter_num", "model_args"}
 
 class NanoGptReader:
     name = "nanogpt"
+    replay_facts = ReplayFacts(next_update_offset=0)  # iter_num N: saved before update N
 
     def can_open(self, path: Path) -> bool:
         """A torch zip file whose pickle names `model` and `iter_num` or `model_args`.

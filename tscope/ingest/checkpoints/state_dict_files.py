@@ -371,6 +371,7 @@ def read_json(path: Path, shown: str, partial: list[PartialInput]) -> dict[str, 
 
 class StateDictFileReader:
     name = "state_dict"
+    replay_facts = None  # a bare state dict: no optimizer step or batch position to resume
 
     def can_open(self, path: Path) -> bool:
         if not path.is_file() or path.suffix not in _FILE_SUFFIXES:

@@ -21,6 +21,12 @@ import math
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tscope.model.replay_statistics import (
+    ACTIVATION_KURTOSIS,
+    ACTIVATION_MAX_ABS,
+    ACTIVATION_MEAN,
+    ACTIVATION_STD,
+)
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.base import StatisticsObserver, first_tensor, nan_max
 from tscope.replay.stats.structure import transformer_blocks
@@ -28,10 +34,10 @@ from tscope.replay.stats.structure import transformer_blocks
 if TYPE_CHECKING:
     import torch
 
-MEAN = "activation_mean"
-STD = "activation_std"
-MAX_ABS = "activation_max_abs"
-KURTOSIS = "activation_excess_kurtosis"
+MEAN = ACTIVATION_MEAN
+STD = ACTIVATION_STD
+MAX_ABS = ACTIVATION_MAX_ABS
+KURTOSIS = ACTIVATION_KURTOSIS
 # Keeps the rescaled deviations' 4th powers away from float32 underflow for an all-zero output.
 _TINY = 1e-30
 # Deviations formed at a time: 16 Mi float32 values = 64 MiB of scratch, one chunk for most blocks.

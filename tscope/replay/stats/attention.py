@@ -36,6 +36,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tscope.model.replay_statistics import ATTENTION_LOGIT_MAX
 from tscope.replay.isolation import in_extra_pass
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.attention_max import BiasCache, max_attention_logit
@@ -45,7 +46,6 @@ from tscope.replay.stats.structure import config_value, model_config
 if TYPE_CHECKING:
     import torch
 
-ATTENTION_LOGIT_MAX = "attention_logit_max"
 # Wortsman et al. 2023, §3.1: logits above ~1e3 came with degraded loss, above ~1e4 with divergence.
 ATTENTION_LOGIT_DEGRADED = 1e3
 ATTENTION_LOGIT_DIVERGED = 1e4

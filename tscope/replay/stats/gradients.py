@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from tscope.model.replay_statistics import DELTA_NORM, GRAD_NORM, UPDATE_RATIO, WEIGHT_NORM
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.base import StatisticsObserver
 from tscope.replay.stats.structure import block_of, transformer_blocks
@@ -36,10 +37,6 @@ if TYPE_CHECKING:
     import torch
 
 NUMEL = "numel"
-GRAD_NORM = "grad_norm"
-WEIGHT_NORM = "weight_norm"
-DELTA_NORM = "delta_norm"
-UPDATE_RATIO = "update_ratio_per_step"
 
 
 class GradientStatistics(StatisticsObserver):

@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tscope.model.replay_statistics import LOG_Z_MAX, LOG_Z_MEAN, LOGIT_MAX
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.base import StatisticsObserver, first_tensor
 from tscope.replay.stats.structure import output_head
@@ -23,9 +24,6 @@ from tscope.replay.stats.structure import output_head
 if TYPE_CHECKING:
     import torch
 
-LOG_Z_MEAN = "log_z_mean"
-LOG_Z_MAX = "log_z_max"
-LOGIT_MAX = "logit_max"
 # Rows per chunk are chosen so one float32 chunk of logits holds at most this many values (64 MiB).
 CHUNK_ELEMENTS = 1 << 24
 

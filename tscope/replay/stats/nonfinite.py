@@ -33,6 +33,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tscope.model.replay_statistics import NONFINITE_BACKWARD, NONFINITE_FORWARD
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.base import StatisticsObserver, floating_tensors
 from tscope.replay.stats.gradients import l2_norms
@@ -44,8 +45,8 @@ FORWARD = "forward"
 BACKWARD = "backward"
 ROOT_NAME = "(model)"
 LOSS_NAME = "(loss)"
-FORWARD_FLAG = "nonfinite_forward"
-BACKWARD_FLAG = "nonfinite_backward"
+FORWARD_FLAG = NONFINITE_FORWARD
+BACKWARD_FLAG = NONFINITE_BACKWARD
 GRAD_FLAG = "grad_nonfinite"
 
 
@@ -149,7 +150,7 @@ class NonfiniteOrigin(StatisticsObserver):
             micro, index = self._forward_events[at]
             name = self._modules[index]
             record = {"phase": FORWARD, "module": name, "micro_batch": micro}
-            context.extras["nonfinite_forward"] = record
+            context.extras[FORWARD_FLAG] = record
             context.layers.setdefault(name, {})[FORWARD_FLAG] = 1.0
             origins.append((micro, 0, record))
         if False in backward:
@@ -165,7 +166,7 @@ class NonfiniteOrigin(StatisticsObserver):
                 "received_by": self._modules[index],
                 "micro_batch": micro,
             }
-            context.extras["nonfinite_backward"] = record
+            context.extras[BACKWARD_FLAG] = record
             if producer != LOSS_NAME:
                 context.layers.setdefault(producer, {})[BACKWARD_FLAG] = 1.0
             origins.append((micro, 1, record))

@@ -8,8 +8,8 @@ previous checkpoint while its delta is computed, and a few chunk buffers per wor
 per-tensor summaries (dtype, histogram) are kept. Unreadable tensors and optimizer files are
 appended to that handle's `partial` list and skipped, never raised.
 
-layers.parquet (written next to case.json by `write_layers_parquet`)
---------------------------------------------------------------------
+layers.parquet (written next to case.json by tscope.output_writer.write_layers_parquet)
+--------------------------------------------------------------------------------------
 One row per (checkpoint, tensor), checkpoints in step order, tensors sorted by name. Columns, in
 this order (units and definitions as in LAYER_COLUMNS):
 
@@ -59,7 +59,6 @@ from tscope.ingest.checkpoints.stats.weight_deltas import (
 )
 from tscope.model import PartialInput
 from tscope.model.checkpoint import LAYER_COLUMNS
-from tscope.output_files import write_with
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -325,7 +324,8 @@ def _layers_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
-def _schema() -> pa.Schema:
+def layers_schema() -> pa.Schema:
+    """layers.parquet's arrow schema (tscope.output_writer writes the file)."""
     import pyarrow as pa
 
     types: dict[str, pa.DataType] = {"step": pa.int64(), "log_histogram": pa.list_(pa.int64())}
@@ -339,24 +339,7 @@ def _schema() -> pa.Schema:
     return pa.schema([pa.field(c, types[c]) for c in LAYER_COLUMNS], metadata=metadata)
 
 
-def write_layers_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """Write the layers table (written whole to a temporary name, then renamed into place)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    missing = [c for c in LAYER_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"layers table lacks columns {missing}")
-    schema = _schema()
-    arrays = [
-        pa.array(_arrow_values(frame[c], c), type=schema.field(c).type) for c in LAYER_COLUMNS
-    ]
-    table = pa.Table.from_arrays(arrays, schema=schema)
-    # Through output_files: never written through a link planted at the name.
-    write_with(Path(path), lambda handle: pq.write_table(table, handle))
-
-
-def _arrow_values(column: pd.Series, name: str) -> list[Any]:
+def arrow_values(column: pd.Series, name: str) -> list[Any]:
     """Plain Python values of one column, None where missing (pyarrow makes them nulls)."""
     if name == "log_histogram":
         return [[int(v) for v in counts] for counts in column]

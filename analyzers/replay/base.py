@@ -1,0 +1,24 @@
+"""The replay explainer interface: like tscope.analyzers.base.Explainer, on a replay's result."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tscope.model import Finding
+from tscope.model.replay import ReplayResult
+
+
+class ReplayExplainer(Protocol):
+    """Turns a replay's result into findings of one category (or a closely related few)."""
+
+    name: str
+    # The finding categories it emits, each registered in tscope/model/categories.py.
+    categories: tuple[str, ...]
+
+    def run(self, result: ReplayResult) -> list[Finding]: ...
+
+
+def qualified(result: ReplayResult) -> bool:
+    """The replay did not reproduce the log: what it shows is about the replayed run, which may
+    differ from the one that ran (its findings say so, at lower confidence)."""
+    return not result.fidelity.reproduced
