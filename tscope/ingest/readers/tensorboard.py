@@ -18,12 +18,8 @@ from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.names import canonical_metric
-from tscope.ingest.readers.event_proto import (
-    WireFormatError,
-    decode_event,
-    decode_hparams,
-    decode_scalar_records,
-)
+from tscope.ingest.readers.event_proto import decode_event, decode_hparams, decode_scalar_records
+from tscope.ingest.readers.protobuf_wire import WireFormatError
 from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
 from tscope.ingest.safe_fs import read_bytes_bounded
 from tscope.model import LogRead, PartialInput, empty_metric_table
