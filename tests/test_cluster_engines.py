@@ -3,14 +3,17 @@ Dask cluster started by the test (the `fleet` extra; skipped when Dask is not in
 
 from __future__ import annotations
 
+import os
 import shutil
+from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from tscope.cli import app
-from tscope.cluster_engines import check_engine
+from tscope.cluster_engines import check_engine, run_on_engine
 from tscope.cluster_pipeline import cluster
 from tscope.errors import UsageError
 from tscope.render.json_file import case_json_text, normalized_payload
@@ -74,3 +77,32 @@ def test_without_dask_the_engine_says_which_extra_to_install(
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as when not installed
     with pytest.raises(UsageError, match=r"tscope-ml\[fleet\]"):
         check_engine("dask", None)
+
+
+@dataclass(frozen=True)
+class _Job:
+    name: str
+
+
+def _square_or_die(job: _Job) -> str:
+    if job.name == "segfaults":
+        os._exit(139)  # as a crashing C parser takes its worker process down
+    return job.name.upper()
+
+
+def _crashed(job: _Job, how: str) -> str:
+    return f"crashed: {how}"
+
+
+def test_a_task_that_kills_its_dask_worker_costs_that_task_only() -> None:
+    pytest.importorskip("distributed")
+    import dask
+
+    jobs = [_Job("first"), _Job("segfaults"), _Job("last")]
+    # One retry, not dask's default three: each retry restarts a worker process.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        results = dict(
+            run_on_engine("dask", jobs, _square_or_die, _crashed, 2, get_context("spawn"))
+        )
+    assert results[_Job("first")] == "FIRST" and results[_Job("last")] == "LAST"
+    assert results[_Job("segfaults")].startswith("crashed: the Dask worker died")
