@@ -72,10 +72,10 @@ def main() -> None:
                 (runs / name).symlink_to(work / "all" / name, target_is_directory=True)
             baseline = plain_read(runs)
             start = time.perf_counter()
-            report = cluster(runs, work / f"out{count}", jobs=args.jobs)
+            report = cluster(runs, work / f"out{count}", jobs=args.jobs, follow_run_links=True)
             cold = time.perf_counter() - start
             start = time.perf_counter()
-            cluster(runs, work / f"out{count}", jobs=args.jobs)
+            cluster(runs, work / f"out{count}", jobs=args.jobs, follow_run_links=True)
             warm = time.perf_counter() - start
             per_run[count] = cold / count
             unstable = sum(p.status == "unstable" for p in report.profiles)

@@ -6,7 +6,9 @@
 
 Writes the event file with torch's SummaryWriter in a temporary directory (about a minute for a
 million points), reads it with both readers in the same process, checks that both kept every
-point, and prints the times and the ratio. EventAccumulator is told to keep every scalar
+point, and prints the times and the ratio; then times a whole `tscope analyze` of the file in a
+fresh process (start-up, reading, every analyzer, case.json/html/md written) against the same
+EventAccumulator read (issue 15 goal: >= 30x). EventAccumulator is told to keep every scalar
 (`size_guidance={"scalars": 0}`); its default keeps 10,000 per tag (DOMAIN.md §3). Numbers only:
 nothing here asserts on time.
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,6 +84,17 @@ def read_with_event_accumulator(path: Path, new_style: bool) -> tuple[float, dic
     return time.perf_counter() - started, values
 
 
+def analyze_whole(path: Path, out: Path) -> float:
+    """Seconds for `tscope analyze` of the event file's folder, in a fresh process."""
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "tscope", "analyze", str(path.parent), "--out", str(out), "-q"],
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=1_000_000, help="scalars to write")
@@ -88,7 +103,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()
-        path = write_events(Path(scratch), options.points, options.new_style)
+        path = write_events(Path(scratch) / "main", options.points, options.new_style)
         size_mb = path.stat().st_size / 1e6
         print(
             f"wrote {options.points:,} scalars ({size_mb:.1f} MB, "
@@ -115,6 +130,13 @@ def main() -> None:
         print(f"tscope, CRC-32C, best of 3     {ours_checked:7.2f} s")
         print(f"EventAccumulator(scalars=0)    {theirs:7.2f} s  {their_points:,} points")
         print(f"ratio EventAccumulator / tscope first run: {theirs / ours:.1f}x")
+        analyses = [analyze_whole(path, Path(scratch) / f"case{i}") for i in range(2)]
+        whole = min(analyses)
+        print(f"tscope analyze (whole), best 2 {whole:7.2f} s  (fresh process each)")
+        print(
+            f"ratio EventAccumulator / whole tscope analyze: {theirs / whole:.1f}x (goal >= 30x); "
+            f"load {os.getloadavg()[0]:.1f}"
+        )
         same = our_values.keys() == their_values.keys() and all(
             np.array_equal(our_values[tag], their_values[tag]) for tag in their_values
         )

@@ -117,6 +117,8 @@ CLI_SURFACE = {
         "--trust-pickle": None,
         "--no-weights": None,
         "--follow-run-links": None,
+        "--engine": "ENGINE",
+        "--scheduler": "ADDRESS",
         "--quiet": None,
     },
     "report": {"CASE_DIR": "CASE_DIR", "--format": "FORMATS", "--out": "DIR"},

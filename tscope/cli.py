@@ -160,6 +160,22 @@ def cluster(
             help="Read runs that are symlinks to folders outside RUNS_DIR (only links you made).",
         ),
     ] = False,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            metavar="ENGINE",
+            help="Where the runs are analyzed: local (a process pool) or dask (the fleet extra).",
+        ),
+    ] = "local",
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="A running Dask scheduler, e.g. tcp://host:8786 (default: a local cluster).",
+        ),
+    ] = None,
     quiet: QuietOption = False,
 ) -> None:
     """Compare the runs of a sweep: which blew up, what they share, what the stable ones do not.
@@ -186,6 +202,8 @@ def cluster(
                     on_default_folder=lambda target: say_where_it_goes(
                         target, CLUSTER_PREFIX, quiet
                     ),
+                    engine=engine,
+                    scheduler=scheduler,
                 )
             )
     except TscopeError as error:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from tscope import __version__
-from tscope.cluster_workers import run_in_workers
+from tscope.cluster_engines import check_engine, run_on_engine
 from tscope.errors import TscopeError, UnreadableInput, UsageError
 from tscope.ingest import safe_json
 from tscope.ingest.discover import iter_files
@@ -131,9 +131,14 @@ def cluster(
     trust_pickle: bool = False,
     on_run_done: Callable[[int, int], None] | None = None,
     follow_run_links: bool = False,
+    engine: str = "local",
+    scheduler: str | None = None,
 ) -> ClusterReport:
+    """`engine` "dask" runs the runs on a Dask cluster: a local one with `jobs` workers, or the
+    one whose scheduler listens at `scheduler` (cluster_engines.py); cluster.json is the same."""
     from tscope.analyzers.cluster import cluster_runs
 
+    check_engine(engine, scheduler)
     root = Path(runs_dir)
     entries = list_runs(root, follow_run_links)
     runs = entries.runs
@@ -144,7 +149,7 @@ def cluster(
         RunTask(name, str(run), str(cases_root / name), read_weights, trust_pickle)
         for name, run in zip(names, runs, strict=True)
     ]
-    outcomes = _run_all(tasks, jobs, on_run_done)
+    outcomes = _run_all(tasks, jobs, on_run_done, engine, scheduler)
     profiles = [o.profile for o in outcomes if o.profile is not None]
     skipped = [{"run": name, "problem": problem} for name, problem in entries.refused]
     skipped += [
@@ -169,11 +174,15 @@ def cluster(
 
 
 def _run_all(
-    tasks: list[RunTask], jobs: int | None, on_run_done: Callable[[int, int], None] | None
+    tasks: list[RunTask],
+    jobs: int | None,
+    on_run_done: Callable[[int, int], None] | None,
+    engine: str = "local",
+    scheduler: str | None = None,
 ) -> list[RunOutcome]:
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     outcomes: dict[str, RunOutcome] = {}
-    if workers == 1:
+    if workers == 1 and engine == "local":
         for done, task in enumerate(tasks, start=1):
             outcomes[task.name] = profile_task(task)
             if on_run_done:
@@ -181,7 +190,9 @@ def _run_all(
     else:
         # A run that crashes its worker (a segfault in a C parser, the OOM killer) is listed as
         # unreadable; the others still get their results (cluster_workers.py).
-        finished = run_in_workers(tasks, profile_task, _crashed, workers, _pool_context())
+        finished = run_on_engine(
+            engine, tasks, profile_task, _crashed, workers, _pool_context(), scheduler
+        )
         for done, (_, outcome) in enumerate(finished, start=1):
             outcomes[outcome.name] = outcome
             if on_run_done:

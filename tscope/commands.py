@@ -81,6 +81,8 @@ class ClusterRequest:
     follow_run_links: bool = False
     on_run_done: Callable[[int, int], None] | None = None
     on_default_folder: DefaultFolderCallback | None = None
+    engine: str = "local"  # local | dask (tscope/cluster_engines.py)
+    scheduler: str | None = None  # a Dask scheduler's address; None: a local cluster
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ def cluster(request: ClusterRequest) -> ClusterOutcome:
         trust_pickle=request.trust_pickle,
         on_run_done=request.on_run_done,
         follow_run_links=request.follow_run_links,
+        engine=request.engine,
+        scheduler=request.scheduler,
     )
     return ClusterOutcome(report, render_cluster(report, target, request.formats))
 

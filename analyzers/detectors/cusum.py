@@ -49,14 +49,22 @@ class CusumDetector:
                 sign * residuals, self.reference_sigma, self.decision_sigma
             )
         ]
+        # Each direction's excursion starts, sorted: the next change the other way is found by
+        # bisection (a scan of every excursion per excursion was quadratic: a 250,000-step loss
+        # re-arms the CUSUM thousands of times).
+        starts_by_sign = {
+            direction: np.sort(
+                np.asarray([e[1] for e in excursions if e[0] == direction], dtype=np.int64)
+            )
+            for direction in (1.0, -1.0)
+        }
         for sign, start, alarm_index, total in excursions:
             alarms.append(Alarm(alarm_index, sign * total))
             # The level after a change is measured up to the next change the other way (a
             # downward excursion followed by a blow-up must not average the blow-up in).
-            next_change = min(
-                (other for s, other, _, _ in excursions if s != sign and other > start),
-                default=len(values),
-            )
+            others = starts_by_sign[-sign]
+            later = int(np.searchsorted(others, start, side="right"))
+            next_change = int(others[later]) if later < others.size else len(values)
             shift = self._shift(values, baseline, start, alarm_index, sign, next_change)
             if shift is not None:
                 shifts.append(shift)

@@ -11,7 +11,8 @@ Two decoders share the work. `decode_scalar_records` handles, for all records at
 the layouts that make up nearly every record of a training log: one scalar per event, as
 `SummaryWriter.add_scalar` writes it (plain `simple_value`, or `new_style` float/double tensors
 with the "scalars" plugin). `decode_event` is a general field-by-field decoder for everything
-else (the file-version event, text, hparams, TF2 tensors, several values per event).
+else (the file-version event, text, hparams, TF2 tensors, several values per event), on the
+wire-format loop every protobuf reader shares (protobuf_wire.py).
 """
 
 from __future__ import annotations
@@ -21,19 +22,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tscope.ingest.readers.protobuf_wire import (
+    FIXED32,
+    FIXED64,
+    LENGTH_DELIMITED,
+    VARINT,
+    WireFormatError,
+    field_spans,
+    signed64,
+)
 from tscope.ingest.readers.tfrecord import byte_offset_view
 
-# Protobuf wire types.
-_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 # TensorFlow DataType enum values used by scalar summaries.
 DT_FLOAT, DT_DOUBLE = 1, 2
 
 _unpack_double = struct.Struct("<d").unpack_from
 _unpack_float = struct.Struct("<f").unpack_from
-
-
-class WireFormatError(ValueError):
-    """The bytes are not a well-formed protobuf message of the expected shape."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,54 +221,54 @@ class Event:
 def decode_event(buffer: bytes, start: int, end: int) -> Event:
     """Decode one Event; raises WireFormatError on malformed bytes."""
     event = Event()
-    for number, wire_type, value, value_end in _fields(buffer, start, end):
-        if number == 1 and wire_type == _FIXED64:
+    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+        if number == 1 and wire_type == FIXED64:
             event.wall_time = float(_unpack_double(buffer, value)[0])
-        elif number == 2 and wire_type == _VARINT:
-            event.step = _signed64(value)
-        elif number == 5 and wire_type == _LENGTH_DELIMITED:
-            for inner, inner_type, inner_start, inner_end in _fields(buffer, value, value_end):
-                if inner == 1 and inner_type == _LENGTH_DELIMITED:
+        elif number == 2 and wire_type == VARINT:
+            event.step = signed64(value)
+        elif number == 5 and wire_type == LENGTH_DELIMITED:
+            for inner, inner_type, inner_start, inner_end in field_spans(buffer, value, value_end):
+                if inner == 1 and inner_type == LENGTH_DELIMITED:
                     event.values.append(_decode_value(buffer, inner_start, inner_end))
     return event
 
 
 def _decode_value(buffer: bytes, start: int, end: int) -> SummaryValue:
     summary_value = SummaryValue()
-    for number, wire_type, value, value_end in _fields(buffer, start, end):
-        if number == 1 and wire_type == _LENGTH_DELIMITED:
+    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+        if number == 1 and wire_type == LENGTH_DELIMITED:
             summary_value.tag = buffer[value:value_end].decode("utf-8", errors="replace")
-        elif number == 2 and wire_type == _FIXED32:
+        elif number == 2 and wire_type == FIXED32:
             summary_value.simple_value = float(_unpack_float(buffer, value)[0])
-        elif number == 8 and wire_type == _LENGTH_DELIMITED:
+        elif number == 8 and wire_type == LENGTH_DELIMITED:
             summary_value.tensor = _decode_tensor(buffer, value, value_end)
-        elif number == 9 and wire_type == _LENGTH_DELIMITED:
-            for inner, inner_type, inner_start, inner_end in _fields(buffer, value, value_end):
-                if inner == 1 and inner_type == _LENGTH_DELIMITED:
+        elif number == 9 and wire_type == LENGTH_DELIMITED:
+            for inner, inner_type, inner_start, inner_end in field_spans(buffer, value, value_end):
+                if inner == 1 and inner_type == LENGTH_DELIMITED:
                     _decode_plugin_data(buffer, inner_start, inner_end, summary_value)
     return summary_value
 
 
 def _decode_plugin_data(buffer: bytes, start: int, end: int, into: SummaryValue) -> None:
-    for number, wire_type, value, value_end in _fields(buffer, start, end):
-        if number == 1 and wire_type == _LENGTH_DELIMITED:
+    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+        if number == 1 and wire_type == LENGTH_DELIMITED:
             into.plugin_name = buffer[value:value_end].decode("utf-8", errors="replace")
-        elif number == 2 and wire_type == _LENGTH_DELIMITED:
+        elif number == 2 and wire_type == LENGTH_DELIMITED:
             into.plugin_content = buffer[value:value_end]
 
 
 def _decode_tensor(buffer: bytes, start: int, end: int) -> TensorValue:
     tensor = TensorValue()
-    for number, wire_type, value, value_end in _fields(buffer, start, end):
-        if number == 1 and wire_type == _VARINT:
+    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+        if number == 1 and wire_type == VARINT:
             tensor.dtype = value
-        elif number == 4 and wire_type == _LENGTH_DELIMITED:
+        elif number == 4 and wire_type == LENGTH_DELIMITED:
             tensor.content = buffer[value:value_end]
         elif number == 5:
-            tensor.float_val.extend(_repeated(buffer, wire_type, value, value_end, "f", _FIXED32))
+            tensor.float_val.extend(_repeated(buffer, wire_type, value, value_end, "f", FIXED32))
         elif number == 6:
-            tensor.double_val.extend(_repeated(buffer, wire_type, value, value_end, "d", _FIXED64))
-        elif number == 8 and wire_type == _LENGTH_DELIMITED:
+            tensor.double_val.extend(_repeated(buffer, wire_type, value, value_end, "d", FIXED64))
+        elif number == 8 and wire_type == LENGTH_DELIMITED:
             tensor.string_val.append(buffer[value:value_end])
     return tensor
 
@@ -274,7 +278,7 @@ def _repeated(
 ) -> list[float]:
     """A repeated float/double field: packed (one length-delimited run) or one element."""
     width = struct.calcsize(code)
-    if wire_type == _LENGTH_DELIMITED:
+    if wire_type == LENGTH_DELIMITED:
         if (value_end - value) % width:
             raise WireFormatError("packed field length is not a multiple of its element size")
         count = (value_end - value) // width
@@ -290,18 +294,20 @@ def decode_hparams(content: bytes) -> dict[str, object]:
     Each map entry is {key=1 string, value=2 google.protobuf.Value{number=2, string=3, bool=4}}.
     """
     hparams: dict[str, object] = {}
-    for number, wire_type, value, value_end in _fields(content, 0, len(content)):
-        if number != 3 or wire_type != _LENGTH_DELIMITED:
+    for number, wire_type, value, value_end in field_spans(content, 0, len(content)):
+        if number != 3 or wire_type != LENGTH_DELIMITED:
             continue
-        for entry, entry_type, entry_start, entry_end in _fields(content, value, value_end):
-            if entry != 1 or entry_type != _LENGTH_DELIMITED:
+        for entry, entry_type, entry_start, entry_end in field_spans(content, value, value_end):
+            if entry != 1 or entry_type != LENGTH_DELIMITED:
                 continue
             key: str | None = None
             setting: object = None
-            for part, part_type, part_start, part_end in _fields(content, entry_start, entry_end):
-                if part == 1 and part_type == _LENGTH_DELIMITED:
+            for part, part_type, part_start, part_end in field_spans(
+                content, entry_start, entry_end
+            ):
+                if part == 1 and part_type == LENGTH_DELIMITED:
                     key = content[part_start:part_end].decode("utf-8", errors="replace")
-                elif part == 2 and part_type == _LENGTH_DELIMITED:
+                elif part == 2 and part_type == LENGTH_DELIMITED:
                     setting = _decode_struct_value(content, part_start, part_end)
             if key is not None:
                 hparams[key] = setting
@@ -310,62 +316,11 @@ def decode_hparams(content: bytes) -> dict[str, object]:
 
 def _decode_struct_value(buffer: bytes, start: int, end: int) -> object:
     setting: object = None
-    for number, wire_type, value, value_end in _fields(buffer, start, end):
-        if number == 2 and wire_type == _FIXED64:
+    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+        if number == 2 and wire_type == FIXED64:
             setting = float(_unpack_double(buffer, value)[0])
-        elif number == 3 and wire_type == _LENGTH_DELIMITED:
+        elif number == 3 and wire_type == LENGTH_DELIMITED:
             setting = buffer[value:value_end].decode("utf-8", errors="replace")
-        elif number == 4 and wire_type == _VARINT:
+        elif number == 4 and wire_type == VARINT:
             setting = bool(value)
     return setting
-
-
-def _fields(buffer: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
-    """(field number, wire type, value, value end) of each field in buffer[start:end].
-
-    `value` is the decoded integer for varints, else the byte offset where the value starts.
-    """
-    fields = []
-    position = start
-    while position < end:
-        key, position = _varint(buffer, position, end)
-        number, wire_type = key >> 3, key & 7
-        if number == 0:
-            raise WireFormatError("field number 0")
-        if wire_type == _VARINT:
-            value, position = _varint(buffer, position, end)
-            fields.append((number, wire_type, value, position))
-            continue
-        if wire_type == _FIXED64:
-            value_end = position + 8
-        elif wire_type == _FIXED32:
-            value_end = position + 4
-        elif wire_type == _LENGTH_DELIMITED:
-            length, position = _varint(buffer, position, end)
-            value_end = position + length
-        else:
-            raise WireFormatError(f"unsupported wire type {wire_type}")
-        if value_end > end:
-            raise WireFormatError("field runs past the end of its message")
-        fields.append((number, wire_type, position, value_end))
-        position = value_end
-    return fields
-
-
-def _varint(buffer: bytes, position: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if position >= end or shift > 63:
-            raise WireFormatError("malformed varint")
-        byte = buffer[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, position
-        shift += 7
-
-
-def _signed64(value: int) -> int:
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value

@@ -16,11 +16,8 @@ import pandas as pd
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
-from tscope.ingest.readers.event_proto import (
-    WireFormatError,
-    decode_event,
-    decode_scalar_records,
-)
+from tscope.ingest.readers.event_proto import decode_event, decode_scalar_records
+from tscope.ingest.readers.protobuf_wire import WireFormatError
 from tscope.ingest.readers.tensorboard_tags import (
     add_hparams_config,
     add_text_config,

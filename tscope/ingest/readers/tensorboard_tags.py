@@ -9,7 +9,8 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
 from tscope.ingest.logs.names import canonical_metric
-from tscope.ingest.readers.event_proto import WireFormatError, decode_hparams
+from tscope.ingest.readers.event_proto import decode_hparams
+from tscope.ingest.readers.protobuf_wire import WireFormatError
 
 # torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
 _TEXT_TAG_SUFFIX = "/text_summary"

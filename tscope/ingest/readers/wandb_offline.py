@@ -30,17 +30,19 @@ from tscope.ingest import safe_json, safe_yaml
 from tscope.ingest.base import read_head
 from tscope.ingest.logs.names import canonical_metric
 from tscope.ingest.logs.table_columns import is_bookkeeping_column, unique_metric_names
+from tscope.ingest.readers.protobuf_wire import (
+    FIXED64,
+    LENGTH_DELIMITED,
+    WireFormatError,
+    field_values,
+    signed64,
+    text,
+)
 from tscope.ingest.readers.wandb_framing import (
     FILE_HEADER,
     FILE_MAGIC,
     FILE_MAGIC_NUMBER,
     SUPPORTED_VERSION,
-    WIRE_BYTES,
-    WIRE_FIXED64,
-    MalformedProtobuf,
-    proto_fields,
-    proto_text,
-    signed_varint,
     split_records,
 )
 from tscope.ingest.readers.wandb_history import (
@@ -95,14 +97,18 @@ class WandbOfflineReader:
         payloads, problems = split_records(data)
         log = _RunLog()
         undecodable = 0
+        first_problem = ""
         for payload in payloads:
             try:
                 log.add_record(payload)
-            except MalformedProtobuf:
+            except WireFormatError as error:
                 undecodable += 1
+                first_problem = first_problem or f" (the first: {error})"
         undecodable += log.settle()
         if undecodable:
-            problems.append(f"{undecodable} record(s) that are not valid protobuf skipped")
+            problems.append(
+                f"{undecodable} record(s) that are not valid protobuf skipped{first_problem}"
+            )
         problems.extend(_read_siblings(path.parent / "files", log))
         return log.to_log_read(WandbOfflineReader.name, display_path, problems)
 
@@ -117,20 +123,20 @@ def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | N
     raw_keys: list[bytes] = []
     number: float | None = None
     raw_json = b""
-    for number_field, wire, value in proto_fields(buffer):
+    for number_field, wire, value in field_values(buffer):
         if number_field in (ITEM_KEY, ITEM_NESTED_KEY) and isinstance(value, bytes):
             if value:
                 raw_keys.append(value)
         elif number_field == ITEM_VALUE_JSON and isinstance(value, bytes):
             raw_json = value
-        elif number_field == ITEM_NUMBER and wire == WIRE_FIXED64 and isinstance(value, bytes):
+        elif number_field == ITEM_NUMBER and wire == FIXED64 and isinstance(value, bytes):
             number = struct.unpack("<d", value)[0]
         elif number_field == ITEM_INTEGER and isinstance(value, int):
             number = float((value >> 1) ^ -(value & 1))  # zigzag sint64
     cache_key = tuple(raw_keys)
     names = key_names.get(cache_key)
     if names is None:
-        path = tuple(proto_text(raw) for raw in raw_keys)
+        path = tuple(text(raw) for raw in raw_keys)
         names = key_names[cache_key] = (path, ".".join(path))
     if number is None and raw_json:
         try:
@@ -158,8 +164,8 @@ class _RunLog:
     exit_code: int | None = None
 
     def add_record(self, payload: bytes) -> None:
-        for number, wire, value in proto_fields(payload):
-            if wire != WIRE_BYTES or not isinstance(value, bytes):
+        for number, wire, value in field_values(payload):
+            if wire != LENGTH_DELIMITED or not isinstance(value, bytes):
                 continue
             if number == RECORD_HISTORY:
                 self.rows.append(_history_row(value, self.key_names))
@@ -171,23 +177,23 @@ class _RunLog:
                 self._add_run(value)
             elif number == RECORD_EXIT:
                 self.exit_code = 0
-                for exit_field, _, exit_value in proto_fields(value):
+                for exit_field, _, exit_value in field_values(value):
                     if exit_field == EXIT_CODE and isinstance(exit_value, int):
-                        self.exit_code = signed_varint(exit_value)
+                        self.exit_code = signed64(exit_value)
 
     def _add_run(self, buffer: bytes) -> None:
         resumed, starting_step = False, 0
-        for number, _, value in proto_fields(buffer):
+        for number, _, value in field_values(buffer):
             if number == RUN_CONFIG and isinstance(value, bytes):
                 self.config_records.append(value)
             elif number == RUN_START_TIME and isinstance(value, bytes):
-                stamp = {n: v for n, _, v in proto_fields(value) if isinstance(v, int)}
+                stamp = {n: v for n, _, v in field_values(value) if isinstance(v, int)}
                 seconds = stamp.get(TIMESTAMP_SECONDS, 0) + stamp.get(TIMESTAMP_NANOS, 0) / 1e9
                 self.started_at = float(seconds)
             elif number == RUN_RESUMED and isinstance(value, int):
                 resumed = bool(value)
             elif number == RUN_STARTING_STEP and isinstance(value, int):
-                starting_step = signed_varint(value)
+                starting_step = signed64(value)
         if resumed:
             self.resumed_at = starting_step
 
@@ -253,16 +259,16 @@ class _RunLog:
 def _history_row(buffer: bytes, key_names: _KeyNames) -> tuple[int | None, list[tuple[str, float]]]:
     step: int | None = None
     items: list[tuple[str, float]] = []
-    for number, _, value in proto_fields(buffer):
+    for number, _, value in field_values(buffer):
         if number == HISTORY_ITEM and isinstance(value, bytes):
             _, key, numeric, _ = _item(value, key_names)
             if numeric is not None and key:
                 items.append((key, numeric))
         elif number == HISTORY_STEP and isinstance(value, bytes):
             step = 0  # proto3: an empty step message is step 0
-            for step_field, _, step_value in proto_fields(value):
+            for step_field, _, step_value in field_values(value):
                 if step_field == STEP_NUM and isinstance(step_value, int):
-                    step = signed_varint(step_value)
+                    step = signed64(step_value)
     return step, items
 
 
@@ -313,13 +319,13 @@ def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str
     malformed = 0
     for record in reversed(records):
         try:
-            fields = proto_fields(record)
+            fields = field_values(record)
             for number, _, value in reversed(fields):
                 if number in (UPDATE, REMOVE) and isinstance(value, bytes):
                     path, _, _, raw_json = _item(value, key_names)
                     if path and path not in latest:
                         latest[path] = raw_json if number == UPDATE else None
-        except MalformedProtobuf:
+        except WireFormatError:
             malformed += 1
     state: dict[str, Any] = {}
     for path, stored in reversed(latest.items()):  # oldest first, so nested keys land last
@@ -334,7 +340,7 @@ def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str
         try:
             parent[path[-1]] = safe_json.loads(stored, "config value")
         except UnreadableInput:  # text, or JSON nested too deep to be a setting
-            parent[path[-1]] = proto_text(stored)
+            parent[path[-1]] = text(stored)
     return state, malformed
 
 
