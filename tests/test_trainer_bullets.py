@@ -1,4 +1,4 @@
-"""Issue 11's Trainer bullets, reproduced on real `transformers.Trainer` runs trained here.
+"""Issue 11's Trainer and nanoGPT bullets, reproduced on real runs trained here.
 
 The runs are fixtures/bullet_runs.py's (the accuracy benchmark's Trainer producer on fixed specs):
 
@@ -8,6 +8,8 @@ The runs are fixtures/bullet_runs.py's (the accuracy benchmark's Trainer produce
   spike at all". Here the loss goes 3.08 → 5.21 at step 80 and is back the next step.
 - tiny GPT-2, LR ×25 from step 70 on. The issue: "headlined lr_too_high 'still climbing' at 73,
   with lr_schedule_jump fourth".
+- the benchmark's plain-torch nanoGPT-style loop, LR ×100 from optimizer step 60 on (logged as
+  iteration 59). The issue: "nanoGPT's ×100 LR jump at 200 is a divergence at 203 with no cause".
 """
 
 from __future__ import annotations
@@ -65,3 +67,14 @@ def test_lr_x25_jump_is_headlined_as_the_jump_at_its_step(bullet_runs: dict[str,
     assert case.findings[0].category == "lr_schedule_jump"
     too_high = [f for f in case.findings if f.category == "lr_too_high"]
     assert all(case.findings.index(f) > 0 for f in too_high)
+
+
+def test_nanogpt_lr_x100_jump_is_the_cause_at_its_step(bullet_runs: dict[str, Path]) -> None:
+    import tscope
+
+    case = tscope.analyze(bullet_runs["nanogpt_lr_x100"])
+    assert case.summary["status"] == "incident"
+    cause, finding = _cause_finding(case)
+    assert cause["category"] == "lr_schedule_jump"
+    assert finding is not None and finding.step == 59  # nanoGPT logs optimizer step 60 as 59
+    assert case.findings[0] is finding
