@@ -7,6 +7,7 @@ import numpy as np
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detectors.base import Detection, Detector
 from tscope.analyzers.detectors.cusum import CusumDetector
+from tscope.analyzers.detectors.generic_segments import series_change_points
 from tscope.analyzers.detectors.merge import merge_alarms
 from tscope.analyzers.detectors.pelt import PeltDetector
 from tscope.analyzers.detectors.robust_z import RobustZDetector
@@ -39,7 +40,10 @@ def detect(run: Run) -> tuple[list[Spike], list[ChangePoint]]:
         baseline = robust_baseline(values)
         detections = [detector.detect(values, baseline) for detector in DETECTORS]
         spikes.extend(_spikes(metric, steps, values, detections))
-        change_points.extend(_change_points(metric, steps, detections))
+        if is_loss_like(metric):
+            change_points.extend(_change_points(metric, steps, detections))
+        else:
+            change_points.extend(_generic_change_points(metric, steps, values))
     spikes.sort(key=lambda spike: (spike.peak_step, spike.metric))
     spikes = [_with_id(spike, f"S{number}") for number, spike in enumerate(spikes, start=1)]
     change_points.sort(key=lambda cp: (cp.step, cp.metric, cp.detector))
@@ -96,6 +100,44 @@ def _change_points(
                     shift.after_mean,
                 )
             )
+
+    return _largest(found)
+
+
+# The detector name of change points on series that are not loss curves: exact PELT with a BIC
+# penalty, constant or linear segments (detectors/generic_segments.py; the loss-curve PELT and
+# CUSUM are tuned for a decaying loss). Measured in bench/bench_change_points.py against binary
+# segmentation with the same BIC penalty.
+GENERIC_DETECTOR = "pelt_bic"
+# Above this many points the series is segmented on bucket means (exact PELT is ~O(n) to O(n²)
+# with few changes: 0.2 s at 1,000 points, 7 s at 20,000 on a loaded core); a break is then
+# placed at its bucket's first step.
+GENERIC_MAX_POINTS = 2000
+
+
+def _generic_change_points(metric: str, steps: np.ndarray, values: np.ndarray) -> list[ChangePoint]:
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    bucket = max(1, -(-values.size // GENERIC_MAX_POINTS))
+    usable = values.size - values.size % bucket
+    means = values[:usable].reshape(-1, bucket).mean(axis=1) if bucket > 1 else values
+    breaks, _ = series_change_points(means)
+    bounds = [0, *(b * bucket for b in breaks), values.size]
+    found = [
+        ChangePoint(
+            metric,
+            int(steps[bounds[k]]),
+            GENERIC_DETECTOR,
+            float(np.mean(values[bounds[k - 1] : bounds[k]])),
+            float(np.mean(values[bounds[k] : bounds[k + 1]])),
+        )
+        for k in range(1, len(bounds) - 1)
+    ]
+    return _largest(found)
+
+
+def _largest(found: list[ChangePoint]) -> list[ChangePoint]:
+    """At most MAX_CHANGE_POINTS, the largest relative level changes, in step order."""
 
     def size(cp: ChangePoint) -> float:
         base = abs(cp.before_mean) or 1.0

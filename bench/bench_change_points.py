@@ -9,12 +9,21 @@ break matches at most one true break within 5 points). Compared side by side:
 
     generic   tscope.analyzers.detectors.generic_segments.generic_change_points (PELT, BIC,
               constant or linear model chosen by BIC)
+    wired     series_change_points, what analyzers/detect.py runs on non-loss series (the same,
+              on the log of a positive series, each point clipped to 3σ around its rolling median)
     pelt      tscope's loss-curve PeltDetector (bucket medians, 3σ minimum shift)
     binseg    ruptures.Binseg, model "l2", penalty 2σ² log n (BIC for a mean shift)
     binseg_linear  ruptures.Binseg, model "clinear", penalty 3σ² log n
 
 σ is the same difference-based estimate for every method. tests/test_generic_segments.py asserts
 the test-split comparison.
+
+Real series (`--real`): the gradient norms of the healthy real Trainer and sweep fixture runs
+(fixtures/data), each with a persistent level step ×1.5–×3 planted at a random point of its second
+half (seeds 0–19 per run). Scored: recall of the planted step within 5 points, and the change
+points found on the unplanted series, for the pipeline's generic-series path
+(detect._generic_change_points) and for what it replaced there (the loss-curve CUSUM + PELT
+change points, detect._change_points).
 """
 
 from __future__ import annotations
@@ -77,7 +86,10 @@ def methods() -> dict[str, object]:
     import ruptures
 
     from tscope.analyzers.baseline import robust_baseline
-    from tscope.analyzers.detectors.generic_segments import generic_change_points
+    from tscope.analyzers.detectors.generic_segments import (
+        generic_change_points,
+        series_change_points,
+    )
     from tscope.analyzers.detectors.pelt import PeltDetector, _difference_sigma
 
     def bic(model: str, parameters: float, min_size: int):  # type: ignore[no-untyped-def]
@@ -90,6 +102,7 @@ def methods() -> dict[str, object]:
 
     return {
         "generic": lambda x: generic_change_points(x)[0],
+        "wired": lambda x: series_change_points(x)[0],
         "pelt": lambda x: sorted(
             {s.index for s in PeltDetector().detect(x, robust_baseline(x)).shifts}
         ),
@@ -111,7 +124,76 @@ def score(seeds: range) -> dict[str, dict[str, float]]:
     return table
 
 
+HEALTHY_FIXTURES = (
+    "trainer/stable",
+    "trainer/stable_long_logging",
+    "sweep/lr0.001_seed1234",
+    "sweep/lr0.002_seed7",
+    "sweep/lr0.003_seed1234",
+    "sweep/lr0.005_seed7",
+)
+
+
+def real_series() -> list[tuple[str, np.ndarray, np.ndarray]]:
+    from tscope.model.metric_names import GRAD_NORM
+    from tscope.pipeline import analyze_run
+
+    out = []
+    for name in HEALTHY_FIXTURES:
+        _, run = analyze_run(ROOT / "fixtures" / "data" / name, read_weights=False)
+        steps, values = run.series(GRAD_NORM)
+        finite = np.isfinite(values)
+        out.append((name, steps[finite], values[finite]))
+    return out
+
+
+def real_methods() -> dict[str, object]:
+    from tscope.analyzers import detect as pipeline_detect
+    from tscope.analyzers.baseline import robust_baseline
+
+    def previous(steps: np.ndarray, x: np.ndarray) -> list[int]:
+        detections = [d.detect(x, robust_baseline(x)) for d in pipeline_detect.DETECTORS]
+        return [cp.step for cp in pipeline_detect._change_points("g", steps, detections)]
+
+    def generic(steps: np.ndarray, x: np.ndarray) -> list[int]:
+        return [cp.step for cp in pipeline_detect._generic_change_points("g", steps, x)]
+
+    return {"generic (wired)": generic, "cusum+pelt (before)": previous}
+
+
+def score_real(seeds: range = range(20)) -> dict[str, dict[str, float]]:
+    table: dict[str, dict[str, float]] = {}
+    series = real_series()
+    for method, find in real_methods().items():
+        hits, planted, found_healthy = 0, 0, 0
+        for _, steps, x in series:
+            found_healthy += len(find(steps, x))  # type: ignore[operator]
+            for seed in seeds:
+                rng = np.random.default_rng(seed)
+                at = int(rng.integers(x.size // 2, x.size - 10))
+                factor = float(rng.uniform(1.5, 3.0))
+                planted_x = x.copy()
+                planted_x[at:] *= factor
+                steps_found = find(steps, planted_x)  # type: ignore[operator]
+                position = {int(s): i for i, s in enumerate(steps)}
+                hits += any(abs(position[int(s)] - at) <= MARGIN for s in steps_found)
+                planted += 1
+        table[method] = {
+            "recall": hits / planted,
+            "per_healthy_series": found_healthy / len(series),
+        }
+    return table
+
+
 def main() -> int:
+    if "--real" in sys.argv[1:]:
+        for method, row in score_real().items():
+            print(
+                f"real grad norms, planted step ×1.5–3: {method:20} recall@{MARGIN} "
+                f"{row['recall']:.3f}; change points per unplanted series "
+                f"{row['per_healthy_series']:.1f}"
+            )
+        return 0
     for split, seeds in (("dev", DEV_SEEDS), ("test", TEST_SEEDS)):
         for kind, row in score(seeds).items():
             shown = "  ".join(f"{name} {value:.3f}" for name, value in row.items())

@@ -34,9 +34,9 @@ def corpus() -> list[tuple[Path, bool]]:
     if REALDATA.is_dir():
         for path in sorted(REALDATA.rglob("*")):
             if path.suffix in (".csv", ".json", ".log"):
-                # whisper is no healthy control for overfitting: its train loss reaches 0.000
-                # while eval/loss rises 0.321 → 0.420 over its 5 evals (memorization).
-                paths.append((path, "megatron" not in str(path) and "whisper" not in path.name))
+                # whisper's eval/loss rises 0.321 → 0.420 while its selection metric (eval_wer)
+                # improves: healthy by the run's own measure (overfitting.SELECTION_METRIC_KEY).
+                paths.append((path, "megatron" not in str(path)))
     return paths
 
 

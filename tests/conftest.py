@@ -39,7 +39,7 @@ SLOW_MODULES = frozenset({
     "test_xray", "test_xray_trainer", "test_xray_sft", "test_accuracy_bench",
     "test_checkpoint_controls", "test_replay_accumulation_run", "test_replay_lightning",
     "test_replay_seed_stream", "test_log_bullets", "test_generic_segments", "test_light_imports",
-    "test_replay_judgement", "test_cluster_engines",
+    "test_replay_judgement", "test_cluster_engines", "test_trainer_bullets",
 })  # fmt: skip
 SLOW_TESTS = frozenset(
     {

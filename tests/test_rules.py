@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -154,6 +156,59 @@ def test_eval_rising_while_train_falls_is_overfitting_from_the_best_eval(tmp_pat
 def test_a_converged_eval_loss_is_not_overfitting(seed, control):
     builder = dict(planted.CONTROLS["overfitting"])[control]
     assert "overfitting" not in categories(build_case(builder(seed), []))
+
+
+def _with_selection_metric(path, accuracy_at):  # type: ignore[no-untyped-def]
+    """The trainer_state.json at `path` with an eval_accuracy row at every eval and the Trainer's
+    best_metric set to its best (metric_for_best_model="accuracy", greater is better)."""
+    import json
+
+    state = json.loads(path.read_text())
+    evals = [row for row in state["log_history"] if "eval_loss" in row]
+    accuracies = [accuracy_at(row["step"]) for row in evals]
+    for row, accuracy in zip(evals, accuracies, strict=True):
+        row["eval_accuracy"] = accuracy
+    state["best_metric"] = max(accuracies)
+    path.write_text(json.dumps(state, indent=2, sort_keys=True))
+    return path
+
+
+def test_eval_loss_rise_with_the_selection_metric_still_improving_is_a_note(tmp_path):
+    path = write_log(tmp_path, "trainer_state", planted.overfit(seed=4, at=200, rise=0.10))
+    case = tscope.analyze(_with_selection_metric(path, lambda step: 0.5 + step / 1000))
+    found = [f for f in case.findings if f.category == "overfitting"]
+    assert [f.severity for f in found] == ["info"]
+    assert found[0].evidence["selection_metric"]["name"] == "eval_accuracy"
+    assert found[0].evidence["selection_metric"]["got_worse"] is False
+    assert "did not get worse" in found[0].message
+
+
+def test_eval_loss_rise_with_the_selection_metric_falling_stays_a_warning(tmp_path):
+    path = write_log(tmp_path, "trainer_state", planted.overfit(seed=4, at=200, rise=0.10))
+    # Accuracy best at the eval-loss best (step 200), 10% lower by the end.
+    case = tscope.analyze(
+        _with_selection_metric(path, lambda step: 0.8 - 0.08 * max(step - 200, 0) / 200)
+    )
+    found = [f for f in case.findings if f.category == "overfitting"]
+    assert [f.severity for f in found] == ["warning"]
+    assert found[0].evidence["selection_metric"]["got_worse"] is True
+
+
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+
+
+@pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")
+def test_whisper_eval_loss_rise_with_wer_improving_is_no_warning():
+    """Real Trainer state of whisper-large-v2-ja: eval/loss 0.321 → 0.420 while eval_wer, the
+    metric its best_model_checkpoint was chosen by, improved 0.789 → 0.743 (best at 3000)."""
+    case = tscope.analyze(REALDATA / "hf_trainer_state" / "whisper_large_v2_ja__trainer_state.json")
+    found = [f for f in case.findings if f.category == "overfitting"]
+    assert [f.severity for f in found] == ["info"]
+    selection = found[0].evidence["selection_metric"]
+    assert selection["name"] == "eval_wer" and selection["lower_is_better"] is True
+    assert selection["best_step"] == 3000
+    assert not categories(case)
+    assert case.summary["status"] == "healthy"
 
 
 def test_eval_rising_with_the_train_loss_is_divergence_not_overfitting():

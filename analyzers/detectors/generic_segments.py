@@ -111,3 +111,41 @@ def _linear_cost(x: np.ndarray) -> Cost:
         return result
 
     return cost
+
+
+# Real training series that are not loss curves (a gradient norm, a throughput) are positive and
+# their noise scales with their level (a grad norm of 2 wobbles ±0.2, the same run at 0.2 wobbles
+# ±0.02), and they carry one-point spikes. BIC's cost assumes additive, independent Gaussian noise,
+# so such a series is segmented on its logarithm (multiplicative noise becomes additive), with
+# each point clipped to CLIP_SIGMA noise levels around its centred rolling median of
+# CLIP_WINDOW_POINTS (a spike is a spike, reported as one, not a 5-point segment; a level change
+# moves the rolling median with it within half the window, so it survives the clipping).
+# Measured (tests/test_series_change_points.py's healthy series: 400 points of ±10% multiplicative
+# noise with five ×5 one-point spikes; seeds 0–99 to choose, 100–199 held out): series with any
+# change point 6/100, 11/100 at 3σ; 4/100, 4/100 at 2.5σ; 4/100, 2/100 at 2σ (without the spikes:
+# 0–3/100 at every width, BIC's own rate). Planted steps ×1.5–3 in the real fixture grad norms
+# (bench/bench_change_points.py --real): recall@5 0.958 at 3σ, 0.950 at 2.5σ, 0.933 at 2σ.
+CLIP_WINDOW_POINTS = 11
+CLIP_SIGMA = 2.5
+
+
+def series_change_points(values: np.ndarray) -> tuple[list[int], str]:
+    """generic_change_points for a real positive-valued series (see above); indices into
+    `values`, which must be finite. A series with a point ≤ 0 is segmented as it is."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size < 2 * GENERIC_MIN_SEGMENT or not np.isfinite(x).all():
+        return [], "constant"
+    if np.all(x > 0):
+        x = np.log(x)
+    sigma = _difference_sigma(x)
+    if np.isfinite(sigma) and sigma > 0:
+        x = np.clip(x, *_clip_band(x, CLIP_SIGMA * sigma))
+    return generic_change_points(x)
+
+
+def _clip_band(x: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
+    half = CLIP_WINDOW_POINTS // 2
+    padded = np.pad(x, half, mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, CLIP_WINDOW_POINTS)
+    median = np.median(windows, axis=1)
+    return median - width, median + width

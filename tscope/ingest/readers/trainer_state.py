@@ -38,6 +38,9 @@ _CONFIG_KEYS = (
     "num_train_epochs",
     "train_batch_size",
     "global_step",
+    # The value of metric_for_best_model at best_model_checkpoint: which eval series the run
+    # selects its model on (the overfitting rule judges generalization on it when present).
+    "best_metric",
 )
 
 
