@@ -229,7 +229,8 @@ def test_one_replay_reads_and_parses_the_logs_once(tmp_path, monkeypatch):
     """A replay with a what-if and --check-resume (three replays and the case) reads every log
     file exactly once and the checkpoints' statistics once: the replays and the case share one
     read_inputs."""
-    from tscope.ingest import checkpoint_evidence, inputs
+    from tscope.ingest import inputs
+    from tscope.ingest.checkpoints import evidence as checkpoint_evidence
     from tscope.ingest.registry import READERS
     from tscope.replay_pipeline import ReplayRequest, run
 
