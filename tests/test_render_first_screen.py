@@ -161,14 +161,14 @@ def test_a_replay_within_the_logs_rounding_says_so_in_the_same_sentence() -> Non
         "reproduced": True,
     }
     section = {"steps": [100, 156], "per_step": [{}] * 57, "fidelity": fidelity}
-    view = replay_view({"replay": section})
+    view = replay_view(section)
     assert view is not None
     assert (
         "max relative loss difference 1.88e-5, above the 1e-5 tolerance only by the log's own "
         "rounding: it keeps 4 decimals" in view["verdict"]
     )
     fidelity["max_rel_loss_diff"] = 2e-7
-    again = replay_view({"replay": section})
+    again = replay_view(section)
     assert again is not None and "(tolerance 1e-5)" in again["verdict"]
 
 

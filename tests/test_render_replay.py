@@ -24,7 +24,9 @@ import pytest
 from case_payloads import healthy_case, incident_case, partial_payload
 from test_render import assert_matches_golden
 
+from tscope.model.case import Case
 from tscope.render import CHART_FILES, REPLAY_CHART_FILES, load_case_payload, render_case
+from tscope.render.json_file import case_json_text
 from tscope.render.replay_names import what_if_label, what_if_words
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,6 +163,13 @@ def test_tscope_report_rerenders_the_replayed_case_byte_for_byte(replayed, tmp_p
 
 STEPS = list(range(121, 151))
 SPIKE = 145
+
+
+def test_the_replayed_case_reads_back_as_the_same_typed_case(replayed) -> None:
+    payload, _, _ = replayed
+    case = Case.from_dict(payload)
+    assert case.to_dict() == payload
+    assert case_json_text(case.to_dict()) == case_json_text(payload)
 
 
 def replay_payload(**changes: Any) -> dict[str, Any]:

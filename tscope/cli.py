@@ -109,7 +109,7 @@ def analyze(
                 trust_pickle=trust_pickle,
                 read_weights=not no_weights,
             )
-        target = out or default_output(CASE_PREFIX, str(case.run["name"]), local_inputs(paths))
+        target = out or default_output(CASE_PREFIX, case.run.name, local_inputs(paths))
         if out is None:
             say_where_it_goes(target, CASE_PREFIX, quiet)
         written = write_case(case, target, chosen)
@@ -118,7 +118,7 @@ def analyze(
     if not quiet:
         for item in case.partial:
             typer.echo(
-                visible(f"tscope: warning: partial input {item['path']}: {item['problem']}"),
+                visible(f"tscope: warning: partial input {item.path}: {item.problem}"),
                 err=True,
             )
     typer.echo(visible(main_file(written)))
@@ -217,13 +217,13 @@ def report(
     ] = None,
 ) -> None:
     """Re-render a case from its case.json, with no recomputation."""
-    from tscope.render import load_case_payload, render_case
+    from tscope.render import load_case, render_case
 
     try:
         chosen = parse_formats(formats)
-        payload = load_case_payload(case_dir)
+        case = load_case(case_dir)
         target = report_folder(case_dir, out)
-        written = render_case(payload, target, chosen)
+        written = render_case(case, target, chosen)
     except TscopeError as error:
         fail(str(error))
     for path in written:
@@ -254,7 +254,7 @@ def demo(
     if not quiet:
         typer.echo(
             f"Planted: learning rate ×{demo_run.lr_factor:g} at step {demo_run.planted_step} for "
-            f"{demo_run.window_steps} steps. Verdict: {case.summary.get('verdict', '')}",
+            f"{demo_run.window_steps} steps. Verdict: {case.summary.verdict}",
             err=True,
         )
     typer.echo(visible(main_file(written)))

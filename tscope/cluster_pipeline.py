@@ -345,7 +345,7 @@ def _fingerprint(path: Path, task: RunTask) -> dict[str, Any]:
 
 
 def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
-    from tscope.render import load_case_payload, render_case
+    from tscope.render import load_case, render_case
 
     unstable = [p for p in report.profiles if p.status == "unstable"]
     if len(unstable) > CASE_HTML_LIMIT:
@@ -358,7 +358,7 @@ def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
     for profile in rendered:
         case_dir = (out_dir / profile.case_path).parent
         if not (case_dir / "case.html").is_file() or not profile.reused_case:
-            render_case(load_case_payload(case_dir), case_dir, ("html",))
+            render_case(load_case(case_dir), case_dir, ("html",))
 
 
 def _unique_names(names: list[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -19,6 +20,8 @@ from tscope.ingest.run_config import checkpoint_config
 from tscope.ingest.run_groups import run_groups, several_runs_message
 from tscope.ingest.safe_fs import NOT_REGULAR
 from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
+from tscope.model.case_fields import Fields
+from tscope.model.case_parts import LayerHeatmap, RunHeader, Summary
 from tscope.model.checkpoint import CheckpointEvidence
 from tscope.model.metric_names import LOSS
 
@@ -163,37 +166,34 @@ def build_case(
     incidents = find_incidents(evidence)
     findings = rank_findings(explain(evidence) + list(extra_findings), incidents)
     case = Case(
-        run={
-            "name": run.name,
-            "path": run.path,
-            "sources": [{"kind": s.kind, "path": s.path} for s in run.sources],
-            "first_step": run.first_step,
-            "last_step": run.last_step,
-            "config": run.config,
-        },
+        run=RunHeader(
+            name=run.name,
+            path=run.path,
+            sources=tuple(run.sources),
+            first_step=run.first_step,
+            last_step=run.last_step,
+            config=run.config,
+        ),
         metrics=run.metric_names,
         spikes=spikes,
         change_points=change_points,
         findings=findings,
         story=build_story(evidence, incidents, findings),
         checkpoints=list(checkpoints),
-        partial=[{"path": p.path, "problem": p.problem} for p in run.partial],
+        partial=list(run.partial),
         alternatives=alternatives(evidence, incidents, findings),
         limits=limits(evidence, has_checkpoints=bool(checkpoints)),
-        caveats=[{"kind": c.kind, "message": c.message, "source": c.source} for c in run.caveats],
-        events=[
-            {"kind": e.kind, "step": e.step, "detail": e.detail, "source": e.source}
-            for e in run.events
-        ],
-        summary=summarize(evidence, incidents, findings, list(checkpoints)),
+        caveats=list(run.caveats),
+        events=list(run.events),
+        summary=analyzed_summary(
+            summarize(evidence, incidents, findings, list(checkpoints)), partial=bool(run.partial)
+        ),
         chart_series={m: chart_series(run, m) for m in run.metric_names},
         tool_version=__version__,
     )
     if checkpoint_evidence is not None and not checkpoint_evidence.layers.empty:
         case.layers = layer_heatmap(checkpoint_evidence.layers)
         case.layers_table = checkpoint_evidence.layers
-    if run.partial:
-        case.summary["partial"] = True
     return case
 
 
@@ -235,7 +235,7 @@ def _nothing_message(
 HEATMAP_MAX_LAYERS = 40
 
 
-def layer_heatmap(layers: Any) -> dict[str, Any]:
+def layer_heatmap(layers: Any) -> LayerHeatmap:
     """names × checkpoint steps matrices of the update ratio and norm growth, for the report."""
     steps = sorted(int(s) for s in layers["step"].unique())
     ratio = layers.pivot_table(index="tensor", columns="step", values="update_ratio_per_step")
@@ -244,16 +244,20 @@ def layer_heatmap(layers: Any) -> dict[str, Any]:
     if not order:
         order = sorted(layers["tensor"].unique().tolist())[:HEATMAP_MAX_LAYERS]
 
-    def matrix(table: Any) -> list[list[float | None]]:
+    def matrix(table: Any) -> tuple[tuple[float | None, ...], ...]:
         table = table.reindex(index=order, columns=steps)
-        return [
-            [None if value != value else float(value) for value in row]
+        return tuple(
+            tuple(None if value != value else float(value) for value in row)
             for row in table.to_numpy().tolist()
-        ]
+        )
 
-    return {
-        "steps": steps,
-        "names": order,
-        "update_ratio": matrix(ratio),
-        "norm_growth": matrix(growth),
-    }
+    return LayerHeatmap(
+        tuple(steps), tuple(str(name) for name in order), matrix(ratio), matrix(growth)
+    )
+
+
+def analyzed_summary(summary: dict[str, object], partial: bool) -> Summary:
+    """The analyzers' summary (tscope.analyzers.summary) as the typed section; `partial` when some
+    input could not be read."""
+    typed = Summary.from_fields(Fields(summary, "summary"))
+    return replace(typed, partial=True) if partial else typed

@@ -1,6 +1,6 @@
 """The case's `replay` section turned into the strings the templates print.
 
-    view["replay"] = replay_view(payload)   # None when the case has no replay: nothing renders
+    view["replay"] = replay_view(case.replay)   # None when the case has no replay: nothing renders
 
 Read as defensively as the rest of the payload (a case.json from another tscope may lack a key);
 every number formatted here, every list ordered here.
@@ -12,7 +12,6 @@ import math
 from typing import Any
 
 from tscope.render.formatting import MISSING, format_number, format_step, one_line, parse_number
-from tscope.render.replay_charts import section_of
 from tscope.render.replay_layers import read_layer_series
 from tscope.render.replay_names import (
     FILE_DESCRIPTIONS,
@@ -52,8 +51,7 @@ EFFECT_WORDS = {
 EFFECT_CLASSES = {"removed": "yes", "partial": "partial", "kept": "no"}
 
 
-def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
-    section = section_of(payload)
+def replay_view(section: dict[str, Any] | None) -> dict[str, Any] | None:
     if section is None:
         return None
     fidelity = as_mapping(section.get("fidelity"))
