@@ -103,7 +103,7 @@ def test_per_step_layer_statistics_are_recorded(corrupted):
     statistics = {name for values in step.layers.values() for name in values}
     assert {"grad_norm", "update_ratio_per_step", "activation_max_abs"} <= statistics
     assert "attention_logit_max" in statistics
-    assert case.replay is not None and case.replay["layer_series"]
+    assert case.replay is not None and case.replay.layer_series
 
 
 def test_a_stable_run_gives_no_replay_warning(monkeypatch):

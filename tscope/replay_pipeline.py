@@ -20,7 +20,9 @@ from typing import Any
 
 from tscope.errors import UsageError
 from tscope.model import Finding, Run
+from tscope.model.case import json_safe
 from tscope.model.replay import InterventionOutcome, ReplayResult
+from tscope.model.replay_section import ReplaySection
 from tscope.output_files import prepare_folder, write_text, write_with
 from tscope.replay.api import DEFAULT_WINDOW, replay
 from tscope.replay.loop import ProgressCallback
@@ -284,7 +286,7 @@ def case_with_replay(
         trust_pickle=trust_pickle,
         extra_findings=investigation.findings,
     ).case
-    case.replay = replay_section(investigation)
+    case.replay = ReplaySection.from_dict(json_safe(replay_section(investigation)))
     return case
 
 

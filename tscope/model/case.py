@@ -10,6 +10,7 @@ from typing import Any
 from tscope.model.case_fields import CaseFormatError, Fields
 from tscope.model.case_parts import LayerHeatmap, RunHeader, Summary
 from tscope.model.categories import SEVERITIES
+from tscope.model.replay_section import ReplaySection
 from tscope.model.run import Caveat, PartialInput, RunEvent
 
 # The case.json schema this tscope writes and reads. A file of another major version is refused
@@ -123,7 +124,7 @@ class Case:
     layers: LayerHeatmap | None = None
     layers_table: Any = None
     # What `tscope replay` added: fidelity, per-step series, samples, what-ifs (see docs).
-    replay: dict[str, Any] | None = None
+    replay: ReplaySection | None = None
     # What `tscope xray` added: per-token weights, matched rule, leak matrix (docs/xray-schema.md).
     xray: dict[str, Any] | None = None
     schema_version: str = SCHEMA_VERSION  # as read; a new case is written in this tscope's
@@ -166,7 +167,7 @@ class Case:
         if self.layers is not None:
             payload["layers"] = self.layers.to_dict()
         if self.replay is not None:
-            payload["replay"] = self.replay
+            payload["replay"] = self.replay.to_dict()
         if self.xray is not None:
             payload["xray"] = self.xray
         result: dict[str, Any] = json_safe(payload)
@@ -217,7 +218,7 @@ class Case:
             chart_series=_chart_series(case),
             tool_version=tool.text("version", "?"),
             layers=None if layers is None else LayerHeatmap.from_fields(layers),
-            replay=case.mapping("replay") if case.has("replay") else None,
+            replay=ReplaySection.from_dict(case.data["replay"]) if case.has("replay") else None,
             xray=case.mapping("xray") if case.has("xray") else None,
             schema_version=str(version),
         )

@@ -36,7 +36,9 @@ class Fields:
         return key in self.data
 
     def text(self, key: str, default: str = "") -> str:
-        value = self.data.get(key, default)
+        value = self.data.get(key)
+        if value is None:
+            return default
         if not isinstance(value, str):
             raise self._refuse(key, "a string")
         return value

@@ -73,7 +73,7 @@ def render_case(
     payload = normalized_payload(raw)
     case = case_from_payload(payload, "the case payload")  # as `tscope report` reads it back
     directory = output_directory(out_dir, "the case")
-    charts = draw_charts(payload) if {"html", "md"} & set(formats) else {}
+    charts = draw_charts(payload, case) if {"html", "md"} & set(formats) else {}
     written: list[Path] = []
     for name in dict.fromkeys(formats):  # each format once, in the order asked
         if name == "json":
@@ -90,16 +90,16 @@ def render_case(
     return written
 
 
-def draw_charts(payload: dict[str, Any]) -> dict[str, Chart]:
+def draw_charts(payload: dict[str, Any], case: Case) -> dict[str, Chart]:
     """Every chart the payload has data for, keyed as in CHART_FILES and REPLAY_CHART_FILES."""
     drawn = {
         "chart": incident_chart(payload),
         "zoom": incident_zoom_chart(payload),
         "metrics": other_metrics_chart(payload),
-        "layers": layers_heatmap(payload),
+        "layers": layers_heatmap(case.layers),
         "replay": replay_chart(payload),
         "whatif": whatif_chart(payload),
-        "replay_layers": layer_statistics_chart(payload),
+        "replay_layers": layer_statistics_chart(case.replay),
     }
     return {name: chart for name, chart in drawn.items() if chart is not None}
 
