@@ -175,7 +175,7 @@ def test_a_replay_within_the_logs_rounding_says_so_in_the_same_sentence() -> Non
 
 def test_the_zoom_keeps_points_on_a_bucketed_long_run() -> None:
     """One chart point per 4 steps: ±30 steps would be 15 points, so the zoom widens to ±60."""
-    chart = incident_zoom_chart(incident_case().to_dict())
+    chart = incident_zoom_chart(incident_case())
     assert chart is not None
     assert "Zoom: steps 540–660 around step 600" in chart.svg
 

@@ -93,9 +93,9 @@ def render_case(
 def draw_charts(payload: dict[str, Any], case: Case) -> dict[str, Chart]:
     """Every chart the payload has data for, keyed as in CHART_FILES and REPLAY_CHART_FILES."""
     drawn = {
-        "chart": incident_chart(payload),
-        "zoom": incident_zoom_chart(payload),
-        "metrics": other_metrics_chart(payload),
+        "chart": incident_chart(case),
+        "zoom": incident_zoom_chart(case),
+        "metrics": other_metrics_chart(case),
         "layers": layers_heatmap(case.layers),
         "replay": replay_chart(payload),
         "whatif": whatif_chart(payload),
