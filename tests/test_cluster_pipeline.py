@@ -210,6 +210,15 @@ def test_a_damaged_cached_case_is_rebuilt(tmp_path):
     shutil.copytree(SWEEP / "lr5_seed7", runs / "lr5_seed7")
     out = tmp_path / "out"
     cluster(runs, out, jobs=1)
-    (out / "runs" / "lr5_seed7" / "case.json").write_text("{truncated", encoding="utf-8")
+    case_file = out / "runs" / "lr5_seed7" / "case.json"
+    cached = json.loads(case_file.read_text(encoding="utf-8"))
+    case_file.write_text("{truncated", encoding="utf-8")
     (again,) = cluster(runs, out, jobs=1).profiles
     assert not again.reused_case and again.status == "unstable"
+    # A case of another schema version (or with a field of the wrong type) is analyzed again too.
+    for key, value in (("schema_version", "2"), ("spikes", "none")):
+        case_file.write_text(json.dumps({**cached, key: value}), encoding="utf-8")
+        (rebuilt,) = cluster(runs, out, jobs=1).profiles
+        assert not rebuilt.reused_case and rebuilt.status == "unstable", key
+    (reused,) = cluster(runs, out, jobs=1).profiles
+    assert reused.reused_case

@@ -36,6 +36,7 @@ from tscope.errors import TscopeError, UnreadableInput, UsageError
 from tscope.ingest import safe_json
 from tscope.ingest.discover import iter_files
 from tscope.ingest.safe_fs import NOT_REGULAR, is_inside, is_regular_file, read_bytes_bounded
+from tscope.model.case import Case
 from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
 from tscope.output_files import make_subfolder, prepare_folder, write_text, write_with
 
@@ -308,6 +309,9 @@ def _load_cached(
         )
         if not isinstance(payload, dict):
             return None
+        # Another schema version, or a field of the wrong type (CaseFormatError, a ValueError):
+        # the cached case is not one this tscope reads, so the run is analyzed again.
+        Case.from_dict(payload)
         series_bytes = read_bytes_bounded(case_dir / SERIES_FILE, SERIES_FILE)
         with np.load(io.BytesIO(series_bytes), allow_pickle=False) as series:
             curve = LossCurve(
