@@ -139,3 +139,11 @@ def test_a_case_json_without_later_optional_fields_renders(tmp_path: Path) -> No
     html = written["case.html"].read_text(encoding="utf-8")
     assert "robust σ" in html  # the spike's magnitude stands in for the missing alarm score
     assert json.loads(written["case.json"].read_text(encoding="utf-8"))["caveats"] == []
+
+
+def test_a_summary_key_the_typed_case_does_not_hold_is_a_loud_error() -> None:
+    from tscope.pipeline import analyzed_summary
+
+    assert analyzed_summary({"status": "healthy", "verdict": "ok"}, partial=True).partial
+    with pytest.raises(ValueError, match=r"summary keys \['trend'\] are not in"):
+        analyzed_summary({"status": "healthy", "trend": "up"}, partial=False)

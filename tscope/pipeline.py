@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -231,6 +231,9 @@ def _nothing_message(
     return f"{where} holds no files. Pass a run directory, checkpoint or log file."
 
 
+# The summary keys the typed case holds (the analyzers' summary dict may use no other).
+SUMMARY_FIELDS = {summary_field.name for summary_field in fields(Summary)}
+
 # Heat-map size: the layers with the largest peak update ratio (a report is read in a minute).
 HEATMAP_MAX_LAYERS = 40
 
@@ -259,5 +262,10 @@ def layer_heatmap(layers: Any) -> LayerHeatmap:
 def analyzed_summary(summary: dict[str, object], partial: bool) -> Summary:
     """The analyzers' summary (tscope.analyzers.summary) as the typed section; `partial` when some
     input could not be read."""
+    unknown = sorted(set(summary) - SUMMARY_FIELDS)
+    if unknown:  # a bug, not bad input: the key would be dropped from case.json silently
+        raise ValueError(
+            f"summary keys {unknown} are not in tscope.model.case_parts.Summary: add them there"
+        )
     typed = Summary.from_fields(Fields(summary, "summary"))
     return replace(typed, partial=True) if partial else typed
