@@ -229,7 +229,8 @@ def test_one_replay_reads_and_parses_the_logs_once(tmp_path, monkeypatch):
     """A replay with a what-if and --check-resume (three replays and the case) reads every log
     file exactly once and the checkpoints' statistics once: the replays and the case share one
     read_inputs."""
-    from tscope.ingest import checkpoint_evidence, inputs
+    from tscope.ingest import inputs
+    from tscope.ingest.checkpoints import evidence as checkpoint_evidence
     from tscope.ingest.registry import READERS
     from tscope.replay_pipeline import ReplayRequest, run
 
@@ -266,5 +267,5 @@ def test_one_replay_reads_and_parses_the_logs_once(tmp_path, monkeypatch):
     assert len(statistics_reads) == 1
     # The resume check's finding is ranked into the case beside the replay's own.
     assert any((f.category, f.step) == ("replay_mismatch", 121) for f in outcome.case.findings)
-    assert outcome.case.replay is not None and outcome.case.replay["resume_checks"]
+    assert outcome.case.replay is not None and outcome.case.replay.resume_checks
     assert (tmp_path / "case" / "replay.json").is_file()
