@@ -129,8 +129,8 @@ def _related(variant: Variant, finding: Any) -> bool:
 def evaluate(variant: Variant, case: Any, run_dir: Path) -> Outcome:
     outcome = Outcome(variant=variant)
     findings = list(case.findings)
-    outcome.status = str(case.summary.get("status", "?"))
-    outcome.verdict = str(case.summary.get("verdict", ""))
+    outcome.status = case.summary.status
+    outcome.verdict = case.summary.verdict
     outcome.top = findings[:3]
     outcome.loud = [f for f in findings if f.severity in LOUD]
     rows = _log_rows(run_dir)

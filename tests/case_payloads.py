@@ -25,6 +25,14 @@ from tscope.model.case import (
     Spike,
     StoryEvent,
 )
+from tscope.model.case_parts import (
+    CardCause,
+    IncidentCard,
+    RestartPoint,
+    RunHeader,
+    Summary,
+)
+from tscope.model.run import Caveat, PartialInput, RunEvent, Source
 
 SCRIPT = "<script>alert('x')</script>"
 
@@ -130,22 +138,22 @@ def incident_case() -> Case:
         StoryEvent(500, "resume", "run resumed from checkpoint-500"),
     ]
     return Case(
-        run={
-            "name": "gpt-small",
-            "path": "runs/gpt-small",
-            "sources": [
-                {"kind": "trainer_state", "path": "checkpoint-1000/trainer_state.json"},
-                {"kind": "tensorboard", "path": "logs/events.out.tfevents.1"},
-            ],
-            "first_step": 0,
-            "last_step": 1199,
-            "config": {
+        run=RunHeader(
+            name="gpt-small",
+            path="runs/gpt-small",
+            sources=(
+                Source("trainer_state", "checkpoint-1000/trainer_state.json"),
+                Source("tensorboard", "logs/events.out.tfevents.1"),
+            ),
+            first_step=0,
+            last_step=1199,
+            config={
                 "learning_rate": 3e-4,
                 "warmup_steps": 100,
                 "optimizer": {"name": "adamw", "betas": [0.9, 0.95], "eps": 1e-8},
                 "model": {"n_layer": 12, "n_head": 12, "d_model": 768},
             },
-        },
+        ),
         metrics=[
             "train/loss",
             "train/grad_norm",
@@ -171,46 +179,44 @@ def incident_case() -> Case:
         ],
         limits=["Logs only: no checkpoint statistics, so no per-layer cause."],
         caveats=[
-            {
-                "kind": "downsampled",
-                "message": "The TensorBoard log keeps every 10th step of eval/loss.",
-                "source": "logs/events.out.tfevents.1",
-            }
+            Caveat(
+                "downsampled",
+                "The TensorBoard log keeps every 10th step of eval/loss.",
+                "logs/events.out.tfevents.1",
+            )
         ],
-        events=[
-            {"kind": "resume", "step": 500, "detail": "resumed from checkpoint-500", "source": "x"}
-        ],
-        summary={
-            "verdict": "Loss spiked from 2.84 to 2890 (1000×) at step 600 and recovered by step "
+        events=[RunEvent("resume", 500, "resumed from checkpoint-500", "x")],
+        summary=Summary(
+            verdict="Loss spiked from 2.84 to 2890 (1000×) at step 600 and recovered by step "
             "680; most likely the learning-rate jump ×15 at step 590 (confidence 0.8): the "
             "gradient norm rose 3.6× at step 598, before the loss.",
-            "next_steps": [
+            next_steps=(
                 "Restart from `runs/gpt-small/checkpoint-500` with the scheduler state restored.",
                 "Name the samples: `tscope replay runs/gpt-small --around 600 --entry "
                 "replay_entry.py`",
-            ],
-            "headline_finding": "F1",
-            "status": "incident",
+            ),
+            headline_finding="F1",
+            status="incident",
             # The incident card as tscope.analyzers.card.incident_card writes it.
-            "card": {
-                "what": "loss spiked from 2.84 to 2890 at step 600 and recovered by step 680",
-                "step": 600,
-                "severity": "critical",
-                "headline_id": "F1",
-                "cause": {
-                    "category": "lr_schedule_jump",
-                    "words": "a learning-rate schedule jump",
-                    "finding_id": "F1",
-                    "confidence": 0.8,
-                },
-                "restart": {
-                    "path": "runs/gpt-small/checkpoint-500",
-                    "step": 500,
-                    "has_optimizer": True,
-                    "command": 'trainer.train(resume_from_checkpoint="runs/gpt-small/checkpoint-500")',
-                },
-            },
-        },
+            card=IncidentCard(
+                what="loss spiked from 2.84 to 2890 at step 600 and recovered by step 680",
+                step=600,
+                severity="critical",
+                headline_id="F1",
+                cause=CardCause(
+                    category="lr_schedule_jump",
+                    words="a learning-rate schedule jump",
+                    finding_id="F1",
+                    confidence=0.8,
+                ),
+                restart=RestartPoint(
+                    path="runs/gpt-small/checkpoint-500",
+                    step=500,
+                    has_optimizer=True,
+                    command='trainer.train(resume_from_checkpoint="runs/gpt-small/checkpoint-500")',
+                ),
+            ),
+        ),
         chart_series={
             "train/loss": bucketed(steps, loss, 4),
             "train/grad_norm": bucketed(steps, grad_norm, 4),
@@ -229,14 +235,14 @@ def healthy_case() -> Case:
     grad_norm = [0.6 + 1.2 * math.exp(-step / 50) + abs(rng.gauss(0, 0.03)) for step in steps]
     lr = [_cosine_lr(step, 6e-4, 40, 800) for step in steps]
     return Case(
-        run={
-            "name": "tiny-stable",
-            "path": "runs/tiny-stable",
-            "sources": [{"kind": "nanogpt_log", "path": "train.log"}],
-            "first_step": 0,
-            "last_step": 798,
-            "config": {"learning_rate": 6e-4, "batch_size": 64, "compile": True},
-        },
+        run=RunHeader(
+            name="tiny-stable",
+            path="runs/tiny-stable",
+            sources=(Source("nanogpt_log", "train.log"),),
+            first_step=0,
+            last_step=798,
+            config={"learning_rate": 6e-4, "batch_size": 64, "compile": True},
+        ),
         metrics=["train/loss", "train/grad_norm", "train/learning_rate"],
         findings=[
             Finding(
@@ -252,13 +258,11 @@ def healthy_case() -> Case:
             )
         ],
         limits=["Loss logged every 2 steps: a one-step spike could be missed."],
-        summary={
-            "verdict": "No incident: loss fell from 10.4 to 3.12 over 800 steps with no spike, "
+        summary=Summary(
+            verdict="No incident: loss fell from 10.4 to 3.12 over 800 steps with no spike, "
             "no divergence and no non-finite value.",
-            "next_steps": [],
-            "headline_finding": None,
-            "status": "healthy",
-        },
+            status="healthy",
+        ),
         chart_series={
             "train/loss": bucketed(steps, loss, 1),
             "train/grad_norm": bucketed(steps, grad_norm, 1),
@@ -280,14 +284,14 @@ def partial_payload() -> dict[str, Any]:
     odd_metric = f"train/{SCRIPT}"
     odd = [float(step % 7) for step in steps]
     case = Case(
-        run={
-            "name": f"run{SCRIPT}",
-            "path": f"runs/{SCRIPT}",
-            "sources": [{"kind": "wandb_export", "path": f"exports/{SCRIPT}.csv"}],
-            "first_step": 0,
-            "last_step": 299,
-            "config": {"note": SCRIPT, "pipe|key": "a|b\nc", "stars": "**bold** _it_ [x](y)"},
-        },
+        run=RunHeader(
+            name=f"run{SCRIPT}",
+            path=f"runs/{SCRIPT}",
+            sources=(Source("wandb_export", f"exports/{SCRIPT}.csv"),),
+            first_step=0,
+            last_step=299,
+            config={"note": SCRIPT, "pipe|key": "a|b\nc", "stars": "**bold** _it_ [x](y)"},
+        ),
         metrics=["train/loss", "train/grad_norm", odd_metric],
         findings=[
             Finding(
@@ -303,16 +307,16 @@ def partial_payload() -> dict[str, Any]:
             )
         ],
         partial=[
-            {"path": f"logs/{SCRIPT}.jsonl", "problem": "truncated at byte 4096"},
-            {"path": "logs/events.out.tfevents.2", "problem": "CRC mismatch in record 12"},
+            PartialInput(f"logs/{SCRIPT}.jsonl", "truncated at byte 4096"),
+            PartialInput("logs/events.out.tfevents.2", "CRC mismatch in record 12"),
         ],
-        caveats=[{"kind": "partial", "message": f"Only 300 steps read {SCRIPT}", "source": "x"}],
-        summary={
-            "verdict": "Loss became NaN at step 297; the inputs were only partly readable.",
-            "next_steps": ["Re-export the run: `wandb export --all`"],
-            "headline_finding": "F1",
-            "status": "incident",
-        },
+        caveats=[Caveat("partial", f"Only 300 steps read {SCRIPT}", "x")],
+        summary=Summary(
+            verdict="Loss became NaN at step 297; the inputs were only partly readable.",
+            next_steps=("Re-export the run: `wandb export --all`",),
+            headline_finding="F1",
+            status="incident",
+        ),
         chart_series={
             "train/loss": bucketed(steps, loss, 1),
             "train/grad_norm": bucketed(steps, grad_norm, 1),

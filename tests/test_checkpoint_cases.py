@@ -33,7 +33,7 @@ def test_lr_jump_from_checkpoints_alone_is_update_ratio_high_in_that_window(tmp_
     found = [f for f in case.findings if f.category == "update_ratio_high"]
     assert len(found) == 1 and found[0].evidence["window"] == [120, 180]  # LR ×50 at 150–154
     assert found[0].layer and found[0].evidence["tensors"]
-    assert case.summary["status"] == "incident"
+    assert case.summary.status == "incident"
 
 
 def test_resume_without_optimizer_state_is_optimizer_state_reset(tmp_path):
@@ -77,7 +77,7 @@ def test_persistent_lr_jump_from_checkpoints_alone_is_lr_schedule_jump(tmp_path)
     assert jumps[0].evidence["checkpoint_steps"] == [120, 180]
     assert jumps[0].evidence["factor"] == pytest.approx(15.0, rel=1e-6)
     assert jumps[0].evidence["stayed_raised_through"] == 240
-    assert case.summary["headline_finding"] == jumps[0].id
+    assert case.summary.headline_finding == jumps[0].id
     # Raw, the window after the jump moved far more; the LR the checkpoints hold accounts for it,
     # so it is context, not a second warning, and the window before the jump is not flagged.
     updates = [f for f in case.findings if f.category == "update_ratio_high"]
@@ -90,7 +90,7 @@ def test_checkpoint_only_case_header_lists_the_checkpoint_steps(tmp_path):
     from tscope.render.view import build_view
 
     case = tscope.analyze(checkpoints_only("lr_jump_persistent", tmp_path))
-    steps = build_view(case.to_dict())["run"]["steps"]
+    steps = build_view(case)["run"]["steps"]
     assert steps == "no logged steps; checkpoints at steps 60, 120, 180, 240"
 
 

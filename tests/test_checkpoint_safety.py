@@ -102,7 +102,7 @@ def test_analyze_of_a_poisoned_run_runs_nothing_and_lists_the_refused_files(pois
     assert not marker.exists()
     assert [c.step for c in case.checkpoints] == [120, 180, 240]
     assert case.metrics  # the logs are still analyzed
-    refused = {p["path"]: p["problem"] for p in case.partial}
+    refused = {p.path: p.problem for p in case.partial}
     for name in ("optimizer.pt", "rng_state.pth"):
         assert any(path.endswith(f"checkpoint-180/{name}") for path in refused)
     assert all("--trust-pickle" in problem for path, problem in refused.items() if "pth" in path)

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from tscope.cli import app
 from tscope.cluster_pipeline import cluster
+from tscope.model.case import Case
+from tscope.render.json_file import case_json_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "fixtures" / "data" / "sweep"
@@ -46,6 +48,17 @@ def test_the_sweep_splits_into_stable_and_unstable_runs(sweep_report):
     status = {p.name: p.status for p in report.profiles}
     assert {name for name, s in status.items() if s == "stable"} == STABLE_RUNS
     assert {name for name, s in status.items() if s == "unstable"} == DIVERGED_RUNS
+
+
+def test_every_cached_run_case_reads_back_as_the_same_typed_case(sweep_report):
+    _, out = sweep_report
+    files = sorted((out / "runs").glob("*/case.json"))
+    assert len(files) == len(STABLE_RUNS | DIVERGED_RUNS)
+    for file in files:
+        payload = json.loads(file.read_text(encoding="utf-8"))
+        case = Case.from_dict(payload)
+        assert case.to_dict() == payload, file.parent.name
+        assert case_json_text(case.to_dict()) == case_json_text(payload), file.parent.name
 
 
 def test_the_diverged_runs_form_one_cluster_explained_by_the_learning_rate(sweep_report):
@@ -197,6 +210,15 @@ def test_a_damaged_cached_case_is_rebuilt(tmp_path):
     shutil.copytree(SWEEP / "lr5_seed7", runs / "lr5_seed7")
     out = tmp_path / "out"
     cluster(runs, out, jobs=1)
-    (out / "runs" / "lr5_seed7" / "case.json").write_text("{truncated", encoding="utf-8")
+    case_file = out / "runs" / "lr5_seed7" / "case.json"
+    cached = json.loads(case_file.read_text(encoding="utf-8"))
+    case_file.write_text("{truncated", encoding="utf-8")
     (again,) = cluster(runs, out, jobs=1).profiles
     assert not again.reused_case and again.status == "unstable"
+    # A case of another schema version (or with a field of the wrong type) is analyzed again too.
+    for key, value in (("schema_version", "2"), ("spikes", "none")):
+        case_file.write_text(json.dumps({**cached, key: value}), encoding="utf-8")
+        (rebuilt,) = cluster(runs, out, jobs=1).profiles
+        assert not rebuilt.reused_case and rebuilt.status == "unstable", key
+    (reused,) = cluster(runs, out, jobs=1).profiles
+    assert reused.reused_case

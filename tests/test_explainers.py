@@ -28,7 +28,7 @@ def categories(case, severities=("critical", "warning")):
 def test_stable_control_raises_no_warning(seed):
     case = build_case(stable_run(seed=seed), [])
     assert categories(case) == []
-    assert case.summary["status"] == "healthy"
+    assert case.summary.status == "healthy"
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -37,7 +37,7 @@ def test_bad_batch_is_the_biggest_spike_with_a_finding_at_its_step(seed):
     top = case.findings[0]
     assert top.category == "loss_spike" and top.step == 250 and top.severity == "warning"
     assert max(case.spikes, key=lambda s: s.magnitude).peak_step == 250
-    assert "bad batch" in case.summary["verdict"]
+    assert "bad batch" in case.summary.verdict
     assert {a.category for a in case.alternatives} >= {"lr_schedule_jump", "loss_divergence"}
 
 

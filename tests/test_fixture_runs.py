@@ -37,11 +37,11 @@ def cases():
 def test_stable_controls_raise_no_warning(cases, name):
     case = cases[name]
     assert [f.category for f in case.findings if f.severity in ALERTS] == []
-    assert case.summary["status"] == "healthy"
+    assert case.summary.status == "healthy"
 
 
 def test_long_logging_window_is_stated(cases):
-    kinds = {c["kind"] for c in cases["stable_long_logging"].caveats}
+    kinds = {c.kind for c in cases["stable_long_logging"].caveats}
     assert "logging_window" in kinds
 
 
@@ -57,8 +57,8 @@ def test_corrupted_batch_step_is_the_biggest_loss_spike_with_a_finding(cases):
         f.step == step and f.category == "loss_spike" and f.severity == "info"
         for f in case.findings
     )
-    assert case.summary["status"] == "healthy"
-    verdict = case.summary["verdict"]
+    assert case.summary.status == "healthy"
+    verdict = case.summary.verdict
     assert f"The largest loss bump, at step {step}" in verdict
     assert f"tscope replay --around {step}" in verdict
 
@@ -93,7 +93,7 @@ def test_resume_with_missing_scheduler_is_flagged_at_the_resume(cases):
     assert case.findings[0].category == "optimizer_state_reset"
     incomplete = next(f for f in case.findings if f.category == "checkpoint_incomplete")
     assert incomplete.severity == "warning" and incomplete.step == 120
-    assert len([e for e in case.events if e["kind"] == "resume"]) == 1
+    assert len([e for e in case.events if e.kind == "resume"]) == 1
 
 
 def test_damaged_files_give_a_partial_case(tmp_path):
@@ -105,12 +105,12 @@ def test_damaged_files_give_a_partial_case(tmp_path):
     events.write_bytes(events.read_bytes()[:-7])  # a live run's cut last record
     (run / "garbage.csv").write_bytes(b"\x00\x01\x02 not a table")
     case = tscope.analyze(run)
-    damaged = {p["path"] for p in case.partial}
+    damaged = {p.path for p in case.partial}
     assert "checkpoint-240/trainer_state.json" in damaged
     assert any(path.startswith("runs/events.out.tfevents") for path in damaged)
     # The rest is still analyzed: the older checkpoint's trainer_state and the TB events.
     assert any(f.category == "lr_schedule_jump" for f in case.findings)
-    assert case.summary.get("partial") is True
+    assert case.summary.partial is True
 
 
 def test_inputs_are_never_written(tmp_path):

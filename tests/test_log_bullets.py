@@ -83,7 +83,7 @@ def test_tutorial_tags_lr_jump_is_headlined_and_fails_the_gate(
     run_dir = _summary_writer_run(tmp_path / "tb", rows, TUTORIAL_TAGS)
     case = analyze(run_dir)
     assert set(TUTORIAL_TAGS) <= set(case.metrics)
-    assert case.summary["status"] == "incident"
+    assert case.summary.status == "incident"
     headline = case.findings[0]
     assert headline.category == "lr_schedule_jump"
     assert abs(int(headline.step or -1) - demo.planted_step) <= 1
@@ -99,9 +99,9 @@ def test_no_series_identified_as_the_loss_names_what_was_found(tmp_path: Path) -
         tmp_path / "tb", rows, {"acc": "Accuracy/train", "tput": "Throughput"}
     )
     summary = analyze(run_dir).summary
-    assert summary["status"] == "insufficient_data"
-    assert "Accuracy/train" in summary["verdict"] and "Throughput" in summary["verdict"]
-    assert "which one is the loss" in summary["verdict"]
+    assert summary.status == "insufficient_data"
+    assert "Accuracy/train" in summary.verdict and "Throughput" in summary.verdict
+    assert "which one is the loss" in summary.verdict
 
 
 @pytest.mark.parametrize(
@@ -111,8 +111,8 @@ def test_thin_logs_are_insufficient_data_never_healthy(tmp_path: Path, losses: l
     rows = [{"step": i + 1, "train/loss": v} for i, v in enumerate(losses)]
     run_dir = _summary_writer_run(tmp_path / "tb", rows, {"train/loss": "Loss/train"})
     summary = analyze(run_dir).summary
-    assert summary["status"] == "insufficient_data"
-    assert f"only {len(losses)} finite point" in summary["verdict"]
+    assert summary.status == "insufficient_data"
+    assert f"only {len(losses)} finite point" in summary.verdict
 
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
@@ -128,7 +128,7 @@ def test_routine_bumps_of_a_real_spiky_run_are_one_finding() -> None:
     assert evidence["count"] >= 3 and evidence["median_spacing_steps"] > 0
     routine = set(evidence["spike_ids"])
     assert not [f for f in case.findings if f.category == "loss_spike" and f.spike_id in routine]
-    assert case.summary["status"] == "healthy"
+    assert case.summary.status == "healthy"
 
 
 def test_large_recurring_spikes_are_one_warning(tmp_path: Path) -> None:
@@ -162,11 +162,12 @@ def test_a_slow_rise_is_not_called_a_bad_batch(tmp_path: Path) -> None:
 
     series = _bumped(healthy_series(steps=400, seed=2), at=250, rise_points=20, factor=2.0)
     case = analyze(write_log(tmp_path, "csv", series))
-    card = case.summary["card"]
-    assert card["cause"]["category"] != "bad_batch"
-    assert "bad batch" not in case.summary["verdict"].split(";")[1].split(":")[0]
-    if card["cause"]["category"] == "undetermined":
-        assert "rose over" in case.summary["verdict"]
+    card = case.summary.card
+    assert card is not None
+    assert card.cause.category != "bad_batch"
+    assert "bad batch" not in case.summary.verdict.split(";")[1].split(":")[0]
+    if card.cause.category == "undetermined":
+        assert "rose over" in case.summary.verdict
 
 
 def test_with_no_lr_logged_a_one_step_break_is_undetermined(tmp_path: Path) -> None:
@@ -177,9 +178,9 @@ def test_with_no_lr_logged_a_one_step_break_is_undetermined(tmp_path: Path) -> N
     del series["lr"]
     series = _bumped(series, at=250, rise_points=1, factor=1.8)
     case = analyze(write_log(tmp_path, "csv", series))
-    assert case.summary["card"]["cause"]["category"] == "undetermined"
-    assert "log the LR" in case.summary["verdict"]
-    assert "tscope replay --around 250" in case.summary["verdict"]
+    assert case.summary.card.cause.category == "undetermined"
+    assert "log the LR" in case.summary.verdict
+    assert "tscope replay --around 250" in case.summary.verdict
 
 
 def test_weights_lost_at_a_resume_is_critical_and_tied_to_the_resume(tmp_path: Path) -> None:
@@ -200,5 +201,5 @@ def test_weights_lost_at_a_resume_is_critical_and_tied_to_the_resume(tmp_path: P
     assert resume and resume[0].severity == "critical" and resume[0].step == 80
     assert resume[0].evidence["weights_lost"] is True
     assert case.findings[0].category == "resume_discontinuity"
-    assert case.summary["card"]["cause"]["category"] == "resume_discontinuity"
+    assert case.summary.card.cause.category == "resume_discontinuity"
     assert np.isclose(resume[0].evidence["untrained_level"], first[0], rtol=1e-6)

@@ -39,7 +39,7 @@ def test_weights_lost_at_a_resume_of_a_real_export_is_a_critical_resume(tmp_path
     assert first.category == "resume_discontinuity" and first.severity == "critical"
     assert first.step == RESUME + 1 and first.evidence["weights_lost"] is True
     assert first.evidence["untrained_level"] == pytest.approx(loss[0], rel=1e-6)
-    assert case.summary["card"]["cause"]["category"] == "resume_discontinuity"
+    assert case.summary.card.cause.category == "resume_discontinuity"
     # The 26k-step re-learning is a setback, never "recovered" like a spike.
     spikes = [f for f in case.findings if f.category == "loss_spike" and f.step == RESUME + 3]
     assert spikes and "setback" in spikes[0].message

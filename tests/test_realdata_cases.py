@@ -30,13 +30,13 @@ def test_no_critical_finding_on_real_logs(path):
 def test_healthy_trainer_runs_are_healthy(name):
     """Baize: epoch-boundary drops and batch-2 bumps are the run's texture, not incidents."""
     case = tscope.analyze(REALDATA / "hf_trainer_state" / name)
-    assert case.summary["status"] == "healthy"
+    assert case.summary.status == "healthy"
 
 
 def test_modded_nanogpt_data_bumps_are_not_warnings():
     for path in sorted((REALDATA / "modded_nanogpt" / "runs").glob("*.csv")):
         case = tscope.analyze(path)
-        assert case.summary["status"] == "healthy", path.name
+        assert case.summary.status == "healthy", path.name
 
 
 def test_pythia_one_step_spike_is_found():

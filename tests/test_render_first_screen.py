@@ -20,6 +20,7 @@ from layout import CONTENT_PX, inline_svgs, overlapping_labels, svg_label_boxes,
 
 import tscope
 from tscope.analyzers.summary import Diagnosis
+from tscope.model.replay_section import ReplaySection
 from tscope.render import load_case_payload, render_case
 from tscope.render.card_view import confidence_word
 from tscope.render.chart_marks import Mark, mark_labels
@@ -171,20 +172,20 @@ def test_a_replay_within_the_logs_rounding_says_so_in_the_same_sentence() -> Non
         "reproduced": True,
     }
     section = {"steps": [100, 156], "per_step": [{}] * 57, "fidelity": fidelity}
-    view = replay_view({"replay": section})
+    view = replay_view(ReplaySection.from_dict(section))
     assert view is not None
     assert (
         "max relative loss difference 1.88e-5, above the 1e-5 tolerance only by the log's own "
         "rounding: it keeps 4 decimals" in view["verdict"]
     )
     fidelity["max_rel_loss_diff"] = 2e-7
-    again = replay_view({"replay": section})
+    again = replay_view(ReplaySection.from_dict(section))
     assert again is not None and "(tolerance 1e-5)" in again["verdict"]
 
 
 def test_the_zoom_keeps_points_on_a_bucketed_long_run() -> None:
     """One chart point per 4 steps: ±30 steps would be 15 points, so the zoom widens to ±60."""
-    chart = incident_zoom_chart(incident_case().to_dict())
+    chart = incident_zoom_chart(incident_case())
     assert chart is not None
     assert "Zoom: steps 540–660 around step 600" in chart.svg
 

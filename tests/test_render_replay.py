@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from render_replay_helpers import SVG_NS, files_of, svg_text
 
+from tscope.model.case import Case
 from tscope.render import CHART_FILES, REPLAY_CHART_FILES, load_case_payload, render_case
+from tscope.render.json_file import case_json_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,3 +142,10 @@ def test_tscope_report_rerenders_the_replayed_case_byte_for_byte(replayed, tmp_p
     _, out, files = replayed
     again = files_of(render_case(load_case_payload(out), tmp_path))
     assert again == files
+
+
+def test_the_replayed_case_reads_back_as_the_same_typed_case(replayed) -> None:
+    payload, _, _ = replayed
+    case = Case.from_dict(payload)
+    assert case.to_dict() == payload
+    assert case_json_text(case.to_dict()) == case_json_text(payload)

@@ -19,6 +19,7 @@ from case_payloads import healthy_case, incident_case, partial_payload
 from render_replay_helpers import SVG_NS, files_of, svg_text
 from test_render import assert_matches_golden
 
+from tscope.errors import UnreadableInput
 from tscope.render import REPLAY_CHART_FILES, render_case
 from tscope.render.replay_names import what_if_label, what_if_words
 
@@ -310,8 +311,19 @@ def test_a_case_without_replay_renders_as_before(tmp_path: Path, update_golden: 
             assert_matches_golden(name, file_name, files[file_name], update=False)
 
 
-def test_odd_values_in_a_hand_edited_case_json_cannot_break_the_markdown(tmp_path: Path) -> None:
+def test_odd_values_in_a_hand_edited_case_json_are_refused_in_one_line(tmp_path: Path) -> None:
+    """A step that is markup, not a number, never reaches a page: Case.from_dict refuses it."""
     samples = [{"step": "<b>145</b>", "index": "1|2", "loss": "nan", "share": None}]
+    with pytest.raises(UnreadableInput) as caught:
+        rendered(replay_payload(bad_samples=samples), tmp_path / "out")
+    message = str(caught.value)
+    assert "case.replay.bad_samples[0].step is a str, not a number" in message
+    assert "\n" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_finite_sample_loss_and_a_missing_share_are_shown_by_name(tmp_path: Path) -> None:
+    samples = [{"step": 145, "index": 12, "loss": "nan", "share": None}]
     markdown = rendered(replay_payload(bad_samples=samples), tmp_path)["case.md"]
-    row = next(line for line in replay_part(markdown).splitlines() if "b\\>145" in line)
-    assert row == "| \\<b\\>145\\</b\\> | 1\\|2 | NaN | — |"
+    row = next(line for line in replay_part(markdown).splitlines() if line.startswith("| 145 |"))
+    assert row == "| 145 | 12 | NaN | — |"

@@ -175,4 +175,4 @@ def test_a_replay_with_other_batches_names_no_cause_and_keeps_a_healthy_run_heal
     mismatch = next(f for f in found.findings if f.category == "replay_mismatch")
     assert "batches() likely yields other data" in mismatch.message
     case = case_with_replay(found, read_weights=False)
-    assert case.summary["status"] == "healthy"
+    assert case.summary.status == "healthy"

@@ -61,7 +61,7 @@ def test_the_restart_point_is_the_checkpoint_before_the_first_affected_update(in
     from tscope.replay_case import case_with_replay
 
     case = case_with_replay(investigated, read_weights=False)
-    restart = [s for s in case.summary["next_steps"] if s.startswith("Restart point")]
+    restart = [s for s in case.summary.next_steps if s.startswith("Restart point")]
     assert restart and "`checkpoints/step=30.ckpt`" in restart[0], restart
 
 

@@ -58,8 +58,8 @@ def test_the_best_explanation_is_the_bad_batch_with_its_indices(corrupted):
     first = case.findings[0]
     assert (first.category, first.step, first.source) == ("bad_batch", 145, "replay")
     assert first.evidence["indices"] == [2, 5, 11, 13, 17, 22]
-    assert "a bad batch" in case.summary["verdict"]  # the cause in words; its id on the card
-    assert case.summary["card"]["cause"]["category"] == "bad_batch"
+    assert "a bad batch" in case.summary.verdict  # the cause in words; its id on the card
+    assert case.summary.card.cause.category == "bad_batch"
 
 
 def test_the_what_ifs_say_data_for_the_corrupted_batch(corrupted):
@@ -100,7 +100,7 @@ def test_per_step_layer_statistics_are_recorded(corrupted):
     statistics = {name for values in step.layers.values() for name in values}
     assert {"grad_norm", "update_ratio_per_step", "activation_max_abs"} <= statistics
     assert "attention_logit_max" in statistics
-    assert case.replay is not None and case.replay["layer_series"]
+    assert case.replay is not None and case.replay.layer_series
 
 
 def test_a_stable_run_gives_no_replay_warning(monkeypatch):
@@ -267,5 +267,5 @@ def test_one_replay_reads_and_parses_the_logs_once(tmp_path, monkeypatch):
     assert len(statistics_reads) == 1
     # The resume check's finding is ranked into the case beside the replay's own.
     assert any((f.category, f.step) == ("replay_mismatch", 121) for f in outcome.case.findings)
-    assert outcome.case.replay is not None and outcome.case.replay["resume_checks"]
+    assert outcome.case.replay is not None and outcome.case.replay.resume_checks
     assert (tmp_path / "case" / "replay.json").is_file()

@@ -27,29 +27,29 @@ def categories(case, severities=ALERTS):
 def test_a_handful_of_loss_points_is_insufficient_data_not_healthy():
     run = make_run({LOSS: loss_curve(8, 0), LEARNING_RATE: warmup_cosine(8)})
     summary = build_case(run, []).summary
-    assert summary["status"] == "insufficient_data"
-    assert "only 8 finite points of train/loss" in summary["verdict"]
-    assert summary["missing"] and summary["next_steps"]
+    assert summary.status == "insufficient_data"
+    assert "only 8 finite points of train/loss" in summary.verdict
+    assert summary.missing and summary.next_steps
 
 
 def test_no_loss_series_is_insufficient_data():
     run = make_run({LEARNING_RATE: warmup_cosine(100)})
     summary = build_case(run, []).summary
-    assert summary["status"] == "insufficient_data"
+    assert summary.status == "insufficient_data"
     # It says which series it found and asks which one is the loss (issue 11).
-    assert "no series could be identified as the training loss" in summary["verdict"]
-    assert "series found: train/learning_rate" in summary["verdict"]
+    assert "no series could be identified as the training loss" in summary.verdict
+    assert "series found: train/learning_rate" in summary.verdict
 
 
 def test_enough_points_are_judged_healthy():
-    assert build_case(stable_run(steps=40, seed=1), []).summary["status"] == "healthy"
+    assert build_case(stable_run(steps=40, seed=1), []).summary.status == "healthy"
 
 
 def test_a_short_run_that_blew_up_is_still_an_incident():
     loss = loss_curve(10, 0)
     loss[-2:] = np.nan
     summary = build_case(make_run({LOSS: loss, GRAD_NORM: np.ones(10)}), []).summary
-    assert summary["status"] == "incident"
+    assert summary.status == "incident"
 
 
 # --- grad_norm_high --------------------------------------------------------------------------------
@@ -148,7 +148,7 @@ def test_eval_rising_while_train_falls_is_overfitting_from_the_best_eval(tmp_pat
     assert 175 <= found[0].step <= 225  # evals every 25 steps; the best is the one nearest 200
     assert found[0].evidence["gap_at_end"] > found[0].evidence["gap_at_best"]
     assert "eval_divergence" not in categories(case)  # one finding for one cause
-    assert case.summary["card"]["cause"]["category"] == "overfitting"
+    assert case.summary.card.cause.category == "overfitting"
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -208,7 +208,7 @@ def test_whisper_eval_loss_rise_with_wer_improving_is_no_warning():
     assert selection["name"] == "eval_wer" and selection["lower_is_better"] is True
     assert selection["best_step"] == 3000
     assert not categories(case)
-    assert case.summary["status"] == "healthy"
+    assert case.summary.status == "healthy"
 
 
 def test_eval_rising_with_the_train_loss_is_divergence_not_overfitting():

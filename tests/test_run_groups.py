@@ -88,7 +88,7 @@ def test_two_csvs_of_different_runs_are_refused(tmp_path):
     with pytest.raises(SeveralRuns, match="holds 2 separate runs"):
         tscope.analyze(tmp_path / "runs")
     # Named one by one they are one run each, and naming both merges them on purpose.
-    assert tscope.analyze(tmp_path / "runs" / "baseline.csv").run["last_step"] == 60
+    assert tscope.analyze(tmp_path / "runs" / "baseline.csv").run.last_step == 60
 
 
 def test_one_folder_per_run_is_several_runs_labelled_by_folder(tmp_path):
@@ -104,8 +104,8 @@ def test_a_resumed_run_logged_into_two_files_is_one_run(tmp_path):
     nanogpt_log(tmp_path / "other" / "train-resume.log", 50, 100)
     assert len(groups_in(tmp_path / "run")) == 1 and len(groups_in(tmp_path / "other")) == 1
     case = tscope.analyze(tmp_path / "run")
-    assert (case.run["first_step"], case.run["last_step"]) == (0, 99)
-    assert any(event["kind"] == "resume" for event in case.events)
+    assert (case.run.first_step, case.run.last_step) == (0, 99)
+    assert any(event.kind == "resume" for event in case.events)
 
 
 def test_a_runs_logs_of_different_formats_are_one_run(tmp_path):

@@ -34,15 +34,15 @@ def bullet_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _cause_finding(case):  # type: ignore[no-untyped-def]
-    cause = case.summary["card"]["cause"]
-    return cause, {f.id: f for f in case.findings}.get(cause.get("finding_id"))
+    cause = case.summary.card.cause
+    return cause, {f.id: f for f in case.findings}.get(cause.finding_id)
 
 
 def test_ga4_corrupted_step_is_the_headline_loss_spike(bullet_runs: dict[str, Path]) -> None:
     import tscope
 
     case = tscope.analyze(bullet_runs["llama_ga4_bad_batch"])
-    assert case.summary["status"] == "incident"
+    assert case.summary.status == "incident"
     spikes = [f for f in case.findings if f.category == "loss_spike"]
     # The one-step jump at the corrupted step is reported as a loss spike, as a warning ...
     at_80 = [f for f in spikes if f.step == 80]
@@ -50,8 +50,8 @@ def test_ga4_corrupted_step_is_the_headline_loss_spike(bullet_runs: dict[str, Pa
     assert at_80[0].evidence["impact"]["ratio"] > 1.5
     # ... and it heads the case: no smaller bump elsewhere outranks it.
     assert case.findings[0].step == 80
-    assert case.summary["card"]["step"] == 80
-    assert case.summary["impact"]["peak"] == pytest.approx(at_80[0].evidence["peak_value"])
+    assert case.summary.card.step == 80
+    assert case.summary.impact.peak == pytest.approx(at_80[0].evidence["peak_value"])
     assert all(f.severity == "info" for f in spikes if f.step != 80)
 
 
@@ -60,7 +60,7 @@ def test_lr_x25_jump_is_headlined_as_the_jump_at_its_step(bullet_runs: dict[str,
 
     case = tscope.analyze(bullet_runs["gpt2_lr_x25"])
     cause, finding = _cause_finding(case)
-    assert cause["category"] == "lr_schedule_jump"
+    assert cause.category == "lr_schedule_jump"
     assert finding is not None and finding.step == 70
     assert "×25" in finding.message
     # The jump is the first finding, not a symptom or lr_too_high above it.
@@ -73,8 +73,8 @@ def test_nanogpt_lr_x100_jump_is_the_cause_at_its_step(bullet_runs: dict[str, Pa
     import tscope
 
     case = tscope.analyze(bullet_runs["nanogpt_lr_x100"])
-    assert case.summary["status"] == "incident"
+    assert case.summary.status == "incident"
     cause, finding = _cause_finding(case)
-    assert cause["category"] == "lr_schedule_jump"
+    assert cause.category == "lr_schedule_jump"
     assert finding is not None and finding.step == 59  # nanoGPT logs optimizer step 60 as 59
     assert case.findings[0] is finding

@@ -114,7 +114,7 @@ def test_a_recording_cut_mid_write_keeps_its_rows_and_says_so(tmp_path: Path) ->
     analysis = _case(run)
     steps, _ = analysis.run.series(layer_metric_name("blocks.0.fc1.weight", "grad_norm"))
     assert steps.tolist() == list(range(80))
-    assert [p["path"] for p in analysis.case.partial] == ["layers/blocks.0.fc1.weight.arrow"]
+    assert [p.path for p in analysis.case.partial] == ["layers/blocks.0.fc1.weight.arrow"]
 
 
 def test_links_inside_a_recording_are_not_followed(tmp_path: Path) -> None:
@@ -125,4 +125,4 @@ def test_links_inside_a_recording_are_not_followed(tmp_path: Path) -> None:
     (run / "layers" / "elsewhere.arrow").symlink_to(outside)
     analysis = _case(run)
     assert not analysis.run.has(layer_metric_name("elsewhere", "grad_norm"))
-    assert [p["path"] for p in analysis.case.partial] == ["layers/elsewhere.arrow"]
+    assert [p.path for p in analysis.case.partial] == ["layers/elsewhere.arrow"]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tscope.model import Run
+from tscope.model.case_parts import LayerHeatmap
 from tscope.model.metric_names import LOSS
 
 # Charts keep at most this many buckets per series; each bucket keeps its last value and its
@@ -77,7 +78,7 @@ def chart_series(run: Run, metric: str) -> dict[str, list[object]]:
 HEATMAP_MAX_LAYERS = 40
 
 
-def layer_heatmap(layers: Any) -> dict[str, Any]:
+def layer_heatmap(layers: Any) -> LayerHeatmap:
     """names × checkpoint steps matrices of the update ratio and norm growth, for the report."""
     steps = sorted(int(s) for s in layers["step"].unique())
     ratio = layers.pivot_table(index="tensor", columns="step", values="update_ratio_per_step")
@@ -86,16 +87,13 @@ def layer_heatmap(layers: Any) -> dict[str, Any]:
     if not order:
         order = sorted(layers["tensor"].unique().tolist())[:HEATMAP_MAX_LAYERS]
 
-    def matrix(table: Any) -> list[list[float | None]]:
+    def matrix(table: Any) -> tuple[tuple[float | None, ...], ...]:
         table = table.reindex(index=order, columns=steps)
-        return [
-            [None if value != value else float(value) for value in row]
+        return tuple(
+            tuple(None if value != value else float(value) for value in row)
             for row in table.to_numpy().tolist()
-        ]
+        )
 
-    return {
-        "steps": steps,
-        "names": order,
-        "update_ratio": matrix(ratio),
-        "norm_growth": matrix(growth),
-    }
+    return LayerHeatmap(
+        tuple(steps), tuple(str(name) for name in order), matrix(ratio), matrix(growth)
+    )

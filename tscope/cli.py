@@ -114,7 +114,7 @@ def analyze(
     if not quiet:
         for item in case.partial:
             typer.echo(
-                visible(f"tscope: warning: partial input {item['path']}: {item['problem']}"),
+                visible(f"tscope: warning: partial input {item.path}: {item.problem}"),
                 err=True,
             )
     typer.echo(visible(main_file(written)))
@@ -261,7 +261,7 @@ def demo(
     if not quiet:
         typer.echo(
             f"Planted: learning rate ×{demo_run.lr_factor:g} at step {demo_run.planted_step} for "
-            f"{demo_run.window_steps} steps. Verdict: {case.summary.get('verdict', '')}",
+            f"{demo_run.window_steps} steps. Verdict: {case.summary.verdict}",
             err=True,
         )
     typer.echo(visible(main_file(written)))

@@ -35,6 +35,7 @@ from tscope.errors import TscopeError, UnreadableInput, UsageError
 from tscope.ingest import safe_json
 from tscope.ingest.discover import iter_files
 from tscope.ingest.safe_fs import NOT_REGULAR, is_inside, is_regular_file, read_bytes_bounded
+from tscope.model.case import Case
 from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
 from tscope.output_files import make_subfolder, prepare_folder, write_with
 from tscope.output_writer import write_json, write_layers_parquet
@@ -316,6 +317,9 @@ def _load_cached(
         )
         if not isinstance(payload, dict):
             return None
+        # Another schema version, or a field of the wrong type (CaseFormatError, a ValueError):
+        # the cached case is not one this tscope reads, so the run is analyzed again.
+        Case.from_dict(payload)
         series_bytes = read_bytes_bounded(case_dir / SERIES_FILE, SERIES_FILE)
         with np.load(io.BytesIO(series_bytes), allow_pickle=False) as series:
             curve = LossCurve(
@@ -353,7 +357,7 @@ def _fingerprint(path: Path, task: RunTask) -> dict[str, Any]:
 
 
 def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
-    from tscope.render import load_case_payload, render_case
+    from tscope.render import load_case, render_case
 
     unstable = [p for p in report.profiles if p.status == "unstable"]
     if len(unstable) > CASE_HTML_LIMIT:
@@ -366,7 +370,7 @@ def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
     for profile in rendered:
         case_dir = (out_dir / profile.case_path).parent
         if not (case_dir / "case.html").is_file() or not profile.reused_case:
-            render_case(load_case_payload(case_dir), case_dir, ("html",))
+            render_case(load_case(case_dir), case_dir, ("html",))
 
 
 def _unique_names(names: list[str]) -> list[str]:

@@ -64,7 +64,7 @@ def analyze(request: AnalyzeRequest) -> CaseOutcome:
         trust_pickle=request.trust_pickle,
         read_weights=request.read_weights,
     ).case
-    target = request.out or default_output(CASE_PREFIX, str(case.run["name"]), local)
+    target = request.out or default_output(CASE_PREFIX, case.run.name, local)
     if request.out is None and request.on_default_folder is not None:
         request.on_default_folder(target)
     return CaseOutcome(case, write_case(case, target, request.formats))
@@ -122,10 +122,10 @@ def cluster(request: ClusterRequest) -> ClusterOutcome:
 def report(case_dir: Path, out: Path | None, formats: tuple[str, ...]) -> list[Path]:
     """A case re-rendered from its case.json, with no recomputation (into its own folder unless
     `out` names another)."""
-    from tscope.render import load_case_payload, render_case
+    from tscope.render import load_case, render_case
 
-    payload = load_case_payload(case_dir)
-    return render_case(payload, report_folder(case_dir, out), formats)
+    case = load_case(case_dir)
+    return render_case(case, report_folder(case_dir, out), formats)
 
 
 @dataclass(frozen=True)

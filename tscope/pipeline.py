@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -10,6 +11,8 @@ from tscope import __version__
 from tscope.chart_data import chart_series, layer_heatmap
 from tscope.ingest.inputs import Inputs, ReadOptions, read_inputs
 from tscope.model import Case, CheckpointInfo, Finding, Run
+from tscope.model.case_fields import Fields
+from tscope.model.case_parts import RunHeader, Summary
 from tscope.model.checkpoint import CheckpointEvidence
 
 
@@ -71,35 +74,48 @@ def build_case(
     incidents = find_incidents(evidence)
     findings = rank_findings(explain(evidence) + list(extra_findings), incidents)
     case = Case(
-        run={
-            "name": run.name,
-            "path": run.path,
-            "sources": [{"kind": s.kind, "path": s.path} for s in run.sources],
-            "first_step": run.first_step,
-            "last_step": run.last_step,
-            "config": run.config,
-        },
+        run=RunHeader(
+            name=run.name,
+            path=run.path,
+            sources=tuple(run.sources),
+            first_step=run.first_step,
+            last_step=run.last_step,
+            config=run.config,
+        ),
         metrics=run.metric_names,
         spikes=spikes,
         change_points=change_points,
         findings=findings,
         story=build_story(evidence, incidents, findings),
         checkpoints=list(checkpoints),
-        partial=[{"path": p.path, "problem": p.problem} for p in run.partial],
+        partial=list(run.partial),
         alternatives=alternatives(evidence, incidents, findings),
         limits=limits(evidence, has_checkpoints=bool(checkpoints)),
-        caveats=[{"kind": c.kind, "message": c.message, "source": c.source} for c in run.caveats],
-        events=[
-            {"kind": e.kind, "step": e.step, "detail": e.detail, "source": e.source}
-            for e in run.events
-        ],
-        summary=summarize(evidence, incidents, findings, list(checkpoints)),
+        caveats=list(run.caveats),
+        events=list(run.events),
+        summary=analyzed_summary(
+            summarize(evidence, incidents, findings, list(checkpoints)), partial=bool(run.partial)
+        ),
         chart_series={m: chart_series(run, m) for m in run.metric_names},
         tool_version=__version__,
     )
     if checkpoint_evidence is not None and not checkpoint_evidence.layers.empty:
         case.layers = layer_heatmap(checkpoint_evidence.layers)
         case.layers_table = checkpoint_evidence.layers
-    if run.partial:
-        case.summary["partial"] = True
     return case
+
+
+# The summary keys the typed case holds (the analyzers' summary dict may use no other).
+SUMMARY_FIELDS = {summary_field.name for summary_field in fields(Summary)}
+
+
+def analyzed_summary(summary: dict[str, object], partial: bool) -> Summary:
+    """The analyzers' summary (tscope.analyzers.summary) as the typed section; `partial` when some
+    input could not be read."""
+    unknown = sorted(set(summary) - SUMMARY_FIELDS)
+    if unknown:  # a bug, not bad input: the key would be dropped from case.json silently
+        raise ValueError(
+            f"summary keys {unknown} are not in tscope.model.case_parts.Summary: add them there"
+        )
+    typed = Summary.from_fields(Fields(summary, "summary"))
+    return replace(typed, partial=True) if partial else typed

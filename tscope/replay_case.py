@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from tscope.ingest.inputs import Inputs, ReadOptions, read_inputs
 from tscope.model import Case
+from tscope.model.case import json_safe
 from tscope.model.replay import ReplayResult
+from tscope.model.replay_section import ReplaySection
 from tscope.output_writer import LAYERS_TABLE, REPLAY_JSON, SAMPLES_TABLE, STEPS_TABLE
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ def replay_case(investigation: Investigation, inputs: Inputs) -> Case:
     from tscope.pipeline import analysis_of
 
     case = analysis_of(inputs, extra_findings=investigation.findings).case
-    case.replay = replay_section(investigation)
+    case.replay = ReplaySection.from_dict(json_safe(replay_section(investigation)))
     return case
 
 

@@ -13,7 +13,7 @@ ranked in.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +117,14 @@ def case_with_xray(audit_result: XrayAudit) -> Any:
         case.limits = [line for line in case.limits if not line.startswith("Logs only")]
     case.xray = xray_section(audit_result.result)
     case.limits.append(XRAY_LIMIT)
-    if case.summary.get("status") == "healthy" and not case.metrics:
+    if case.summary.status == "healthy" and not case.metrics:
         notes = [f for f in case.findings if f.source == "xray"]
-        case.summary["verdict"] = (
+        verdict = (
             f"Token audit: no warning. {notes[0].message}"
             if notes
             else clean_verdict(audit_result.result)
         )
+        case.summary = replace(case.summary, verdict=verdict)
     return case
 
 

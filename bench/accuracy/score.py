@@ -77,18 +77,18 @@ class RunScore:
 
 def headline_of(case: Any) -> Headline:
     summary = case.summary
-    status = str(summary.get("status", "?"))
-    card = summary.get("card")
+    status = summary.status
+    card = summary.card
     alerts = [f for f in case.findings if f.severity in ALERT_SEVERITIES]
     first = alerts[0].category if alerts else None
-    if not card:
+    if card is None:
         return Headline(status, None, None, None, "logs", first)
-    cause = card.get("cause") or {}
+    cause = card.cause
     by_id = {f.id: f for f in case.findings}
-    finding = by_id.get(cause.get("finding_id"))
-    step = finding.step if finding is not None and finding.step is not None else card.get("step")
+    finding = by_id.get(cause.finding_id)
+    step = finding.step if finding is not None and finding.step is not None else card.step
     source = finding.source if finding is not None else "logs"
-    return Headline(status, cause.get("category"), step, cause.get("confidence"), source, first)
+    return Headline(status, cause.category, step, cause.confidence, source, first)
 
 
 def _alerts(spec: RunSpec, case: Any) -> list[Alert]:
@@ -191,7 +191,7 @@ def score_real_log(path: str) -> RealLogScore:
     alerts = [
         (f.category, f.severity, f.step) for f in case.findings if f.severity in ALERT_SEVERITIES
     ]
-    return RealLogScore(path, str(case.summary.get("status")), alerts)
+    return RealLogScore(path, case.summary.status, alerts)
 
 
 def healthy_real_logs(realdata: Path) -> list[Path]:

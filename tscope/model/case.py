@@ -7,8 +7,14 @@ import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tscope.model.case_fields import CaseFormatError, Fields
+from tscope.model.case_parts import LayerHeatmap, RunHeader, Summary
 from tscope.model.categories import SEVERITIES
+from tscope.model.replay_section import ReplaySection
+from tscope.model.run import Caveat, PartialInput, RunEvent
 
+# The case.json schema this tscope writes and reads. A file of another major version is refused
+# (`Case.from_dict`); within one major version later fields are optional, so older files still read.
 SCHEMA_VERSION = "1"
 SOURCES = ("logs", "checkpoints", "replay", "cluster", "xray")
 
@@ -97,37 +103,39 @@ class Alternative:
 
 @dataclass
 class Case:
-    run: dict[str, Any]
+    run: RunHeader
     metrics: list[str]
     spikes: list[Spike] = field(default_factory=list)
     change_points: list[ChangePoint] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     story: list[StoryEvent] = field(default_factory=list)
     checkpoints: list[CheckpointInfo] = field(default_factory=list)
-    partial: list[dict[str, str]] = field(default_factory=list)
+    partial: list[PartialInput] = field(default_factory=list)
     alternatives: list[Alternative] = field(default_factory=list)
     limits: list[str] = field(default_factory=list)  # what the evidence cannot show
-    caveats: list[dict[str, str]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)  # verdict, next_steps
+    caveats: list[Caveat] = field(default_factory=list)
+    events: list[RunEvent] = field(default_factory=list)  # case.json keeps all but `numbers`
+    summary: Summary = field(default_factory=Summary)
     # Chart data, bucketed with min/max kept so a re-render needs no recomputation.
     chart_series: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     tool_version: str = "0"
     # Per-layer view for the report (names × checkpoint steps), and the full table behind it,
     # which is written as layers.parquet (not part of case.json).
-    layers: dict[str, Any] | None = None
+    layers: LayerHeatmap | None = None
     layers_table: Any = None
     # What `tscope replay` added: fidelity, per-step series, samples, what-ifs (see docs).
-    replay: dict[str, Any] | None = None
+    replay: ReplaySection | None = None
     # What `tscope xray` added: per-token weights, matched rule, leak matrix (docs/xray-schema.md).
     xray: dict[str, Any] | None = None
+    schema_version: str = SCHEMA_VERSION  # as read; a new case is written in this tscope's
 
     def to_dict(self) -> dict[str, Any]:
-        """The case.json payload: contract keys plus documented extensions, JSON-safe floats."""
+        """The case.json payload: contract keys plus documented extensions, JSON-safe floats.
+        The one place a case becomes JSON-shaped."""
         payload: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": self.schema_version,
             "tool": {"name": "tscope", "version": self.tool_version},
-            "run": self.run,
+            "run": self.run.to_dict(),
             "metrics": list(self.metrics),
             "spikes": [_spike_dict(spike) for spike in self.spikes],
             "change_points": [
@@ -143,22 +151,158 @@ class Case:
             "findings": [asdict(finding) for finding in self.findings],
             "story": [asdict(event) for event in self.story],
             "checkpoints": [asdict(ckpt) for ckpt in self.checkpoints],
-            "partial": list(self.partial),
+            "partial": [{"path": p.path, "problem": p.problem} for p in self.partial],
             "alternatives": [asdict(alt) for alt in self.alternatives],
             "limits": list(self.limits),
-            "caveats": list(self.caveats),
-            "events": list(self.events),
-            "summary": self.summary,
+            "caveats": [
+                {"kind": c.kind, "message": c.message, "source": c.source} for c in self.caveats
+            ],
+            "events": [
+                {"kind": e.kind, "step": e.step, "detail": e.detail, "source": e.source}
+                for e in self.events
+            ],
+            "summary": self.summary.to_dict(),
             "chart_series": self.chart_series,
         }
         if self.layers is not None:
-            payload["layers"] = self.layers
+            payload["layers"] = self.layers.to_dict()
         if self.replay is not None:
-            payload["replay"] = self.replay
+            payload["replay"] = self.replay.to_dict()
         if self.xray is not None:
             payload["xray"] = self.xray
         result: dict[str, Any] = json_safe(payload)
         return result
+
+    @classmethod
+    def from_dict(cls, payload: object) -> Case:
+        """A case read back from its case.json payload (what `tscope report` and the cluster
+        cache render). Refuses another major schema version and any field of the wrong type
+        (CaseFormatError, one line); a later optional field an older file lacks takes its default.
+        """
+        case = Fields(payload, "case")
+        version = case.data.get("schema_version")
+        if not isinstance(version, str | int) or isinstance(version, bool):
+            raise CaseFormatError("not a tscope case file (no schema_version)")
+        if str(version).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+            raise CaseFormatError(
+                f"case schema {version} is not schema {SCHEMA_VERSION}, the one this tscope reads"
+            )
+        tool = case.child("tool") or Fields({}, "case.tool")
+        layers = case.child("layers")
+        summary = case.child("summary")
+        return cls(
+            run=RunHeader.from_fields(case.child("run") or Fields({}, "case.run")),
+            metrics=case.texts("metrics"),
+            spikes=[_spike(item) for item in case.records("spikes")],
+            change_points=[_change_point(item) for item in case.records("change_points")],
+            findings=[_finding(item) for item in case.records("findings")],
+            story=[_story_event(item) for item in case.records("story")],
+            checkpoints=[_checkpoint(item) for item in case.records("checkpoints")],
+            partial=[
+                PartialInput(p.text("path"), p.text("problem")) for p in case.records("partial")
+            ],
+            alternatives=[
+                Alternative(a.text("category"), a.text("reason"), a.optional_text("spike_id"))
+                for a in case.records("alternatives")
+            ],
+            limits=case.texts("limits"),
+            caveats=[
+                Caveat(c.text("kind"), c.text("message"), c.text("source"))
+                for c in case.records("caveats")
+            ],
+            events=[
+                RunEvent(e.text("kind"), e.integer("step"), e.text("detail"), e.text("source"))
+                for e in case.records("events")
+            ],
+            summary=Summary() if summary is None else Summary.from_fields(summary),
+            chart_series=_chart_series(case),
+            tool_version=tool.text("version", "?"),
+            layers=None if layers is None else LayerHeatmap.from_fields(layers),
+            replay=ReplaySection.from_dict(case.data["replay"]) if case.has("replay") else None,
+            xray=case.mapping("xray") if case.has("xray") else None,
+            schema_version=str(version),
+        )
+
+
+def _spike(spike: Fields) -> Spike:
+    return Spike(
+        id=spike.text("id"),
+        metric=spike.text("metric"),
+        onset_step=spike.integer("onset_step"),
+        peak_step=spike.integer("peak_step"),
+        end_step=spike.optional_integer("end_step"),
+        magnitude=spike.number("magnitude"),
+        detectors=tuple(spike.texts("detectors")),
+        baseline=spike.number("baseline"),
+        peak_value=spike.number("peak_value"),
+        nonfinite=spike.flag("nonfinite"),
+        alarm_score=spike.optional_number("alarm_score"),
+        alarm_detector=spike.optional_text("alarm_detector"),
+    )
+
+
+def _change_point(change: Fields) -> ChangePoint:
+    before = change.child("before") or Fields({}, f"{change.where}.before")
+    after = change.child("after") or Fields({}, f"{change.where}.after")
+    return ChangePoint(
+        metric=change.text("metric"),
+        step=change.integer("step"),
+        detector=change.text("detector"),
+        before_mean=before.number("mean", float("nan")),
+        after_mean=after.number("mean", float("nan")),
+    )
+
+
+def _finding(finding: Fields) -> Finding:
+    try:
+        return Finding(
+            category=finding.text("category"),
+            severity=finding.text("severity", "info"),
+            confidence=finding.number("confidence"),
+            step=finding.optional_integer("step"),
+            layer=finding.optional_text("layer"),
+            message=finding.text("message"),
+            evidence=finding.mapping("evidence"),
+            suggestion=finding.text("suggestion"),
+            source=finding.text("source", "logs"),
+            spike_id=finding.optional_text("spike_id"),
+            threshold=finding.text("threshold"),
+            id=finding.text("id"),
+        )
+    except CaseFormatError:
+        raise
+    except ValueError as error:  # Finding's own checks: severity, confidence, source
+        raise CaseFormatError(f"{finding.where}: {error}") from error
+
+
+def _story_event(event: Fields) -> StoryEvent:
+    return StoryEvent(
+        step=event.integer("step"),
+        signal=event.text("signal"),
+        description=event.text("description"),
+        layer=event.optional_text("layer"),
+        spike_id=event.optional_text("spike_id"),
+        lead_steps=event.optional_integer("lead_steps"),
+    )
+
+
+def _checkpoint(checkpoint: Fields) -> CheckpointInfo:
+    return CheckpointInfo(
+        step=checkpoint.optional_integer("step"),
+        path=checkpoint.text("path"),
+        format=checkpoint.text("format"),
+        has_optimizer=checkpoint.flag("has_optimizer"),
+        has_rng=checkpoint.flag("has_rng"),
+    )
+
+
+def _chart_series(case: Fields) -> dict[str, dict[str, list[Any]]]:
+    """Per metric its bucketed lists (steps, values, min, max), kept as written."""
+    charted: dict[str, dict[str, list[Any]]] = {}
+    for name, lists in case.mapping("chart_series").items():
+        entry = Fields(lists, f"case.chart_series.{name}")
+        charted[name] = {key: entry.items(key) for key in entry.data}
+    return charted
 
 
 def _spike_dict(spike: Spike) -> dict[str, Any]:

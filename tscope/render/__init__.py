@@ -1,10 +1,11 @@
 """Renderers: case.json (the source of truth), case.html, and case.md with its SVG charts.
 
-    render_case(case, "out/")                                   # after an analysis
-    render_case(load_case_payload("out/"), "out/", ("html",))   # `tscope report`: no recomputation
+    render_case(case, "out/")                           # after an analysis
+    render_case(load_case("out/"), "out/", ("html",))   # `tscope report`: no recomputation
 
-Both calls go through the payload exactly as case.json holds it, so a report re-rendered from
-case.json is byte-identical to the one written at analysis time.
+Both calls go through the payload exactly as case.json holds it, read back as a typed Case
+(`Case.from_dict`), so a report re-rendered from case.json is byte-identical to the one written
+at analysis time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tscope.errors import UnreadableInput
 from tscope.model.case import Case
+from tscope.model.case_fields import CaseFormatError
 from tscope.render.charts import Chart, incident_chart, incident_zoom_chart, other_metrics_chart
 from tscope.render.heatmap import layers_heatmap
 from tscope.render.html import render_html
@@ -53,6 +56,7 @@ __all__ = [
     "CHART_FILES",
     "FORMATS",
     "REPLAY_CHART_FILES",
+    "load_case",
     "load_case_payload",
     "render_case",
 ]
@@ -67,45 +71,66 @@ def render_case(
     check_formats(formats)
     raw = case_or_payload.to_dict() if isinstance(case_or_payload, Case) else case_or_payload
     payload = normalized_payload(raw)
+    case = case_from_payload(payload, "the case payload")  # as `tscope report` reads it back
     directory = output_directory(out_dir, "the case")
-    charts = draw_charts(payload) if {"html", "md"} & set(formats) else {}
+    charts = draw_charts(payload, case) if {"html", "md"} & set(formats) else {}
     written: list[Path] = []
     for name in dict.fromkeys(formats):  # each format once, in the order asked
         if name == "json":
             written.append(write_text(directory / CASE_JSON, case_json_text(payload)))
         elif name == "html":
-            written.append(write_text(directory / CASE_HTML, render_html(payload, charts)))
+            written.append(write_text(directory / CASE_HTML, render_html(case, charts)))
         else:
             for chart_name, chart in charts.items():
                 written.append(
                     write_text(directory / ALL_CHART_FILES[chart_name], chart.svg + "\n")
                 )
-            markdown = render_markdown(payload, charts, ALL_CHART_FILES)
+            markdown = render_markdown(case, charts, ALL_CHART_FILES)
             written.append(write_text(directory / CASE_MD, markdown))
     return written
 
 
-def draw_charts(payload: dict[str, Any]) -> dict[str, Chart]:
+def draw_charts(payload: dict[str, Any], case: Case) -> dict[str, Chart]:
     """Every chart the payload has data for, keyed as in CHART_FILES and REPLAY_CHART_FILES."""
     drawn = {
-        "chart": incident_chart(payload),
-        "zoom": incident_zoom_chart(payload),
-        "metrics": other_metrics_chart(payload),
-        "layers": layers_heatmap(payload),
+        "chart": incident_chart(case),
+        "zoom": incident_zoom_chart(case),
+        "metrics": other_metrics_chart(case),
+        "layers": layers_heatmap(case.layers),
         "replay": replay_chart(payload),
         "whatif": whatif_chart(payload),
-        "replay_layers": layer_statistics_chart(payload),
+        "replay_layers": layer_statistics_chart(case.replay),
     }
     return {name: chart for name, chart in drawn.items() if chart is not None}
 
 
+def load_case(case_dir_or_file: str | os.PathLike[str]) -> Case:
+    """The case in a case folder's case.json (or the file itself), typed: what `tscope report`
+    renders. A file of another schema or with a field of the wrong type ends in one line."""
+    file, payload = _read_case_file(case_dir_or_file)
+    return case_from_payload(payload, str(file))
+
+
+def case_from_payload(payload: dict[str, Any], where: str) -> Case:
+    try:
+        return Case.from_dict(payload)
+    except CaseFormatError as error:
+        raise UnreadableInput(
+            where, str(error), "Re-run `tscope analyze` to write the case again"
+        ) from error
+
+
 def load_case_payload(case_dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:
-    """case.json from a case folder (or the file itself), checked enough to render."""
-    _, payload = read_payload(
+    """case.json from a case folder (or the file itself) as its JSON object, checked enough to
+    render."""
+    return _read_case_file(case_dir_or_file)[1]
+
+
+def _read_case_file(case_dir_or_file: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
+    return read_payload(
         case_dir_or_file,
         CASE_JSON,
         "case",
         "analyze",
         "Point at the folder `tscope analyze --out` wrote, or at its case.json",
     )
-    return payload

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tscope.model.case_parts import RestartPoint, Summary
 from tscope.render.formatting import format_number, format_step, one_line, parse_number
-from tscope.render.series import as_mapping
 
 # A confidence is the analyzers' estimate that this cause explains the incident (0–1). Read as
 # words: from 0.8 the evidence points one way; from 0.5 it is the best of several explanations;
@@ -33,38 +33,38 @@ def confidence_word(confidence: float | None) -> str:
     return next(word for bound, word in CONFIDENCE_WORDS if confidence >= bound)
 
 
-def card_view(summary: dict[str, Any]) -> dict[str, Any] | None:
+def card_view(summary: Summary) -> dict[str, Any] | None:
     """None when the case has no incident (healthy, no data) or predates the card."""
-    card = as_mapping(summary.get("card"))
-    if not card:
+    card = summary.card
+    if card is None:
         return None
-    cause = as_mapping(card.get("cause"))
-    confidence = parse_number(cause.get("confidence"))
-    what = one_line(str(card.get("what") or ""))
-    severity = str(card.get("severity") or "")
+    cause = card.cause
+    confidence = parse_number(cause.confidence)
+    what = one_line(card.what)
+    severity = card.severity
     return {
         "severity": severity,
         "severity_words": SEVERITY_WORDS.get(severity, severity),
         "what": f"{what[:1].upper()}{what[1:]}" if what else "",
-        "step": format_step(card.get("step")),
-        "headline_id": str(card.get("headline_id") or ""),
-        "cause_words": one_line(str(cause.get("words") or "")),
-        "cause_category": str(cause.get("category") or ""),
-        "cause_finding": str(cause.get("finding_id") or ""),
+        "step": format_step(card.step),
+        "headline_id": card.headline_id,
+        "cause_words": one_line(cause.words),
+        "cause_category": cause.category,
+        "cause_finding": cause.finding_id or "",
         "confidence_word": confidence_word(confidence),
         "confidence": format_number(confidence),
         "confidence_legend": CONFIDENCE_LEGEND,
-        "restart": _restart_view(as_mapping(card.get("restart"))),
+        "restart": _restart_view(card.restart),
     }
 
 
-def _restart_view(restart: dict[str, Any]) -> dict[str, str] | None:
-    if not restart:
+def _restart_view(restart: RestartPoint | None) -> dict[str, str] | None:
+    if restart is None:
         return None
-    holds = "with optimizer state" if restart.get("has_optimizer") else "weights only"
+    holds = "with optimizer state" if restart.has_optimizer else "weights only"
     return {
-        "path": str(restart.get("path") or ""),
-        "step": format_step(restart.get("step")),
+        "path": restart.path,
+        "step": format_step(restart.step),
         "holds": holds,
-        "command": str(restart.get("command") or ""),
+        "command": restart.command or "",
     }

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from tscope.model.case import Case
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.render.chart_panels import LABEL_GAP, Panel, label_width
 from tscope.render.chart_style import FINDING_COLOR, PLOT_LEFT, PLOT_RIGHT, SPIKE_FILL
 from tscope.render.formatting import format_number, format_step, parse_number
-from tscope.render.series import as_records
 from tscope.render.svg import line, rect, tooltip, xml_text
 
 # Marks closer than this many pixels are one label ("S4 F1 F4 +4"): seven ids between steps 150
@@ -35,25 +34,25 @@ class Mark:
     description: str  # the tooltip line: "F1 critical loss_divergence at step 157"
 
 
-def alert_spike_ids(payload: dict[str, Any]) -> set[str]:
+def alert_spike_ids(case: Case) -> set[str]:
     """Spikes a warning or critical finding is about: the ones worth a band."""
     return {
-        str(finding.get("spike_id"))
-        for finding in as_records(payload.get("findings"))
-        if finding.get("spike_id") and finding.get("severity") in ALERT_SEVERITIES
+        finding.spike_id
+        for finding in case.findings
+        if finding.spike_id and finding.severity in ALERT_SEVERITIES
     }
 
 
 def spike_bands(
-    payload: dict[str, Any], x_of: Callable[[float], float], x_low: float, x_high: float
+    case: Case, x_of: Callable[[float], float], x_low: float, x_high: float
 ) -> list[tuple[float, float, str]]:
     """(left px, right px, spike id) of each alerting spike; an unrecovered one runs to the end."""
-    alerting = alert_spike_ids(payload)
+    alerting = alert_spike_ids(case)
     bands = []
-    for spike in as_records(payload.get("spikes")):
-        onset = parse_number(spike.get("onset_step"))
-        end = parse_number(spike.get("end_step"))
-        if onset is None or str(spike.get("id")) not in alerting:
+    for spike in case.spikes:
+        onset = parse_number(spike.onset_step)
+        end = parse_number(spike.end_step)
+        if onset is None or spike.id not in alerting:
             continue
         end = x_high if end is None else end
         if end < x_low or onset > x_high:
@@ -61,7 +60,7 @@ def spike_bands(
         left, right = x_of(max(onset, x_low)), x_of(min(max(end, onset), x_high))
         if right - left < MIN_BAND_PX:
             left, right = left - MIN_BAND_PX / 2, right + MIN_BAND_PX / 2
-        bands.append((left, right, str(spike.get("id"))))
+        bands.append((left, right, spike.id))
     return bands
 
 
@@ -77,37 +76,34 @@ def band_svg(
 
 
 def finding_marks(
-    payload: dict[str, Any], x_of: Callable[[float], float], x_low: float, x_high: float
+    case: Case, x_of: Callable[[float], float], x_low: float, x_high: float
 ) -> list[Mark]:
     marks = []
-    for finding in as_records(payload.get("findings")):
-        step = parse_number(finding.get("step"))
-        if step is None or not x_low <= step <= x_high or not finding.get("id"):
+    for finding in case.findings:
+        step = parse_number(finding.step)
+        if step is None or not x_low <= step <= x_high or not finding.id:
             continue
         described = (
-            f"{finding['id']} {finding.get('severity', '')} {finding.get('category', '')} "
-            f"at step {format_step(step)}"
+            f"{finding.id} {finding.severity} {finding.category} at step {format_step(step)}"
         )
-        marks.append(Mark(x_of(step), str(finding["id"]), FINDING_COLOR, described))
+        marks.append(Mark(x_of(step), finding.id, FINDING_COLOR, described))
     return marks
 
 
 def spike_marks(
-    payload: dict[str, Any],
+    case: Case,
     bands: Sequence[tuple[float, float, str]],
     x_of: Callable[[float], float],
 ) -> list[Mark]:
     shaded = {spike_id for _, _, spike_id in bands}
     marks = []
-    for spike in as_records(payload.get("spikes")):
-        onset = parse_number(spike.get("onset_step"))
-        if onset is None or str(spike.get("id")) not in shaded:
+    for spike in case.spikes:
+        onset = parse_number(spike.onset_step)
+        if onset is None or spike.id not in shaded:
             continue
-        described = (
-            f"{spike['id']} {spike.get('metric', '')} from step {format_step(onset)} "
-            f"to {format_step(spike.get('end_step')) if spike.get('end_step') is not None else 'the end'}"
-        )
-        marks.append(Mark(x_of(onset), str(spike["id"]), SPIKE_FILL, described))
+        end = format_step(spike.end_step) if spike.end_step is not None else "the end"
+        described = f"{spike.id} {spike.metric} from step {format_step(onset)} to {end}"
+        marks.append(Mark(x_of(onset), spike.id, SPIKE_FILL, described))
     return marks
 
 

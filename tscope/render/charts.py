@@ -15,6 +15,7 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
+from tscope.model.case import Case
 from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS, is_loss_like
 from tscope.render.chart_marks import (
     band_svg,
@@ -39,7 +40,7 @@ from tscope.render.chart_style import (
     Chart,
 )
 from tscope.render.formatting import format_step, parse_number
-from tscope.render.series import as_mapping, nice_ticks, read_series
+from tscope.render.series import nice_ticks, read_series
 from tscope.render.svg import svg_document, text
 
 __all__ = [
@@ -95,34 +96,34 @@ def main_chart_metrics(series_map: dict[str, Any]) -> list[str]:
     return [series.metric for panel in _main_panels(series_map) for series in panel.series]
 
 
-def incident_chart(payload: dict[str, Any]) -> Chart | None:
+def incident_chart(case: Case) -> Chart | None:
     """Loss (with eval loss), gradient norm and learning rate, stacked on one step axis."""
-    panels = _main_panels(_series_map(payload))
+    panels = _main_panels(case.chart_series)
     if not panels:
         return None
     title = "Loss, gradient norm and learning rate by optimizer step"
-    return _stacked_chart(panels, payload, title, MAIN_PANEL_HEIGHT)
+    return _stacked_chart(panels, case, title, MAIN_PANEL_HEIGHT)
 
 
-def zoom_step(payload: dict[str, Any]) -> float | None:
+def zoom_step(case: Case) -> float | None:
     """The step the zoom centres on: the incident card's, else the headline finding's."""
-    summary = as_mapping(payload.get("summary"))
-    step = parse_number(as_mapping(summary.get("card")).get("step"))
+    summary = case.summary
+    step = parse_number(summary.card.step) if summary.card is not None else None
     if step is None:
-        headline = summary.get("headline_finding")
-        for finding in payload.get("findings") or []:
-            if isinstance(finding, dict) and finding.get("id") == headline:
-                step = parse_number(finding.get("step"))
+        headline = summary.headline_finding
+        for finding in case.findings:
+            if finding.id == headline:
+                step = parse_number(finding.step)
     return step
 
 
-def incident_zoom_chart(payload: dict[str, Any]) -> Chart | None:
+def incident_zoom_chart(case: Case) -> Chart | None:
     """The same panels, ±ZOOM_HALF_WIDTH_STEPS around the headline incident: a one-step spike
     that is a sliver on the full run gets room to be read point by point."""
-    centre = zoom_step(payload)
+    centre = zoom_step(case)
     if centre is None:
         return None
-    main = _main_panels(_series_map(payload))
+    main = _main_panels(case.chart_series)
     half_width = max(ZOOM_HALF_WIDTH_STEPS, ZOOM_MIN_POINTS_EACH_SIDE * _spacing(main))
     first, last = centre - half_width, centre + half_width
     panels = []
@@ -135,12 +136,12 @@ def incident_zoom_chart(payload: dict[str, Any]) -> Chart | None:
     title = (
         f"Zoom: steps {format_step(first)}–{format_step(last)} around step {format_step(centre)}"
     )
-    return _stacked_chart(panels, payload, title, ZOOM_PANEL_HEIGHT, x_range=(first, last))
+    return _stacked_chart(panels, case, title, ZOOM_PANEL_HEIGHT, x_range=(first, last))
 
 
-def other_metrics_chart(payload: dict[str, Any]) -> Chart | None:
+def other_metrics_chart(case: Case) -> Chart | None:
     """Every other charted series, one small panel each, on the same step axis."""
-    series_map = _series_map(payload)
+    series_map = case.chart_series
     shown = set(main_chart_metrics(series_map))
     panels = [
         Panel(name, (series,))
@@ -150,7 +151,7 @@ def other_metrics_chart(payload: dict[str, Any]) -> Chart | None:
     if not panels:
         return None
     chart = _stacked_chart(
-        panels[:MAX_OTHER_PANELS], payload, "Other metrics by optimizer step", OTHER_PANEL_HEIGHT
+        panels[:MAX_OTHER_PANELS], case, "Other metrics by optimizer step", OTHER_PANEL_HEIGHT
     )
     if len(panels) > MAX_OTHER_PANELS:
         omitted = f"{len(panels) - MAX_OTHER_PANELS} more series are in case.json (chart_series)."
@@ -160,7 +161,7 @@ def other_metrics_chart(payload: dict[str, Any]) -> Chart | None:
 
 def _stacked_chart(
     panels: Sequence[Panel],
-    payload: dict[str, Any],
+    case: Case,
     title: str,
     panel_height: float,
     x_range: tuple[float, float] | None = None,
@@ -181,8 +182,8 @@ def _stacked_chart(
     bottom = panel_tops[-1] + panel_height
     height = bottom + AXIS_HEIGHT
 
-    bands = spike_bands(payload, x_of, x_low, x_high)
-    marks = spike_marks(payload, bands, x_of) + finding_marks(payload, x_of, x_low, x_high)
+    bands = spike_bands(case, x_of, x_low, x_high)
+    marks = spike_marks(case, bands, x_of) + finding_marks(case, x_of, x_low, x_high)
     body: list[str] = band_svg(bands, panel_tops, panel_height)
     # Each finding's line runs from its label through every panel, skipping the title rows below
     # the first so that it never strikes through a panel's legend.
@@ -220,8 +221,3 @@ def _spacing(panels: Sequence[Panel]) -> float:
     steps = panels[0].series[0].steps if panels and panels[0].series else ()
     gaps = sorted(b - a for a, b in pairwise(steps) if b > a)
     return gaps[len(gaps) // 2] if gaps else 1.0
-
-
-def _series_map(payload: dict[str, Any]) -> dict[str, Any]:
-    value = payload.get("chart_series")
-    return value if isinstance(value, dict) else {}

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
+from tscope.model.case_parts import LayerHeatmap
 from tscope.render.charts import WIDTH, Chart
 from tscope.render.formatting import format_number, format_step, parse_number
-from tscope.render.series import as_list, nice_ticks
+from tscope.render.series import nice_ticks
 from tscope.render.svg import CHAR_WIDTH, rect, svg_document, text, tooltip
 
 MEASURES = (
@@ -38,16 +38,15 @@ NONFINITE = "#111111"
 LEGEND_CELLS = 24
 
 
-def layers_heatmap(payload: dict[str, Any]) -> Chart | None:
-    layers = payload.get("layers")
-    if not isinstance(layers, dict):
+def layers_heatmap(layers: LayerHeatmap | None) -> Chart | None:
+    if layers is None:
         return None
-    steps = [parse_number(step) for step in as_list(layers.get("steps"))]
-    names = [str(name) for name in as_list(layers.get("names"))]
+    steps = [parse_number(step) for step in layers.steps]
+    names = list(layers.names)
     blocks = [
-        (title, _matrix(layers.get(key), len(names), len(steps)))
+        (title, _matrix(layers.measure(key), len(names), len(steps)))
         for key, title in MEASURES
-        if as_list(layers.get(key))
+        if layers.measure(key)
     ]
     if not steps or not names or not blocks:
         return None
@@ -172,11 +171,13 @@ def _ramp(fraction: float) -> str:
     return "#{:02x}{:02x}{:02x}".format(*channels)
 
 
-def _matrix(raw: Any, rows: int, columns: int) -> list[list[float | None]]:
+def _matrix(
+    raw: Sequence[Sequence[float | None]], rows: int, columns: int
+) -> list[list[float | None]]:
     """names × steps, padded with None where a producer wrote a ragged or short matrix."""
     matrix = []
-    for row in as_list(raw)[:rows]:
-        values = [parse_number(value) for value in as_list(row)[:columns]]
+    for row in raw[:rows]:
+        values = [parse_number(value) for value in row[:columns]]
         matrix.append(values + [None] * (columns - len(values)))
     matrix += [[None] * columns for _ in range(rows - len(matrix))]
     return matrix

@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from tscope.model.case import Case
 from tscope.model.visible_text import visible_keeping_layout
 from tscope.render.charts import CHART_NAMES, Chart
 from tscope.render.view import build_view, template_environment
@@ -21,14 +22,14 @@ from tscope.render.view import build_view, template_environment
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 
-def render_html(payload: dict[str, Any], charts: Mapping[str, Chart]) -> str:
+def render_html(case: Case, charts: Mapping[str, Chart]) -> str:
     environment = template_environment(autoescape=True)
     environment.filters["inline"] = inline_html
     template = environment.get_template("case.html.j2")
     drawn: dict[str, Any] = dict.fromkeys(CHART_NAMES)
     for name, chart in charts.items():
         drawn[name] = {"svg": Markup(chart.svg), "notes": list(chart.notes)}
-    return template.render(view=build_view(payload), charts=drawn)
+    return template.render(view=build_view(case), charts=drawn)
 
 
 def inline_html(value: object) -> Markup:

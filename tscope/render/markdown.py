@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tscope.model.case import Case
 from tscope.render.charts import CHART_NAMES, Chart
 from tscope.render.formatting import MISSING, one_line
 from tscope.render.html import CODE_SPAN
@@ -24,9 +25,7 @@ LEADING_BULLET = re.compile(r"^([-+])")
 LEADING_NUMBER = re.compile(r"^(\d+)([.)])")
 
 
-def render_markdown(
-    payload: dict[str, Any], charts: Mapping[str, Chart], chart_files: Mapping[str, str]
-) -> str:
+def render_markdown(case: Case, charts: Mapping[str, Chart], chart_files: Mapping[str, str]) -> str:
     environment = template_environment(autoescape=False)
     environment.filters["md"] = md_text
     environment.filters["md_cell"] = md_cell
@@ -35,7 +34,7 @@ def render_markdown(
     drawn: dict[str, Any] = dict.fromkeys(CHART_NAMES)
     for name, chart in charts.items():
         drawn[name] = {"file": chart_files[name], "notes": list(chart.notes)}
-    return template.render(view=build_view(payload), charts=drawn)
+    return template.render(view=build_view(case), charts=drawn)
 
 
 def md_text(value: object) -> str:

@@ -9,10 +9,11 @@ out; layer names come from the user's model and are escaped like every other lab
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tscope.model.replay_section import LayerSeries, ReplaySection
 from tscope.model.replay_statistics import KEY_STATISTICS
 from tscope.model.replay_statistics import replay_statistic as statistic
 from tscope.render.charts import PLOT_LEFT, WIDTH, Chart
@@ -28,7 +29,7 @@ from tscope.render.replay_plot import (
     value_scale,
     x_labels,
 )
-from tscope.render.series import as_list, is_finite
+from tscope.render.series import is_finite
 from tscope.render.svg import CHAR_WIDTH, line, svg_document, text, tooltip
 
 LABELLED_LAYERS = 8  # coloured and named per panel; the rest are grey
@@ -70,25 +71,20 @@ class LayerStatistic:
         return max(finite, key=lambda pair: (abs(pair[0]), -pair[1]))
 
 
-def read_layer_series(section: dict[str, Any]) -> list[LayerStatistic]:
+def read_layer_series(series: Mapping[str, LayerSeries]) -> list[LayerStatistic]:
     """Every statistic in `layer_series`, the key ones first (KEY_STATISTICS order), then by name."""
-    raw = section.get("layer_series")
-    if not isinstance(raw, dict):
-        return []
     found = []
-    for name in sorted(raw, key=_statistic_order):
-        entry = raw[name]
-        if not isinstance(entry, dict):
-            continue
-        steps = [parse_number(step) for step in as_list(entry.get("steps"))]
-        layers = [str(layer) for layer in as_list(entry.get("layers"))]
-        rows = as_list(entry.get("values"))[: len(layers)]
+    for name in sorted(series, key=_statistic_order):
+        entry = series[name]
+        steps = [parse_number(step) for step in entry.steps]
+        layers = list(entry.layers)
+        rows = entry.values[: len(layers)]
         keep = [i for i, step in enumerate(steps) if step is not None and math.isfinite(step)]
         if not keep or not rows:
             continue
         matrix = []
         for row in rows:
-            values = [parse_number(value) for value in as_list(row)]
+            values = [parse_number(value) for value in row]
             matrix.append(tuple(values[i] if i < len(values) else None for i in keep))
         found.append(_ranked(str(name), layers, tuple(steps[i] or 0.0 for i in keep), matrix))
     return found
@@ -100,15 +96,14 @@ def charted_statistics(found: Sequence[LayerStatistic]) -> list[LayerStatistic]:
     return key or list(found[:MAX_CHARTED_STATISTICS])
 
 
-def layer_statistics_chart(payload: dict[str, Any]) -> Chart | None:
-    section = payload.get("replay")
-    if not isinstance(section, dict):
+def layer_statistics_chart(section: ReplaySection | None) -> Chart | None:
+    if section is None:
         return None
-    found = read_layer_series(section)
+    found = read_layer_series(section.layer_series)
     shown = charted_statistics(found)
     if not shown:
         return None
-    around = parse_number(section.get("around"))
+    around = parse_number(section.around)
     body: list[str] = []
     top = 4.0
     for index, item in enumerate(shown):

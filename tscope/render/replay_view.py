@@ -1,6 +1,6 @@
 """The case's `replay` section turned into the strings the templates print.
 
-    view["replay"] = replay_view(payload)   # None when the case has no replay: nothing renders
+    view["replay"] = replay_view(case.replay)   # None when the case has no replay: nothing renders
 
 Read as defensively as the rest of the payload (a case.json from another tscope may lack a key);
 every number formatted here, every list ordered here.
@@ -9,11 +9,12 @@ every number formatted here, every list ordered here.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from tscope.model.replay_section import FlaggedSample, ReplayFidelity, ReplaySection, WhatIf
 from tscope.model.replay_statistics import replay_statistic as statistic
 from tscope.render.formatting import MISSING, format_number, format_step, one_line, parse_number
-from tscope.render.replay_charts import section_of
 from tscope.render.replay_layers import read_layer_series
 from tscope.render.replay_names import (
     FILE_DESCRIPTIONS,
@@ -22,7 +23,6 @@ from tscope.render.replay_names import (
     what_if_label,
     what_if_words,
 )
-from tscope.render.series import as_list, as_mapping, as_records
 
 SKIP_FILE = "skip_batches.json"
 RESTORED_PARTS = (
@@ -52,15 +52,12 @@ EFFECT_WORDS = {
 EFFECT_CLASSES = {"removed": "yes", "partial": "partial", "kept": "no"}
 
 
-def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
-    section = section_of(payload)
+def replay_view(section: ReplaySection | None) -> dict[str, Any] | None:
     if section is None:
         return None
-    fidelity = as_mapping(section.get("fidelity"))
+    fidelity = section.fidelity
     status = _status(fidelity)
-    interventions = as_records(section.get("interventions"))
-    cause = section.get("cause")
-    files = [str(name) for name in as_list(section.get("files"))]
+    interventions = section.interventions
     return {
         "status": status,
         "status_label": {
@@ -70,98 +67,89 @@ def replay_view(payload: dict[str, Any]) -> dict[str, Any] | None:
         }[status],
         "verdict": _verdict(section, fidelity, status),
         "scope": _scope(section),
-        "reasons": [
-            f"{one_line(str(reason.get('message', '')))} ({reason.get('code', '')})"
-            for reason in as_records(fidelity.get("reasons"))
-        ],
+        "reasons": [f"{one_line(message)} ({code})" for code, message in fidelity.reasons],
         "restore": _restore(section),
-        "cause": _cause_line(cause, interventions, status),
-        "bad_samples": _bad_samples(section),
-        "bad_sample_totals": _bad_sample_totals(section),
-        "skip_file": SKIP_FILE if SKIP_FILE in files else "",
+        "cause": _cause_line(section.cause, interventions, status),
+        "bad_samples": _bad_samples(section.bad_samples),
+        "bad_sample_totals": _bad_sample_totals(section.bad_samples),
+        "skip_file": SKIP_FILE if SKIP_FILE in section.files else "",
         "what_ifs": [_what_if(item) for item in interventions],
         "layer_rows": _layer_rows(section),
         "files": [
             {"name": name, "description": FILE_DESCRIPTIONS.get(name, "written by the replay")}
-            for name in files
+            for name in section.files
         ],
         "resume_checks": [
             {
-                "checkpoint": str(check.get("checkpoint") or MISSING),
-                "steps": _step_span(check.get("steps")),
-                "reproduced": format_number(bool(check.get("reproduced"))),
-                "max_rel": format_number(parse_number(check.get("max_rel_loss_diff"))),
+                "checkpoint": check.checkpoint or MISSING,
+                "steps": _step_span(check.steps),
+                "reproduced": format_number(check.reproduced),
+                "max_rel": format_number(parse_number(check.max_rel_loss_diff)),
             }
-            for check in as_records(section.get("resume_checks"))
+            for check in section.resume_checks
         ],
     }
 
 
-def _cause_line(cause: Any, interventions: list[dict[str, Any]], status: str) -> str:
+def _cause_line(cause: str | None, interventions: Sequence[WhatIf], status: str) -> str:
     if interventions and status == "not_reproduced":
         return NOT_CONCLUSIVE
     if cause:
-        return CAUSES.get(str(cause), f"The what-if replays point at: {cause}.")
+        return CAUSES.get(cause, f"The what-if replays point at: {cause}.")
     return NO_CAUSE if interventions else ""
 
 
-def _status(fidelity: dict[str, Any]) -> str:
-    if not parse_number(fidelity.get("compared_steps")):
+def _status(fidelity: ReplayFidelity) -> str:
+    if not parse_number(fidelity.compared_steps):
         return "unchecked"
-    return "reproduced" if fidelity.get("reproduced") is True else "not_reproduced"
+    return "reproduced" if fidelity.reproduced is True else "not_reproduced"
 
 
-def _verdict(section: dict[str, Any], fidelity: dict[str, Any], status: str) -> str:
+def _verdict(section: ReplaySection, fidelity: ReplayFidelity, status: str) -> str:
     """One line: what was replayed, from where, and whether it reproduces the log."""
-    checkpoint = as_mapping(section.get("checkpoint"))
-    source = (
-        checkpoint.get("path") or f"the checkpoint of step {format_step(checkpoint.get('step'))}"
-    )
-    mode = "deterministic" if section.get("deterministic") else "not deterministic"
+    checkpoint = section.checkpoint
+    source = checkpoint.path or f"the checkpoint of step {format_step(checkpoint.step)}"
+    mode = "deterministic" if section.deterministic else "not deterministic"
     head = (
-        f"Replayed {_step_span(section.get('steps'), 'steps ')} from `{one_line(str(source))}` "
-        f"on {one_line(str(section.get('device') or 'an unknown device'))} ({mode})"
+        f"Replayed {_step_span(section.steps, 'steps ')} from `{one_line(source)}` "
+        f"on {one_line(section.device or 'an unknown device')} ({mode})"
     )
-    replayed = len(as_records(section.get("per_step")))
-    compared = format_step(fidelity.get("compared_steps"))
-    relative = format_number(parse_number(fidelity.get("max_rel_loss_diff")))
-    reasons = as_records(fidelity.get("reasons"))
-    likely = (
-        f"; most likely: {one_line(str(reasons[0].get('message', ''))).rstrip('.')}"
-        if reasons
-        else ""
-    )
+    replayed = len(section.per_step)
+    compared = format_step(fidelity.compared_steps)
+    relative = format_number(parse_number(fidelity.max_rel_loss_diff))
+    reasons = fidelity.reasons
+    likely = f"; most likely: {one_line(reasons[0][1]).rstrip('.')}" if reasons else ""
     if status == "unchecked":
         return f"{head}: not compared with the log — no logged loss falls on the replayed steps{likely}."
     extras = []
-    bit_exact = parse_number(fidelity.get("bit_exact_steps"))
+    bit_exact = parse_number(fidelity.bit_exact_steps)
     if bit_exact:
         extras.append(f"{format_step(bit_exact)} bit-exact")
-    nonfinite = parse_number(fidelity.get("nonfinite_agreed_steps"))
+    nonfinite = parse_number(fidelity.nonfinite_agreed_steps)
     if nonfinite:
         extras.append(f"{format_step(nonfinite)} NaN/Inf in both")
     counted = f"{compared} of {replayed} steps compared" + (
         f" ({', '.join(extras)})" if extras else ""
     )
     numbers = f"{counted}, max relative loss difference {relative}" + _tolerance_text(fidelity)
-    if fidelity.get("grad_norm_reproduced") is False:
-        grad = format_number(parse_number(fidelity.get("max_rel_grad_norm_diff")))
+    if fidelity.grad_norm_reproduced is False:
+        grad = format_number(parse_number(fidelity.max_rel_grad_norm_diff))
         numbers += f"; the gradient norm differs (max relative difference {grad})"
     if status == "reproduced":
         return f"{head}: reproduces the log — {numbers}."
-    first = fidelity.get("first_mismatch_step")
+    first = fidelity.first_mismatch_step
     where = f", first mismatch at step {format_step(first)}" if first is not None else ""
     return f"{head}: does NOT reproduce the log — {numbers}{where}{likely}."
 
 
-def _tolerance_text(fidelity: dict[str, Any]) -> str:
+def _tolerance_text(fidelity: ReplayFidelity) -> str:
     """The tolerance, and when the difference exceeds it, why the replay still reproduces: the
     log rounded its losses, and half a unit of the last kept decimal is allowed on top."""
-    relative = parse_number(fidelity.get("max_rel_loss_diff"))
-    tolerance = parse_number(fidelity.get("tolerance"))
-    decimals = parse_number(fidelity.get("logged_decimals"))
+    relative = parse_number(fidelity.max_rel_loss_diff)
+    tolerance = parse_number(fidelity.tolerance)
+    decimals = parse_number(fidelity.logged_decimals)
     within = relative is not None and tolerance is not None and relative <= tolerance
-    if within or decimals is None or fidelity.get("reproduced") is not True:
+    if within or decimals is None or fidelity.reproduced is not True:
         return f" (tolerance {format_number(tolerance)})"
     rounding = format_number(0.5 * 10.0 ** -int(decimals))
     return (
@@ -171,9 +159,9 @@ def _tolerance_text(fidelity: dict[str, Any]) -> str:
     )
 
 
-def _scope(section: dict[str, Any]) -> str:
-    around = parse_number(section.get("around"))
-    window = [parse_number(offset) for offset in as_list(section.get("window"))]
+def _scope(section: ReplaySection) -> str:
+    around = parse_number(section.around)
+    window = [parse_number(offset) for offset in section.window]
     low, high = window if len(window) == 2 else (None, None)
     if around is None or low is None or high is None:
         return ""
@@ -185,21 +173,20 @@ def _scope(section: dict[str, Any]) -> str:
     )
 
 
-def _restore(section: dict[str, Any]) -> dict[str, Any]:
-    restore = as_mapping(section.get("restore"))
-    checkpoint = as_mapping(section.get("checkpoint"))
-    source = checkpoint.get("path") or "the checkpoint"
-    restored = ["model weights"] + [words for key, words in RESTORED_PARTS if restore.get(key)]
-    missing = [words for key, words in RESTORED_PARTS if not restore.get(key)]
-    lr_source = str(restore.get("lr_source") or "")
-    loss_path = str(restore.get("loss_path") or "")
+def _restore(section: ReplaySection) -> dict[str, Any]:
+    restore = section.restore
+    source = section.checkpoint.path or "the checkpoint"
+    restored = ["model weights"] + [words for key, words in RESTORED_PARTS if restore.restored(key)]
+    missing = [words for key, words in RESTORED_PARTS if not restore.restored(key)]
+    lr_source = restore.lr_source
+    loss_path = restore.loss_path
     return {
-        "restored": f"Restored from `{one_line(str(source))}`: {', '.join(restored)}.",
+        "restored": f"Restored from `{one_line(source)}`: {', '.join(restored)}.",
         "not_restored": f"Not restored: {', '.join(missing)}." if missing else "",
         "learning_rate": f"Learning rate: {LR_SOURCES.get(lr_source, lr_source or MISSING)}.",
         "loss": f"Loss: {LOSS_PATHS.get(loss_path, loss_path or MISSING)}.",
-        "caveats": [_sentence(one_line(str(item))) for item in as_list(restore.get("caveats"))],
-        "notes": [one_line(str(item)) for item in as_list(restore.get("notes"))],
+        "caveats": [_sentence(one_line(item)) for item in restore.caveats],
+        "notes": [one_line(item) for item in restore.notes],
     }
 
 
@@ -208,26 +195,26 @@ def _sentence(text: str) -> str:
     return text if not text or text[-1] in ".!?" else f"{text}."
 
 
-def _bad_samples(section: dict[str, Any]) -> list[dict[str, str]]:
-    samples = sorted(as_records(section.get("bad_samples")), key=_sample_key)
+def _bad_samples(flagged: Sequence[FlaggedSample]) -> list[dict[str, str]]:
+    samples = sorted(flagged, key=_sample_key)
     return [
         {
-            "step": format_step(sample.get("step")),
-            "index": format_step(sample.get("index")),
-            "loss": format_number(parse_number(sample.get("loss"))),
-            "share": _percent(parse_number(sample.get("share"))),
+            "step": format_step(sample.step),
+            "index": format_step(sample.index),
+            "loss": format_number(parse_number(sample.loss)),
+            "share": _percent(parse_number(sample.share)),
         }
         for sample in samples
     ]
 
 
-def _bad_sample_totals(section: dict[str, Any]) -> list[str]:
+def _bad_sample_totals(flagged: Sequence[FlaggedSample]) -> list[str]:
     """Per step: how many samples were flagged and the gradient share they carry together."""
     by_step: dict[float, list[float | None]] = {}
-    for sample in as_records(section.get("bad_samples")):
-        step = parse_number(sample.get("step"))
+    for sample in flagged:
+        step = parse_number(sample.step)
         if step is not None:
-            by_step.setdefault(step, []).append(parse_number(sample.get("share")))
+            by_step.setdefault(step, []).append(parse_number(sample.share))
     lines = []
     for step, shares in sorted(by_step.items()):
         known = [share for share in shares if share is not None and math.isfinite(share)]
@@ -237,33 +224,33 @@ def _bad_sample_totals(section: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _what_if(item: dict[str, Any]) -> dict[str, str]:
-    name = str(item.get("name", ""))
-    params = as_mapping(item.get("params"))
-    judged = parse_number(item.get("spike_line")) is not None
-    effect = str(item.get("effect") or ("removed" if item.get("spike_removed") else "kept"))
-    fraction = parse_number(item.get("removed_fraction"))
+def _what_if(item: WhatIf) -> dict[str, str]:
+    name = item.name
+    params = item.params
+    judged = parse_number(item.spike_line) is not None
+    effect = item.effect or ("removed" if item.spike_removed else "kept")
+    fraction = parse_number(item.removed_fraction)
     removed = EFFECT_WORDS.get(effect, effect)
     if fraction is not None and effect != "no_spike":
         removed += f" ({fraction:.0%} of the excess)"
-    if item.get("conclusive") is False:
+    if item.conclusive is False:
         removed += ", not conclusive"
     return {
         "label": what_if_label(name, params),
         "words": what_if_words(name, params),
-        "checkpoint": format_step(item.get("checkpoint_step")),
-        "baseline_peak": _peak(item.get("baseline_peak_loss"), item.get("baseline_peak_step")),
-        "peak": _peak(item.get("peak_loss"), item.get("peak_step")),
-        "spike_line": format_number(parse_number(item.get("spike_line"))),
+        "checkpoint": format_step(item.checkpoint_step),
+        "baseline_peak": _peak(item.baseline_peak_loss, item.baseline_peak_step),
+        "peak": _peak(item.peak_loss, item.peak_step),
+        "spike_line": format_number(parse_number(item.spike_line)),
         "removed": removed if judged else "not judged",
         "removed_class": EFFECT_CLASSES.get(effect, "unknown") if judged else "unknown",
     }
 
 
-def _layer_rows(section: dict[str, Any]) -> list[dict[str, str]]:
+def _layer_rows(section: ReplaySection) -> list[dict[str, str]]:
     """Per statistic: the layer with the largest value, the value and its step."""
     rows = []
-    for item in read_layer_series(section):
+    for item in read_layer_series(section.layer_series):
         peaks = [(item.peak(row), name) for row, name in enumerate(item.layers)]
         found = [(peak, name) for peak, name in peaks if peak is not None]
         if not found:
@@ -282,7 +269,7 @@ def _layer_rows(section: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _peak(loss: Any, step: Any) -> str:
+def _peak(loss: float | None, step: int | None) -> str:
     value = format_number(parse_number(loss))
     return f"{value} at step {format_step(step)}" if step is not None else value
 
@@ -297,14 +284,13 @@ def _signed(offset: float) -> str:
     return f"+{format_step(offset)}" if offset > 0 else format_step(offset).replace("-", "−")
 
 
-def _step_span(value: Any, prefix: str = "") -> str:
-    steps = as_list(value)
+def _step_span(steps: Sequence[float | None], prefix: str = "") -> str:
     if len(steps) != 2:
         return MISSING
     return f"{prefix}{format_step(steps[0])}–{format_step(steps[1])}"
 
 
-def _sample_key(sample: dict[str, Any]) -> tuple[float, float]:
-    step = parse_number(sample.get("step"))
-    index = parse_number(sample.get("index"))
+def _sample_key(sample: FlaggedSample) -> tuple[float, float]:
+    step = parse_number(sample.step)
+    index = parse_number(sample.index)
     return (step if step is not None else math.inf, index if index is not None else math.inf)

@@ -1,6 +1,6 @@
 """The case's `xray` section turned into what the templates print.
 
-view["xray"] = xray_view(payload)   # None when the case has no token audit: nothing renders
+view["xray"] = xray_view(case.xray)   # None when the case has no token audit: nothing renders
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ RULE_WORDS = {
 MAX_MATRIX_SEQUENCES = 64  # larger probes keep the matrix in xray.json only
 
 
-def xray_view(payload: dict[str, Any]) -> dict[str, Any] | None:
-    section = payload.get("xray")
-    if not isinstance(section, dict):
+def xray_view(section: dict[str, Any] | None) -> dict[str, Any] | None:
+    if section is None:
         return None
     tokens = as_records(section.get("tokens"))
     by_sequence: dict[int, list[dict[str, Any]]] = {}
