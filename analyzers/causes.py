@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.calibration import calibrated_confidence
 from tscope.analyzers.card import cause_words
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
@@ -43,7 +44,7 @@ def inferred_cause(
         # optimization going unstable, and the logs do not say what drove it.
         because = _slow_rise_reasons(evidence, incident, rise)
         return UNDETERMINED, 0.0, "the cause is undetermined", because
-    confidence = headline_confidence * 0.8
+    confidence = calibrated_confidence("bad_batch", headline_confidence * 0.8)
     because = f"{cause_words('bad_batch')} (confidence {confidence:.2f}): " + (
         _bad_batch_reasons(evidence, incident).rstrip(".")
     )

@@ -254,7 +254,8 @@ def _diagnose(
     lead = "most likely"
     if causes:
         cause = causes[0]
-        category, confidence = cause.category, cause.confidence
+        category = cause.category
+        confidence = calibrated_confidence(category, cause.confidence)
         because = (
             f"{cause_words(category)} (confidence {confidence:.2f}): {cause.message.rstrip('.')}"
         )
@@ -265,7 +266,8 @@ def _diagnose(
     else:
         # The headline finding is the incident and its own explanation (a loss-scale collapse,
         # a resume with no spike yet): saying "see F1: <the same words>" would repeat it.
-        cause, category, confidence, because = headline, headline.category, headline.confidence, ""
+        cause, category, because = headline, headline.category, ""
+        confidence = calibrated_confidence(category, headline.confidence)
     spike_id = incident.spike.id if incident is not None and incident.spike is not None else None
     corroborating = [
         f
@@ -277,9 +279,7 @@ def _diagnose(
         first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
         corroboration = f" Checkpoints agree: {first_sentence}."
     corroboration += _what_if_note(findings, incident)
-    calibrated = calibrated_confidence(category, confidence)
-    because = because.replace(f"(confidence {confidence:.2f})", f"(confidence {calibrated:.2f})")
-    return Diagnosis(what, cause, category, calibrated, because, corroboration, lead)
+    return Diagnosis(what, cause, category, confidence, because, corroboration, lead)
 
 
 def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
