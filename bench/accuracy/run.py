@@ -73,7 +73,7 @@ def _context(specs_count: int, missing: int, seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev")
+    parser.add_argument("--split", choices=("dev", "test", "holdout", "all"), default="dev")
     parser.add_argument("--producer", action="append", default=[], choices=PRODUCERS)
     parser.add_argument("--cache", type=Path, default=paths.default_cache())
     parser.add_argument("--jobs", type=int, default=2)

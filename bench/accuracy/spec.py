@@ -63,6 +63,12 @@ CAUSES_BY_PRODUCER = {
 # Checkpoint steps are the number of updates done in every producer.
 # Runs numbered from here are the test suite's small fixed runs (`smoke_specs`), in no split.
 SMOKE_INDEX = 90
+# A second held-out split, added after the test split had been scored once: indices from here
+# (below SMOKE_INDEX), so none of its runs existed while the rules were tuned. Scored once, for
+# the closing note of the session that made it.
+HOLDOUT_INDEX = 50
+HOLDOUT_PLANTED_PER_CAUSE = 2
+HOLDOUT_CONTROLS_PER_PRODUCER = 5
 LOG_STEP_OFFSET = {"nanogpt": -1, "lightning": -1}
 CONTROLS_PER_PRODUCER = {"trainer_gpt2": 12, "trainer_llama": 10, "nanogpt": 10, "lightning": 10}
 
@@ -98,6 +104,8 @@ class RunSpec:
     def split(self) -> str:
         if self.index >= SMOKE_INDEX:
             return "smoke"
+        if self.index >= HOLDOUT_INDEX:
+            return "holdout"
         return "dev" if self.seed % 2 == 0 else "test"
 
     @property
@@ -221,10 +229,17 @@ def _control_variety(training: dict[str, Any], rng: random.Random) -> dict[str, 
 def build_specs() -> list[RunSpec]:
     specs: list[RunSpec] = []
     for producer in PRODUCERS:
-        groups = [(c, PLANTED_PER_CAUSE[producer]) for c in CAUSES_BY_PRODUCER[producer]]
-        groups.append((CONTROL, CONTROLS_PER_PRODUCER[producer]))
-        for cause, count in groups:
-            for index in range(count):
+        groups = [(c, range(PLANTED_PER_CAUSE[producer])) for c in CAUSES_BY_PRODUCER[producer]]
+        groups.append((CONTROL, range(CONTROLS_PER_PRODUCER[producer])))
+        groups += [
+            (c, range(HOLDOUT_INDEX, HOLDOUT_INDEX + HOLDOUT_PLANTED_PER_CAUSE))
+            for c in CAUSES_BY_PRODUCER[producer]
+        ]
+        groups.append(
+            (CONTROL, range(HOLDOUT_INDEX, HOLDOUT_INDEX + HOLDOUT_CONTROLS_PER_PRODUCER))
+        )
+        for cause, indices in groups:
+            for index in indices:
                 seed = _seed(producer, cause, index)
                 rng = random.Random(seed)
                 training = _training(producer, rng)
