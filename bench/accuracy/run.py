@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help=f"rewrite {DOCS_PATH.name}")
     parser.add_argument("--runs", action="store_true", help="also print the per-run table")
     parser.add_argument("--realdata", type=Path, default=REALDATA)
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="where the per-run JSON goes (default <cache>/results-<split>.json)",
+    )
     parser.add_argument("--skip-realdata", action="store_true", help="do not analyze the real logs")
     options = parser.parse_args(argv)
     os.nice(10)
@@ -100,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(body))
     if options.runs:
         print("\n".join(["", "### Per run", "", *report.per_run(runs)]))
-    results = options.cache / f"results-{options.split}.json"
+    results = options.results or options.cache / f"results-{options.split}.json"
     results.write_text(json.dumps(to_json(runs, real), indent=1), encoding="utf-8")
     print(f"\nper-run results: {results}")
     if options.write_docs:
