@@ -33,6 +33,8 @@ class ReplayFidelity:
     first_mismatch_step: int | None
     logged_decimals: int | None
     reasons: tuple[tuple[str, str], ...]  # (code, message), most likely first
+    mismatched_steps: tuple[float | None, ...] = ()  # logged losses the replay did not reproduce
+    logging_window: float | None = None  # the longest logging window compared (logging_steps)
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,8 @@ def _fidelity(fidelity: Fields) -> ReplayFidelity:
         reasons=tuple(
             (reason.text("code"), reason.text("message")) for reason in fidelity.records("reasons")
         ),
+        mismatched_steps=tuple(fidelity.numbers("mismatched_steps")),
+        logging_window=fidelity.optional_number("logging_window"),
     )
 
 

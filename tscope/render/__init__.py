@@ -73,7 +73,7 @@ def render_case(
     payload = normalized_payload(raw)
     case = case_from_payload(payload, "the case payload")  # as `tscope report` reads it back
     directory = output_directory(out_dir, "the case")
-    charts = draw_charts(payload, case) if {"html", "md"} & set(formats) else {}
+    charts = draw_charts(case) if {"html", "md"} & set(formats) else {}
     written: list[Path] = []
     for name in dict.fromkeys(formats):  # each format once, in the order asked
         if name == "json":
@@ -90,15 +90,15 @@ def render_case(
     return written
 
 
-def draw_charts(payload: dict[str, Any], case: Case) -> dict[str, Chart]:
-    """Every chart the payload has data for, keyed as in CHART_FILES and REPLAY_CHART_FILES."""
+def draw_charts(case: Case) -> dict[str, Chart]:
+    """Every chart the case has data for, keyed as in CHART_FILES and REPLAY_CHART_FILES."""
     drawn = {
         "chart": incident_chart(case),
         "zoom": incident_zoom_chart(case),
         "metrics": other_metrics_chart(case),
         "layers": layers_heatmap(case.layers),
-        "replay": replay_chart(payload),
-        "whatif": whatif_chart(payload),
+        "replay": replay_chart(case.replay),
+        "whatif": whatif_chart(case.replay),
         "replay_layers": layer_statistics_chart(case.replay),
     }
     return {name: chart for name, chart in drawn.items() if chart is not None}

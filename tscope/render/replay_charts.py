@@ -1,10 +1,12 @@
 """The replay section's step charts: the replayed loss against the logged one, and the what-ifs.
 
-    replay_chart(payload)   # loss (replayed line, logged dots) and gradient norm, `around` marked
-    whatif_chart(payload)   # each what-if's loss over the window on top of the baseline replay
+    replay_chart(case.replay)   # loss (replayed line, logged dots) and gradient norm, `around` marked
+    whatif_chart(case.replay)   # each what-if's loss over the window on top of the baseline replay
 
-Both read `payload["replay"]` as case.json holds it (numbers may be "nan"/"inf" strings) and
-return None when it holds nothing to draw.
+Both take the typed section (tscope.model.replay_section.ReplaySection: numbers already read,
+NaN/Inf kept) and return None when it holds nothing to draw. The section's per-step rows are the
+replayed window at full resolution (tens of steps), so nothing is bucketed as the log charts are
+(tscope.chart_data): `ReplaySteps.of` only turns the rows into columns.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from tscope.model.replay_section import ReplayFidelity, ReplaySection, WhatIf
 from tscope.render.charts import LINE_COLORS, NONFINITE_COLOR, PLOT_LEFT, PLOT_RIGHT, WIDTH, Chart
-from tscope.render.formatting import format_number, format_step, parse_number
+from tscope.render.formatting import format_number, format_step
 from tscope.render.replay_names import what_if_label
 from tscope.render.replay_plot import (
     MARK_COLOR,
@@ -33,7 +35,7 @@ from tscope.render.replay_plot import (
     window_band,
     x_labels,
 )
-from tscope.render.series import as_list, as_mapping, is_finite
+from tscope.render.series import is_finite
 from tscope.render.svg import CHAR_WIDTH, svg_document, text, triangle
 
 LABEL_ROW = 18  # "around 145" above the panels
@@ -61,53 +63,47 @@ class ReplaySteps:
     grad_norm: tuple[float | None, ...]
     skipped: tuple[float, ...]  # steps whose update a what-if skipped
 
-
-def section_of(payload: dict[str, Any]) -> dict[str, Any] | None:
-    section = payload.get("replay")
-    return section if isinstance(section, dict) else None
-
-
-def read_steps(section: dict[str, Any]) -> ReplaySteps:
-    rows = [row for row in as_list(section.get("per_step")) if isinstance(row, dict)]
-    rows = [row for row in rows if is_finite(parse_number(row.get("step")))]
-    rows.sort(key=lambda row: parse_number(row.get("step")) or 0.0)
-    steps = tuple(parse_number(row.get("step")) or 0.0 for row in rows)
-    return ReplaySteps(
-        steps=steps,
-        loss=tuple(parse_number(row.get("loss")) for row in rows),
-        logged=tuple(parse_number(row.get("logged_loss")) for row in rows),
-        grad_norm=tuple(parse_number(row.get("grad_norm")) for row in rows),
-        skipped=tuple(s for s, row in zip(steps, rows, strict=True) if row.get("update_skipped")),
-    )
+    @classmethod
+    def of(cls, section: ReplaySection) -> ReplaySteps:
+        rows = sorted(
+            (row for row in section.per_step if row.step is not None and is_finite(row.step)),
+            key=lambda row: row.step or 0.0,
+        )
+        steps = tuple(row.step or 0.0 for row in rows)
+        return cls(
+            steps=steps,
+            loss=tuple(row.loss for row in rows),
+            logged=tuple(row.logged_loss for row in rows),
+            grad_norm=tuple(row.grad_norm for row in rows),
+            skipped=tuple(s for s, row in zip(steps, rows, strict=True) if row.update_skipped),
+        )
 
 
-def window_steps(section: dict[str, Any]) -> tuple[float, float] | None:
+def window_steps(section: ReplaySection) -> tuple[float, float] | None:
     """The steps asked for: around + window offsets."""
-    around = parse_number(section.get("around"))
-    window = [parse_number(offset) for offset in as_list(section.get("window"))]
-    if around is None or len(window) != 2 or window[0] is None or window[1] is None:
+    window = section.window
+    if section.around is None or len(window) != 2 or window[0] is None or window[1] is None:
         return None
-    return around + window[0], around + window[1]
+    return section.around + window[0], section.around + window[1]
 
 
-def replay_chart(payload: dict[str, Any]) -> Chart | None:
+def replay_chart(section: ReplaySection | None) -> Chart | None:
     """Replayed loss (line) over logged loss (dots), gradient norm below, `around` marked."""
-    section = section_of(payload)
     if section is None:
         return None
-    data = read_steps(section)
+    data = ReplaySteps.of(section)
     if not data.steps:
         return None
     boxes = _replay_boxes(data)
     window = window_steps(section)
-    around = parse_number(section.get("around"))
+    around = section.around
     body: list[str] = []
     notes: list[str] = []
     for box in boxes:
         if window is not None:
             body.append(window_band(box, *window))
         body.extend(grid(box))
-    body.extend(_loss_panel(boxes[0], data, as_mapping(section.get("fidelity")), notes))
+    body.extend(_loss_panel(boxes[0], data, section.fidelity, notes))
     if len(boxes) > 1:
         body.extend(polyline(boxes[1], data.steps, data.grad_norm, REPLAYED_COLOR))
         body.extend(nonfinite_marks(boxes[1], data.steps, data.grad_norm))
@@ -143,10 +139,10 @@ def _replay_boxes(data: ReplaySteps) -> list[Box]:
 
 
 def _loss_panel(
-    box: Box, data: ReplaySteps, fidelity: dict[str, Any], notes: list[str]
+    box: Box, data: ReplaySteps, fidelity: ReplayFidelity, notes: list[str]
 ) -> list[str]:
     """The replayed line, the logged dots (red where not reproduced), skipped updates, legend."""
-    mismatched = {parse_number(step) for step in as_list(fidelity.get("mismatched_steps"))}
+    mismatched = set(fidelity.mismatched_steps)
     pairs = list(zip(data.steps, data.logged, strict=True))
     matched = [None if step in mismatched else value for step, value in pairs]
     missed = [value if step in mismatched else None for step, value in pairs]
@@ -161,7 +157,7 @@ def _loss_panel(
         notes.append(
             f"Red dots: logged losses the replay does not reproduce ({len(mismatched)} step(s))."
         )
-    logging_window = parse_number(fidelity.get("logging_window"))
+    logging_window = fidelity.logging_window
     if logging_window is not None and logging_window > 1:
         notes.append(
             f"Logged losses average up to {format_step(logging_window)} steps (the run's logging "
@@ -175,33 +171,26 @@ def _loss_panel(
     return parts + _title(box, "Loss", legend)
 
 
-def whatif_chart(payload: dict[str, Any]) -> Chart | None:
+def whatif_chart(section: ReplaySection | None) -> Chart | None:
     """Each what-if's loss over the window, on the baseline replay's, with the spike line."""
-    section = section_of(payload)
     if section is None:
         return None
     experiments: list[tuple[str, list[tuple[float, float | None]]]] = []
-    for item in as_list(section.get("interventions")):
-        if not isinstance(item, dict):
-            continue
+    for item in section.interventions:
         kept = _what_if_losses(item)
         if kept:
-            params = as_mapping(item.get("params"))
-            label = what_if_label(str(item.get("name", "")), params)
-            experiments.append((label, kept))
+            experiments.append((what_if_label(item.name, item.params), kept))
     if not experiments:
         return None
     all_steps = [step for _, points in experiments for step, _ in points]
     x_low, x_high = step_range(all_steps)
-    data = read_steps(section)
+    data = ReplaySteps.of(section)
     base = [(s, v) for s, v in zip(data.steps, data.loss, strict=True) if x_low <= s <= x_high]
     lines = sorted(
         {
-            value
-            for item in as_list(section.get("interventions"))
-            if isinstance(item, dict)
-            and (value := parse_number(item.get("spike_line"))) is not None
-            and math.isfinite(value)
+            item.spike_line
+            for item in section.interventions
+            if item.spike_line is not None and math.isfinite(item.spike_line)
         }
     )
     every = [v for _, points in experiments for _, v in points] + [v for _, v in base] + lines
@@ -218,7 +207,7 @@ def whatif_chart(payload: dict[str, Any]) -> Chart | None:
         body.append(horizontal(box, value, SPIKE_LINE_COLOR))
         label = f"spike line {format_number(value)}"
         body.append(text(box.left + 4, box.y(value) - 4, label, color=SPIKE_LINE_COLOR, halo=True))
-    around = parse_number(section.get("around"))
+    around = section.around
     if around is not None and box.holds(around):
         body.append(step_mark(box, around))
         body.append(_top_label(box.x(around), f"around {format_step(around)}", box.top - 4))
@@ -235,16 +224,9 @@ def whatif_chart(payload: dict[str, Any]) -> Chart | None:
     return Chart(svg_document(WIDTH, box.bottom + AXIS_HEIGHT, title, body), tuple(notes))
 
 
-def _what_if_losses(item: dict[str, Any]) -> list[tuple[float, float | None]]:
-    """An intervention's [[step, loss], ...], NaN/Inf kept, points without a step dropped."""
-    points = []
-    for pair in as_list(item.get("losses")):
-        if len(as_list(pair)) != 2:
-            continue
-        step, loss = parse_number(pair[0]), parse_number(pair[1])
-        if step is not None and math.isfinite(step):
-            points.append((step, loss))
-    return points
+def _what_if_losses(item: WhatIf) -> list[tuple[float, float | None]]:
+    """An intervention's (step, loss) pairs, NaN/Inf kept, points without a step dropped."""
+    return [(step, loss) for step, loss in item.losses if step is not None and math.isfinite(step)]
 
 
 def _whatif_style(index: int) -> tuple[str, str]:
