@@ -221,10 +221,10 @@ def xray(
         fail(str(error))
     case, result, written = outcome.case, outcome.audit, outcome.written
     if not quiet:
-        section = case.xray or {}
+        section = case.xray
         typer.echo(
-            f"Token audit: weights match {section.get('matched_rule')} "
-            f"(intended {section.get('intended')}); max leak {section.get('leak', {}).get('max')}; "
+            f"Token audit: weights match {section and section.matched_rule} "
+            f"(intended {section and section.intended}); max leak {section and section.leak_max}; "
             f"{len(result.findings)} finding(s).",
             err=True,
         )

@@ -20,6 +20,7 @@ from typing import Any
 from tscope.errors import UsageError
 from tscope.model import Case, Finding
 from tscope.model.xray import XrayResult
+from tscope.model.xray_section import XraySection
 from tscope.output_location import XRAY_PREFIX, check_outside_inputs, default_output
 from tscope.output_writer import FORMATS, XRAY_JSON, write_case, write_xray_file
 from tscope.xray.probe import DEFAULT_LENGTHS
@@ -115,7 +116,7 @@ def case_with_xray(audit_result: XrayAudit) -> Any:
         run = assemble_run(name, source, [], [])
         case = build_case(run, [], None, audit_result.findings)
         case.limits = [line for line in case.limits if not line.startswith("Logs only")]
-    case.xray = xray_section(audit_result.result)
+    case.xray = XraySection.of(audit_result.result, files=(XRAY_JSON,))
     case.limits.append(XRAY_LIMIT)
     if case.summary.status == "healthy" and not case.metrics:
         notes = [f for f in case.findings if f.source == "xray"]
@@ -145,13 +146,3 @@ XRAY_LIMIT = (
     "cannot see gradient clipping or the optimizer step, nor anything that depends on a trained "
     "model's state."
 )
-
-
-def xray_section(result: XrayResult) -> dict[str, Any]:
-    """What case.json keeps of the audit: the whole of xray.json but the per-rule expectations."""
-    payload = result.to_dict()
-    for token in payload["tokens"]:
-        expected = token.pop("expected")
-        token["intended"] = expected.get(result.intended)
-    payload["files"] = [XRAY_JSON]
-    return payload

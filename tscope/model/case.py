@@ -12,6 +12,7 @@ from tscope.model.case_parts import LayerHeatmap, RunHeader, Summary
 from tscope.model.categories import SEVERITIES
 from tscope.model.replay_section import ReplaySection
 from tscope.model.run import Caveat, PartialInput, RunEvent
+from tscope.model.xray_section import XraySection
 
 # The case.json schema this tscope writes and reads. A file of another major version is refused
 # (`Case.from_dict`); within one major version later fields are optional, so older files still read.
@@ -126,7 +127,7 @@ class Case:
     # What `tscope replay` added: fidelity, per-step series, samples, what-ifs (see docs).
     replay: ReplaySection | None = None
     # What `tscope xray` added: per-token weights, matched rule, leak matrix (docs/xray-schema.md).
-    xray: dict[str, Any] | None = None
+    xray: XraySection | None = None
     schema_version: str = SCHEMA_VERSION  # as read; a new case is written in this tscope's
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,7 +170,7 @@ class Case:
         if self.replay is not None:
             payload["replay"] = self.replay.to_dict()
         if self.xray is not None:
-            payload["xray"] = self.xray
+            payload["xray"] = self.xray.to_dict()
         result: dict[str, Any] = json_safe(payload)
         return result
 
@@ -195,7 +196,7 @@ class Case:
             metrics=case.texts("metrics"),
             spikes=[_spike(item) for item in case.records("spikes")],
             change_points=[_change_point(item) for item in case.records("change_points")],
-            findings=[_finding(item) for item in case.records("findings")],
+            findings=[read_finding(item) for item in case.records("findings")],
             story=[_story_event(item) for item in case.records("story")],
             checkpoints=[_checkpoint(item) for item in case.records("checkpoints")],
             partial=[
@@ -219,7 +220,7 @@ class Case:
             tool_version=tool.text("version", "?"),
             layers=None if layers is None else LayerHeatmap.from_fields(layers),
             replay=ReplaySection.from_dict(case.data["replay"]) if case.has("replay") else None,
-            xray=case.mapping("xray") if case.has("xray") else None,
+            xray=XraySection.from_dict(case.data["xray"]) if case.has("xray") else None,
             schema_version=str(version),
         )
 
@@ -253,7 +254,8 @@ def _change_point(change: Fields) -> ChangePoint:
     )
 
 
-def _finding(finding: Fields) -> Finding:
+def read_finding(finding: Fields) -> Finding:
+    """A finding of a case or cluster file; Finding's own checks refused in one line."""
     try:
         return Finding(
             category=finding.text("category"),

@@ -1,7 +1,7 @@
 """The cluster report's SVG charts: each cluster's runs aligned on their explosion, and all runs.
 
-    aligned_chart(payload, 0)   # cluster C1: loss ÷ own baseline against steps from the explosion
-    overview_chart(payload)     # raw loss of every charted run, aligned spikes shaded
+    aligned_chart(report, 0)   # cluster C1: loss ÷ own baseline against steps from the explosion
+    overview_chart(report, 8)  # raw loss of every charted run, aligned spikes shaded
 
 Drawn from the payload's `chart.runs` (bucketed loss of at most 60 runs) and each cluster's
 `loss_band`, with the same primitives, scales and fixed-precision coordinates as the case charts,
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
+from tscope.model.cluster_file import AlignedSpikeRow, ClusterFile, LossBandRow
 from tscope.render.charts import PLOT_LEFT, PLOT_RIGHT, WIDTH, Chart
 from tscope.render.cluster_plot import (
     AXIS_HEIGHT,
@@ -34,8 +34,8 @@ from tscope.render.cluster_plot import (
     widened,
     x_axis,
 )
-from tscope.render.formatting import format_number, format_step, parse_number
-from tscope.render.series import as_list, finite_runs, is_finite
+from tscope.render.formatting import format_number, format_step, optional_float
+from tscope.render.series import finite_runs, is_finite
 from tscope.render.svg import CHAR_WIDTH, line, rect, svg_document, text, xml_text
 
 LABEL_ROW = 15  # baseline of the aligned-spike ids above the overview's plot
@@ -63,24 +63,22 @@ def cluster_color(index: int) -> str:
     return CLUSTER_COLORS[index % len(CLUSTER_COLORS)]
 
 
-def aligned_spike_ids(payload: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def aligned_spike_ids(report: ClusterFile) -> list[tuple[str, AlignedSpikeRow]]:
     """A1, A2, … in step order: the ids the overview chart and the tables share."""
-    spikes = [spike for spike in as_list(payload.get("aligned_spikes")) if isinstance(spike, dict)]
-    ordered = sorted(spikes, key=lambda spike: _step_or_inf(spike.get("first_step")))
+    ordered = sorted(report.aligned_spikes, key=lambda spike: _step_or_inf(spike.first_step))
     return [(f"A{index}", spike) for index, spike in enumerate(ordered, start=1)]
 
 
-def aligned_chart(payload: dict[str, Any], index: int) -> Chart | None:
+def aligned_chart(report: ClusterFile, index: int) -> Chart | None:
     """Cluster `index`: members' loss ÷ baseline against steps from their explosion, the IQR band
     shaded with its median drawn over it. None when there is neither a band nor a member curve."""
-    clusters = [item for item in as_list(payload.get("clusters")) if isinstance(item, dict)]
-    cluster = clusters[index]
-    cluster_id = str(cluster.get("id", ""))
+    cluster = report.clusters[index]
+    cluster_id = cluster.id
     color = cluster_color(index)
-    band = _band(cluster.get("loss_band"))
+    band = _band(cluster.loss_band)
     members = [
         _aligned(run)
-        for run in chart_runs(payload)
+        for run in chart_runs(report)
         if run.cluster == cluster_id and run.explosion_step is not None and run.baseline_loss
     ]
     offsets = [step for run in members for step in run.steps]
@@ -125,19 +123,19 @@ def aligned_chart(payload: dict[str, Any], index: int) -> Chart | None:
     return Chart(svg_document(WIDTH, height, title, body), tuple(notes))
 
 
-def overview_chart(payload: dict[str, Any], total_runs: int) -> Chart | None:
+def overview_chart(report: ClusterFile, total_runs: int) -> Chart | None:
     """Raw loss of every charted run by step: stable grey, unstable in their cluster's colour,
     explosions ringed, aligned spikes as thin labelled bands."""
-    runs = chart_runs(payload)
+    runs = chart_runs(report)
     x_range = span_of([step for run in runs for step in run.steps])
     if x_range is None:
         return None
     x_low, x_high = widened(*x_range)
-    spikes = aligned_spike_ids(payload)
+    spikes = aligned_spike_ids(report)
     top = TITLE_ROW + (LABEL_ROW + 8 if spikes else 0)
     finite = [v for run in runs for v in run.values if v is not None and is_finite(v)]
     plot = Plot(top, x_low, x_high, loss_scale(finite))
-    colors = _colors_by_cluster(payload)
+    colors = _colors_by_cluster(report)
     notes: list[str] = []
     body = grid(plot)
     body.extend(_spike_bands(plot, spikes))
@@ -203,14 +201,14 @@ def _explosion_marks(plot: Plot, runs: Sequence[ChartRun], colors: dict[str, str
     return parts
 
 
-def _spike_bands(plot: Plot, spikes: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+def _spike_bands(plot: Plot, spikes: Sequence[tuple[str, AlignedSpikeRow]]) -> list[str]:
     """Each aligned spike as a thin band through the plot, its id above; neighbours whose ids
     would overlap share one label, "A2–A4", centred on their bands."""
     parts = []
     groups: list[list[tuple[float, str]]] = []  # per label: (band centre px, id), left to right
     for spike_id, spike in spikes:
-        first = parse_number(spike.get("first_step"))
-        last = parse_number(spike.get("last_step"))
+        first = optional_float(spike.first_step)
+        last = optional_float(spike.last_step)
         if first is None or not is_finite(first):
             continue
         last = first if last is None or not is_finite(last) else max(last, first)
@@ -295,19 +293,16 @@ def _overview_legend(
     return [f'<g class="legend">{"".join(parts)}</g>']
 
 
-def _colors_by_cluster(payload: dict[str, Any]) -> dict[str, str]:
-    clusters = [item for item in as_list(payload.get("clusters")) if isinstance(item, dict)]
-    return {str(item.get("id", "")): cluster_color(i) for i, item in enumerate(clusters)}
+def _colors_by_cluster(report: ClusterFile) -> dict[str, str]:
+    return {item.id: cluster_color(i) for i, item in enumerate(report.clusters)}
 
 
-def _band(raw: Any) -> Band | None:
-    """The payload's loss_band with its lists of equal length, or None when there is none."""
-    if not isinstance(raw, dict):
+def _band(raw: LossBandRow | None) -> Band | None:
+    """The cluster's loss_band with its lists of equal length, or None when there is none."""
+    if raw is None:
         return None
-    offsets = [parse_number(step) for step in as_list(raw.get("steps"))]
-    columns = [
-        [parse_number(v) for v in as_list(raw.get(key))] for key in ("median", "lower", "upper")
-    ]
+    offsets = [optional_float(step) for step in raw.steps]
+    columns = [[optional_float(v) for v in column] for column in (raw.median, raw.lower, raw.upper)]
     if not offsets or any(len(column) != len(offsets) for column in columns):
         return None
     keep = [i for i, offset in enumerate(offsets) if is_finite(offset)]
@@ -334,6 +329,6 @@ def _clipped(run: ChartRun, low: float, high: float) -> ChartRun:
     )
 
 
-def _step_or_inf(value: Any) -> float:
-    number = parse_number(value)
+def _step_or_inf(value: float | None) -> float:
+    number = optional_float(value)
     return number if number is not None and is_finite(number) else float("inf")

@@ -1,4 +1,4 @@
-"""The frame of the cluster charts: runs read from the payload's `chart.runs`, the plot box and its
+"""The frame of the cluster charts: runs read from cluster.json's `chart.runs` (typed), the plot box and its
 axes, run curves broken at NaN/Inf, and the ▼ marks that stand for NaN/Inf.
 
 Coordinates are written with one decimal so the same payload always gives the same bytes; run
@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from tscope.model.cluster_file import ClusterFile
 from tscope.render.charts import FRAME, GRID, NONFINITE_COLOR, PLOT_LEFT, PLOT_RIGHT
-from tscope.render.formatting import format_number, format_step, parse_number
+from tscope.render.formatting import format_number, format_step, optional_float
 from tscope.render.series import (
     LOG_PADDING,
     OUTLIER_RATIO,
     Scale,
-    as_list,
     choose_scale,
     finite_runs,
     is_finite,
@@ -67,24 +66,19 @@ class Plot:
         return self.bottom - self.scale.fraction(value) * PLOT_HEIGHT
 
 
-def chart_runs(payload: dict[str, Any]) -> list[ChartRun]:
-    chart = payload.get("chart")
-    raw_runs = as_list(chart.get("runs")) if isinstance(chart, dict) else []
+def chart_runs(report: ClusterFile) -> list[ChartRun]:
     runs = []
-    for raw in raw_runs:
-        if not isinstance(raw, dict):
-            continue
-        steps = [parse_number(step) for step in as_list(raw.get("steps"))]
-        values = [parse_number(value) for value in as_list(raw.get("values"))]
+    for raw in report.chart_runs:
+        steps = [optional_float(step) for step in raw.steps]
+        values = [optional_float(value) for value in raw.values]
         keep = [i for i, step in enumerate(steps[: len(values)]) if is_finite(step)]
-        cluster = raw.get("cluster")
         runs.append(
             ChartRun(
-                name=str(raw.get("name", "")),
-                status=str(raw.get("status", "")),
-                cluster=None if cluster is None else str(cluster),
-                explosion_step=parse_number(raw.get("explosion_step")),
-                baseline_loss=parse_number(raw.get("baseline_loss")),
+                name=raw.name,
+                status=raw.status,
+                cluster=raw.cluster,
+                explosion_step=optional_float(raw.explosion_step),
+                baseline_loss=optional_float(raw.baseline_loss),
                 steps=tuple(float(steps[i] or 0.0) for i in keep),
                 values=tuple(values[i] for i in keep),
             )

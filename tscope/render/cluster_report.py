@@ -20,7 +20,9 @@ from typing import Any
 from markupsafe import Markup
 
 from tscope.errors import UnreadableInput
+from tscope.model.case_fields import CaseFormatError
 from tscope.model.cluster import ClusterReport
+from tscope.model.cluster_file import ClusterFile
 from tscope.render.charts import Chart
 from tscope.render.cluster_charts import aligned_chart, overview_chart
 from tscope.render.cluster_view import aligned_chart_name, build_cluster_view
@@ -34,7 +36,6 @@ from tscope.render.report_files import (
     read_payload,
     write_text,
 )
-from tscope.render.series import as_list
 from tscope.render.view import template_environment
 
 CLUSTER_JSON = "cluster.json"
@@ -65,10 +66,11 @@ def render_cluster(
         else report_or_payload
     )
     payload = normalized_payload(raw)
+    report = cluster_file(payload, "the cluster payload")  # as a re-render reads it back
     directory = output_directory(out_dir, "the cluster report")
     pages = bool({"html", "md"} & set(formats))
-    charts = draw_cluster_charts(payload) if pages else {}
-    view = build_cluster_view(payload, directory) if pages else {}
+    charts = draw_cluster_charts(report) if pages else {}
+    view = build_cluster_view(report, directory) if pages else {}
     written: list[Path] = []
     for name in dict.fromkeys(formats):  # each format once, in the order asked
         if name == "json":
@@ -85,13 +87,21 @@ def render_cluster(
     return written
 
 
-def draw_cluster_charts(payload: dict[str, Any]) -> dict[str, Chart]:
+def cluster_file(payload: dict[str, Any], where: str) -> ClusterFile:
+    """The payload typed for the renderers; a field of the wrong type ends in one line."""
+    try:
+        return ClusterFile.from_dict(payload)
+    except CaseFormatError as error:
+        raise UnreadableInput(
+            where, str(error), "Re-run `tscope cluster` to write the report again"
+        ) from error
+
+
+def draw_cluster_charts(report: ClusterFile) -> dict[str, Chart]:
     """The all-runs overview, then one aligned-curves chart per cluster that has data to draw."""
-    drawn: dict[str, Chart | None] = {
-        OVERVIEW_CHART: overview_chart(payload, len(as_list(payload.get("runs"))))
-    }
-    for index, _ in enumerate(as_list(payload.get("clusters"))):
-        drawn[aligned_chart_name(index)] = aligned_chart(payload, index)
+    drawn: dict[str, Chart | None] = {OVERVIEW_CHART: overview_chart(report, len(report.runs))}
+    for index, _ in enumerate(report.clusters):
+        drawn[aligned_chart_name(index)] = aligned_chart(report, index)
     return {name: chart for name, chart in drawn.items() if chart is not None}
 
 
@@ -137,4 +147,5 @@ def load_cluster_payload(dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:
             "not a tscope cluster file (no runs and clusters lists)",
             "A case.json is rendered by `tscope report`",
         )
+    cluster_file(payload, str(file))  # a field of the wrong type: one line naming the file
     return payload

@@ -2,8 +2,8 @@
 
 As for a case (tscope.render.view): every number is formatted and every list ordered here, every
 missing section given its empty default here, and the templates only lay the strings out and
-escape them. The payload is read with `.get` and defaults: cluster.json may come from an older
-tscope, or be edited by hand.
+escape them. cluster.json is read typed (tscope.model.cluster_file.ClusterFile): a field an older
+tscope or a hand edit left out arrives as its default, one of the wrong type was refused there.
 """
 
 from __future__ import annotations
@@ -13,9 +13,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from tscope.model.case import Finding
+from tscope.model.cluster_file import (
+    AlignedSpikeRow,
+    ClusterFile,
+    ClusterRow,
+    ClusterRunRow,
+    CounterexampleRow,
+    SignalRow,
+    TraitRow,
+)
 from tscope.render.cluster_charts import aligned_spike_ids
 from tscope.render.formatting import MISSING, format_number, format_step, format_value, one_line
-from tscope.render.series import as_list, as_mapping, as_records
 
 FAILURE_MODES = {
     "blowup": "blew up and never recovered",
@@ -38,43 +47,41 @@ MAX_NAMED_RUNS = 8
 CASE_HTML = "case.html"  # the per-run report beside each run's case.json
 
 
-def build_cluster_view(payload: dict[str, Any], out_dir: Path | None = None) -> dict[str, Any]:
+def build_cluster_view(report: ClusterFile, out_dir: Path | None = None) -> dict[str, Any]:
     """Everything the cluster templates print, as strings. `out_dir` (where cluster.html goes)
     lets each run link its own case.html when that file exists; without it no link is made."""
-    summary = as_mapping(payload.get("summary"))
-    runs = as_records(payload.get("runs"))
-    clusters = as_records(payload.get("clusters"))
-    findings = as_records(payload.get("findings"))
-    spikes = aligned_spike_ids(payload)
-    spike_steps = {spike.get("first_step") for _, spike in spikes}
-    unstable = [run for run in runs if run.get("status") == "unstable"]
+    runs = report.runs
+    spikes = aligned_spike_ids(report)
+    spike_steps = {spike.first_step for _, spike in spikes}
+    unstable = [run for run in runs if run.status == "unstable"]
     return {
-        "runs_dir": str(payload.get("runs_dir") or ""),
+        "runs_dir": report.runs_dir,
         "status": "unstable" if unstable else "stable",
         "status_label": f"{len(unstable)} of {len(runs)} blew up"
         if unstable
         else f"All {len(runs)} stable",
-        "verdict": one_line(str(summary.get("verdict") or "No verdict was recorded.")),
-        "counts": _counts(summary, runs, clusters, payload),
-        "clusters": [_cluster_view(index, item) for index, item in enumerate(clusters)],
-        "aligned_spikes": [_spike_view(spike_id, spike, findings) for spike_id, spike in spikes],
+        "verdict": one_line(report.verdict or "No verdict was recorded."),
+        "counts": _counts(report),
+        "clusters": [_cluster_view(index, item) for index, item in enumerate(report.clusters)],
+        "aligned_spikes": [
+            _spike_view(spike_id, spike, report.findings) for spike_id, spike in spikes
+        ],
         "data_order_note": _shared_evidence([spike for _, spike in spikes]),
         "other_findings": [
             _finding_view(item)
-            for item in findings
-            if not (_is_spike_finding(item) and item.get("step") in spike_steps)
+            for item in report.findings
+            if not (_is_spike_finding(item) and item.step in spike_steps)
         ],
         "runs": [_run_view(run, out_dir) for run in sorted(runs, key=_run_order)],
-        "limits": [one_line(str(item)) for item in as_list(payload.get("limits"))],
+        "limits": [one_line(item) for item in report.limits],
         "skipped": [
-            {"run": str(item.get("run", "")), "problem": one_line(str(item.get("problem", "")))}
-            for item in as_records(payload.get("skipped"))
+            {"run": item.run, "problem": one_line(item.problem)} for item in report.skipped
         ],
         "method": [
-            (METHOD_LABELS.get(str(key), str(key).replace("_", " ")), format_value(value))
-            for key, value in sorted(as_mapping(payload.get("method")).items())
+            (METHOD_LABELS.get(key, key.replace("_", " ")), format_value(value))
+            for key, value in sorted(report.method.items())
         ],
-        "tool": _tool_line(payload),
+        "tool": f"tscope {report.tool_version}, cluster schema {report.schema_version}",
     }
 
 
@@ -83,79 +90,68 @@ def aligned_chart_name(index: int) -> str:
     return f"aligned-{index + 1}"
 
 
-def _counts(
-    summary: dict[str, Any],
-    runs: list[dict[str, Any]],
-    clusters: list[dict[str, Any]],
-    payload: dict[str, Any],
-) -> str:
+def _counts(report: ClusterFile) -> str:
     """ "8 runs · 4 unstable in 1 cluster · 4 stable · 0 aligned spikes", from the summary when it
     has the count, else counted from the lists."""
-
-    def count(key: str, fallback: int) -> int:
-        value = summary.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else fallback
-
-    total = count("runs", len(runs))
-    unstable = count("unstable", sum(run.get("status") == "unstable" for run in runs))
-    stable = count("stable", sum(run.get("status") == "stable" for run in runs))
-    groups = count("clusters", len(clusters))
-    spikes = count("aligned_spikes", len(as_list(payload.get("aligned_spikes"))))
+    runs = report.runs
+    counts = report.counts
+    total = counts.get("runs", len(runs))
+    unstable = counts.get("unstable", sum(run.status == "unstable" for run in runs))
+    stable = counts.get("stable", sum(run.status == "stable" for run in runs))
+    groups = counts.get("clusters", len(report.clusters))
+    spikes = counts.get("aligned_spikes", len(report.aligned_spikes))
     parts = [_plural(total, "run")]
     if unstable:
         parts += [f"{unstable} unstable in {_plural(groups, 'cluster')}", f"{stable} stable"]
     else:
         parts.append("all stable")
     parts.append(_plural(spikes, "aligned spike"))
-    skipped = len(as_list(payload.get("skipped")))
-    if skipped:
-        parts.append(f"{skipped} skipped")
+    if report.skipped:
+        parts.append(f"{len(report.skipped)} skipped")
     return " · ".join(parts)
 
 
-def _cluster_view(index: int, cluster: dict[str, Any]) -> dict[str, Any]:
-    members = [str(name) for name in as_list(cluster.get("runs"))]
-    mode = str(cluster.get("failure_mode") or "")
+def _cluster_view(index: int, cluster: ClusterRow) -> dict[str, Any]:
+    members = list(cluster.runs)
+    mode = cluster.failure_mode
     return {
-        "id": str(cluster.get("id") or f"C{index + 1}"),
-        "label": one_line(str(cluster.get("label") or "")),
+        "id": cluster.id or f"C{index + 1}",
+        "label": one_line(cluster.label),
         "members": members,
         "size": _plural(len(members), "run"),
         "failure_mode": FAILURE_MODES.get(mode, mode or MISSING),
         "traits": [
             {
-                "text": one_line(str(trait.get("text") or _trait_text(trait))),
-                "accuracy": format_number(trait.get("balanced_accuracy")),
-                "member_values": format_value(as_list(trait.get("member_values"))),
-                "stable_values": format_value(as_list(trait.get("stable_values"))),
+                "text": one_line(trait.text or _trait_text(trait)),
+                "accuracy": format_number(trait.balanced_accuracy),
+                "member_values": format_value(list(trait.member_values)),
+                "stable_values": format_value(list(trait.stable_values)),
             }
-            for trait in as_records(cluster.get("discriminant_traits"))
+            for trait in cluster.traits
         ],
-        "lead": _lead_text(
-            cluster.get("typical_lead_steps"), cluster.get("warned_runs"), len(members)
-        ),
+        "lead": _lead_text(cluster.typical_lead_steps, cluster.warned_runs, len(members)),
         "signals": [
             {
-                "kind": str(signal.get("kind", "")),
-                "runs": f"{format_number(signal.get('runs'))} of {len(members)}",
-                "offset": _offset_text(signal.get("median_offset_steps")),
+                "kind": signal.kind,
+                "runs": f"{format_number(signal.runs)} of {len(members)}",
+                "offset": _offset_text(signal.median_offset_steps),
             }
-            for signal in as_records(cluster.get("signal_detail"))
+            for signal in cluster.signal_detail
         ],
-        "signals_title": _signals_title(as_records(cluster.get("signal_detail"))),
-        "counterexample": _counterexample_view(cluster.get("counterexample")),
+        "signals_title": _signals_title(cluster.signal_detail),
+        "counterexample": _counterexample_view(cluster.counterexample),
         "chart": aligned_chart_name(index),
     }
 
 
-def _trait_text(trait: dict[str, Any]) -> str:
-    symbol = {">=": "≥", "<=": "≤", "==": "="}.get(str(trait.get("op")), str(trait.get("op", "")))
-    return f"{trait.get('field', '')} {symbol} {format_value(trait.get('value'))}"
+def _trait_text(trait: TraitRow) -> str:
+    symbol = {">=": "≥", "<=": "≤", "==": "="}.get(trait.op, trait.op)
+    return f"{trait.field} {symbol} {format_value(trait.value)}"
 
 
-def _lead_text(lead: Any, warned: Any, members: int) -> str:
-    if not isinstance(lead, int) or isinstance(lead, bool):
-        if isinstance(warned, int) and not isinstance(warned, bool) and warned > 0:
+def _lead_text(lead: int | None, warned: int | None, members: int) -> str:
+    if lead is None:
+        if warned is not None and warned > 0:
             return (
                 f"Only {warned} of {members} runs gave a signal before their explosion: "
                 "no typical warning time."
@@ -166,67 +162,65 @@ def _lead_text(lead: Any, warned: Any, members: int) -> str:
     return f"The first signal typically fired {_plural(lead, 'step')} before the explosion."
 
 
-def _signals_title(signals: list[dict[str, Any]]) -> str:
+def _signals_title(signals: tuple[SignalRow, ...]) -> str:
     """ "Warning signs" only when a signal typically came before the explosion; signals that all
     followed it are its consequences, and calling them warnings would promise a lead time."""
-    offsets = [signal.get("median_offset_steps") for signal in signals]
-    before = [o for o in offsets if isinstance(o, int) and not isinstance(o, bool) and o < 0]
-    if before:
+    offsets = [signal.median_offset_steps for signal in signals]
+    if any(offset is not None and offset < 0 for offset in offsets):
         return "Warning signs and what followed"
     return "Signals (all at or after the explosion: no warning sign)" if signals else "Signals"
 
 
-def _offset_text(offset: Any) -> str:
+def _offset_text(offset: int | None) -> str:
     """Median step of a signal relative to the explosion: negative is before it."""
-    if not isinstance(offset, int) or isinstance(offset, bool):
+    if offset is None:
         return MISSING
     if offset == 0:
         return "0 (at the explosion)"
     return f"{offset} (before)" if offset < 0 else f"+{offset} (after)"
 
 
-def _counterexample_view(raw: Any) -> dict[str, Any] | None:
-    if not isinstance(raw, dict):
+def _counterexample_view(counter: CounterexampleRow | None) -> dict[str, Any] | None:
+    if counter is None:
         return None
-    distance = raw.get("config_distance")
     return {
-        "run": str(raw.get("run", "")),
-        "stable_run": str(raw.get("stable_run", "")),
-        "distance": _distance_text(distance),
+        "run": counter.run,
+        "stable_run": counter.stable_run,
+        "distance": _distance_text(counter.config_distance),
         "diff": [
             {
-                "field": str(row.get("field", "")),
-                "run_value": format_value(row.get("run_value")),
-                "stable_value": format_value(row.get("stable_value")),
+                "field": name,
+                "run_value": format_value(mine),
+                "stable_value": format_value(theirs),
             }
-            for row in as_records(raw.get("config_diff"))
+            for name, mine, theirs in counter.config_diff
         ],
     }
 
 
-def _distance_text(distance: Any) -> str:
-    if not isinstance(distance, int) or isinstance(distance, bool):
+def _distance_text(distance: int | None) -> str:
+    if distance is None:
         return "the number of differing settings is unknown"
     return "1 setting differs" if distance == 1 else f"{distance} settings differ"
 
 
 def _spike_view(
-    spike_id: str, spike: dict[str, Any], findings: list[dict[str, Any]]
+    spike_id: str, spike: AlignedSpikeRow, findings: tuple[Finding, ...]
 ) -> dict[str, Any]:
-    first, last = spike.get("first_step"), spike.get("last_step")
-    runs = [str(name) for name in as_list(spike.get("runs"))]
-    peaks = as_list(spike.get("peak_steps"))
-    compared = spike.get("runs_compared")
+    first, last = spike.first_step, spike.last_step
+    runs = list(spike.runs)
+    peaks = spike.peak_steps
+    compared = spike.runs_compared
     named = [
         f"{name} @ {format_step(peaks[i])}" if i < len(peaks) else name
         for i, name in enumerate(runs)
     ]
-    everyone = isinstance(compared, int) and len(runs) >= compared
+    everyone = compared is not None and len(runs) >= compared
     shown = [] if everyone else named[:MAX_NAMED_RUNS]
     if len(named) > len(shown) and shown:
         shown.append(f"… {len(named) - len(shown)} more in cluster.json")
     finding = next(
-        (item for item in findings if _is_spike_finding(item) and item.get("step") == first), None
+        (item for item in findings if _is_spike_finding(item) and item.step == first), None
     )
     return {
         "id": spike_id,
@@ -236,50 +230,48 @@ def _spike_view(
         "runs": f"{len(runs)} of {format_number(compared)}"
         + (" (all compared)" if everyone else ""),
         "named_runs": shown,
-        "p_value": format_number(spike.get("p_value")),
-        "data_order": str(spike.get("shared_data_order") or "unknown"),
-        "data_order_evidence": one_line(str(spike.get("data_order_evidence") or "")),
+        "p_value": format_number(spike.p_value),
+        "data_order": spike.shared_data_order or "unknown",
+        "data_order_evidence": one_line(spike.data_order_evidence),
         "finding": None if finding is None else _finding_view(finding),
     }
 
 
-def _shared_evidence(spikes: list[dict[str, Any]]) -> str:
+def _shared_evidence(spikes: list[AlignedSpikeRow]) -> str:
     """The data-order evidence when every aligned spike has the same (said once, not per row)."""
-    evidence = {one_line(str(spike.get("data_order_evidence") or "")) for spike in spikes}
+    evidence = {one_line(spike.data_order_evidence) for spike in spikes}
     return evidence.pop() if len(evidence) == 1 else ""
 
 
-def _is_spike_finding(finding: dict[str, Any]) -> bool:
+def _is_spike_finding(finding: Finding) -> bool:
     """The finding the analysis writes for each aligned spike, at the spike's first step."""
-    return finding.get("category") == "data_aligned_spike"
+    return finding.category == "data_aligned_spike"
 
 
-def _finding_view(finding: dict[str, Any]) -> dict[str, str]:
+def _finding_view(finding: Finding) -> dict[str, str]:
     return {
-        "category": str(finding.get("category", "")),
-        "severity": str(finding.get("severity", "")),
-        "step": format_step(finding.get("step")),
-        "message": one_line(str(finding.get("message", ""))),
-        "suggestion": one_line(str(finding.get("suggestion") or "")),
+        "category": finding.category,
+        "severity": finding.severity,
+        "step": format_step(finding.step),
+        "message": one_line(finding.message),
+        "suggestion": one_line(finding.suggestion),
     }
 
 
-def _run_view(run: dict[str, Any], out_dir: Path | None) -> dict[str, Any]:
-    first = run.get("first_signal")
-    link, shown_path = _case_link(str(run.get("case") or ""), out_dir)
-    kind = str(run.get("explosion_kind") or "")
-    lead = run.get("lead_steps")
+def _run_view(run: ClusterRunRow, out_dir: Path | None) -> dict[str, Any]:
+    first = run.first_signal
+    link, shown_path = _case_link(run.case, out_dir)
+    kind = run.explosion_kind
+    lead = run.lead_steps
     return {
-        "name": str(run.get("name", "")),
-        "status": str(run.get("status", "")),
-        "cluster": str(run.get("cluster") or MISSING),
-        "explosion_step": format_step(run.get("explosion_step")),
+        "name": run.name,
+        "status": run.status,
+        "cluster": run.cluster or MISSING,
+        "explosion_step": format_step(run.explosion_step),
         "explosion_kind": EXPLOSION_KINDS.get(kind, kind),
-        "first_signal": f"{first} @ {format_step(run.get('first_signal_step'))}"
-        if first
-        else MISSING,
-        "lead": _plural(lead, "step") if isinstance(lead, int) else MISSING,
-        "final_loss": format_number(run.get("final_loss")),
+        "first_signal": f"{first} @ {format_step(run.first_signal_step)}" if first else MISSING,
+        "lead": _plural(lead, "step") if lead is not None else MISSING,
+        "final_loss": format_number(run.final_loss),
         "case_link": link,
         "case_path": shown_path,
     }
@@ -319,16 +311,11 @@ def _relative(path: Path, base: Path, inside: bool = False) -> str | None:
     return None if inside and relative.startswith("../") else relative
 
 
-def _run_order(run: dict[str, Any]) -> tuple[bool, str, str]:
+def _run_order(run: ClusterRunRow) -> tuple[bool, str, str]:
     """Unstable runs first, grouped by cluster; then stable runs; by name within each."""
-    return (run.get("status") != "unstable", str(run.get("cluster") or "~"), str(run.get("name")))
+    return (run.status != "unstable", run.cluster or "~", run.name)
 
 
 def _plural(count: Any, noun: str) -> str:
     number = format_number(count)
     return f"{number} {noun}" if count == 1 else f"{number} {noun}s"
-
-
-def _tool_line(payload: dict[str, Any]) -> str:
-    tool = as_mapping(payload.get("tool"))
-    return f"tscope {tool.get('version', '?')}, cluster schema {payload.get('schema_version', '?')}"

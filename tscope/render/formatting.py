@@ -37,6 +37,12 @@ def parse_number(value: Any) -> float | None:
     return None
 
 
+def optional_float(value: float | None) -> float | None:
+    """A typed case number as a float (case files keep an integer an int) for coordinates and
+    colours; None stays None."""
+    return None if value is None else float(value)
+
+
 def format_number(value: Any) -> str:
     """3 significant digits for floats, integers in full, NaN/Inf by name, anything else as text."""
     if value is None:

@@ -9,8 +9,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from tscope.render.formatting import format_number, parse_number
-from tscope.render.series import as_list, as_mapping, as_records
+from tscope.model.xray_section import XraySection, XrayToken
+from tscope.render.formatting import format_number, optional_float
 from tscope.render.xray_svg import leak_matrix, weight_strips
 
 RULE_WORDS = {
@@ -24,30 +24,28 @@ RULE_WORDS = {
 MAX_MATRIX_SEQUENCES = 64  # larger probes keep the matrix in xray.json only
 
 
-def xray_view(section: dict[str, Any] | None) -> dict[str, Any] | None:
+def xray_view(section: XraySection | None) -> dict[str, Any] | None:
     if section is None:
         return None
-    tokens = as_records(section.get("tokens"))
-    by_sequence: dict[int, list[dict[str, Any]]] = {}
-    for token in tokens:
-        sequence = int(parse_number(token.get("sequence")) or 0)
-        by_sequence.setdefault(sequence, []).append(token)
+    by_sequence: dict[int, list[XrayToken]] = {}
+    for token in section.tokens:
+        by_sequence.setdefault(token.sequence, []).append(token)
     strips = []
     rows = []
     for sequence, items in sorted(by_sequence.items()):
-        items.sort(key=lambda t: parse_number(t.get("position")) or 0)
+        items.sort(key=lambda t: t.position)
         cells = [
             (
-                parse_number(t.get("weight")),
-                f"sequence {sequence}, token {format_number(t.get('position'))}: weight "
-                f"{format_number(t.get('weight'))}, cos {format_number(t.get('cosine'))}, "
-                f"micro-batch {format_number(t.get('micro_batch'))}, rank "
-                f"{format_number(t.get('rank'))}",
+                optional_float(t.weight),
+                f"sequence {sequence}, token {format_number(t.position)}: weight "
+                f"{format_number(t.weight)}, cos {format_number(t.cosine)}, "
+                f"micro-batch {format_number(t.micro_batch)}, rank "
+                f"{format_number(t.rank)}",
             )
             for t in items
         ]
         strips.append((f"seq {sequence} ({len(items)})", cells))
-        weights = [parse_number(t.get("weight")) for t in items]
+        weights = [optional_float(t.weight) for t in items]
         finite = [w for w in weights if w is not None]
         rows.append(
             {
@@ -57,41 +55,39 @@ def xray_view(section: dict[str, Any] | None) -> dict[str, Any] | None:
                 "mean": format_number(sum(finite) / len(finite)) if finite else "—",
             }
         )
-    leak = as_mapping(section.get("leak"))
-    matrix = [[parse_number(v) for v in as_list(row)] for row in as_list(leak.get("matrix"))]
+    matrix = [[optional_float(v) for v in row] for row in section.leak_matrix]
     labels = [f"seq {i}" for i in range(len(matrix))]
-    intended = str(section.get("intended") or "token_mean")
-    matched = str(section.get("matched_rule") or "")
+    intended = section.intended or "token_mean"
+    matched = section.matched_rule or ""
     return {
-        "mode": str(section.get("mode") or ""),
-        "source": str(section.get("source") or ""),
+        "mode": section.mode,
+        "source": section.source,
         "intended": intended,
         "intended_words": RULE_WORDS.get(intended, intended),
         "matched": matched,
         "matched_words": RULE_WORDS.get(matched, matched),
-        "matched_rules": ", ".join(str(r) for r in as_list(section.get("matched_rules"))),
-        "matched_deviation": format_number(section.get("matched_max_deviation")),
-        "intended_deviation": format_number(section.get("intended_max_deviation")),
-        "min_cosine": format_number(section.get("min_cosine")),
-        "boundary_weight": format_number(section.get("boundary_weight")),
-        "lengths": ", ".join(format_number(n) for n in as_list(section.get("lengths"))),
-        "world_size": format_number(section.get("world_size")),
-        "forward_calls": format_number(section.get("forward_calls")),
-        "max_leak": format_number(leak.get("max")),
-        "leak_threshold": format_number(leak.get("threshold")),
+        "matched_rules": ", ".join(section.matched_rules),
+        "matched_deviation": format_number(section.matched_max_deviation),
+        "intended_deviation": format_number(section.intended_max_deviation),
+        "min_cosine": format_number(section.min_cosine),
+        "boundary_weight": format_number(section.boundary_weight),
+        "lengths": ", ".join(format_number(n) for n in section.lengths),
+        "world_size": format_number(section.world_size),
+        "forward_calls": format_number(section.forward_calls),
+        "max_leak": format_number(section.leak_max),
+        "leak_threshold": format_number(section.leak_threshold),
         "rules": [
             {
-                "rule": str(item.get("rule", "")),
-                "words": RULE_WORDS.get(str(item.get("rule", "")), ""),
-                "deviation": format_number(item.get("max_deviation")),
+                "rule": item.rule,
+                "words": RULE_WORDS.get(item.rule, ""),
+                "deviation": format_number(item.max_deviation),
             }
-            for item in as_records(section.get("rules"))
+            for item in section.rules
         ],
         "settings": [
-            (str(key), format_number(value))
-            for key, value in sorted(as_mapping(section.get("settings")).items())
+            (str(key), format_number(value)) for key, value in sorted(section.settings.items())
         ],
-        "notes": [str(note) for note in as_list(section.get("notes"))],
+        "notes": list(section.notes),
         "sequence_rows": rows,
         "leak_rows": [
             {"sequence": labels[i], "values": [format_number(v) for v in row]}
@@ -103,5 +99,5 @@ def xray_view(section: dict[str, Any] | None) -> dict[str, Any] | None:
         "matrix_svg": Markup(leak_matrix(labels, matrix))
         if matrix and len(matrix) <= MAX_MATRIX_SEQUENCES
         else None,
-        "seconds": format_number(section.get("seconds")),
+        "seconds": format_number(section.seconds),
     }
