@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput, UsageError
-from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.base import LoadOptions, TorchFileKeys
 from tscope.ingest.checkpoints.hf_trainer import HfTrainerCheckpoint
 from tscope.ingest.checkpoints.rng_state import check_rng_state
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
@@ -36,15 +36,20 @@ class CheckpointFiles:
     def __init__(self, choice: CheckpointChoice) -> None:
         self.choice = choice
         self._hf: HfTrainerCheckpoint | None = None
-        self._nanogpt: Mapping[str, Any] | None = None
+        # A one-file layout (nanoGPT's ckpt.pt, a Lightning .ckpt): one mapping, read by the
+        # keys its reader declares (ReplayFacts.file_keys).
+        self._file: Mapping[str, Any] | None = None
+        self._keys = choice.facts.file_keys
         if choice.facts.folder_with_side_files:
             self._hf = HfTrainerCheckpoint(choice.path, choice.shown, _SAFE)
+        elif self._keys is None:
+            raise UsageError(f"{choice.shown}: a {choice.format} checkpoint is not replayed.")
         else:
             loaded = safe_torch_load(choice.path, choice.shown, _SAFE)
-            weights_key = "state_dict" if choice.format == "lightning" else "model"
+            weights_key = self._keys.weights
             if not isinstance(loaded, Mapping) or not isinstance(loaded.get(weights_key), Mapping):
                 raise UnreadableInput(choice.shown, f"holds no `{weights_key}` state dict")
-            self._nanogpt = loaded  # nanoGPT's ckpt.pt or a Lightning .ckpt: one mapping
+            self._file = loaded
 
     # --- what the producer recorded --------------------------------------------------------
 
@@ -53,8 +58,8 @@ class CheckpointFiles:
         """What build_model receives: config.json (Trainer) or model_args (nanoGPT)."""
         if self._hf is not None:
             return dict(self._hf.config) if self._hf.config else None
-        assert self._nanogpt is not None
-        args = self._nanogpt.get(self._lightning_or("hyper_parameters", "model_args"))
+        file, keys = self._one_file()
+        args = file.get(keys.model_args)
         return dict(args) if isinstance(args, Mapping) else None
 
     @property
@@ -62,10 +67,8 @@ class CheckpointFiles:
         """Training settings: TrainingArguments as plain data, or nanoGPT's saved `config`."""
         if self._hf is not None:
             return dict(self._hf.training_args or {})
-        assert self._nanogpt is not None
-        if self.choice.format == "lightning":
-            return {}  # the Trainer's settings are not in the .ckpt (hyper_parameters are the model's)
-        config = self._nanogpt.get("config")
+        file, keys = self._one_file()
+        config = file.get(keys.run_config) if keys.run_config is not None else None
         return dict(config) if isinstance(config, Mapping) else {}
 
     @property
@@ -90,36 +93,39 @@ class CheckpointFiles:
             if not names:
                 raise UsageError(f"{self.choice.shown} holds no model weights to replay from.")
             return {name: self._hf.load_tensor(name) for name in names}
-        assert self._nanogpt is not None
-        weights = self._nanogpt[self._lightning_or("state_dict", "model")]
+        file, keys = self._one_file()
+        weights = file[keys.weights]
         return {normalize_name(str(k)): v for k, v in weights.items()}
 
     def optimizer_state(self) -> Any | None:
         """The saved `Optimizer.state_dict()` (integer ids), or None when there is none."""
-        if self._nanogpt is not None:
-            if self.choice.format == "lightning":
-                return self._lightning_single("optimizer_states")
-            return self._nanogpt.get("optimizer")
+        if self._file is not None:
+            return self._stored(self._one_file()[1].optimizer)
         file = next((f for f in _OPTIMIZER_FILES if self.has(f)), None)
         return self._load(file) if file is not None else None
 
     def optimizer_file(self) -> str | None:
-        if self._nanogpt is not None:
+        if self._file is not None:
             return self.choice.shown if self.optimizer_state() is not None else None
         return next((f for f in _OPTIMIZER_FILES if self.has(f)), None)
 
     def scheduler_state(self) -> Any | None:
-        if self.choice.format == "lightning":
-            return self._lightning_single("lr_schedulers")
+        if self._file is not None:
+            key = self._one_file()[1].scheduler
+            return self._stored(key) if key is not None else None
         return self._load("scheduler.pt") if self.has("scheduler.pt") else None
 
-    def _lightning_or(self, lightning_key: str, nanogpt_key: str) -> str:
-        return lightning_key if self.choice.format == "lightning" else nanogpt_key
+    def _one_file(self) -> tuple[Mapping[str, Any], TorchFileKeys]:
+        assert self._file is not None and self._keys is not None
+        return self._file, self._keys
 
-    def _lightning_single(self, key: str) -> Any | None:
-        """The one optimizer's (or scheduler's) state of a Lightning .ckpt; None when absent."""
-        assert self._nanogpt is not None
-        states = self._nanogpt.get(key)
+    def _stored(self, key: str) -> Any | None:
+        """The state under `key` of a one-file checkpoint; where the layout keeps one state per
+        optimizer in a list (Lightning's optimizer_states), the one state. None when absent."""
+        file, keys = self._one_file()
+        if not keys.states_in_lists:
+            return file.get(key)
+        states = file.get(key)
         if not isinstance(states, (list, tuple)) or not states:
             return None
         if len(states) > 1:
@@ -150,4 +156,4 @@ class CheckpointFiles:
     def close(self) -> None:
         if self._hf is not None:
             self._hf.close()
-        self._nanogpt = None
+        self._file = None

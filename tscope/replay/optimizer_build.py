@@ -149,7 +149,7 @@ def _matching_groups(
     """The first grouping rule whose groups have the saved sizes and moment shapes."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     # The producer's own rule first; the others catch custom optimizers built like them.
-    primary = _NANOGPT_RULE if files.choice.format == "nanogpt" else _TRAINER_RULE
+    primary = _PRODUCER_RULES[files.choice.facts.parameter_groups]
     rules = sorted(_GROUP_RULES, key=lambda rule: rule[0] != primary)
     failures = []
     for rule_name, rule in rules:
@@ -192,6 +192,8 @@ def _one_group(_: torch.nn.Module, named: NamedParams) -> list[NamedParams]:
 
 _TRAINER_RULE = "Trainer decay/no-decay groups"
 _NANOGPT_RULE = "nanoGPT dim>=2 / dim<2 groups"
+# ReplayFacts.parameter_groups (the checkpoint reader's): the rule the producer's own code uses.
+_PRODUCER_RULES = {"trainer": _TRAINER_RULE, "nanogpt": _NANOGPT_RULE}
 _GROUP_RULES: tuple[tuple[str, GroupRule], ...] = (
     (_TRAINER_RULE, _trainer_groups),
     (_NANOGPT_RULE, _nanogpt_groups),

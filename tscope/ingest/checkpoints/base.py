@@ -59,6 +59,21 @@ class CheckpointHandle(Protocol):
 
 
 @dataclass(frozen=True)
+class TorchFileKeys:
+    """Where a one-file checkpoint (one pickled dict: nanoGPT's ckpt.pt, a Lightning .ckpt) keeps
+    what a replay restores."""
+
+    weights: str  # the model's state dict
+    model_args: str  # what the entry's build_model receives
+    run_config: str | None  # the training settings; None: the file holds none
+    optimizer: str  # Optimizer.state_dict()
+    scheduler: str | None  # the LR scheduler's state_dict(); None: the file holds none
+    # One state per optimizer (and scheduler) in a list, as Lightning's optimizer_states[0]; a
+    # replay restores one.
+    states_in_lists: bool = False
+
+
+@dataclass(frozen=True)
 class ReplayFacts:
     """What `tscope replay` must know of the producer that wrote a layout (None on a reader:
     the layout is not replayed)."""
@@ -81,6 +96,11 @@ class ReplayFacts:
     # steps filtered unless logging_nan_inf_filter is off (the Trainer's logging).
     trainer_logging: bool = False
     sharded: bool = False  # replayed on N processes (--nproc), never in one
+    # A one-file layout's keys (None: a folder of files, read by the layout's own handle).
+    file_keys: TorchFileKeys | None = None
+    # The optimizer's parameter groups the producer builds, tried first when the optimizer is
+    # rebuilt: "trainer" (Trainer's decay/no-decay names) or "nanogpt" (dim >= 2 / dim < 2).
+    parameter_groups: str = "trainer"
 
 
 class CheckpointReader(Protocol):

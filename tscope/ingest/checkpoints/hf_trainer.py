@@ -19,11 +19,8 @@ from tscope.ingest.checkpoints.base import (
     OptimizerState,
     ReplayFacts,
 )
-from tscope.ingest.checkpoints.optimizer_mapping import (
-    TRAINER_RULES,
-    map_optimizer_state,
-    summarize_optimizer,
-)
+from tscope.ingest.checkpoints.hf_trainer_resume import TrainerResumeFiles, trainer_resume_audit
+from tscope.ingest.checkpoints.optimizer_mapping import TRAINER_RULES, map_optimizer_state
 from tscope.ingest.checkpoints.param_order import ParamSpec, architecture_order, inferred_orders
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.rng_state import read_rng_state
@@ -275,68 +272,25 @@ class HfTrainerCheckpoint:
 
     def _make_audit(self) -> ResumeAudit:
         raw = self._load_optimizer()
-        self.optimizer_state()
-        summary = summarize_optimizer(raw)
-        notes = list(summary.notes) if raw is not None else []
-        args = self.training_args or {}
-        if self._optimizer_file() is None:
-            notes.append("no optimizer.pt: a resume restarts the optimizer (zero moments, step 0)")
-        if args.get("save_only_model") is True:
-            notes.append("save_only_model=True: optimizer, scheduler, scaler and RNG not saved")
-        notes.append(
-            "the Trainer saves no sampler state: a resume skips the epoch's consumed batches and "
-            "reshuffles from the restored RNG"
-            + (
-                " (ignore_data_skip=True: it re-reads the epoch)"
-                if args.get("ignore_data_skip")
-                else ""
+        self.optimizer_state()  # maps the optimizer's ids, noted in self._notes
+        return trainer_resume_audit(
+            TrainerResumeFiles(
+                folder=self._dir,
+                training_args=self.training_args or {},
+                optimizer_raw=raw,
+                has_optimizer_file=self._optimizer_file() is not None,
+                has_weights=bool(self._source.order),
+                has_scheduler=self._has_scheduler,
+                has_scaler_file=self._has_scaler_file,
+                rng_ranks=self._rng_ranks,
+                rng_file_names={rank: file.name for rank, file in self._rng_files().items()},
+                weight_dtypes=tuple(self._source.dtypes.values()),
+                handle_notes=tuple(self._notes),
             )
         )
-        notes.extend(self._layout_notes())
-        return ResumeAudit(
-            has_weights=bool(self._source.order),
-            has_optimizer_moments=raw is not None and summary.has_moments,
-            has_step_counters=raw is not None and summary.has_step_counters,
-            has_scheduler=self._has_scheduler,
-            has_scaler=self._scaler(notes),
-            rng_ranks=self._rng_ranks,
-            expected_ranks=self._expected_ranks(),
-            has_sampler_state=None,
-            notes=tuple(self._notes + notes),
-        )
-
-    def _scaler(self, notes: list[str]) -> bool | None:
-        """True with scaler.pt; False when the run used fp16 loss scaling and it is missing."""
-        if self._has_scaler_file:
-            return True
-        evidence = []
-        if (self.training_args or {}).get("fp16") is True:
-            evidence.append("training_args fp16=True")
-        if any(dtype == "F16" or dtype == "float16" for dtype in self._source.dtypes.values()):
-            evidence.append("fp16 weights")
-        siblings = sorted(self._dir.parent.glob("checkpoint-*/scaler.pt"))
-        if siblings:
-            evidence.append(f"{siblings[0].parent.name} has scaler.pt")
-        if not evidence:
-            return None
-        notes.append(
-            "GradScaler state expected (" + ", ".join(evidence) + ") but scaler.pt is missing"
-        )
-        return False
 
     def _rng_files(self) -> dict[int, Path]:
         return rng_files(self._dir)
-
-    def _expected_ranks(self) -> int | None:
-        """World size: training_args' accelerate state, else the rank files, else one process."""
-        state = (self.training_args or {}).get("distributed_state")
-        processes = state.get("num_processes") if isinstance(state, dict) else None
-        if isinstance(processes, int) and processes >= 1:
-            return processes
-        ranks = self._rng_files()
-        if any(file.name != "rng_state.pth" for file in ranks.values()):
-            return max(ranks) + 1
-        return 1 if ranks else None
 
     def _loads(self, name: str, rng: bool = False) -> bool:
         """The file exists and loads safely; a refused or broken file goes to partial."""
@@ -352,16 +306,6 @@ class HfTrainerCheckpoint:
             self.partial.append(_partial(error))
             return False
         return True
-
-    def _layout_notes(self) -> list[str]:
-        notes = []
-        if any(self._dir.glob("global_step*")):
-            notes.append("DeepSpeed state in global_step*/ holds the optimizer and scheduler")
-        if any(self._dir.glob("pytorch_model_fsdp*")) or any(self._dir.glob("optimizer_*")):
-            notes.append(
-                "FSDP sharded state (pytorch_model_fsdp_*/, optimizer_*/) is not read here"
-            )
-        return notes
 
     # --- side files ------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState, ReplayFacts
+from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState, ReplayFacts, TorchFileKeys
 from tscope.ingest.checkpoints.optimizer_mapping import (
     GroupingRule,
     map_optimizer_state,
@@ -60,7 +60,17 @@ NO_SAMPLER_NOTE = (
 class LightningReader:
     name = "lightning"
     # step=N.ckpt holds N finished updates, and the loggers number the next batch N.
-    replay_facts = ReplayFacts(next_update_offset=0)
+    replay_facts = ReplayFacts(
+        next_update_offset=0,
+        file_keys=TorchFileKeys(
+            weights="state_dict",  # the LightningModule's
+            model_args="hyper_parameters",
+            run_config=None,  # the Trainer's settings are not saved (hyper_parameters are the model's)
+            optimizer="optimizer_states",
+            scheduler="lr_schedulers",
+            states_in_lists=True,
+        ),
+    )
 
     def can_open(self, path: Path) -> bool:
         """A `.ckpt` file in torch's zip format (Lightning's FSDP/DeepSpeed `.ckpt/` folders are

@@ -16,6 +16,7 @@ from tscope.ingest.checkpoints.base import (
     LoadOptions,
     OptimizerState,
     ReplayFacts,
+    TorchFileKeys,
 )
 from tscope.ingest.checkpoints.optimizer_mapping import (
     NANOGPT_RULES,
@@ -43,7 +44,17 @@ _NANOGPT_KEYS = {"iter_num", "model_args"}
 
 class NanoGptReader:
     name = "nanogpt"
-    replay_facts = ReplayFacts(next_update_offset=0)  # iter_num N: saved before update N
+    replay_facts = ReplayFacts(
+        next_update_offset=0,  # iter_num N: saved before update N
+        file_keys=TorchFileKeys(
+            weights="model",
+            model_args="model_args",
+            run_config="config",
+            optimizer="optimizer",
+            scheduler=None,  # train.py computes the LR from iter_num (get_lr)
+        ),
+        parameter_groups="nanogpt",  # GPT.configure_optimizers
+    )
 
     def can_open(self, path: Path) -> bool:
         """A torch zip file whose pickle names `model` and `iter_num` or `model_args`.
