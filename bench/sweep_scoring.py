@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sweep_fixtures import SAVE_STEPS, make_trainer_runs
+from sweep_fixtures import SAVE_STEPS
 from sweep_variants import Variant
+from trainer_manifest import log_history
 
-LOUD = ("critical", "warning")
+from tscope.model.categories import ALERT_SEVERITIES
+
 SEVERITY_LETTER = {"critical": "C", "warning": "W", "info": "i"}
 # Own, trend-aware measure of how visible a corrupted batch is in the logged loss (see _excursions):
 # at or above CLEAR the run must be "incident"; at or above VISIBLE (and the largest excursion of
@@ -66,7 +68,7 @@ def _near(finding: Any, step: int, slack: int = STEP_SLACK) -> bool:
 def _log_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
     """Training rows of the newest trainer_state.json (the one tscope also prefers)."""
     return {
-        int(row["step"]): row for row in make_trainer_runs._log_history(run_dir) if "loss" in row
+        int(row["step"]): row for row in log_history(run_dir) if "loss" in row
     }
 
 
@@ -132,7 +134,7 @@ def evaluate(variant: Variant, case: Any, run_dir: Path) -> Outcome:
     outcome.status = case.summary.status
     outcome.verdict = case.summary.verdict
     outcome.top = findings[:3]
-    outcome.loud = [f for f in findings if f.severity in LOUD]
+    outcome.loud = [f for f in findings if f.severity in ALERT_SEVERITIES]
     rows = _log_rows(run_dir)
     step = variant.target  # == variant.step with logging_steps=1
     checks = outcome.checks
@@ -217,7 +219,7 @@ def evaluate(variant: Variant, case: Any, run_dir: Path) -> Outcome:
             f
             for f in findings
             if f.category == "resume_discontinuity"
-            and f.severity in LOUD
+            and f.severity in ALERT_SEVERITIES
             and f.step is not None
             and step <= f.step <= step + 1
         ]

@@ -11,14 +11,15 @@ digits and NaN/Inf as strings — the case and the reports; replay.json keeps fu
 fidelity numbers) and `compact` (the cluster's per-run cache, where the indented encoder's pure
 Python dominates a 1,000-run sweep).
 
-render/ writes the report files it renders (case.html, case.md, the charts) through
-tscope.output_files too, with case.json's text from json_text.
+render/ renders the report files (case.*, cluster.* and their charts) as texts, case.json's and
+cluster.json's from json_text, and hands them to write_texts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,12 @@ def json_text(payload: Any, *, round_floats: bool = True, compact: bool = False)
         **({"separators": (",", ":")} if compact else {"indent": 2}),
     )
     return text + "\n"
+
+
+def write_texts(folder: Path, texts: Iterable[tuple[str, str]]) -> list[Path]:
+    """Text files (name, text) into `folder`, in order: the rendered reports (case.*, cluster.*
+    and their SVG charts, tscope.render.report_files.report_texts)."""
+    return [write_text(folder / name, text) for name, text in texts]
 
 
 def write_json(

@@ -22,7 +22,7 @@ import causes
 import paths
 from spec import BAD_BATCH, CONTROL, RunSpec
 
-ALERT_SEVERITIES = ("warning", "critical")
+from tscope.model.categories import ALERT_SEVERITIES
 
 # The healthy logs of ../shared/realdata (per its README: no incident in them). Excluded: pythia
 # 14m-seed5 (a real one-step spike at 95457) and the Megatron chronicles (documented events).

@@ -18,6 +18,7 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.model.case import Case
 from tscope.model.case_fields import CaseFormatError
+from tscope.output_writer import write_texts
 from tscope.render.charts import Chart, incident_chart, incident_zoom_chart, other_metrics_chart
 from tscope.render.heatmap import layers_heatmap
 from tscope.render.html import render_html
@@ -30,7 +31,7 @@ from tscope.render.report_files import (
     check_formats,
     output_directory,
     read_payload,
-    write_text,
+    report_texts,
 )
 
 CASE_JSON = "case.json"
@@ -74,20 +75,15 @@ def render_case(
     case = case_from_payload(payload, "the case payload")  # as `tscope report` reads it back
     directory = output_directory(out_dir, "the case")
     charts = draw_charts(case) if {"html", "md"} & set(formats) else {}
-    written: list[Path] = []
-    for name in dict.fromkeys(formats):  # each format once, in the order asked
-        if name == "json":
-            written.append(write_text(directory / CASE_JSON, case_json_text(payload)))
-        elif name == "html":
-            written.append(write_text(directory / CASE_HTML, render_html(case, charts)))
-        else:
-            for chart_name, chart in charts.items():
-                written.append(
-                    write_text(directory / ALL_CHART_FILES[chart_name], chart.svg + "\n")
-                )
-            markdown = render_markdown(case, charts, ALL_CHART_FILES)
-            written.append(write_text(directory / CASE_MD, markdown))
-    return written
+    texts = report_texts(
+        formats,
+        (CASE_JSON, CASE_HTML, CASE_MD),
+        lambda: case_json_text(payload),
+        lambda: render_html(case, charts),
+        lambda: render_markdown(case, charts, ALL_CHART_FILES),
+        ((ALL_CHART_FILES[name], chart.svg) for name, chart in charts.items()),
+    )
+    return write_texts(directory, texts)
 
 
 def draw_charts(case: Case) -> dict[str, Chart]:

@@ -23,6 +23,7 @@ from tscope.errors import UnreadableInput
 from tscope.model.case_fields import CaseFormatError
 from tscope.model.cluster import ClusterReport
 from tscope.model.cluster_file import ClusterFile
+from tscope.output_writer import write_texts
 from tscope.render.charts import Chart
 from tscope.render.cluster_charts import aligned_chart, overview_chart
 from tscope.render.cluster_view import aligned_chart_name, build_cluster_view
@@ -34,7 +35,7 @@ from tscope.render.report_files import (
     check_formats,
     output_directory,
     read_payload,
-    write_text,
+    report_texts,
 )
 from tscope.render.view import template_environment
 
@@ -71,20 +72,15 @@ def render_cluster(
     pages = bool({"html", "md"} & set(formats))
     charts = draw_cluster_charts(report) if pages else {}
     view = build_cluster_view(report, directory) if pages else {}
-    written: list[Path] = []
-    for name in dict.fromkeys(formats):  # each format once, in the order asked
-        if name == "json":
-            written.append(write_text(directory / CLUSTER_JSON, case_json_text(payload)))
-        elif name == "html":
-            written.append(write_text(directory / CLUSTER_HTML, render_cluster_html(view, charts)))
-        else:
-            for chart_name, chart in charts.items():
-                written.append(
-                    write_text(directory / chart_file_name(chart_name), chart.svg + "\n")
-                )
-            markdown = render_cluster_markdown(view, charts)
-            written.append(write_text(directory / CLUSTER_MD, markdown))
-    return written
+    texts = report_texts(
+        formats,
+        (CLUSTER_JSON, CLUSTER_HTML, CLUSTER_MD),
+        lambda: case_json_text(payload),
+        lambda: render_cluster_html(view, charts),
+        lambda: render_cluster_markdown(view, charts),
+        ((chart_file_name(name), chart.svg) for name, chart in charts.items()),
+    )
+    return write_texts(directory, texts)
 
 
 def cluster_file(payload: dict[str, Any], where: str) -> ClusterFile:

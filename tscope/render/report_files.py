@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput, UsageError
 from tscope.model import json_parse
 from tscope.model.case import SCHEMA_VERSION
-from tscope.output_files import prepare_folder, write_text
+from tscope.output_files import prepare_folder
 
-__all__ = ["FORMATS", "check_formats", "output_directory", "read_payload", "write_text"]
+__all__ = ["FORMATS", "check_formats", "output_directory", "read_payload", "report_texts"]
 
 FORMATS = ("html", "md", "json")
 # A case.json holds bucketed charts (1,200 points per series) and capped lists: a few MB at most.
@@ -27,6 +27,30 @@ def check_formats(formats: Sequence[str]) -> None:
         raise UsageError(
             f"Unknown report format {', '.join(map(repr, unknown))}: choose from {', '.join(FORMATS)}."
         )
+
+
+def report_texts(
+    formats: Sequence[str],
+    names: tuple[str, str, str],
+    json_text: Callable[[], str],
+    html: Callable[[], str],
+    markdown: Callable[[], str],
+    chart_svgs: Iterable[tuple[str, str]],
+) -> list[tuple[str, str]]:
+    """(file name, text) of each format asked for, each once, in the order asked; `names` are the
+    (json, html, md) file names, and the Markdown's SVG charts come just before it. What is not
+    asked for is not rendered. tscope.output_writer.write_texts writes them."""
+    json_name, html_name, md_name = names
+    texts: list[tuple[str, str]] = []
+    for name in dict.fromkeys(formats):
+        if name == "json":
+            texts.append((json_name, json_text()))
+        elif name == "html":
+            texts.append((html_name, html()))
+        else:
+            texts.extend((file, svg + "\n") for file, svg in chart_svgs)
+            texts.append((md_name, markdown()))
+    return texts
 
 
 def output_directory(out_dir: str | os.PathLike[str], what: str) -> Path:
