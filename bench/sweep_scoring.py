@@ -67,9 +67,7 @@ def _near(finding: Any, step: int, slack: int = STEP_SLACK) -> bool:
 
 def _log_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
     """Training rows of the newest trainer_state.json (the one tscope also prefers)."""
-    return {
-        int(row["step"]): row for row in log_history(run_dir) if "loss" in row
-    }
+    return {int(row["step"]): row for row in log_history(run_dir) if "loss" in row}
 
 
 def _excursions(rows: dict[int, dict[str, Any]]) -> dict[int, float]:
