@@ -15,9 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tscope.errors import UnreadableInput
 from tscope.model.case import Case
-from tscope.model.case_fields import CaseFormatError
 from tscope.output_writer import write_texts
 from tscope.render.charts import Chart, incident_chart, incident_zoom_chart, other_metrics_chart
 from tscope.render.heatmap import layers_heatmap
@@ -32,6 +30,7 @@ from tscope.render.report_files import (
     output_directory,
     read_payload,
     report_texts,
+    typed_payload,
 )
 
 CASE_JSON = "case.json"
@@ -108,12 +107,7 @@ def load_case(case_dir_or_file: str | os.PathLike[str]) -> Case:
 
 
 def case_from_payload(payload: dict[str, Any], where: str) -> Case:
-    try:
-        return Case.from_dict(payload)
-    except CaseFormatError as error:
-        raise UnreadableInput(
-            where, str(error), "Re-run `tscope analyze` to write the case again"
-        ) from error
+    return typed_payload(Case.from_dict, payload, where, "analyze")
 
 
 def load_case_payload(case_dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:

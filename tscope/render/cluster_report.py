@@ -20,7 +20,6 @@ from typing import Any
 from markupsafe import Markup
 
 from tscope.errors import UnreadableInput
-from tscope.model.case_fields import CaseFormatError
 from tscope.model.cluster import ClusterReport
 from tscope.model.cluster_file import ClusterFile
 from tscope.output_writer import write_texts
@@ -36,6 +35,7 @@ from tscope.render.report_files import (
     output_directory,
     read_payload,
     report_texts,
+    typed_payload,
 )
 from tscope.render.view import template_environment
 
@@ -85,12 +85,7 @@ def render_cluster(
 
 def cluster_file(payload: dict[str, Any], where: str) -> ClusterFile:
     """The payload typed for the renderers; a field of the wrong type ends in one line."""
-    try:
-        return ClusterFile.from_dict(payload)
-    except CaseFormatError as error:
-        raise UnreadableInput(
-            where, str(error), "Re-run `tscope cluster` to write the report again"
-        ) from error
+    return typed_payload(ClusterFile.from_dict, payload, where, "cluster")
 
 
 def draw_cluster_charts(report: ClusterFile) -> dict[str, Chart]:

@@ -7,14 +7,24 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tscope.errors import UnreadableInput, UsageError
 from tscope.model import json_parse
 from tscope.model.case import SCHEMA_VERSION
+from tscope.model.case_fields import CaseFormatError
 from tscope.output_files import prepare_folder
 
-__all__ = ["FORMATS", "check_formats", "output_directory", "read_payload", "report_texts"]
+__all__ = [
+    "FORMATS",
+    "check_formats",
+    "output_directory",
+    "read_payload",
+    "report_texts",
+    "typed_payload",
+]
+
+Typed = TypeVar("Typed")
 
 FORMATS = ("html", "md", "json")
 # A case.json holds bucketed charts (1,200 points per series) and capped lists: a few MB at most.
@@ -27,6 +37,19 @@ def check_formats(formats: Sequence[str]) -> None:
         raise UsageError(
             f"Unknown report format {', '.join(map(repr, unknown))}: choose from {', '.join(FORMATS)}."
         )
+
+
+def typed_payload(
+    read: Callable[[dict[str, Any]], Typed], payload: dict[str, Any], where: str, command: str
+) -> Typed:
+    """The payload read by `read` (Case.from_dict, ClusterFile.from_dict); a field of the wrong
+    type ends in one line naming `where` and the `tscope {command}` that writes it again."""
+    try:
+        return read(payload)
+    except CaseFormatError as error:
+        raise UnreadableInput(
+            where, str(error), f"Re-run `tscope {command}` to write it again"
+        ) from error
 
 
 def report_texts(
