@@ -67,6 +67,42 @@ def test_every_fixture_case_round_trips(run: str) -> None:
     assert read_back.summary == Case.from_dict(payload).summary
 
 
+def test_an_xray_section_round_trips_typed() -> None:
+    from tscope.model.xray import RuleFit, TokenWeight, XrayResult
+    from tscope.model.xray_section import XraySection
+
+    tokens = tuple(
+        TokenWeight(sequence, position, 1.0 + 0.25 * sequence, 0.999, sequence)
+        for sequence, length in enumerate((3, 2))
+        for position in range(1, length)
+    )
+    result = XrayResult(
+        mode="entry",
+        source="entry.py",
+        lengths=(3, 2),
+        intended="token_mean",
+        tokens=tokens,
+        forward_calls=2,
+        world_size=1,
+        boundary_weight=0.0,
+        leak_matrix=((1.0, 0.0), (0.0, 1.0)),
+        leak_threshold=1e-6,
+        fits=(
+            RuleFit("token_mean", 0.25, (1.0,) * len(tokens)),
+            RuleFit("micro_batch_mean", 0.0, tuple(t.weight for t in tokens)),
+        ),
+        matched_rules=("micro_batch_mean",),
+    )
+    case = incident_case()
+    case.xray = XraySection.of(result, files=("xray.json",))
+    read_back = assert_round_trip(normalized_payload(case.to_dict()))
+    assert read_back.xray is not None
+    assert read_back.xray.matched_rule == "micro_batch_mean"
+    assert [t.intended for t in read_back.xray.tokens] == [1.0, 1.0, 1.0]
+    assert [t.weight for t in read_back.xray.tokens] == [1.0, 1.0, 1.25]
+    assert read_back.xray.leak_max == 0.0 and read_back.xray.files == ("xray.json",)
+
+
 def test_a_newer_schema_is_refused_in_one_line() -> None:
     payload = healthy_case().to_dict()
     payload["schema_version"] = "2"

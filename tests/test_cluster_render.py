@@ -324,3 +324,17 @@ def test_loading_a_file_that_is_not_a_cluster_report_says_what_to_do(tmp_path: P
     future.write_text('{"schema_version": "9", "runs": [], "clusters": []}', encoding="utf-8")
     with pytest.raises(UnreadableInput, match="cluster schema 9 is not schema 1"):
         load_cluster_payload(future)
+
+
+def test_a_cluster_file_with_a_field_of_the_wrong_type_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    render_cluster(synthetic_report(), tmp_path, ("json",))
+    payload = json.loads((tmp_path / "cluster.json").read_text(encoding="utf-8"))
+    payload["runs"][2]["lead_steps"] = "soon"
+    broken = tmp_path / "edited.json"
+    broken.write_text(json.dumps(payload), encoding="utf-8")
+    with pytest.raises(UnreadableInput, match=r"cluster\.runs\[2\]\.lead_steps is a str"):
+        load_cluster_payload(broken)
+    del payload["runs"][2]["lead_steps"]  # a field left out is read as unknown, not refused
+    assert "lr8" in render_cluster(payload, tmp_path / "again", ("md",))[-1].read_text()
