@@ -188,11 +188,11 @@ class Case:
             raise CaseFormatError(
                 f"case schema {version} is not schema {SCHEMA_VERSION}, the one this tscope reads"
             )
-        tool = case.child("tool") or Fields({}, "case.tool")
+        tool = case.part("tool")
         layers = case.child("layers")
         summary = case.child("summary")
         return cls(
-            run=RunHeader.from_fields(case.child("run") or Fields({}, "case.run")),
+            run=RunHeader.from_fields(case.part("run")),
             metrics=case.texts("metrics"),
             spikes=[_spike(item) for item in case.records("spikes")],
             change_points=[_change_point(item) for item in case.records("change_points")],
@@ -243,8 +243,8 @@ def _spike(spike: Fields) -> Spike:
 
 
 def _change_point(change: Fields) -> ChangePoint:
-    before = change.child("before") or Fields({}, f"{change.where}.before")
-    after = change.child("after") or Fields({}, f"{change.where}.after")
+    before = change.part("before")
+    after = change.part("after")
     return ChangePoint(
         metric=change.text("metric"),
         step=change.integer("step"),

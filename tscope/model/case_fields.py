@@ -101,6 +101,10 @@ class Fields:
         value = self.data.get(key)
         return None if value is None else Fields(value, f"{self.where}.{key}")
 
+    def part(self, key: str) -> Fields:
+        """A nested object as Fields; an empty one when absent or null (its fields default)."""
+        return self.child(key) or Fields({}, f"{self.where}.{key}")
+
     def items(self, key: str) -> list[Any]:
         value = self.data.get(key, [])
         if not isinstance(value, list | tuple):

@@ -107,7 +107,7 @@ class IncidentCard:
 
     @classmethod
     def from_fields(cls, card: Fields) -> IncidentCard:
-        cause = card.child("cause") or Fields({}, f"{card.where}.cause")
+        cause = card.part("cause")
         restart = card.child("restart")
         return cls(
             what=card.text("what"),

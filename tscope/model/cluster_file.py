@@ -132,9 +132,9 @@ class ClusterFile:
     @classmethod
     def from_dict(cls, payload: object) -> ClusterFile:
         report = Fields(payload, "cluster")
-        summary = _child(report, "summary")
-        tool = _child(report, "tool")
-        chart = _child(report, "chart")
+        summary = report.part("summary")
+        tool = report.part("tool")
+        chart = report.part("chart")
         version = report.data.get("schema_version", "?")
         return cls(
             schema_version=str(version),
@@ -158,10 +158,6 @@ class ClusterFile:
             method=report.mapping("method"),
             chart_runs=tuple(_charted(run) for run in chart.records("runs")),
         )
-
-
-def _child(fields: Fields, key: str) -> Fields:
-    return fields.child(key) or Fields({}, f"{fields.where}.{key}")
 
 
 def _run(run: Fields) -> ClusterRunRow:

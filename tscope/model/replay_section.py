@@ -140,7 +140,7 @@ class ReplaySection:
     @classmethod
     def from_dict(cls, payload: object) -> ReplaySection:
         section = Fields(payload, "case.replay")
-        checkpoint = _child(section, "checkpoint")
+        checkpoint = section.part("checkpoint")
         return cls(
             payload=section.data,
             checkpoint=ReplayCheckpoint(
@@ -153,8 +153,8 @@ class ReplaySection:
             window=tuple(section.numbers("window")),
             device=section.optional_text("device"),
             deterministic=section.flag("deterministic"),
-            fidelity=_fidelity(_child(section, "fidelity")),
-            restore=_restore(_child(section, "restore")),
+            fidelity=_fidelity(section.part("fidelity")),
+            restore=_restore(section.part("restore")),
             cause=section.optional_text("cause"),
             per_step=tuple(_step(row) for row in section.records("per_step")),
             bad_samples=tuple(
@@ -167,7 +167,7 @@ class ReplaySection:
                 for sample in section.records("bad_samples")
             ),
             interventions=tuple(_what_if(item) for item in section.records("interventions")),
-            layer_series=_layer_series(_child(section, "layer_series")),
+            layer_series=_layer_series(section.part("layer_series")),
             files=tuple(section.texts("files")),
             resume_checks=tuple(
                 ResumeCheck(
@@ -179,10 +179,6 @@ class ReplaySection:
                 for check in section.records("resume_checks")
             ),
         )
-
-
-def _child(section: Fields, key: str) -> Fields:
-    return section.child(key) or Fields({}, f"{section.where}.{key}")
 
 
 def _optional_flag(fields: Fields, key: str) -> bool | None:
@@ -259,7 +255,7 @@ def _pair(values: list[float | None]) -> tuple[float | None, float | None]:
 def _layer_series(series: Fields) -> dict[str, LayerSeries]:
     read = {}
     for name in series.data:
-        item = _child(series, name)
+        item = series.part(name)
         read[name] = LayerSeries(
             layers=tuple(item.texts("layers")),
             steps=tuple(item.numbers("steps")),

@@ -75,7 +75,7 @@ class XraySection:
     @classmethod
     def from_dict(cls, payload: object) -> XraySection:
         section = Fields(payload, "case.xray")
-        leak = section.child("leak") or Fields({}, "case.xray.leak")
+        leak = section.part("leak")
         return cls(
             payload=section.data,
             mode=section.text("mode"),
