@@ -14,20 +14,31 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
+from tscope.ingest.checkpoints.registry import CHECKPOINT_READERS
 from tscope.ingest.safe_fs import is_regular_file
 from tscope.model import CheckpointInfo
 
 MODEL_CONFIG_PREFIX = "model_config."  # the same prefix the TensorBoard reader gives model_config
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_DEPTH = 16
+# The layouts whose checkpoint folder holds the producer's config.json and training_args.bin
+# (their readers' ReplayFacts.folder_with_side_files: the Trainer's checkpoint-N/).
+_SIDE_FILE_FORMATS = frozenset(
+    reader.name
+    for reader in CHECKPOINT_READERS
+    if reader.replay_facts is not None and reader.replay_facts.folder_with_side_files
+)
 
 
 def checkpoint_config(root: Path, checkpoints: list[CheckpointInfo]) -> dict[str, Any]:
-    """Flat `field: value` settings from the newest HF checkpoint (or the run root)."""
+    """Flat `field: value` settings from the newest checkpoint folder with side files (a Trainer
+    checkpoint-N/), or the run root."""
     folders = [root] if root.is_dir() else []
-    hf = [c for c in checkpoints if c.format == "hf_trainer" and c.step is not None]
-    if hf:
-        newest = max(hf, key=lambda c: c.step or 0)
+    with_side_files = [
+        c for c in checkpoints if c.format in _SIDE_FILE_FORMATS and c.step is not None
+    ]
+    if with_side_files:
+        newest = max(with_side_files, key=lambda c: c.step or 0)
         folders.insert(0, root / newest.path if newest.path != "." else root)
     config: dict[str, Any] = {}
     for folder in folders:
