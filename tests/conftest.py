@@ -21,8 +21,8 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# The fast loop, `pytest -m "not slow"` (~1 min on 2 cores, mostly imports at collection; the
-# whole suite ~12 min), leaves out these modules: each takes
+# The fast loop, `pytest -m "not slow"` (675 tests; 97 s of CPU in one process, measured
+# 2026-12-01 with `time`: 23 s of it collection; the whole suite ~12 min), leaves out these modules: each takes
 # over ~4 s alone (they train, replay, spawn processes or fuzz; `pytest --durations=0`,
 # 2026-12-01), and the single tests below. CI and `scripts/check` run everything.
 SLOW_MODULES = frozenset({
@@ -55,6 +55,15 @@ SLOW_TESTS = frozenset(
         "test_a_stationary_grad_norm_with_spikes_rarely_gets_a_change_point",
     }
 )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under `-m "not slow"` the slow modules are not even imported (collection: 28.5 s of CPU
+    before, 22.7 s after; the same 675 tests run)."""
+    fast_loop = " ".join(str(config.getoption("markexpr", "")).split()) == "not slow"
+    if fast_loop and collection_path.suffix == ".py" and collection_path.stem in SLOW_MODULES:
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
