@@ -21,10 +21,10 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# The fast loop, `pytest -m "not slow"` (675 tests; 97 s of CPU in one process, measured
-# 2026-12-01 with `time`: 23 s of it collection; the whole suite ~12 min), leaves out these modules: each takes
-# over ~4 s alone (they train, replay, spawn processes or fuzz; `pytest --durations=0`,
-# 2026-12-01), and the single tests below. CI and `scripts/check` run everything.
+# The fast loop, `pytest -m "not slow"` (675 tests; 97 s of CPU in one process, 23 s of it
+# collection, measured 2026-12-01 with `time`; the whole suite ~12 min), leaves out these
+# modules: each takes over ~4 s alone (they train, replay, spawn processes or fuzz; `pytest
+# --durations=0`, 2026-12-01), and the single tests below. CI and `scripts/check` run everything.
 SLOW_MODULES = frozenset({
     "test_checkpoint_cases", "test_checkpoint_layouts", "test_checkpoint_readers",
     "test_checkpoint_safety", "test_checkpoint_stats", "test_tensor_stats", "test_cli",
