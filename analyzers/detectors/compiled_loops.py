@@ -20,6 +20,7 @@ detectors use their numpy code.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -157,7 +158,9 @@ _PYTHON_LOOPS: dict[str, Callable[..., Any]] = {
 @cache
 def kernel(name: str = "pelt") -> Kernel | None:
     """One of _PYTHON_LOOPS compiled (numba caches the machine code next to this module), or
-    None without numba."""
+    None without numba or with TSCOPE_COMPILED_LOOPS=0 (the numpy code: benchmarks compare)."""
+    if os.environ.get("TSCOPE_COMPILED_LOOPS") == "0":
+        return None
     try:
         numba: Any = importlib.import_module("numba")
     except ImportError:  # the optional `fast` extra is not installed
