@@ -206,3 +206,22 @@ def test_cusum_shift_window_stops_at_the_next_change_the_other_way() -> None:
     detection = CusumDetector().detect(x, robust_baseline(x))
     falling = [s for s in detection.shifts if s.after_mean < s.before_mean]
     assert falling and abs(falling[0].after_mean - 2.0) < 0.1
+
+
+@pytest.mark.parametrize(("window", "min_periods"), [(50, 8), (5, 1), (1, 1), (11, 11)])
+def test_rolling_median_same_as_pandas(window: int, min_periods: int) -> None:
+    import pandas as pd
+
+    from tscope.analyzers.detectors.compiled_loops import compiled_rolling_median
+
+    rng = np.random.default_rng(window)
+    for decimals in (0, 1, 3):  # rounding makes ties and both signs of zero
+        x = np.round(rng.standard_normal(3000), decimals)
+        x[rng.random(3000) < 0.1] = np.nan
+        x[rng.random(3000) < 0.02] = np.inf  # missing for pandas' rolling too
+        x[1000:1100] = np.nan  # fewer than min_periods points
+        expected = pd.Series(x).rolling(window, min_periods=min_periods).median().to_numpy()
+        got = compiled_rolling_median(x, window, min_periods)
+        assert got is not None
+        assert np.array_equal(got, expected, equal_nan=True)
+        assert np.array_equal(np.signbit(got), np.signbit(expected))

@@ -148,7 +148,40 @@ def _window_medians(values: Any, lows: Any, highs: Any, medians: Any) -> None:
             medians[w] = (0.0 + finite[size // 2 - 1] + finite[size // 2]) / 2
 
 
+def _rolling_median(values: Any, window: int, min_periods: int, medians: Any) -> None:
+    """pandas' Series.rolling(window, min_periods).median() (roll_median_c): the median of the
+    finite points among the last `window` (pandas treats ±inf as missing too), NaN below
+    min_periods; a sorted buffer where pandas keeps a skiplist, the same order statistics and the
+    same (upper + lower) / 2 of the two middle ones."""
+    ordered = np.empty(window + 1, dtype=np.float64)  # one more: a point joins before one leaves
+    count = 0
+    for i in range(values.size):
+        value = values[i]
+        if np.isfinite(value):
+            # After its equals, as pandas' skiplist inserts (and it removes the first equal):
+            # the order of 0.0 and -0.0, hence the sign of a zero median, is pandas' too.
+            at = np.searchsorted(ordered[:count], value, side="right")
+            ordered[at + 1 : count + 1] = ordered[at:count].copy()
+            ordered[at] = value
+            count += 1
+        if i >= window:
+            leaving = values[i - window]
+            if np.isfinite(leaving):
+                at = np.searchsorted(ordered[:count], leaving)
+                ordered[at : count - 1] = ordered[at + 1 : count].copy()
+                count -= 1
+        if count >= min_periods and count > 0:
+            middle = count // 2
+            if count % 2:
+                medians[i] = ordered[middle]
+            else:
+                medians[i] = (ordered[middle] + ordered[middle - 1]) / 2
+        else:
+            medians[i] = np.nan
+
+
 _PYTHON_LOOPS: dict[str, Callable[..., Any]] = {
+    "rolling_median": _rolling_median,
     "pelt": _search,
     "cusum": _cusum_scan,
     "window_medians": _window_medians,
@@ -217,5 +250,18 @@ def compiled_window_medians(
         np.ascontiguousarray(lows, dtype=np.int64),
         np.ascontiguousarray(highs, dtype=np.int64),
         medians,
+    )
+    return medians
+
+
+def compiled_rolling_median(values: np.ndarray, window: int, min_periods: int) -> np.ndarray | None:
+    """pd.Series(values).rolling(window, min_periods).median().to_numpy(), or None without
+    numba."""
+    median_of = kernel("rolling_median")
+    if median_of is None:
+        return None
+    medians = np.empty(values.size, dtype=np.float64)
+    median_of(
+        np.ascontiguousarray(values, dtype=np.float64), int(window), int(min_periods), medians
     )
     return medians
