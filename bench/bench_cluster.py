@@ -97,11 +97,17 @@ def main() -> None:
                 cluster(runs, work / f"numpy{count}", jobs=args.jobs, follow_run_links=True)
                 numpy_cold = time.perf_counter() - start
                 del os.environ["TSCOPE_COMPILED_LOOPS"]
+                same = sorted((work / f"numpy{count}").rglob("case.json")) and all(
+                    case.read_bytes()
+                    == (
+                        work / f"out{count}" / case.relative_to(work / f"numpy{count}")
+                    ).read_bytes()
+                    for case in (work / f"numpy{count}").rglob("case.json")
+                )
                 print(
                     f"{'':>5} numpy detector loops: cold {numpy_cold:6.1f} s "
-                    f"({numpy_cold / cold:4.1f}x the compiled run); same cluster.json: "
-                    f"{(work / f'numpy{count}' / 'cluster.json').read_bytes() == (work / f'out{count}' / 'cluster.json').read_bytes()}"
-                    f"; load {os.getloadavg()[0]:.1f}"
+                    f"({numpy_cold / cold:4.1f}x the compiled run); every run's case.json "
+                    f"identical: {bool(same)}; load {os.getloadavg()[0]:.1f}"
                 )
         smallest, biggest = min(per_run), max(per_run)
         print(
