@@ -161,14 +161,16 @@ def _rolling_median(values: Any, window: int, min_periods: int, medians: Any) ->
             # After its equals, as pandas' skiplist inserts (and it removes the first equal):
             # the order of 0.0 and -0.0, hence the sign of a zero median, is pandas' too.
             at = np.searchsorted(ordered[:count], value, side="right")
-            ordered[at + 1 : count + 1] = ordered[at:count].copy()
+            for k in range(count, at, -1):  # shifted in place: no array per point
+                ordered[k] = ordered[k - 1]
             ordered[at] = value
             count += 1
         if i >= window:
             leaving = values[i - window]
             if np.isfinite(leaving):
                 at = np.searchsorted(ordered[:count], leaving)
-                ordered[at : count - 1] = ordered[at + 1 : count].copy()
+                for k in range(at, count - 1):
+                    ordered[k] = ordered[k + 1]
                 count -= 1
         if count >= min_periods and count > 0:
             middle = count // 2
