@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tscope.analyzers.detectors.compiled_loops import COMPILED_MIN_POINTS, compiled_rolling_median
+
 # 1.4826 * MAD estimates sigma for Gaussian noise (the constant the contract defines magnitude by).
 MAD_TO_SIGMA = 1.4826
 # Trailing window for the robust baseline: long enough to average out per-batch noise, short
@@ -39,17 +41,34 @@ def robust_baseline(values: np.ndarray, window: int = BASELINE_WINDOW_POINTS) ->
 
     Sigma comes from the first differences (1.4826 · median|Δx| / √2), which a trend does not
     inflate: a loss still falling fast in a 100-step run keeps a small sigma, so a spike there is
-    still a spike. Both are pandas rolling medians (C code): under a second for 10^6 points.
+    still a spike. Both are rolling medians (rolling_median): under a second for 10^6 points.
     """
     finite = np.where(np.isfinite(values), values, np.nan)
-    series = pd.Series(finite)
     min_periods = min(MIN_BASELINE_POINTS, window)
-    median = series.rolling(window, min_periods=min_periods).median().shift(1)
-    steps_abs = series.diff().abs()
-    mad_of_differences = steps_abs.rolling(window, min_periods=min_periods).median().shift(1)
-    sigma = MAD_TO_SIGMA * mad_of_differences.to_numpy() / np.sqrt(2.0)
-    median_array = median.to_numpy()
+    median_array = _shifted(rolling_median(finite, window, min_periods))
+    steps_abs = np.abs(np.diff(finite, prepend=np.nan))  # Series.diff().abs()
+    mad_of_differences = _shifted(rolling_median(steps_abs, window, min_periods))
+    sigma = MAD_TO_SIGMA * mad_of_differences / np.sqrt(2.0)
     return RobustBaseline(median_array, _floor_sigma(sigma, median_array))
+
+
+def rolling_median(values: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+    """pd.Series(values).rolling(window, min_periods=min_periods).median() as an array: the
+    compiled loop on long series when numba is there (the same numbers, sign of zero included:
+    tests/test_compiled_loops.py), pandas' skiplist otherwise."""
+    if values.size >= COMPILED_MIN_POINTS:
+        medians = compiled_rolling_median(values, window, min_periods)
+        if medians is not None:
+            return medians
+    result: np.ndarray = (
+        pd.Series(values).rolling(window, min_periods=min_periods).median().to_numpy()
+    )
+    return result
+
+
+def _shifted(values: np.ndarray) -> np.ndarray:
+    """Series.shift(1): each point gets its predecessor's value, the first NaN."""
+    return np.concatenate((np.full(min(1, values.size), np.nan), values[:-1]))
 
 
 def _floor_sigma(sigma: np.ndarray, median: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ that looks at all the data). Prints numbers; asserts nothing about time.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
@@ -58,6 +59,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="*", default=[250, 500, 1000])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--numpy-too",
+        action="store_true",
+        help="also time each size with the compiled detector loops off (TSCOPE_COMPILED_LOOPS=0)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tscope-bench-cluster-"))
     try:
@@ -82,8 +88,27 @@ def main() -> None:
             print(
                 f"{count:>5} runs x {STEPS:,} steps: cold {cold:6.1f} s "
                 f"({cold / baseline:4.1f}x reading the CSVs: {baseline:.1f} s), "
-                f"cached {warm:5.1f} s; {unstable} unstable, {len(report.clusters)} clusters"
+                f"cached {warm:5.1f} s; {unstable} unstable, {len(report.clusters)} clusters; "
+                f"load {os.getloadavg()[0]:.1f}"
             )
+            if args.numpy_too:
+                os.environ["TSCOPE_COMPILED_LOOPS"] = "0"
+                start = time.perf_counter()
+                cluster(runs, work / f"numpy{count}", jobs=args.jobs, follow_run_links=True)
+                numpy_cold = time.perf_counter() - start
+                del os.environ["TSCOPE_COMPILED_LOOPS"]
+                same = sorted((work / f"numpy{count}").rglob("case.json")) and all(
+                    case.read_bytes()
+                    == (
+                        work / f"out{count}" / case.relative_to(work / f"numpy{count}")
+                    ).read_bytes()
+                    for case in (work / f"numpy{count}").rglob("case.json")
+                )
+                print(
+                    f"{'':>5} numpy detector loops: cold {numpy_cold:6.1f} s "
+                    f"({numpy_cold / cold:4.1f}x the compiled run); every run's case.json "
+                    f"identical: {bool(same)}; load {os.getloadavg()[0]:.1f}"
+                )
         smallest, biggest = min(per_run), max(per_run)
         print(
             f"time per run {per_run[smallest] * 1000:.0f} ms at {smallest} runs, "

@@ -9,7 +9,9 @@ pandas"` (the metric table's library, a floor while the model is a DataFrame), `
 tscope.cli`, the libraries a pandas-free path would still import (numpy, pyarrow.csv, typer with
 pydantic, jinja2), and the whole `tscope analyze` of the CSV. Byte-code is cached in a temporary
 PYTHONPYCACHEPREFIX (warmed by one run first), as an installed package would have it; with
-PYTHONDONTWRITEBYTECODE set every run recompiles tscope's sources instead. Prints the best and
+PYTHONDONTWRITEBYTECODE set every run recompiles tscope's sources instead. "analyze, templates
+compiled" is the same analyze with TSCOPE_TEMPLATE_CACHE=0 (no user template cache, as before
+render/template_cache.py). Prints the best and
 median of each and the analyze's margin over the interpreter. Numbers only: nothing asserts on time.
 """
 
@@ -60,18 +62,24 @@ def main() -> None:
                 "-q",
             ],
         }
-        for command in subjects.values():
-            timed(command, environment)  # warm the byte-code cache and the page cache
+        # The same analyze compiling its templates in the process (no user template cache), as
+        # before render/template_cache.py: the difference is what the cache saves.
+        no_template_cache = dict(environment, TSCOPE_TEMPLATE_CACHE="0")
+        subjects["analyze, templates compiled"] = subjects["tscope analyze 3-row CSV"]
+        environments = {name: environment for name in subjects}
+        environments["analyze, templates compiled"] = no_template_cache
+        for name, command in subjects.items():
+            timed(command, environments[name])  # warm the byte-code, template and page caches
         times: dict[str, list[float]] = {name: [] for name in subjects}
         for _ in range(arguments.repeats):
             for name, command in subjects.items():
-                times[name].append(timed(command, environment))
+                times[name].append(timed(command, environments[name]))
     interpreter = min(times["python -c pass"])
-    print(f"{'subject':<28}{'best s':>8}{'median s':>10}{'best - pass':>13}")
+    print(f"{'subject':<30}{'best s':>8}{'median s':>10}{'best - pass':>13}")
     for name, seconds in times.items():
         best = min(seconds)
         print(
-            f"{name:<28}{best:>8.3f}{statistics.median(seconds):>10.3f}{best - interpreter:>13.3f}"
+            f"{name:<30}{best:>8.3f}{statistics.median(seconds):>10.3f}{best - interpreter:>13.3f}"
         )
     load = os.getloadavg()[0]
     print(f"goal: analyze best < 1 s; {arguments.repeats} interleaved repetitions; load {load:.1f}")

@@ -84,13 +84,18 @@ def read_with_event_accumulator(path: Path, new_style: bool) -> tuple[float, dic
     return time.perf_counter() - started, values
 
 
-def analyze_whole(path: Path, out: Path) -> float:
-    """Seconds for `tscope analyze` of the event file's folder, in a fresh process."""
+def analyze_whole(path: Path, out: Path, compiled: bool = True) -> float:
+    """Seconds for `tscope analyze` of the event file's folder, in a fresh process; with
+    `compiled` False the detectors run their numpy loops (TSCOPE_COMPILED_LOOPS=0)."""
+    environment = dict(os.environ)
+    if not compiled:
+        environment["TSCOPE_COMPILED_LOOPS"] = "0"
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "tscope", "analyze", str(path.parent), "--out", str(out), "-q"],
         check=True,
         capture_output=True,
+        env=environment,
     )
     return time.perf_counter() - started
 
@@ -99,6 +104,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=1_000_000, help="scalars to write")
     parser.add_argument("--new-style", action="store_true", help="write new_style tensors")
+    parser.add_argument(
+        "--numpy-too",
+        action="store_true",
+        help="also time the whole analyze with the compiled detector loops off",
+    )
     options = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -137,6 +147,16 @@ def main() -> None:
             f"ratio EventAccumulator / whole tscope analyze: {theirs / whole:.1f}x (goal >= 30x); "
             f"load {os.getloadavg()[0]:.1f}"
         )
+        if options.numpy_too:
+            numpy_whole = analyze_whole(path, Path(scratch) / "case_numpy", compiled=False)
+            same_case = (Path(scratch) / "case_numpy" / "case.json").read_bytes() == (
+                Path(scratch) / "case0" / "case.json"
+            ).read_bytes()
+            print(
+                f"tscope analyze, numpy loops   {numpy_whole:7.2f} s  ({numpy_whole / whole:.1f}x "
+                f"the compiled one; ratio EventAccumulator / it {theirs / numpy_whole:.1f}x); "
+                f"same case.json: {same_case}; load {os.getloadavg()[0]:.1f}"
+            )
         same = our_values.keys() == their_values.keys() and all(
             np.array_equal(our_values[tag], their_values[tag]) for tag in their_values
         )

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tscope.analyzers.detectors.compiled_loops import COMPILED_MIN_POINTS, compiled_pelt
 from tscope.analyzers.detectors.pelt import _difference_sigma
 
 # Segments shorter than this carry no level or slope worth reporting (and a line needs 3 points).
@@ -39,12 +40,21 @@ def generic_change_points(values: np.ndarray) -> tuple[list[int], str]:
         return [], "constant"
     log_n = float(np.log(x.size))
     fits = []
-    for model, cost, parameters in (
-        ("constant", _constant_cost(x), CONSTANT_PARAMETERS),
-        ("linear", _linear_cost(x), LINEAR_PARAMETERS),
+    for model, prefix, parameters in (
+        ("constant", _constant_prefix(x), CONSTANT_PARAMETERS),
+        ("linear", _linear_prefix(x), LINEAR_PARAMETERS),
     ):
         penalty = parameters * sigma**2 * log_n
-        breaks, total = pelt(cost, x.size, GENERIC_MIN_SEGMENT, penalty)
+        # The compiled loop takes the same decisions (pelt_kernels.py); numpy's is the fallback.
+        found = (
+            compiled_pelt(model, np.vstack(prefix), x.size, GENERIC_MIN_SEGMENT, penalty)
+            if x.size >= COMPILED_MIN_POINTS
+            else None
+        )
+        if found is None:
+            cost = _constant_cost(*prefix) if model == "constant" else _linear_cost(*prefix)
+            found = pelt(cost, x.size, GENERIC_MIN_SEGMENT, penalty)
+        breaks, total = found
         fits.append((total, model, breaks))
     total, model, breaks = min(fits, key=lambda fit: fit[0])
     return breaks, model
@@ -76,11 +86,16 @@ def pelt(cost: Cost, n: int, min_size: int, penalty: float) -> tuple[list[int], 
     return sorted(breaks), float(best[n])
 
 
-def _constant_cost(x: np.ndarray) -> Cost:
+def _constant_prefix(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Prefix sums of the centred series and of its square."""
     centred = x - x.mean()
-    s1 = np.concatenate(([0.0], np.cumsum(centred)))
-    s2 = np.concatenate(([0.0], np.cumsum(centred * centred)))
+    return (
+        np.concatenate(([0.0], np.cumsum(centred))),
+        np.concatenate(([0.0], np.cumsum(centred * centred))),
+    )
 
+
+def _constant_cost(s1: np.ndarray, s2: np.ndarray) -> Cost:
     def cost(starts: np.ndarray, end: int) -> np.ndarray:
         length = end - starts
         total = s1[end] - s1[starts]
@@ -90,13 +105,17 @@ def _constant_cost(x: np.ndarray) -> Cost:
     return cost
 
 
-def _linear_cost(x: np.ndarray) -> Cost:
+def _linear_prefix(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Prefix sums of t, t², y, t·y, y² (t centred positions, y the centred series)."""
     t = np.arange(x.size, dtype=np.float64) - (x.size - 1) / 2.0
     y = x - x.mean()
-    prefix = {
-        name: np.concatenate(([0.0], np.cumsum(series)))
-        for name, series in (("t", t), ("tt", t * t), ("y", y), ("ty", t * y), ("yy", y * y))
-    }
+    return tuple(
+        np.concatenate(([0.0], np.cumsum(series))) for series in (t, t * t, y, t * y, y * y)
+    )
+
+
+def _linear_cost(*sums: np.ndarray) -> Cost:
+    prefix = dict(zip(("t", "tt", "y", "ty", "yy"), sums, strict=True))
 
     def cost(starts: np.ndarray, end: int) -> np.ndarray:
         length = end - starts

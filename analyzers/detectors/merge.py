@@ -39,43 +39,66 @@ class SpikeCandidate:
 
 
 def merge_alarms(values: np.ndarray, detections: list[Detection]) -> list[SpikeCandidate]:
-    flagged: dict[int, set[str]] = {}
-    scores: dict[tuple[int, str], float] = {}  # (index, detector) -> that alarm's score
-    for detection in detections:
-        for alarm in detection.alarms:
-            if alarm.score > 0:  # upward excursions only: a loss falling is not an incident
-                flagged.setdefault(alarm.index, set()).add(detection.detector)
-                scores[(alarm.index, detection.detector)] = alarm.score
-    if not flagged:
+    # Upward excursions only (a loss falling is not an incident), as arrays: a smooth series
+    # gives CUSUM an alarm every few points, and a dict entry per alarm was the cost.
+    alarms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for detection in detections:  # two detections of one name add up, in order
+        index = np.asarray([alarm.index for alarm in detection.alarms], dtype=np.int64)
+        score = np.asarray([alarm.score for alarm in detection.alarms], dtype=np.float64)
+        if detection.detector in alarms:
+            earlier_index, earlier_score = alarms[detection.detector]
+            index, score = np.append(earlier_index, index), np.append(earlier_score, score)
+        alarms[detection.detector] = (index, score)
+    upward = {}
+    for name, (index, score) in alarms.items():
+        # By point, stably: of two alarms at one point the later one still wins (see below).
+        order = np.argsort(index, kind="stable")
+        index, score = index[order], score[order]
+        upward[name] = (index[score > 0], score[score > 0])
+    flagged = np.unique(
+        np.concatenate([index for index, _ in upward.values()] or [np.empty(0, dtype=np.int64)])
+    )
+    if flagged.size == 0:
         return []
-    indices = sorted(flagged)
-    groups: list[list[int]] = [[indices[0]]]
-    for index in indices[1:]:
-        if index - groups[-1][-1] <= MERGE_GAP_POINTS:
-            groups[-1].append(index)
-        else:
-            groups.append([index])
-
+    flagged = flagged.astype(np.int64)
+    # Alarms closer than MERGE_GAP_POINTS (between consecutive flagged points) are one group.
+    group_starts = np.concatenate(([0], np.flatnonzero(np.diff(flagged) > MERGE_GAP_POINTS) + 1))
+    group_ends = np.append(group_starts[1:], flagged.size)  # exclusive
+    point_groups = np.unique(
+        np.concatenate(
+            [
+                np.searchsorted(group_starts, np.searchsorted(flagged, index), side="right") - 1
+                for name, (index, _) in upward.items()
+                if name in POINT_DETECTORS
+            ]
+            or [np.empty(0, dtype=np.int64)]
+        )
+    ).astype(np.int64)
     candidates = []
-    for group in groups:
-        names = set().union(*(flagged[i] for i in group))
-        if not names.intersection(POINT_DETECTORS):
-            continue
-        candidate = _describe(values, group, names)
+    for number in point_groups.tolist():
+        group = flagged[group_starts[number] : group_ends[number]]
+        low, high = int(group[0]), int(group[-1])
+        in_group = {
+            name: (index[start:stop], score[start:stop])
+            for name, (index, score) in upward.items()
+            for start, stop in [np.searchsorted(index, [low, high + 1])]
+            if stop > start
+        }
+        candidate = _describe(values, group.tolist(), set(in_group))
         if candidate is not None:
-            candidates.append(_with_alarm_score(candidate, group, scores))
+            candidates.append(_with_alarm_score(candidate, in_group))
     return candidates
 
 
 def _with_alarm_score(
-    candidate: SpikeCandidate, group: list[int], scores: dict[tuple[int, str], float]
+    candidate: SpikeCandidate, in_group: dict[str, tuple[np.ndarray, np.ndarray]]
 ) -> SpikeCandidate:
     for detector in POINT_DETECTORS:  # robust_z first: its robust σ is the report's unit
-        finite = [
-            scores[(index, detector)]
-            for index in group
-            if (index, detector) in scores and np.isfinite(scores[(index, detector)])
-        ]
+        if detector not in in_group:
+            continue
+        # One score per point: a later alarm at the same point replaces an earlier one.
+        by_point = dict(zip(*(part.tolist() for part in in_group[detector]), strict=True))
+        finite = [score for score in by_point.values() if np.isfinite(score)]
         if finite:
             return replace(candidate, alarm_score=max(finite), alarm_detector=detector)
     return candidate

@@ -25,7 +25,11 @@ class RobustZDetector:
         nonfinite = ~np.isfinite(values) & has_history
         with np.errstate(invalid="ignore"):
             above = (z >= self.alarm_sigma) & has_history
-        alarms = [Alarm(int(i), float(z[i])) for i in np.flatnonzero(above)]
-        alarms += [Alarm(int(i), float("inf")) for i in np.flatnonzero(nonfinite)]
+        alarming = np.flatnonzero(above)
+        alarms = [
+            Alarm(i, score)
+            for i, score in zip(alarming.tolist(), z[alarming].tolist(), strict=True)
+        ]
+        alarms += [Alarm(i, float("inf")) for i in np.flatnonzero(nonfinite).tolist()]
         alarms.sort(key=lambda alarm: alarm.index)
         return Detection(self.name, alarms=alarms)

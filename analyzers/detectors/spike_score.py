@@ -30,7 +30,11 @@ class SpikeScoreDetector:
         with np.errstate(invalid="ignore", divide="ignore"):
             z = (values - mean) / std
             above = (z >= self.sigma) & np.isfinite(mean)
-        alarms = [Alarm(int(i), float(z[i])) for i in np.flatnonzero(above)]
+        alarming = np.flatnonzero(above)
+        alarms = [
+            Alarm(i, score)
+            for i, score in zip(alarming.tolist(), z[alarming].tolist(), strict=True)
+        ]
         return Detection(self.name, alarms=alarms)
 
 

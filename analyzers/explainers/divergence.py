@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import rolling_median
 from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
@@ -62,7 +62,7 @@ class DivergenceExplainer:
 def smoothed(values: np.ndarray) -> np.ndarray:
     """Rolling median of the finite values; a non-finite point is +inf (the worst possible loss)."""
     finite = np.where(np.isfinite(values), values, np.nan)
-    level = pd.Series(finite).rolling(SMOOTHING_POINTS, min_periods=1).median().to_numpy().copy()
+    level = rolling_median(finite, SMOOTHING_POINTS, 1).copy()
     level[~np.isfinite(values)] = np.inf
     return np.where(np.isnan(level), np.inf, level)
 

@@ -39,6 +39,7 @@ from tscope.render.formatting import (
 )
 from tscope.render.heatmap import MEASURES
 from tscope.render.replay_view import replay_view
+from tscope.render.template_cache import attach_user_cache
 from tscope.render.xray_view import xray_view
 
 TEMPLATE_PACKAGE = "tscope.templates"  # the top-level templates/ folder, installed inside tscope
@@ -68,16 +69,19 @@ def template_environment(autoescape: bool) -> jinja2.Environment:
 
     One environment per process and autoescape setting: jinja keeps its compiled templates, so
     a sweep (tscope cluster renders a case per run) compiles each template once per worker, not
-    once per run (compiling case.html.j2 and case.md.j2 took longer than rendering them). The
-    callers add the same filters every time, so sharing it changes no output."""
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader(TEMPLATE_PACKAGE, package_path="."),
-        autoescape=autoescape,
-        finalize=shown_in_template,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
+    once per run (compiling case.html.j2 and case.md.j2 took longer than rendering them), and
+    the compiled code is kept between processes in the user's cache (render/template_cache.py).
+    The callers add the same filters every time, so sharing it changes no output."""
+    return attach_user_cache(
+        jinja2.Environment(
+            loader=jinja2.PackageLoader(TEMPLATE_PACKAGE, package_path="."),
+            autoescape=autoescape,
+            finalize=shown_in_template,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
     )
 
 

@@ -1,0 +1,227 @@
+"""The compiled detector loops decide exactly as the numpy code they replace on long series.
+
+Each compiled loop (analyzers/detectors/compiled_loops.py) is compared with `==` against the numpy
+version kept as the fallback: PELT's breakpoints and optimal total, CUSUM's excursions, the window
+medians, and whole detections with the compiled path switched off. merge_alarms (vectorized) is
+compared with the dict-based merge it replaced, written out here as the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tscope.analyzers.baseline import robust_baseline, window_stats
+from tscope.analyzers.detectors import cusum, generic_segments, merge
+from tscope.analyzers.detectors.base import Alarm, Detection
+from tscope.analyzers.detectors.cusum import (
+    CUSUM_DECISION_SIGMA,
+    CUSUM_REFERENCE_SIGMA,
+    CusumDetector,
+    _one_sided_cusum,
+)
+from tscope.analyzers.detectors.generic_segments import (
+    _constant_cost,
+    _constant_prefix,
+    _linear_cost,
+    _linear_prefix,
+    pelt,
+    series_change_points,
+)
+
+pytest.importorskip("numba")
+
+from tscope.analyzers.detectors.compiled_loops import (
+    compiled_cusum,
+    compiled_pelt,
+    compiled_window_medians,
+)
+
+
+def _series(rng: np.random.Generator, kind: int, n: int) -> np.ndarray:
+    """Noise, steps, slopes, NaN/Inf points, a noiseless curve, rounded ties, flat stretches."""
+    x = 3.0 + 0.05 * rng.standard_normal(n)
+    if kind == 1:
+        x += np.repeat(rng.normal(0, 0.3, 6), -(-n // 6))[:n]
+    elif kind == 2:
+        x += np.linspace(0, rng.normal(0, 2), n)
+    elif kind == 3:
+        x[rng.random(n) < 0.05] = np.nan
+    elif kind == 4:
+        x = np.sin(np.arange(n) * 1e-3) + 2.0  # re-arms the CUSUM every few points
+    elif kind == 5:
+        x = np.round(x, 2)
+        x[rng.random(n) < 0.01] = np.inf
+    elif kind == 6:
+        x = np.where(rng.random(n) < 0.5, 1.0, x)
+    return x
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pelt_same_breakpoints_and_total(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for kind in (0, 1, 2, 4, 6):
+        x = _series(rng, kind, int(rng.integers(200, 600)))
+        for model, prefix in (("constant", _constant_prefix(x)), ("linear", _linear_prefix(x))):
+            cost = _constant_cost(*prefix) if model == "constant" else _linear_cost(*prefix)
+            for min_size, penalty in ((5, 3.0 * 0.05**2 * math.log(x.size)), (2, 1e-4), (7, 0.0)):
+                expected = pelt(cost, x.size, min_size, penalty)
+                got = compiled_pelt(model, np.vstack(prefix), x.size, min_size, penalty)
+                assert got == expected, (kind, model, min_size, penalty)
+
+
+def test_series_change_points_same_with_and_without_the_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(7)
+    series = [np.exp(_series(rng, kind, 500)) for kind in (0, 1, 2, 6)]
+    compiled = [series_change_points(x) for x in series]
+    assert any(breaks for breaks, _ in compiled)  # planted steps are found: not a vacuous check
+    monkeypatch.setattr(generic_segments, "compiled_pelt", lambda *args: None)
+    assert [series_change_points(x) for x in series] == compiled
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cusum_same_excursions(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for kind in range(7):
+        x = _series(rng, kind, int(rng.integers(200, 5000)))
+        residuals = np.clip(np.nan_to_num(robust_baseline(x).zscores(x), nan=0.0), -3, 3)
+        for sign in (1.0, -1.0):
+            expected = _one_sided_cusum(
+                sign * residuals, CUSUM_REFERENCE_SIGMA, CUSUM_DECISION_SIGMA
+            )
+            found = compiled_cusum(
+                sign * residuals, CUSUM_REFERENCE_SIGMA, CUSUM_DECISION_SIGMA, 1024
+            )
+            assert found is not None
+            got = list(zip(*(part.tolist() for part in found), strict=True))
+            assert got == expected, (kind, sign)
+
+
+def test_window_medians_match_window_stats() -> None:
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal(3000)
+    values[rng.random(3000) < 0.1] = np.nan
+    values[rng.random(3000) < 0.02] = -np.inf
+    values[100:140] = np.nan  # windows without a finite point
+    values[500:560] = 0.0  # ties, zeros
+    lows = rng.integers(0, 2900, 400)
+    highs = lows + rng.integers(1, 100, 400)
+    got = compiled_window_medians(values, lows, highs)
+    assert got is not None
+    for low, high, median in zip(lows, highs, got, strict=True):
+        expected = window_stats(values[low:high])[0]
+        assert median == expected or (math.isnan(median) and math.isnan(expected))
+
+
+def _same_detection(a: Detection, b: Detection) -> bool:
+    def shifts(d: Detection) -> list[tuple[int, float, str]]:
+        return [(s.index, s.before_mean, repr(s.after_mean)) for s in d.shifts]
+
+    return a.alarms == b.alarms and shifts(a) == shifts(b)
+
+
+@pytest.mark.parametrize("kind", range(7))
+def test_cusum_detection_same_with_and_without_the_kernels(
+    kind: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = _series(np.random.default_rng(kind), kind, 20_000)
+    baseline = robust_baseline(x)
+    compiled = CusumDetector().detect(x, baseline)
+    assert compiled.alarms  # every kind re-arms the CUSUM at least once in 20,000 points
+    monkeypatch.setattr(cusum, "compiled_cusum", lambda *args: None)
+    monkeypatch.setattr(cusum, "compiled_window_medians", lambda *args: None)
+    assert _same_detection(CusumDetector().detect(x, baseline), compiled)
+
+
+def _reference_merge(values: np.ndarray, detections: list[Detection]) -> list[object]:
+    """merge_alarms as it was written before vectorizing: a dict entry per alarm."""
+    flagged: dict[int, set[str]] = {}
+    scores: dict[tuple[int, str], float] = {}
+    for detection in detections:
+        for alarm in detection.alarms:
+            if alarm.score > 0:
+                flagged.setdefault(alarm.index, set()).add(detection.detector)
+                scores[(alarm.index, detection.detector)] = alarm.score
+    if not flagged:
+        return []
+    indices = sorted(flagged)
+    groups: list[list[int]] = [[indices[0]]]
+    for index in indices[1:]:
+        if index - groups[-1][-1] <= merge.MERGE_GAP_POINTS:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    candidates: list[object] = []
+    for group in groups:
+        names = set().union(*(flagged[i] for i in group))
+        if not names.intersection(merge.POINT_DETECTORS):
+            continue
+        candidate = merge._describe(values, group, names)
+        if candidate is None:
+            continue
+        for detector in merge.POINT_DETECTORS:
+            finite = [
+                scores[(i, detector)]
+                for i in group
+                if (i, detector) in scores and np.isfinite(scores[(i, detector)])
+            ]
+            if finite:
+                candidate = replace(candidate, alarm_score=max(finite), alarm_detector=detector)
+                break
+        candidates.append(candidate)
+    return candidates
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_merge_alarms_same_as_the_dict_merge(seed: int) -> None:
+    from tscope.analyzers.detect import DETECTORS
+
+    rng = np.random.default_rng(seed)
+    for kind in range(7):
+        x = _series(rng, kind, int(rng.integers(500, 8000)))
+        spiked = rng.random(x.size) < 0.003
+        x[spiked] *= rng.uniform(1.2, 5.0, int(spiked.sum()))
+        baseline = robust_baseline(x)
+        detections = [detector.detect(x, baseline) for detector in DETECTORS]
+        # Unsorted, repeated, negative, NaN and infinite alarms, and a detector named twice.
+        extra = [
+            Alarm(int(i), float(rng.choice([1.0, 7.0, np.inf, -2.0, np.nan])))
+            for i in rng.integers(0, x.size, 40)
+        ]
+        detections += [Detection("robust_z", alarms=extra), Detection("cusum", alarms=extra[::-1])]
+        expected = _reference_merge(x, detections)
+        assert expected
+        assert [repr(c) for c in merge.merge_alarms(x, detections)] == [repr(c) for c in expected]
+
+
+def test_cusum_shift_window_stops_at_the_next_change_the_other_way() -> None:
+    """A drop followed by a blow-up: the drop's level is measured before the blow-up."""
+    x = np.concatenate([np.full(300, 3.0), np.full(30, 2.0), np.full(300, 50.0)])
+    x = x + 0.01 * np.random.default_rng(0).standard_normal(x.size)
+    detection = CusumDetector().detect(x, robust_baseline(x))
+    falling = [s for s in detection.shifts if s.after_mean < s.before_mean]
+    assert falling and abs(falling[0].after_mean - 2.0) < 0.1
+
+
+@pytest.mark.parametrize(("window", "min_periods"), [(50, 8), (5, 1), (1, 1), (11, 11)])
+def test_rolling_median_same_as_pandas(window: int, min_periods: int) -> None:
+    import pandas as pd
+
+    from tscope.analyzers.detectors.compiled_loops import compiled_rolling_median
+
+    rng = np.random.default_rng(window)
+    for decimals in (0, 1, 3):  # rounding makes ties and both signs of zero
+        x = np.round(rng.standard_normal(3000), decimals)
+        x[rng.random(3000) < 0.1] = np.nan
+        x[rng.random(3000) < 0.02] = np.inf  # missing for pandas' rolling too
+        x[1000:1100] = np.nan  # fewer than min_periods points
+        expected = pd.Series(x).rolling(window, min_periods=min_periods).median().to_numpy()
+        got = compiled_rolling_median(x, window, min_periods)
+        assert got is not None
+        assert np.array_equal(got, expected, equal_nan=True)
+        assert np.array_equal(np.signbit(got), np.signbit(expected))
