@@ -66,6 +66,7 @@ def test_scan_equals_the_torch_path_for_every_tensor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
 ) -> None:
     monkeypatch.setattr(safetensors_scan, "SPAN_BYTES", 64 << 10)  # many spans per tensor
+    monkeypatch.setattr(safetensors_scan, "READ_BYTES", 16 << 10)  # several reads per span
     path = tmp_path / "model.safetensors"
     save_file(_tensors(), str(path))
     reference = {name: tensor_stats(t) for name, t in load_file(str(path)).items()}
@@ -82,6 +83,7 @@ def test_the_scan_does_not_depend_on_the_span_size(
     save_file(_tensors(), str(path))
     whole = dict(scan_safetensors(path, "model.safetensors", workers=2))
     monkeypatch.setattr(safetensors_scan, "SPAN_BYTES", 4 << 10)
+    monkeypatch.setattr(safetensors_scan, "READ_BYTES", 1 << 10)
     cut = dict(scan_safetensors(path, "model.safetensors", workers=2))
     for name, stats in whole.items():
         _assert_close(cut[name], stats, name)
