@@ -191,6 +191,24 @@ def _float_chunk_py(values: Any, bits32: Any, magnitudes: Any, summary: Any) -> 
     _merge_summary(summary, count, size - count, zeros, low, high, mean, m2, m3, m4)
 
 
+def _segments_py(values: Any, bounds: Any, edges: Any, summaries: Any, histograms: Any) -> None:
+    """For each segment k = values[bounds[k]:bounds[k + 1]] (a small tensor): summaries[k] (9,)
+    as float_chunk_kernel merges it into an empty summary, and histograms[k] its log-magnitude
+    bins (tensor.log_histogram_bin over `edges`). One call for a span of many small tensors: a
+    file of a million 4-element tensors pays the per-call cost once per span, not per tensor."""
+    no_bits = np.zeros(0, dtype=np.uint32)  # local: numba freezes global arrays read-only
+    no_counts = np.zeros(1, dtype=np.int64)
+    for segment in range(bounds.shape[0] - 1):
+        chunk = values[bounds[segment] : bounds[segment + 1]]
+        _float_chunk(chunk, no_bits, no_counts, summaries[segment])
+        for index in range(chunk.shape[0]):
+            magnitude = abs(np.float64(chunk[index]))
+            if magnitude == 0.0:
+                histograms[segment, 0] += 1
+            elif math.isfinite(magnitude):
+                histograms[segment, 1 + np.searchsorted(edges, magnitude, side="right")] += 1
+
+
 def _delta_chunk_py(current: Any, previous: Any, sums: Any) -> None:
     """sums (3,) += (Σ(a − b)², Σa², Σb²) in float64."""
     delta = 0.0
@@ -274,6 +292,8 @@ _finite_summary = _compiled(_finite_summary_py, _finite_summary_py)
 _merge_summary = _compiled(_merge_summary_py, _merge_summary_py)
 count_patterns = _compiled(_count_patterns_py, _count_patterns_np)
 float_chunk_kernel = _compiled(_float_chunk_py, _float_chunk_np)
+_float_chunk = float_chunk_kernel  # the name _segments_py calls
+segments_kernel = _compiled(_segments_py, _segments_py) if HAVE_NUMBA else None
 delta_chunk_kernel = _compiled(_delta_chunk_py, _delta_chunk_np, _LANES)
 widen_bf16_kernel = _compiled(_widen_bf16_py, _widen_bf16_np)
 

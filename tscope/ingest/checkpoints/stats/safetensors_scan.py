@@ -38,6 +38,7 @@ from tscope.ingest.checkpoints.stats.chunk_runner import DEFAULT_WORKERS
 from tscope.ingest.checkpoints.stats.tensor import (
     _UNDERFLOW_BIN,
     LOG_HISTOGRAM_BINS,
+    LOG_HISTOGRAM_EDGES,
     TensorStats,
     _finish,
     _Moments,
@@ -147,6 +148,39 @@ def _reduce_into(data: npt.NDArray[np.uint8], code: str, partial: _Partial) -> N
     partial.counts += np.bincount(bins[bins >= 0], minlength=LOG_HISTOGRAM_BINS)
 
 
+def _batched(
+    data: npt.NDArray[np.uint8], entries: list[HeaderEntry], numels: list[int], pieces: list[_Piece]
+) -> list[_Partial] | None:
+    """The partials of a span of small same-dtype tensors side by side, reduced in one compiled
+    call (the loops of one call per tensor, so the same results); None where that does not apply
+    (no numba, mixed dtypes, a tensor large enough for a pattern table)."""
+    code = entries[pieces[0].entry].dtype
+    if kernels.segments_kernel is None or any(
+        entries[p.entry].dtype != code or numels[p.entry] >= SMALL_TENSOR_ELEMENTS for p in pieces
+    ):
+        return None
+    element = DTYPES[code][1]
+    first = pieces[0].start
+    run = data[first : pieces[-1].stop]
+    if code == "BF16":
+        values = kernels.widen_bf16(run.view("<u2"))
+    elif code == "F16":
+        values = run.view("<f2").astype(np.float32)
+    else:
+        values = run.view("<f4" if code == "F32" else "<f8")
+    bounds = np.fromiter(
+        (0, *((p.stop - first) // element for p in pieces)), dtype=np.int64, count=len(pieces) + 1
+    )
+    summaries = np.zeros((len(pieces), kernels.SUMMARY_FIELDS), dtype=np.float64)
+    summaries[:, kernels.LOW], summaries[:, kernels.HIGH] = np.inf, -np.inf
+    histograms = np.zeros((len(pieces), LOG_HISTOGRAM_BINS), dtype=np.int64)
+    kernels.segments_kernel(values, bounds, _EDGES, summaries, histograms)
+    return [_Partial("histogram", summaries[i], histograms[i]) for i in range(len(pieces))]
+
+
+_EDGES = np.asarray(LOG_HISTOGRAM_EDGES, dtype=np.float64)
+
+
 class _Accumulator:
     """The merged pieces of one tensor so far."""
 
@@ -168,19 +202,10 @@ class _Accumulator:
                 self.patterns += counts  # in place: no fresh 512 KB table per span
             return
         assert summary is not None
-        self.moments.merge(
-            _Moments(
-                count=int(summary[kernels.COUNT]),
-                mean=float(summary[kernels.MEAN]),
-                m2=float(summary[kernels.M2]),
-                m3=float(summary[kernels.M3]),
-                m4=float(summary[kernels.M4]),
-                low=float(summary[kernels.LOW]),
-                high=float(summary[kernels.HIGH]),
-            )
-        )
-        self.nonfinite += int(summary[kernels.NONFINITE])
-        self.zeros += int(summary[kernels.ZEROS])
+        count, nonfinite, zeros, low, high, mean, m2, m3, m4 = summary.tolist()  # one conversion
+        self.moments.merge(_Moments(int(count), mean, m2, m3, m4, low, high))
+        self.nonfinite += int(nonfinite)
+        self.zeros += int(zeros)
         if kind == "histogram":
             self.histogram += counts
         else:
@@ -246,6 +271,11 @@ def scan_entries(
             return view
 
         def work(start: int, stop: int, pieces: list[_Piece]) -> list[_Partial]:
+            data = read(start, stop) if len(pieces) > 1 else None
+            if data is not None:
+                batched = _batched(data, entries, numels, pieces)
+                if batched is not None:
+                    return batched
             partials = [_new_partial(entries[p.entry].dtype, numels[p.entry]) for p in pieces]
             if len(pieces) == 1 and stop - start > READ_BYTES:  # a slice of one large tensor
                 code = entries[pieces[0].entry].dtype
@@ -253,7 +283,8 @@ def scan_entries(
                 for offset in range(start, stop, step):
                     _reduce_into(read(offset, min(offset + step, stop)), code, partials[0])
                 return partials
-            data = read(start, stop)
+            if data is None:
+                data = read(start, stop)
             for piece, partial in zip(pieces, partials, strict=True):
                 _reduce_into(data[piece.start : piece.stop], entries[piece.entry].dtype, partial)
             return partials
