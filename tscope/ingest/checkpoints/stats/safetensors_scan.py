@@ -13,7 +13,9 @@ Statistics are those of tensor_stats.TensorStats, equal to the torch path within
 16-bit floats (BF16, F16) by a count per bit pattern (exact, as there); F32 and F64 by float64
 moments merged across chunks (Pébay 2008), the F32 histogram from the upper 16 bits of |x|; small
 tensors (under SMALL_TENSOR_ELEMENTS) go through the same float kernel after an exact widening,
-so a file of a million tiny tensors never allocates a 65,536-pattern table per tensor. Other
+so a file of a million tiny tensors never allocates a 65,536-pattern table per tensor; a span of
+small same-dtype tensors is reduced in one compiled call (array_kernels' segments kernel: the
+same loops per tensor, one call per span), so the per-tensor cost left is the merge in Python. Other
 dtypes (F8, integers, BOOL) are not handled here: `SCANNED_DTYPES` lists what is.
 """
 
