@@ -66,6 +66,7 @@ def test_scan_equals_the_torch_path_for_every_tensor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
 ) -> None:
     monkeypatch.setattr(safetensors_scan, "SPAN_BYTES", 64 << 10)  # many spans per tensor
+    monkeypatch.setattr(safetensors_scan, "READ_BYTES", 16 << 10)  # several reads per span
     path = tmp_path / "model.safetensors"
     save_file(_tensors(), str(path))
     reference = {name: tensor_stats(t) for name, t in load_file(str(path)).items()}
@@ -82,6 +83,7 @@ def test_the_scan_does_not_depend_on_the_span_size(
     save_file(_tensors(), str(path))
     whole = dict(scan_safetensors(path, "model.safetensors", workers=2))
     monkeypatch.setattr(safetensors_scan, "SPAN_BYTES", 4 << 10)
+    monkeypatch.setattr(safetensors_scan, "READ_BYTES", 1 << 10)
     cut = dict(scan_safetensors(path, "model.safetensors", workers=2))
     for name, stats in whole.items():
         _assert_close(cut[name], stats, name)
@@ -163,3 +165,26 @@ def test_layers_from_the_scan_equal_the_torch_path_including_deltas(tmp_path: Pa
     assert scanned["delta_norm"].notna().sum() == 3  # the second checkpoint's three deltas
     for got, want in zip(scanned["log_histogram"], reference["log_histogram"], strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not array_kernels.HAVE_NUMBA, reason="the batched kernel needs the fast extra")
+def test_small_tensors_batched_per_span_equal_one_call_per_tensor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    generator = torch.Generator().manual_seed(5)
+    small = {f"h.{i}.w": 0.02 * torch.randn(3 + i % 50, generator=generator) for i in range(300)}
+    small["h.7.w"][1] = math.nan  # a non-finite tensor among them
+    small["h.9.w"][:] = 0.0
+    path = tmp_path / "model.safetensors"
+    save_file(small, str(path))
+    batched = dict(scan_safetensors(path, "model.safetensors", workers=2))
+    monkeypatch.setattr(array_kernels, "segments_kernel", None)
+    one_by_one = dict(scan_safetensors(path, "model.safetensors", workers=2))
+    assert batched.keys() == one_by_one.keys() == small.keys()
+    for name, stats in batched.items():  # the same compiled loops: equal, not just close
+        other = one_by_one[name]
+        for field in FLOAT_FIELDS:
+            got, want = getattr(stats, field), getattr(other, field)
+            assert got == want or (math.isnan(got) and math.isnan(want)), (name, field)
+        assert stats.nonfinite_count == other.nonfinite_count
+        np.testing.assert_array_equal(stats.log_histogram, other.log_histogram)

@@ -1,24 +1,28 @@
 """Per-tensor statistics of a safetensors file without torch: raw bytes, compiled kernels, threads.
 
 The header is JSON (safetensors_header.read_header checks it); the data are raw little-endian
-elements. The file is cut into spans of about SPAN_BYTES: a slice of one large tensor, or several
-whole small tensors side by side. Each worker thread reads its span with `os.pread` (no shared
-file position, the GIL released while it waits) and reduces it with the kernels of
-array_kernels (GIL released while they run); the main thread merges the pieces of each tensor in
-file order, so the result does not depend on thread timing. At most 2 × workers spans are in
-flight: memory is bounded by them (a few × SPAN_BYTES), never by the tensor or the file.
+elements. The file is cut into spans: a slice of one large tensor (SPAN_BYTES), or several whole
+small tensors side by side (up to READ_BYTES). Each worker thread reads its span with
+`os.preadv` into its own reused READ_BYTES buffer (no shared file position, no allocation, the
+GIL released while it waits) and reduces it with the kernels of array_kernels (GIL released
+while they run); the main thread merges the pieces of each tensor in file order, so the result
+does not depend on thread timing. At most 2 × workers spans are in flight: memory is bounded by
+the workers' buffers and the spans' small tables, never by the tensor or the file.
 
 Statistics are those of tensor_stats.TensorStats, equal to the torch path within float64 rounding:
 16-bit floats (BF16, F16) by a count per bit pattern (exact, as there); F32 and F64 by float64
 moments merged across chunks (Pébay 2008), the F32 histogram from the upper 16 bits of |x|; small
 tensors (under SMALL_TENSOR_ELEMENTS) go through the same float kernel after an exact widening,
-so a file of a million tiny tensors never allocates a 65,536-pattern table per tensor. Other
+so a file of a million tiny tensors never allocates a 65,536-pattern table per tensor; a span of
+small same-dtype tensors is reduced in one compiled call (array_kernels' segments kernel: the
+same loops per tensor, one call per span), so the per-tensor cost left is the merge in Python. Other
 dtypes (F8, integers, BOOL) are not handled here: `SCANNED_DTYPES` lists what is.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +40,7 @@ from tscope.ingest.checkpoints.stats.chunk_runner import DEFAULT_WORKERS
 from tscope.ingest.checkpoints.stats.tensor import (
     _UNDERFLOW_BIN,
     LOG_HISTOGRAM_BINS,
+    LOG_HISTOGRAM_EDGES,
     TensorStats,
     _finish,
     _Moments,
@@ -45,10 +50,15 @@ from tscope.ingest.checkpoints.stats.tensor import (
 )
 from tscope.ingest.safe_fs import open_regular
 
-# 4 MiB spans: large enough that a span's fixed cost (a pread, a future, a few numpy calls;
-# ~30 µs) is under 3 % of its 1 ms of kernel time, small enough that 2 × workers of them stay
-# in the caches' neighbourhood and memory stays a few tens of MB.
-SPAN_BYTES = 4 << 20
+# Reads go into one reused READ_BYTES buffer per worker thread (os.preadv, no allocation, no
+# page faults): 1 MiB stays in a core's L2 (1 MiB here) between the read's copy and the kernels'
+# passes over it, where 4 MiB reads fell out to L3. A large tensor is cut into SPAN_BYTES spans
+# (the unit a thread takes, read in READ_BYTES steps into one running summary), so the fixed
+# cost of a span (a future, a fresh 512 KB pattern table, a merge) is paid per 32 MiB; small tensors
+# are grouped up to READ_BYTES per span and read at once. Memory: workers × READ_BYTES plus
+# 2 × workers spans' tables in flight.
+READ_BYTES = 1 << 20
+SPAN_BYTES = 32 << 20
 # Below this many elements a 16-bit tensor is widened and reduced like a float32 one (its
 # statistics are the same within float64 rounding): a pattern table (65,536 counts) per tiny
 # tensor would cost more than the tensor.
@@ -72,10 +82,10 @@ def _spans(entries: list[HeaderEntry]) -> Iterator[tuple[int, int, list[_Piece]]
     for index, entry in enumerate(entries):
         size = entry.end - entry.start
         element = DTYPES[entry.dtype][1]
-        if pieces and (entry.start != span_stop or span_stop - span_start + size > SPAN_BYTES):
+        if pieces and (entry.start != span_stop or span_stop - span_start + size > READ_BYTES):
             yield span_start, span_stop, pieces
             pieces = []
-        if size > SPAN_BYTES:  # a large tensor: spans of whole elements
+        if size > READ_BYTES:  # a large tensor: spans of whole elements, read in steps
             step = SPAN_BYTES - SPAN_BYTES % element
             for offset in range(entry.start, entry.end, step):
                 stop = min(offset + step, entry.end)
@@ -89,34 +99,88 @@ def _spans(entries: list[HeaderEntry]) -> Iterator[tuple[int, int, list[_Piece]]
         yield span_start, span_stop, pieces
 
 
-# ("patterns", None, 65,536 counts) | ("magnitudes", summary, 32,768 counts of |x|'s upper
-# 16 bits) | ("histogram", summary, LOG_HISTOGRAM_BINS counts)
-_Partial = tuple[str, npt.NDArray[np.float64] | None, npt.NDArray[np.int64]]
+@dataclass
+class _Partial:
+    """One piece's running reduction; the kind depends on the tensor, never on the piece, so all
+    pieces of a tensor merge alike.
 
-
-def _reduce(data: memoryview, code: str, numel: int) -> _Partial:
-    """The kernel's summary of one piece (raw little-endian bytes) of a tensor of numel elements.
-
-    The kind depends on the tensor, never on the piece, so all pieces of a tensor merge alike.
+    kind "patterns": counts (65,536) per 16-bit pattern · "magnitudes": summary (9,) and counts
+    (32,768) of |x|'s upper 16 bits (fp32) · "histogram": summary and LOG_HISTOGRAM_BINS counts.
     """
+
+    kind: str
+    summary: npt.NDArray[np.float64] | None
+    counts: npt.NDArray[np.int64]
+
+
+def _new_partial(code: str, numel: int) -> _Partial:
     if code in ("BF16", "F16") and numel >= SMALL_TENSOR_ELEMENTS:
-        counts = np.zeros(1 << 16, dtype=np.int64)
-        kernels.count_patterns(np.frombuffer(data, dtype="<u2"), counts)
-        return "patterns", None, counts
-    if code == "BF16":
-        values = kernels.widen_bf16(np.frombuffer(data, dtype="<u2"))
-    elif code == "F16":
-        values = np.frombuffer(data, dtype="<f2").astype(np.float32)  # exact
-    else:
-        values = np.frombuffer(data, dtype="<f4" if code == "F32" else "<f8")
+        return _Partial("patterns", None, np.zeros(1 << 16, dtype=np.int64))
     if code == "F32" and numel >= SMALL_TENSOR_ELEMENTS:
-        summary, magnitudes = kernels.float_chunk(values, with_patterns=True)
-        assert magnitudes is not None
-        return "magnitudes", summary, magnitudes
+        return _Partial(
+            "magnitudes",
+            kernels.empty_summary(),
+            np.zeros(kernels.MAGNITUDE_PATTERNS, dtype=np.int64),
+        )
+    return _Partial("histogram", kernels.empty_summary(), np.zeros(LOG_HISTOGRAM_BINS, np.int64))
+
+
+_NO_BITS = np.zeros(0, dtype=np.uint32)
+_NO_COUNTS = np.zeros(1, dtype=np.int64)
+
+
+def _reduce_into(data: npt.NDArray[np.uint8], code: str, partial: _Partial) -> None:
+    """Merge one run of a tensor's raw little-endian bytes (whole elements) into its partial."""
+    if partial.kind == "patterns":
+        kernels.count_patterns(data.view("<u2"), partial.counts)
+        return
+    if code == "BF16":
+        values = kernels.widen_bf16(data.view("<u2"))
+    elif code == "F16":
+        values = data.view("<f2").astype(np.float32)  # exact
+    else:
+        values = data.view("<f4" if code == "F32" else "<f8")
+    assert partial.summary is not None
+    if partial.kind == "magnitudes":
+        kernels.float_chunk_kernel(values, values.view(np.uint32), partial.counts, partial.summary)
+        return
     # fp64 (no bf16 shortcut) and small tensors: bin each |x| directly, 67 counts
-    summary, _ = kernels.float_chunk(values, with_patterns=False)
+    kernels.float_chunk_kernel(values, _NO_BITS, _NO_COUNTS, partial.summary)
     bins = log_histogram_bin(np.abs(values.astype(np.float64)))
-    return "histogram", summary, np.bincount(bins[bins >= 0], minlength=LOG_HISTOGRAM_BINS)
+    partial.counts += np.bincount(bins[bins >= 0], minlength=LOG_HISTOGRAM_BINS)
+
+
+def _batched(
+    data: npt.NDArray[np.uint8], entries: list[HeaderEntry], numels: list[int], pieces: list[_Piece]
+) -> list[_Partial] | None:
+    """The partials of a span of small same-dtype tensors side by side, reduced in one compiled
+    call (the loops of one call per tensor, so the same results); None where that does not apply
+    (no numba, mixed dtypes, a tensor large enough for a pattern table)."""
+    code = entries[pieces[0].entry].dtype
+    if kernels.segments_kernel is None or any(
+        entries[p.entry].dtype != code or numels[p.entry] >= SMALL_TENSOR_ELEMENTS for p in pieces
+    ):
+        return None
+    element = DTYPES[code][1]
+    first = pieces[0].start
+    run = data[first : pieces[-1].stop]
+    if code == "BF16":
+        values = kernels.widen_bf16(run.view("<u2"))
+    elif code == "F16":
+        values = run.view("<f2").astype(np.float32)
+    else:
+        values = run.view("<f4" if code == "F32" else "<f8")
+    bounds = np.fromiter(
+        (0, *((p.stop - first) // element for p in pieces)), dtype=np.int64, count=len(pieces) + 1
+    )
+    summaries = np.zeros((len(pieces), kernels.SUMMARY_FIELDS), dtype=np.float64)
+    summaries[:, kernels.LOW], summaries[:, kernels.HIGH] = np.inf, -np.inf
+    histograms = np.zeros((len(pieces), LOG_HISTOGRAM_BINS), dtype=np.int64)
+    kernels.segments_kernel(values, bounds, _EDGES, summaries, histograms)
+    return [_Partial("histogram", summaries[i], histograms[i]) for i in range(len(pieces))]
+
+
+_EDGES = np.asarray(LOG_HISTOGRAM_EDGES, dtype=np.float64)
 
 
 class _Accumulator:
@@ -132,28 +196,25 @@ class _Accumulator:
         self.histogram = np.zeros(LOG_HISTOGRAM_BINS, dtype=np.int64)
 
     def add(self, partial: _Partial) -> None:
-        kind, summary, counts = partial
+        kind, summary, counts = partial.kind, partial.summary, partial.counts
         if kind == "patterns":
-            self.patterns = counts if self.patterns is None else self.patterns + counts
+            if self.patterns is None:
+                self.patterns = counts
+            else:
+                self.patterns += counts  # in place: no fresh 512 KB table per span
             return
         assert summary is not None
-        self.moments.merge(
-            _Moments(
-                count=int(summary[kernels.COUNT]),
-                mean=float(summary[kernels.MEAN]),
-                m2=float(summary[kernels.M2]),
-                m3=float(summary[kernels.M3]),
-                m4=float(summary[kernels.M4]),
-                low=float(summary[kernels.LOW]),
-                high=float(summary[kernels.HIGH]),
-            )
-        )
-        self.nonfinite += int(summary[kernels.NONFINITE])
-        self.zeros += int(summary[kernels.ZEROS])
+        count, nonfinite, zeros, low, high, mean, m2, m3, m4 = summary.tolist()  # one conversion
+        self.moments.merge(_Moments(int(count), mean, m2, m3, m4, low, high))
+        self.nonfinite += int(nonfinite)
+        self.zeros += int(zeros)
         if kind == "histogram":
             self.histogram += counts
         else:
-            self.magnitudes = counts if self.magnitudes is None else self.magnitudes + counts
+            if self.magnitudes is None:
+                self.magnitudes = counts
+            else:
+                self.magnitudes += counts
 
     def finish(self) -> TensorStats:
         entry = self.entry
@@ -202,15 +263,33 @@ def scan_entries(
         descriptor = handle.fileno()
         if entries and os.fstat(descriptor).st_size < entries[-1].end:
             raise UnreadableInput(display_path, "cut short: its header lists bytes past its end")
+        _advise_sequential(descriptor)
+        buffers = _ThreadBuffers()
+
+        def read(start: int, stop: int) -> npt.NDArray[np.uint8]:
+            view = buffers.get(stop - start)
+            if os.preadv(descriptor, [view.data], start) != stop - start:
+                raise UnreadableInput(display_path, "cut short while it was read")
+            return view
 
         def work(start: int, stop: int, pieces: list[_Piece]) -> list[_Partial]:
-            data = memoryview(os.pread(descriptor, stop - start, start))
-            if len(data) != stop - start:
-                raise UnreadableInput(display_path, "cut short while it was read")
-            return [
-                _reduce(data[p.start : p.stop], entries[p.entry].dtype, numels[p.entry])
-                for p in pieces
-            ]
+            data = read(start, stop) if len(pieces) > 1 else None
+            if data is not None:
+                batched = _batched(data, entries, numels, pieces)
+                if batched is not None:
+                    return batched
+            partials = [_new_partial(entries[p.entry].dtype, numels[p.entry]) for p in pieces]
+            if len(pieces) == 1 and stop - start > READ_BYTES:  # a slice of one large tensor
+                code = entries[pieces[0].entry].dtype
+                step = READ_BYTES - READ_BYTES % DTYPES[code][1]
+                for offset in range(start, stop, step):
+                    _reduce_into(read(offset, min(offset + step, stop)), code, partials[0])
+                return partials
+            if data is None:
+                data = read(start, stop)
+            for piece, partial in zip(pieces, partials, strict=True):
+                _reduce_into(data[piece.start : piece.stop], entries[piece.entry].dtype, partial)
+            return partials
 
         yield from _merge_in_order(entries, _spans(entries), work, workers)
         for entry in entries:  # zero-byte tensors have no span
@@ -218,10 +297,31 @@ def scan_entries(
                 yield entry.name, _Accumulator(entry).finish()
 
 
-def _widened(data: bytes, code: str) -> npt.NDArray[Any]:
+class _ThreadBuffers:
+    """One READ_BYTES read buffer per worker thread, allocated once and reused for every read."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def get(self, length: int) -> npt.NDArray[np.uint8]:
+        held: npt.NDArray[np.uint8] | None = getattr(self._local, "buffer", None)
+        if held is None or held.shape[0] < length:
+            held = np.empty(max(length, READ_BYTES), dtype=np.uint8)
+            self._local.buffer = held
+        return held[:length]
+
+
+def _advise_sequential(descriptor: int) -> None:
+    """Tell the kernel the file is read front to back (larger read-ahead when it is not cached)."""
+    advise = getattr(os, "posix_fadvise", None)  # not on macOS/Windows
+    if advise is not None:
+        advise(descriptor, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+
+
+def _widened(data: npt.NDArray[np.uint8], code: str) -> npt.NDArray[Any]:
     if code == "BF16":
-        return kernels.widen_bf16(np.frombuffer(data, dtype="<u2"))
-    return np.frombuffer(data, dtype={"F16": "<f2", "F32": "<f4", "F64": "<f8"}[code])
+        return kernels.widen_bf16(data.view("<u2"))
+    return data.view({"F16": "<f2", "F32": "<f4", "F64": "<f8"}[code])
 
 
 def raw_delta_sums(
@@ -233,16 +333,23 @@ def raw_delta_sums(
     """(Σ(a − b)², Σa², Σb²) in float64 of two same-shape tensors read from their files' bytes."""
     (path_a, entry_a), (path_b, entry_b) = current, previous
     numel = (entry_a.end - entry_a.start) // DTYPES[entry_a.dtype][1]
-    step = max(1, SPAN_BYTES // 8)  # elements per span (either side at most 8 bytes each)
     size_a, size_b = DTYPES[entry_a.dtype][1], DTYPES[entry_b.dtype][1]
+    step = max(1, READ_BYTES // max(size_a, size_b))  # elements per read, either side
     with open_regular(path_a, display_path) as file_a, open_regular(path_b, display_path) as file_b:
+        _advise_sequential(file_a.fileno())
+        _advise_sequential(file_b.fileno())
+        buffers_a, buffers_b = _ThreadBuffers(), _ThreadBuffers()
+
+        def read(handle: Any, buffers: _ThreadBuffers, length: int, start: int) -> Any:
+            view = buffers.get(length)
+            if os.preadv(handle.fileno(), [view.data], start) != length:
+                raise UnreadableInput(display_path, "cut short while it was read")
+            return view
 
         def work(first: int) -> npt.NDArray[np.float64]:
             count = min(step, numel - first)
-            raw_a = os.pread(file_a.fileno(), count * size_a, entry_a.start + first * size_a)
-            raw_b = os.pread(file_b.fileno(), count * size_b, entry_b.start + first * size_b)
-            if len(raw_a) != count * size_a or len(raw_b) != count * size_b:
-                raise UnreadableInput(display_path, "cut short while it was read")
+            raw_a = read(file_a, buffers_a, count * size_a, entry_a.start + first * size_a)
+            raw_b = read(file_b, buffers_b, count * size_b, entry_b.start + first * size_b)
             sums = np.zeros(3, dtype=np.float64)
             a, b = _widened(raw_a, entry_a.dtype), _widened(raw_b, entry_b.dtype)
             if a.dtype == np.float16:
