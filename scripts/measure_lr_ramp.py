@@ -1,0 +1,94 @@
+"""Measure the lr_ramp rule (analyzers/explainers/lr_ramp.py) on logged learning rates.
+
+    .venv/bin/python scripts/measure_lr_ramp.py RUN_OR_LOG ...       # benchmark run folders, logs
+    .venv/bin/python scripts/measure_lr_ramp.py --bench-split dev     # every cached dev run
+
+For every input that logs an LR it prints the statistic the rule compares with RAMP_MIN_FACTOR
+(the largest LR after the warm-up's peak over that peak), the warm-up peak's step, and the ramp
+the rule finds (start, crossing, 2× step, growth per step) or "-". A benchmark run folder (with
+truth.json) also prints its planted cause and step, so a firing is scored as a hit (an lr_ramp
+run), a false alarm (anything else) or a miss. The numbers next to the constants come from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _inputs(path: Path) -> list[Path]:
+    run = path / "run"
+    return [run if run.is_dir() else path]
+
+
+def measure(path: Path) -> str:
+    from tscope.analyzers.explainers.lr_ramp import lr_ramp, warmup_peak_index
+    from tscope.ingest.inputs import ReadOptions, read_inputs
+    from tscope.model.metric_names import LEARNING_RATE
+
+    truth_path = path / "truth.json"
+    truth = json.loads(truth_path.read_text()) if truth_path.is_file() else {}
+    cause = str(truth.get("cause", "real"))
+    planted = truth.get("step")
+    inputs = read_inputs(_inputs(path), ReadOptions(False, False, None))
+    run = inputs.run
+    label = f"{truth.get('name', path.name)[:48]:48} {cause:22} {planted!s:>5}"
+    if not run.has(LEARNING_RATE):
+        return f"{label}  no LR logged"
+    steps, lrs = run.series(LEARNING_RATE)
+    finite = np.isfinite(lrs)
+    steps, lrs = steps[finite], lrs[finite]
+    peak = warmup_peak_index(lrs) if lrs.size else None
+    if peak is None or lrs[peak] <= 0:
+        return f"{label}  warm-up never ended ({lrs.size} LR points)"
+    ratio = float(lrs[peak:].max() / lrs[peak])
+    ramp = lr_ramp(steps, lrs)
+    found = (
+        "-"
+        if ramp is None
+        else (
+            f"RAMP start {ramp.start_step} cross {ramp.cross_step} ×2 {ramp.double_step} "
+            f"top ×{ramp.factor:.2f}@{ramp.top_step} growth {ramp.growth_per_step:.3f} "
+            f"({ramp.rising_points} pts)"
+        )
+    )
+    verdict = ""
+    if truth:
+        if cause == "lr_ramp":
+            verdict = "HIT" if ramp is not None else "MISS"
+        elif ramp is not None:
+            verdict = "FALSE ALARM"
+    elif ramp is not None:
+        verdict = "FALSE ALARM?"
+    return f"{label}  peak@{int(steps[peak])} max/peak {ratio:7.3f}  {found} {verdict}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("paths", nargs="*", type=Path)
+    parser.add_argument("--bench-split", help="every cached benchmark run of this split")
+    args = parser.parse_args()
+    paths = list(args.paths)
+    if args.bench_split:
+        sys.path.insert(0, str(ROOT / "bench" / "accuracy"))
+        from generate import run_folder
+        from paths import default_cache
+        from spec import build_specs, select
+
+        cache = default_cache()
+        paths += [run_folder(cache, s) for s in select(build_specs(), args.bench_split)]
+    for path in paths:
+        try:
+            print(measure(path), flush=True)
+        except Exception as error:  # a measurement: report the input and go on
+            print(f"{path}: {type(error).__name__}: {error}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
