@@ -8,14 +8,23 @@ For every input that logs an LR it prints the statistic the rule compares with R
 the rule finds (start, crossing, 2× step, growth per step) or "-". A benchmark run folder (with
 truth.json) also prints its planted cause and step, so a firing is scored as a hit (an lr_ramp
 run), a false alarm (anything else) or a miss. The numbers next to the constants come from here.
+
+    .venv/bin/python scripts/measure_lr_ramp.py --train-synthetic /tmp/lr-bench   # then measure
+
+trains (with the benchmark's own producers and generator, into that cache) healthy runs on the
+legitimate schedules that rise again after their warm-up (`schedules.EXTRA_SCHEDULES`: cosine
+with hard restarts, triangular cycles, warm-up–stable–decay, inverse square root, a re-warm-up
+half way) and LR ramps planted on top of some of them, and measures every one.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,12 +78,70 @@ def measure(path: Path) -> str:
     return f"{label}  peak@{int(steps[peak])} max/peak {ratio:7.3f}  {found} {verdict}"
 
 
+def synthetic_specs() -> list[Any]:
+    """Healthy runs on every extra schedule for three producers, and ramps planted on them."""
+    sys.path.insert(0, str(ROOT / "bench" / "accuracy"))
+    import paths as bench_paths  # noqa: F401  (puts fixtures/ on sys.path)
+    from schedules import EXTRA_SCHEDULES
+    from spec import CONTROL, LR_RAMP, RunSpec
+
+    common: dict[str, Any] = {
+        "hidden": 32,
+        "layers": 2,
+        "heads": 2,
+        "batch_size": 8,
+        "grad_accum": 1,
+        "warmup_steps": 10,
+        "precision": "fp32",
+        "data_order": "shuffled",
+    }
+    specs = []
+    for number, (producer, schedule) in enumerate(
+        itertools.product(("nanogpt", "trainer_gpt2", "trainer_llama"), EXTRA_SCHEDULES)
+    ):
+        steps = 90 + 10 * (number % 4)
+        model = {"trainer_gpt2": "gpt2", "trainer_llama": "llama"}.get(producer, "nanogpt")
+        shape = {**common, "steps": steps, "save_every": steps // 3, "schedule": schedule}
+        lr = (1e-3, 2e-3, 3e-3)[number % 3]
+        specs.append(
+            RunSpec(producer, 80, 1000 + 2 * number, model, cause=CONTROL, peak_lr=lr, **shape)
+        )
+        if producer == "nanogpt" or schedule in ("cyclic", "inverse_sqrt"):
+            plant = {"step": steps // 2, "growth": (1.04, 1.07, 1.1)[number % 3]}
+            specs.append(
+                RunSpec(
+                    producer,
+                    81,
+                    2000 + 2 * number,
+                    model,
+                    cause=LR_RAMP,
+                    plant=plant,
+                    peak_lr=lr,
+                    **shape,
+                )
+            )
+    return specs
+
+
+def train_synthetic(cache: Path, jobs: int) -> list[Path]:
+    specs = synthetic_specs()
+    from generate import generate, run_folder
+
+    for failure in generate(cache, specs, jobs):
+        print("FAILED", failure, flush=True)
+    return [run_folder(cache, s) for s in specs]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="*", type=Path)
     parser.add_argument("--bench-split", help="every cached benchmark run of this split")
+    parser.add_argument("--train-synthetic", type=Path, help="train synthetic runs into this cache")
+    parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
     paths = list(args.paths)
+    if args.train_synthetic:
+        paths += train_synthetic(args.train_synthetic, args.jobs)
     if args.bench_split:
         sys.path.insert(0, str(ROOT / "bench" / "accuracy"))
         from generate import run_folder

@@ -11,8 +11,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.lr_config import lr_range_findings
-from tscope.analyzers.explainers.spikes import is_transient
-from tscope.analyzers.impact import MIN_WARNING_EXCESS
+from tscope.analyzers.explainers.spikes import is_notable
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run, Spike
 from tscope.model.metric_names import LEARNING_RATE
@@ -122,7 +121,8 @@ class LearningRateExplainer:
 
 
 def incidents_after(run: Run, spikes: list[Spike], step: int) -> list[Spike]:
-    """Non-transient loss spikes starting at or within the effect window after `step`."""
+    """Loss spikes worth a warning (the impact rule: `is_notable`) starting at or within the
+    effect window after `step`; an info-level bump is not an effect of the LR event."""
     loss = primary_loss(run)
     if loss is None:
         return []
@@ -132,7 +132,7 @@ def incidents_after(run: Run, spikes: list[Spike], step: int) -> list[Spike]:
     return [
         s
         for s in spikes
-        if s.metric == loss and step <= s.onset_step <= last and not is_transient(run, s)
+        if s.metric == loss and step <= s.onset_step <= last and is_notable(run, s, spikes)
     ]
 
 
@@ -247,18 +247,11 @@ def _warmup_too_short(
         return []
     end_index = warmup_end(steps, lrs)
     loss_steps, loss_values = loss_series(run, loss)
-    constant_start = bool(lrs.size and np.isfinite(lrs).all() and lrs[0] >= lrs.max() * 0.99)
-    onsets = [
-        s.onset_step
-        for s in spikes
-        if s.metric == loss
-        and (
-            not is_transient(run, s)
-            # With no warm-up at all, even a one-step break in the first steps is the update's
-            # doing before it is the batch's: the model has not settled at this LR yet.
-            or (end_index is None and constant_start and _clear_excess(s))
-        )
-    ]
+    # Only a loss incident worth a warning by the one impact rule (`is_notable`) is an
+    # instability: an info-level bump right after the warm-up is the data's texture (it gave
+    # false warnings on healthy Trainer GPT-2 controls). A one-step break counts when it is
+    # notable: with no warm-up, the update breaks the model before a batch is to blame.
+    onsets = [s.onset_step for s in spikes if s.metric == loss and is_notable(run, s, spikes)]
     found = loss_rise(loss_steps, loss_values)
     if found is not None:
         onsets.append(int(loss_steps[found[0]]))
@@ -294,10 +287,6 @@ def _warmup_too_short(
             ),
         )
     ]
-
-
-def _clear_excess(spike: Spike) -> bool:
-    return spike.baseline > 0 and spike.peak_value >= (1 + MIN_WARNING_EXCESS) * spike.baseline
 
 
 def _warmup_timing(
