@@ -47,7 +47,8 @@ def measure(path: Path) -> str:
     planted = truth.get("step")
     inputs = read_inputs(_inputs(path), ReadOptions(False, False, None))
     run = inputs.run
-    label = f"{truth.get('name', path.name)[:48]:48} {cause:22} {planted!s:>5}"
+    schedule = str(truth.get("spec", {}).get("schedule", ""))
+    label = f"{truth.get('name', path.name)[:40]:40} {schedule:15} {cause:18} {planted!s:>5}"
     if not run.has(LEARNING_RATE):
         return f"{label}  no LR logged"
     steps, lrs = run.series(LEARNING_RATE)
