@@ -43,7 +43,7 @@ def measure(path: Path) -> str:
 
     truth_path = path / "truth.json"
     truth = json.loads(truth_path.read_text()) if truth_path.is_file() else {}
-    cause = str(truth.get("cause", "real"))
+    cause = str(truth.get("cause") or ("control" if truth else "real"))
     planted = truth.get("step")
     inputs = read_inputs(_inputs(path), ReadOptions(False, False, None))
     run = inputs.run

@@ -3,7 +3,8 @@
 The schedules come from their real producers: torch's and transformers' schedulers stepping a real
 optimizer (the legitimate shapes that rise again after the warm-up must stay silent), and the
 benchmark's nanoGPT-style loop (bench/accuracy/produce_nanogpt.py) trained here with an LR ramp
-planted, a triangular cyclic schedule and cosine with hard restarts.
+planted, a triangular cyclic schedule and cosine with hard restarts (whose restarts are LR jumps
+back to the warm-up's peak: learning_rate.py reports them as info, not warnings).
 """
 
 from __future__ import annotations
@@ -174,3 +175,8 @@ def test_cyclic_and_restart_schedules_trained_for_real_stay_silent(
     for name in ("cyclic", "restarts"):
         assert _findings(nanogpt_runs[name], "lr_ramp") == [], name
         assert _findings(nanogpt_runs[name], "warmup_too_short") == [], name
+    # The hard restarts jump back to the warm-up's peak in one interval: reported, as info.
+    restarts = _findings(nanogpt_runs["restarts"], "lr_schedule_jump")
+    assert len(restarts) == 2  # RESTART_CYCLES = 3 cycles: two restarts
+    assert all(f.severity == "info" and "warm restarts" in f.message for f in restarts)
+    assert all(f.evidence["returns_to_peak_step"] == 10 for f in restarts)  # the warm-up peak
