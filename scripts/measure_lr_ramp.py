@@ -5,7 +5,8 @@
 
 For every input that logs an LR it prints the statistic the rule compares with RAMP_MIN_FACTOR
 (the largest LR after the warm-up's peak over that peak), the warm-up peak's step, and the ramp
-the rule finds (start, crossing, 2× step, growth per step) or "-". A benchmark run folder (with
+the rule finds (start, crossing, 2× step, growth per step) or "-", and where each upward LR jump
+lands over the run's earlier peak (lr_schedule_jump's restart band). A benchmark run folder (with
 truth.json) also prints its planted cause and step, so a firing is scored as a hit (an lr_ramp
 run), a false alarm (anything else) or a miss. The numbers next to the constants come from here.
 
@@ -76,7 +77,23 @@ def measure(path: Path) -> str:
             verdict = "FALSE ALARM"
     elif ramp is not None:
         verdict = "FALSE ALARM?"
-    return f"{label}  peak@{int(steps[peak])} max/peak {ratio:7.3f}  {found} {verdict}"
+    return (
+        f"{label}  peak@{int(steps[peak])} max/peak {ratio:7.3f}  {found} {verdict}"
+        + _jumps_to_peak(steps, lrs)
+    )
+
+
+def _jumps_to_peak(steps: np.ndarray, lrs: np.ndarray) -> str:
+    """Each upward LR jump's landing over the run's earlier peak (the restart band's statistic,
+    learning_rate.RESTART_PEAK_BAND)."""
+    from tscope.analyzers.explainers.learning_rate import lr_jumps
+
+    landings = [
+        f"{jump.step}:{jump.after / float(lrs[: jump.index].max()):.3f}"
+        for jump in lr_jumps(steps, lrs)
+        if jump.factor > 1 and lrs[: jump.index].max() > 0
+    ]
+    return f"  up-jumps/earlier peak {' '.join(landings)}" if landings else ""
 
 
 def synthetic_specs() -> list[Any]:

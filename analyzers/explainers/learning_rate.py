@@ -25,7 +25,7 @@ LR_JUMP_SLOPE_MULTIPLE = 3.0
 LR_JUMP_MIN_RELATIVE = 0.25
 # An upward jump back to the run's earlier peak (within this band of it), from below RESTART_FROM of
 # it, is a warm restart (cosine with hard restarts, SGDR) when the loss does not react: info, not
-# a warning. Measured (scripts/measure_lr_ramp.py --train-synthetic, /tmp/lr/jumps.py): the hard
+# a warning. Measured (scripts/measure_lr_ramp.py, --train-synthetic and --bench-split dev): the hard
 # restarts of the synthetic cosine-with-restarts runs land at 0.998–1.000× the earlier peak; the
 # 16 planted dev LR jumps land at 1.117–34× it (none inside the band), so their recall is unchanged.
 RESTART_PEAK_BAND = (0.95, 1.02)
