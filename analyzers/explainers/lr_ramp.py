@@ -100,6 +100,8 @@ def lr_ramp(steps: np.ndarray, lrs: np.ndarray) -> LrRamp | None:
     low = cross
     while low > peak_index and lrs[low - 1] < lrs[low]:
         low -= 1
+    while lrs[low] <= 0 and low < cross:
+        low += 1  # a climb from 0 (a re-warm-up) is judged from its first positive point
     top = cross
     while top + 1 < lrs.size and lrs[top + 1] > lrs[top]:
         top += 1
