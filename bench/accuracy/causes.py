@@ -41,7 +41,7 @@ ACCEPTED: dict[str, frozenset[str]] = {
     BAD_BATCH: frozenset({"bad_batch"}),
     LR_JUMP_TRANSIENT: frozenset({"lr_schedule_jump"}),
     LR_JUMP_PERSISTENT: frozenset({"lr_schedule_jump"}),
-    LR_RAMP: frozenset({"lr_too_high", "lr_schedule_jump"}),
+    LR_RAMP: frozenset({"lr_ramp", "lr_too_high", "lr_schedule_jump"}),
     WARMUP_TOO_HOT: frozenset({"warmup_too_short", "lr_too_high"}),
     RESUME_OPTIMIZER_LOST: frozenset({"optimizer_state_reset", "resume_discontinuity"}),
     RESUME_SCHEDULER_LOST: frozenset({"resume_discontinuity", "lr_schedule_jump"}),

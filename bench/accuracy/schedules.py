@@ -19,14 +19,39 @@ from spec import (
     RunSpec,
 )
 
+# Legitimate schedules that rise again after their warm-up, for measuring false alarms of the LR
+# rules (scripts/measure_lr_ramp.py; no benchmark spec draws them, so no cache key changes):
+# cosine with hard restarts (transformers' get_cosine_with_hard_restarts_schedule_with_warmup),
+# a triangular cycle (torch's CyclicLR, mode "triangular"), warm-up–stable–decay, inverse square
+# root (transformers' get_inverse_sqrt_schedule) and a second warm-up half way, as a resumed run
+# that rebuilt its scheduler re-warms.
+EXTRA_SCHEDULES = ("cosine_restarts", "cyclic", "wsd", "inverse_sqrt", "rewarm")
+RESTART_CYCLES = 3
+CYCLIC_HALF_PERIOD = 15
+CYCLIC_BASE = 0.1
+WSD_DECAY_FRACTION = 0.2
+
 
 def base_multiplier(
     schedule: str, scheduler_step: int, warmup_steps: int, total_steps: int
 ) -> float:
+    if schedule == "cyclic":
+        phase = scheduler_step % (2 * CYCLIC_HALF_PERIOD) / CYCLIC_HALF_PERIOD
+        return CYCLIC_BASE + (1 - CYCLIC_BASE) * (phase if phase <= 1 else 2 - phase)
+    if schedule == "rewarm" and scheduler_step >= total_steps // 2:
+        return base_multiplier(
+            "cosine", scheduler_step - total_steps // 2, warmup_steps, total_steps
+        )
     if scheduler_step < warmup_steps:
         return float(scheduler_step) / float(max(1, warmup_steps))
     progress = float(scheduler_step - warmup_steps) / float(max(1, total_steps - warmup_steps))
-    if schedule == "cosine":
+    if schedule == "cosine_restarts":
+        return 0.5 * (1.0 + math.cos(math.pi * ((RESTART_CYCLES * progress) % 1.0)))
+    if schedule == "wsd":
+        return min(1.0, (1.0 - progress) / WSD_DECAY_FRACTION)
+    if schedule == "inverse_sqrt":
+        return math.sqrt(max(1, warmup_steps) / max(1, scheduler_step))
+    if schedule in ("cosine", "rewarm"):
         return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
     if schedule == "linear":
         return max(0.0, 1.0 - progress)

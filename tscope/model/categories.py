@@ -79,6 +79,17 @@ CATEGORIES: tuple[Category, ...] = (
         alternative="not an LR schedule problem",
     ),
     Category(
+        "lr_ramp",
+        "cause",
+        "warning",
+        "logs",
+        "a learning-rate ramp past the schedule's peak",
+        "after its warm-up the LR climbs, point after point, past the peak the warm-up reached "
+        "(evidence: start, where it passed 1.25× and 2× the peak, growth per step, the loss's lead)",
+        story_signal="learning_rate",
+        alternative="not an LR ramp",
+    ),
+    Category(
         "resume_discontinuity",
         "cause",
         "warning",
