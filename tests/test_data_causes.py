@@ -62,7 +62,7 @@ TWO_BATCHES = RunSpec(
     **COMMON,
 )
 # Three rows of eight corrupted: a one-step bump well below 1.5× (a note by the impact rule). Two
-# rows give 1.14× here, just under the 1.15× the logs can tell from healthy one-step breaks.
+# rows give 1.14× here, inside the range of healthy one-step breaks (up to 1.14×, rule 1.2×).
 PART_BATCH = RunSpec(
     producer="nanogpt",
     index=96,
@@ -128,7 +128,7 @@ def test_a_partly_corrupted_batch_is_a_bad_batch_at_its_step(cache: Path) -> Non
     evidence = findings[0].evidence
     # Below the impact rule's 1.5× (a loss-spike note at most), yet the shape and the gradient
     # norm of the same step say one batch.
-    assert 1.15 <= evidence["ratio_to_trend"] < 1.5
+    assert 1.2 <= evidence["ratio_to_trend"] < 1.5
     assert evidence["grad_norm_ratio"] >= 2.5
     assert abs(evidence["next_vs_excess"]) <= 0.35
     assert "tscope replay --around" in findings[0].message

@@ -37,15 +37,18 @@ TREND_POINTS = 5
 ONE_STEP_FRACTION = 0.35
 # The gradient norm of the same step against the median of GRAD_NEIGHBOURS logged values on each
 # side. Measured (dev split, 2026-12-01): planted bad batches 3.4–6.1× where the loss broke
-# visibly; on the 21 dev controls the one-step loss bumps ≥ +10% after the early phase come with
-# at most 2.1× (sequential data: +20% bumps at 1.5–2.1×).
+# visibly; on the 21 dev controls and 13 extra ones the one-step loss bumps ≥ +10% after the
+# early phase come with at most 2.1× (sequential data: +20–29% bumps at 1.5–2.1×).
 GRAD_NEIGHBOURS = 10
 MIN_GRAD_RATIO = 2.5
-# The break's size: the loss ≥ this × its local trend. Measured (dev split): the healthy parts of
-# every dev run (controls, and planted runs before their planted step) after the early phase have
-# no one-step bump ≥ 1.06× with a gradient spike ≥ 2.5×; the planted breaks that are visible are
-# 1.25–2.32× (one row of 16 gives 1.03–1.09×, within the noise: not detectable from the log).
-MIN_BREAK_RATIO = 1.15
+# The break's size: the loss ≥ this × its local trend. Measured (2026-12-01), one-step breaks
+# with the gradient spike ≥ MIN_GRAD_RATIO after the early phase, on healthy runs: the 21 dev
+# controls and the healthy parts of the 74 planted dev runs (before their planted step) ≤ 1.11×;
+# 13 extra controls trained with other seeds (half of them sequential data) ≤ 1.14× (a
+# sequential Llama control at step 156, gradient 2.6×). 1.2 keeps a margin over that; the
+# visible planted dev breaks are 1.25–2.32× (one corrupted row of 16 gives 1.03–1.09×, inside
+# the healthy range: not detectable from the log).
+MIN_BREAK_RATIO = 1.2
 # The early phase: the first EARLY_FRACTION of the logged points. Right after warm-up, healthy
 # runs break for one step with a gradient norm 18–76× its neighbours and the loss 1.05–1.51×
 # (dev split: steps 17–35 of runs of 100–190 steps, at most 29% into the run): an optimization
