@@ -6,6 +6,7 @@ The registries are literal tuples; add a new explainer module to EXPLAINERS here
 from __future__ import annotations
 
 from tscope.analyzers.base import Evidence, Explainer
+from tscope.analyzers.explainers.bad_batch_logs import BadBatchLogsExplainer
 from tscope.analyzers.explainers.checkpoint_lr import CheckpointLrExplainer
 from tscope.analyzers.explainers.divergence import DivergenceExplainer
 from tscope.analyzers.explainers.grad_norm import GradNormExplainer
@@ -17,6 +18,7 @@ from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
 from tscope.analyzers.explainers.overfitting import OverfittingExplainer
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.explainers.recurring import RecurringSpikesExplainer
+from tscope.analyzers.explainers.repeated_data import RepeatedDataExplainer
 from tscope.analyzers.explainers.resume import ResumeExplainer
 from tscope.analyzers.explainers.routing import RoutingExplainer
 from tscope.analyzers.explainers.spikes import SpikeExplainer
@@ -28,6 +30,8 @@ from tscope.model import Finding
 EXPLAINERS: tuple[Explainer, ...] = (
     SpikeExplainer(),
     RecurringSpikesExplainer(),
+    RepeatedDataExplainer(),
+    BadBatchLogsExplainer(),
     DivergenceExplainer(),
     LearningRateExplainer(),
     LrRampExplainer(),

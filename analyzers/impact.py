@@ -37,9 +37,14 @@ DIVERGED_RATIO = 1.5
 MIN_WARNING_EXCESS = 0.10
 TRANSIENT_MAX_POINTS = 2
 TRANSIENT_MAX_RATIO = 1.5
-# Between the healthy data bumps' longest effective length (2.6 points) and the shortest planted
-# recovered excursion's (4.8), on the dev split; the test split scores it.
-SHORT_BUMP_POINTS = 3.5
+# Between the healthy data bumps' longest effective length and the shortest planted recovered
+# excursion's (4.8, dev split). Dev controls' bumps reach 2.6 points; among 19 extra controls
+# trained with other seeds (2026-12-01, 10 of them sequential data) a sequential Llama control's
+# text change gave a 1.25× bump of 4.13 effective points, a false loss_spike warning at 3.5 (1 of
+# 19; the likely cause of the test split's false loss_spike warnings on controls), and 4 healthy
+# sequential-data bumps of 1.13–1.25× fall in (3.5, 4.5] (3.57, 3.5, 4.0, 4.13) while no dev
+# incident, planted or control, does. 4.5 sits between 4.13 and 4.8.
+SHORT_BUMP_POINTS = 4.5
 # "Back at the untrained level" (weights lost): for at least UNTRAINED_MIN_POINTS logged points
 # the loss gives back ≥ UNTRAINED_LOST_FRACTION of what the run had gained from its first logged
 # loss (≈ ln V for a model trained from scratch) down to the level before the event, after a gain

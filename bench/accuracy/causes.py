@@ -47,8 +47,8 @@ ACCEPTED: dict[str, frozenset[str]] = {
     RESUME_SCHEDULER_LOST: frozenset({"resume_discontinuity", "lr_schedule_jump"}),
     # A weights-lost category may join the registry; until then the resume finding is the cause.
     RESUME_WEIGHTS_REINIT: frozenset({"resume_discontinuity"}),
-    # The data are the cause; bad_batch is the registry's data cause (no repetition category).
-    REPEATED_DATA: frozenset({"bad_batch"}),
+    # The data are the cause: the repetition itself, or the registry's other data cause.
+    REPEATED_DATA: frozenset({"repeated_data", "bad_batch"}),
     FROZEN_LAYER: frozenset({"frozen_parameters"}),
 }
 # The Trainer loads optimizer and scheduler only together: a lost scheduler.pt is also a lost

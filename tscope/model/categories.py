@@ -57,8 +57,19 @@ CATEGORIES: tuple[Category, ...] = (
         "warning",
         "replay",
         "a bad batch (corrupted or unusual samples)",
-        "samples whose loss or gradient stands out in the replayed steps",
+        "samples whose loss or gradient stands out in the replayed steps; from logs, a one-step "
+        "loss break above the local trend with a gradient-norm spike in the same step",
         alternative="not a bad batch",
+    ),
+    Category(
+        "repeated_data",
+        "cause",
+        "warning",
+        "logs",
+        "the same batches fed again (repeated data)",
+        "the loss falls smoothly for several steps at some period p, as on batches seen again, "
+        "instead of jumping by the fresh batches' spread",
+        alternative="not repeated data",
     ),
     Category(
         "nonfinite_origin",
