@@ -26,16 +26,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.learning_rate import lr_jumps
+from tscope.analyzers.cause_evidence import (
+    BAD_BATCH_MAX_RISE_POINTS,
+    bad_batch_reasons,
+    lr_ramp,
+    no_lr_reasons,
+    rise_points,
+    slow_rise_reasons,
+)
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import CAUSE_LOOKBACK_STEPS
-from tscope.analyzers.signals import fmt, window
+from tscope.analyzers.signals import fmt
 from tscope.model import Finding
 from tscope.model.categories import ALERT_SEVERITIES, CAUSES, words
-from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
+from tscope.model.metric_names import LEARNING_RATE
 
 # The three evidence terms' weights (see the module docstring; powers of two: lexicographic).
 WEIGHT_MEASURED = 4
@@ -46,19 +51,6 @@ WEIGHT_SHAPE = 1
 # window (right / candidates). The order of these shares is the order of the weights.
 CAUSE_TERM_PRECISION = {"measured": (0, 0), "timed": (0, 0), "shape": (0, 0)}
 
-# Over the incident's lookback, an LR that moved less than this is "did not change".
-LR_STEADY_RELATIVE = 0.05
-# How far before the onset the LR is checked for a jump or a change.
-LR_CHECK_STEPS = 50
-# A bad batch breaks the loss within this many logged points from the onset to the peak.
-BAD_BATCH_MAX_RISE_POINTS = 2
-# An LR ramp: after the schedule had begun to decay, the logged LR climbs to at least this many
-# times its earlier peak. A schedule's own warm-up, cosine, linear or constant phase never exceeds
-# its first peak (ratio 1.0 on the 21 dev controls and the healthy real logs); the planted ramps
-# pass ×1.5 within 10–40 steps of their start.
-LR_RAMP_OVER_PEAK = 1.5
-# "Decay had begun": an earlier point lies this far below the running peak.
-LR_DECAY_BEGUN = 0.05
 # The verdict's cause when no candidate wins (the card says what would decide).
 UNDETERMINED = "undetermined"
 
@@ -79,7 +71,9 @@ SHAPES: dict[str, frozenset[str]] = {
     "bad_batch": frozenset({"one_step"}),
     "repeated_data": frozenset({"one_step", "ramp"}),
     "data_aligned_spike": frozenset({"one_step"}),
-    "lr_schedule_jump": frozenset({"one_step", "level_shift"}),
+    # The loss climbs for as long as the LR stays raised: one step, a few (a transient jump held
+    # for a window), or for good (a persistent one).
+    "lr_schedule_jump": frozenset({"one_step", "ramp", "level_shift"}),
     "lr_too_high": frozenset({"ramp", "level_shift"}),
     "warmup_too_short": frozenset({"ramp", "one_step"}),
     "resume_discontinuity": frozenset({"level_shift", "one_step"}),
@@ -160,11 +154,13 @@ def compete(
         for f in findings
         if _is_candidate(evidence, f, headline)
     ]
+    candidates.extend(_from_replay(findings, incident, shape))
     candidates.extend(_inferred(evidence, headline, incident, shape))
     # Only a candidate that acts where the incident starts may explain it; the others stay as
-    # alternatives. Best score first; at equal score the ranking's order (the findings list).
+    # alternatives. Best score first; at equal score the one that acts first, then the ranking's
+    # order (the findings list).
     order = {id(c): position for position, c in enumerate(candidates)}
-    ranked = sorted(candidates, key=lambda c: (not c.timed, -c.score, order[id(c)]))
+    ranked = sorted(candidates, key=lambda c: (not c.timed, -c.score, _lead(c), order[id(c)]))
     best = ranked[0] if ranked and ranked[0].timed else None
     if best is not None and not best.measured:
         reason = _undecided(evidence, incident, best)
@@ -173,6 +169,12 @@ def compete(
     if best is None:
         return Verdict(None, tuple(ranked), _no_candidate_reason(evidence, incident))
     return Verdict(best, tuple(ranked), "")
+
+
+def _lead(candidate: Candidate) -> float:
+    """At equal score the cause that acts first explains the rest (a cause precedes its effects:
+    an LR jump at 77 before the instability a warm-up rule dates at 78)."""
+    return float(candidate.step) if candidate.step is not None else float("inf")
 
 
 def _is_candidate(evidence: Evidence, finding: Finding, headline: Finding) -> bool:
@@ -247,6 +249,44 @@ def _timed(evidence: Evidence, finding: Finding, incident: Incident) -> bool:
     return False
 
 
+# A replay what-if that removes the spike measures its cause: skipping the batch (or dropping
+# the flagged samples) or the same batches still spiking from an earlier state → the data; a
+# smaller LR or clipping → the step size (analyzers/replay/effects.py reads them alike).
+REPLAY_CAUSES = {"skip": "bad_batch", "lr": "lr_too_high", "clip": "lr_too_high"}
+
+
+def _from_replay(
+    findings: list[Finding], incident: Incident | None, shape: str | None
+) -> list[Candidate]:
+    if incident is None:
+        return []
+    end = incident.end_step if incident.end_step is not None else incident.peak_step
+    found = []
+    for finding in findings:
+        what_if = str(finding.evidence.get("what_if", ""))
+        if (
+            finding.category != "intervention_effect"
+            or finding.evidence.get("spike_removed") is not True
+            or finding.step is None
+            or not incident.onset_step <= finding.step <= end
+        ):
+            continue
+        category = REPLAY_CAUSES.get("skip" if "samples" in finding.evidence else what_if, "")
+        if category:
+            found.append(
+                Candidate(
+                    category,
+                    finding,
+                    finding.step,
+                    measured=True,
+                    timed=True,
+                    shape=shape is not None and shape in SHAPES[category],
+                    support=finding.message.split(". ")[0].rstrip("."),
+                )
+            )
+    return found
+
+
 def _inferred(
     evidence: Evidence, headline: Finding, incident: Incident | None, shape: str | None
 ) -> list[Candidate]:
@@ -260,10 +300,10 @@ def _inferred(
                 measured=False,
                 timed=True,
                 shape=shape == "one_step",
-                support=_bad_batch_reasons(evidence, incident).rstrip("."),
+                support=bad_batch_reasons(evidence, incident).rstrip("."),
             )
         )
-    ramp = _lr_ramp(evidence, headline, incident)
+    ramp = lr_ramp(evidence, headline, incident)
     if ramp is not None:
         step, ratio, peak = ramp
         found.append(
@@ -283,42 +323,6 @@ def _inferred(
     return found
 
 
-def _lr_ramp(
-    evidence: Evidence, headline: Finding, incident: Incident | None
-) -> tuple[int, float, float] | None:
-    """(the climb's first step, the most it reached over the earlier peak, that peak) for an LR
-    that climbs past LR_RAMP_OVER_PEAK × its peak after its schedule began to decay, up to the
-    event's end; None otherwise."""
-    if not evidence.run.has(LEARNING_RATE):
-        return None
-    end = incident.end_step if incident is not None else headline.step
-    if incident is not None and end is None:
-        end = incident.peak_step
-    if end is None:
-        return None
-    steps, lrs = evidence.run.series(LEARNING_RATE)
-    keep = np.isfinite(lrs) & (steps <= end)
-    steps, lrs = steps[keep], lrs[keep]
-    if lrs.size < 3:
-        return None
-    peaks = np.maximum.accumulate(lrs)
-    decaying = np.flatnonzero(lrs < (1 - LR_DECAY_BEGUN) * peaks)
-    if decaying.size == 0:
-        return None  # still warming up, or constant: a climb here is the schedule's own
-    # The peak the climb is measured against: the schedule's, when its decay began.
-    peak = float(peaks[decaying[0]])
-    later = np.arange(lrs.size) > decaying[0]
-    above = np.flatnonzero(later & (lrs >= LR_RAMP_OVER_PEAK * peak))
-    if above.size == 0:
-        return None
-    first = int(above[0])
-    # The climb's first step: where the LR last stopped falling before it passed the mark.
-    start = first
-    while start > decaying[0] and lrs[start - 1] < lrs[start]:
-        start -= 1
-    return int(steps[start]), float(lrs[first:].max() / peak), peak
-
-
 def _undecided(evidence: Evidence, incident: Incident | None, best: Candidate) -> str:
     """Why an inferred candidate cannot be named; "" when the evidence allows it."""
     if best.category != "bad_batch" or incident is None:
@@ -327,9 +331,9 @@ def _undecided(evidence: Evidence, incident: Incident | None, best: Candidate) -
     if not evidence.run.has(LEARNING_RATE):
         # A transient LR jump breaks the loss in one step too: without the LR the logs cannot
         # tell it from a bad batch.
-        return _no_lr_reasons(incident, rise)
+        return no_lr_reasons(incident, rise)
     if rise > BAD_BATCH_MAX_RISE_POINTS:
-        return _slow_rise_reasons(evidence, incident, rise)
+        return slow_rise_reasons(evidence, incident, rise)
     return ""
 
 
@@ -337,77 +341,10 @@ def _no_candidate_reason(evidence: Evidence, incident: Incident | None) -> str:
     if incident is None or incident.kind != "spike" or incident.end_step is None:
         return ""  # a divergence or a NaN with no cause in reach is its own description
     if not evidence.run.has(LEARNING_RATE):
-        return _no_lr_reasons(incident, rise_points(evidence, incident))
+        return no_lr_reasons(incident, rise_points(evidence, incident))
     return (
         "no logged cause acts where the incident starts; a replay of the steps around "
         f"{incident.peak_step} (`tscope replay --around {incident.peak_step}`) would decide"
-    )
-
-
-def rise_points(evidence: Evidence, incident: Incident) -> int:
-    """Logged loss points from the onset to the peak (1: the loss broke in one step)."""
-    steps, _ = evidence.run.series(incident.metric)
-    return int(((steps > incident.onset_step) & (steps <= incident.peak_step)).sum()) + 1
-
-
-def _no_lr_reasons(incident: Incident, rise: int) -> str:
-    shape = (
-        "a one-step break, which a bad batch and a transient LR jump both give"
-        if rise <= BAD_BATCH_MAX_RISE_POINTS
-        else f"a rise over {rise} logged points, an optimization instability"
-    )
-    return (
-        f"{shape}; the learning rate was not logged, so a schedule jump, ramp or warm-up end "
-        f"cannot be ruled in or out — log the LR, or run `tscope replay --around "
-        f"{incident.peak_step}` to see whether the batch alone breaks the loss"
-    )
-
-
-def _slow_rise_reasons(evidence: Evidence, incident: Incident, rise: int) -> str:
-    """Why a slow rise is not a bad batch, and what would tell the causes apart."""
-    span = incident.peak_step - incident.onset_step
-    text = (
-        f"the loss rose over {rise} logged points ({span} steps) before peaking, which one bad "
-        "batch does not do (it breaks the loss in one step): an optimization instability"
-    )
-    lr_note = lr_change_note(evidence, incident)
-    if lr_note is not None:
-        text += f"; {lr_note}, so the schedule did not drive it"
-    return text + f"; a replay of the steps around {incident.peak_step} would decide"
-
-
-def _bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:
-    reasons = []
-    lr_note = lr_change_note(evidence, incident)
-    if lr_note is not None:
-        reasons.append(lr_note)
-    if evidence.run.has(GRAD_NORM):
-        _, grads = window(evidence.run, GRAD_NORM, incident.onset_step, incident.peak_step)
-        if grads.size:
-            reasons.append(f"the gradient norm reached {fmt(float(np.nanmax(grads)))} at the spike")
-    if incident.end_step is not None:
-        reasons.append(f"the loss was back to baseline by step {incident.end_step}")
-    reasons.append("no resume, schedule jump or drift preceded it")
-    return ", ".join(reasons) + "."
-
-
-def lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
-    """'steady' or 'smooth' description of the LR through the incident; None if it jumped."""
-    if not evidence.run.has(LEARNING_RATE):
-        return None
-    steps, lrs = window(
-        evidence.run, LEARNING_RATE, incident.onset_step - LR_CHECK_STEPS, incident.peak_step
-    )
-    if lrs.size == 0 or not np.isfinite(lrs).all() or lrs.max() <= 0:
-        return None
-    if lr_jumps(steps, lrs):
-        return None
-    change = float((lrs.max() - lrs.min()) / lrs.max())
-    if change < LR_STEADY_RELATIVE:
-        return f"the learning rate was steady at {fmt(float(lrs[-1]))}"
-    return (
-        f"the learning rate followed its schedule smoothly ({fmt(float(lrs[0]))} → "
-        f"{fmt(float(lrs[-1]))}, no jump)"
     )
 
 

@@ -24,7 +24,6 @@ from spec import (  # noqa: E402
     CONTROL,
     FROZEN_LAYER,
     RESUME_SCHEDULER_LOST,
-    RunSpec,
     smoke_specs,
 )
 
@@ -32,7 +31,9 @@ pytest.importorskip("transformers")
 
 _NANOGPT_CONTROL = next(s for s in smoke_specs() if s.producer == "nanogpt" and s.cause == CONTROL)
 _TRAINER = next(s for s in smoke_specs() if s.producer == "trainer_gpt2")
-FROZEN = replace(_NANOGPT_CONTROL, index=94, seed=13, cause=FROZEN_LAYER, plant={"step": 15, "layer": 1})
+FROZEN = replace(
+    _NANOGPT_CONTROL, index=94, seed=13, cause=FROZEN_LAYER, plant={"step": 15, "layer": 1}
+)
 FROZEN_FROM_START = replace(FROZEN, index=95, seed=17, plant={"step": 1, "layer": 0})
 RESUMED = replace(
     _TRAINER,
