@@ -86,6 +86,10 @@ SHAPES: dict[str, frozenset[str]] = {
 # A resume seen from checkpoints is the same event as the resume seen in the logs: the category
 # the verdict names for a checkpoint_incomplete the run resumed from.
 RESUME = "resume_discontinuity"
+# Categories that describe one event from different evidence (the logs' resume, the optimizer's
+# restarted step counter): within SAME_EVENT_STEPS of each other they corroborate, not compete.
+SAME_EVENT = (frozenset({RESUME, "optimizer_state_reset"}),)
+SAME_EVENT_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -348,12 +352,23 @@ def _no_candidate_reason(evidence: Evidence, incident: Incident | None) -> str:
     )
 
 
+def corroborates(candidate: Candidate, winner: Candidate | None) -> bool:
+    """Whether `candidate` is the verdict's own event seen from other evidence."""
+    if winner is None or candidate is winner:
+        return False
+    if candidate.category == winner.category:
+        return True
+    if candidate.step is None or winner.step is None:
+        return False
+    return abs(candidate.step - winner.step) <= SAME_EVENT_STEPS and any(
+        {candidate.category, winner.category} <= family for family in SAME_EVENT
+    )
+
+
 def against(candidate: Candidate, winner: Candidate | None, shape: str | None) -> str:
     """The specific reason a losing candidate explains the incident less well."""
     name = words(candidate.category)
     where = f" (step {candidate.step})" if candidate.step is not None else ""
-    if winner is not None and candidate.category == winner.category:
-        return f"{name}{where} names the same cause as the verdict: it corroborates"
     if not candidate.timed:
         return f"less likely {name}{where}: it does not act where the incident starts"
     if candidate.category == "bad_batch" and candidate.finding is None:

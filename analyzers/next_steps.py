@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.cause_evidence import lr_change_note
-from tscope.analyzers.causes import against, compete, incident_of, incident_shape
+from tscope.analyzers.causes import against, compete, corroborates, incident_of, incident_shape
 from tscope.analyzers.incidents import Incident
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
@@ -106,6 +106,8 @@ def alternatives(
     for candidate in verdict.candidates:
         if candidate is verdict.winner or candidate.category in named:
             continue
+        if corroborates(candidate, verdict.winner):
+            continue  # the verdict's own event seen from other evidence (the summary says so)
         named.add(candidate.category)
         ruled_out.append(
             Alternative(candidate.category, against(candidate, verdict.winner, shape), spike_id)

@@ -11,7 +11,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.calibration import calibrated_confidence
 from tscope.analyzers.card import cause_words, incident_card
-from tscope.analyzers.causes import UNDETERMINED, compete, incident_of
+from tscope.analyzers.causes import UNDETERMINED, Verdict, compete, corroborates, incident_of
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
 from tscope.analyzers.impact import TRANSIENT_MAX_RATIO
 from tscope.analyzers.incidents import Incident
@@ -253,8 +253,26 @@ def _diagnose(
     if corroborating:
         first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
         corroboration = f" Checkpoints agree: {first_sentence}."
+    corroboration += _same_event_note(verdict)
     corroboration += _what_if_note(findings, incident)
     return Diagnosis(what, cause, category, confidence, because, corroboration, lead)
+
+
+def _same_event_note(verdict: Verdict) -> str:
+    """The verdict's event as other evidence saw it (the resume the logs show for an optimizer
+    reset the checkpoints show); "" when nothing else saw it."""
+    winner = verdict.winner
+    if winner is None:
+        return ""
+    for candidate in verdict.candidates:
+        other = candidate.finding
+        if other is None or other is winner.finding or not corroborates(candidate, winner):
+            continue
+        if winner.finding is not None and other.source == winner.finding.source:
+            continue
+        seen = other.message.split(" (")[0].rstrip(".")
+        return f" The {other.source} agree: {seen[:1].lower()}{seen[1:]}."
+    return ""
 
 
 def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:
