@@ -222,10 +222,15 @@ def _from_finding(
         )
     else:
         timed = _timed(evidence, finding, incident)
+    step = finding.step
+    if finding.category == "checkpoint_incomplete":
+        # The event is the resume from the incomplete checkpoint, not the checkpoint's own step.
+        resumed = finding.evidence.get("resume_step")
+        step = resumed if isinstance(resumed, int) else step
     return Candidate(
         category,
         finding,
-        finding.step,
+        step,
         measured=finding.severity in ALERT_SEVERITIES,
         timed=timed,
         shape=shape is not None and shape in SHAPES.get(category, frozenset()),
