@@ -4,7 +4,8 @@ evidence argues against and what it cannot show (the verdict itself is analyzers
 from __future__ import annotations
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.causes import bad_batch_against, lr_change_note
+from tscope.analyzers.cause_evidence import lr_change_note
+from tscope.analyzers.causes import against, compete, corroborates, incident_of, incident_shape
 from tscope.analyzers.incidents import Incident
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
@@ -89,13 +90,31 @@ def next_steps(
 def alternatives(
     evidence: Evidence, incidents: list[Incident], findings: list[Finding]
 ) -> list[Alternative]:
-    """Explanations the evidence argues against for the biggest incident, with the reason."""
-    if not incidents or not any(f.severity in ALERT_SEVERITIES for f in findings):
+    """Explanations the evidence argues against for the headline's incident, with the reason:
+    first the causes that lost the competition (analyzers/causes.py), then the usual suspects
+    the evidence rules out."""
+    alerts = [f for f in findings if f.severity in ALERT_SEVERITIES]
+    if not alerts:
         return []
-    incident = incidents[0]
-    spike_id = incident.spike.id if incident.spike else None
-    categories = {f.category for f in findings if f.severity in ALERT_SEVERITIES}
+    headline = alerts[0]
+    incident = incident_of(headline, incidents)
+    verdict = compete(evidence, headline, incident, findings)
+    shape = incident_shape(evidence, incident)
+    spike_id = incident.spike.id if incident is not None and incident.spike else None
     ruled_out = []
+    named = {verdict.winner.category} if verdict.winner is not None else set()
+    for candidate in verdict.candidates:
+        if candidate is verdict.winner or candidate.category in named:
+            continue
+        if corroborates(candidate, verdict.winner):
+            continue  # the verdict's own event seen from other evidence (the summary says so)
+        named.add(candidate.category)
+        ruled_out.append(
+            Alternative(candidate.category, against(candidate, verdict.winner, shape), spike_id)
+        )
+    if incident is None:
+        return ruled_out
+    categories = {f.category for f in alerts} | named
     lr_note = lr_change_note(evidence, incident)
     if lr_note is not None and not categories & {"lr_schedule_jump", "lr_too_high"}:
         ruled_out.append(
@@ -108,7 +127,7 @@ def alternatives(
     resumes = [
         e for e in evidence.run.events_of("resume") if abs(e.step - incident.onset_step) <= 100
     ]
-    if not resumes:
+    if not resumes and "resume_discontinuity" not in categories:
         ruled_out.append(
             Alternative(
                 "resume_discontinuity",
@@ -149,10 +168,6 @@ def alternatives(
                 spike_id,
             )
         )
-    if incident.kind == "spike":
-        reason = bad_batch_against(evidence, incident, categories)
-        if reason is not None:
-            ruled_out.append(Alternative("bad_batch", reason, spike_id))
     return ruled_out
 
 

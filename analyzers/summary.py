@@ -11,7 +11,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.calibration import calibrated_confidence
 from tscope.analyzers.card import cause_words, incident_card
-from tscope.analyzers.causes import inferred_cause
+from tscope.analyzers.causes import UNDETERMINED, Verdict, compete, corroborates, incident_of
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
 from tscope.analyzers.impact import TRANSIENT_MAX_RATIO
 from tscope.analyzers.incidents import Incident
@@ -24,7 +24,6 @@ from tscope.analyzers.next_steps import (
 )
 from tscope.analyzers.ranking import (
     CAUSE_CATEGORIES,
-    CAUSE_LOOKBACK_STEPS,
     STANDALONE_CATEGORIES,
 )
 from tscope.analyzers.signals import fmt, primary_loss, spike_size
@@ -75,7 +74,7 @@ def summarize(
             "headline_finding": None,
         }
     headline = alerts[0]
-    incident = _incident_of(headline, incidents)
+    incident = incident_of(headline, incidents)
     if (
         headline.category in CAUSE_CATEGORIES
         and headline.spike_id is None
@@ -103,22 +102,6 @@ def summarize(
         # The headline incident's impact on the loss (analyzers/impact.py); absent without one.
         **({"impact": incident.impact.as_dict()} if incident is not None else {}),
     }
-
-
-def _incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None:
-    if finding.category == "loss_divergence":
-        for incident in incidents:
-            if incident.kind == "divergence":
-                return incident
-    for incident in incidents:
-        if incident.spike is not None and incident.spike.id == finding.spike_id:
-            return incident
-    if finding.step is not None:
-        for incident in incidents:
-            end = incident.end_step if incident.end_step is not None else incident.peak_step
-            if incident.onset_step - CAUSE_LOOKBACK_STEPS <= finding.step <= end:
-                return incident
-    return incidents[0] if incidents else None
 
 
 _MORE_DATA_STEP = (
@@ -240,34 +223,26 @@ def _diagnose(
     evidence: Evidence, headline: Finding, incident: Incident | None, findings: list[Finding]
 ) -> Diagnosis:
     what = _describe_incident(incident) or headline.message.rstrip(".")
-    causes = [
-        f
-        for f in findings
-        if f.category in CAUSE_CATEGORIES
-        and f.severity in ALERT_SEVERITIES
-        and incident is not None
-        and f.step is not None
-        and f.step >= incident.onset_step - CAUSE_LOOKBACK_STEPS
-        and (incident.end_step is None or f.step <= incident.end_step)
-    ]
+    verdict = compete(evidence, headline, incident, findings)
+    winner = verdict.winner
     cause: Finding | None = None
     lead = "most likely"
-    if causes:
-        cause = causes[0]
-        category = cause.category
-        confidence = calibrated_confidence(category, cause.confidence)
-        because = (
-            f"{cause_words(category)} (confidence {confidence:.2f}): {cause.message.rstrip('.')}"
-        )
-    elif incident is not None and incident.kind == "spike" and incident.end_step is not None:
-        category, confidence, lead, because = inferred_cause(
-            evidence, incident, headline.confidence
-        )
-    else:
+    if winner is None and verdict.undetermined_because:
+        category, confidence = UNDETERMINED, 0.0
+        lead, because = "the cause is undetermined", verdict.undetermined_because
+    elif winner is None or (winner.finding is headline and incident is None):
         # The headline finding is the incident and its own explanation (a loss-scale collapse,
         # a resume with no spike yet): saying "see F1: <the same words>" would repeat it.
         cause, category, because = headline, headline.category, ""
+        if winner is not None:
+            category = winner.category
         confidence = calibrated_confidence(category, headline.confidence)
+    else:
+        cause = winner.finding
+        category = winner.category
+        rule_confidence = cause.confidence if cause is not None else headline.confidence
+        confidence = calibrated_confidence(category, rule_confidence)
+        because = f"{cause_words(category)} (confidence {confidence:.2f}): {winner.support}"
     spike_id = incident.spike.id if incident is not None and incident.spike is not None else None
     corroborating = [
         f
@@ -278,8 +253,26 @@ def _diagnose(
     if corroborating:
         first_sentence = corroborating[0].message.split(". ")[0].rstrip(".")
         corroboration = f" Checkpoints agree: {first_sentence}."
+    corroboration += _same_event_note(verdict)
     corroboration += _what_if_note(findings, incident)
     return Diagnosis(what, cause, category, confidence, because, corroboration, lead)
+
+
+def _same_event_note(verdict: Verdict) -> str:
+    """The verdict's event as other evidence saw it (the resume the logs show for an optimizer
+    reset the checkpoints show); "" when nothing else saw it."""
+    winner = verdict.winner
+    if winner is None:
+        return ""
+    for candidate in verdict.candidates:
+        other = candidate.finding
+        if other is None or other is winner.finding or not corroborates(candidate, winner):
+            continue
+        if winner.finding is not None and other.source == winner.finding.source:
+            continue
+        seen = other.message.split(" (")[0].rstrip(".")
+        return f" The {other.source} agree: {seen[:1].lower()}{seen[1:]}."
+    return ""
 
 
 def _what_if_note(findings: list[Finding], incident: Incident | None) -> str:

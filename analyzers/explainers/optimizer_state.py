@@ -224,6 +224,7 @@ def _incomplete(evidence: Evidence) -> Finding | None:
             "checkpoints": [s.info.path for s, _ in gaps][:20],
             "missing": {s.info.path: m for s, m in gaps[:20]},
             "resumed_from": focus.info.path if used else None,
+            "resume_step": resume_step if used else None,
             "notes": [note for s, _ in gaps[:3] for note in s.audit.notes][:6],
         },
         suggestion=(
