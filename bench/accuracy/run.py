@@ -39,6 +39,8 @@ cause at a random step and strength, plus healthy controls. Regenerate this page
 (runs are trained into a cache outside the repository, `~/.cache/tscope-bench` or
 `$TSCOPE_BENCH_CACHE`, and only what is missing is trained). The runs are never committed; the
 generator, the ground truth it writes (`truth.json` next to each run) and the scorer are.
+This page is the **dev** split, the one the rules are tuned on; the held-out splits' scores, each
+taken once, are recorded in [accuracy-heldout.md](accuracy-heldout.md).
 
 ## How it is scored
 
