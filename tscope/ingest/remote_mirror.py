@@ -48,6 +48,7 @@ from tscope.ingest.remote_source import (
 from tscope.ingest.safe_fs import is_regular_file
 from tscope.model import PartialInput
 from tscope.output_files import make_subfolder, replacing, write_text
+from tscope.user_cache import cache_home
 
 # The readers' sniffing window (text_logs.SNIFF_BYTES, table_columns.SNIFF_BYTES: 64 KiB).
 SNIFF_BYTES = 64 * 1024
@@ -86,14 +87,6 @@ class Mirror:
 
 
 Ranges = list[tuple[int, int]]  # [start, end) byte ranges, sorted, disjoint
-
-
-def cache_home() -> Path:
-    configured = os.environ.get("TSCOPE_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tscope"
 
 
 def mirror_run(

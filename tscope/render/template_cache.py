@@ -27,6 +27,7 @@ from jinja2.bccache import Bucket
 
 from tscope.errors import UnreadableInput, UsageError
 from tscope.ingest.safe_fs import read_bytes_bounded
+from tscope.user_cache import cache_home
 
 # Changes with the Python and Jinja versions: code compiled by another version is not loaded.
 MAGIC = (
@@ -37,8 +38,6 @@ MAX_CACHED_BYTES = 16 * 1024 * 1024
 
 
 def template_cache_folder() -> Path:
-    from tscope.ingest.remote_mirror import cache_home
-
     return cache_home() / "templates"
 
 
