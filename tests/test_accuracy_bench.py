@@ -25,7 +25,7 @@ import report  # noqa: E402
 from generate import generate, run_folder  # noqa: E402
 from schedules import multiplier  # noqa: E402
 from score import RunScore, score_run  # noqa: E402
-from spec import CONTROL, HOLDOUT_INDEX, build_specs, select, smoke_specs  # noqa: E402
+from spec import CONTROL, HOLDOUT_INDEX, SPLITS, build_specs, select, smoke_specs  # noqa: E402
 
 pytest.importorskip("transformers")
 
@@ -54,12 +54,15 @@ def test_the_specs_are_enough_and_split_by_seed():
     assert len({s.key for s in specs}) == len(specs)
     first = [s for s in specs if s.index < HOLDOUT_INDEX]
     assert all(s.split == ("dev" if s.seed % 2 == 0 else "test") for s in first)
-    dev, test, holdout = (select(specs, split) for split in ("dev", "test", "holdout"))
-    assert len(dev) + len(test) + len(holdout) == len(specs)
-    assert {s.cause for s in dev} == {s.cause for s in test} == {s.cause for s in holdout}
-    assert {s.producer for s in dev} == {s.producer for s in test} == {s.producer for s in holdout}
-    # the held-out runs are new runs, not copies of tuned ones
-    assert not {s.key for s in holdout} & {s.key for s in dev + test}
+    by_split = {split: select(specs, split) for split in SPLITS}
+    assert sum(len(runs) for runs in by_split.values()) == len(specs)
+    for runs in by_split.values():
+        assert {s.cause for s in runs} == {s.cause for s in by_split["dev"]}
+        assert {s.producer for s in runs} == {s.producer for s in by_split["dev"]}
+    # each held-out split holds new runs, not copies of tuned ones or of another split's
+    for split, runs in by_split.items():
+        others = [s for other, rest in by_split.items() if other != split for s in rest]
+        assert not {s.key for s in runs} & {s.key for s in others}
 
 
 def test_every_cause_has_a_mapping_and_a_window():

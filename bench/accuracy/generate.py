@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import paths
-from spec import CONTROL, RunSpec, build_specs, select, smoke_specs
+from spec import CONTROL, SPLITS, RunSpec, build_specs, select, smoke_specs
 
 PRODUCER_MODULES = {
     "trainer_gpt2": "produce_trainer",
@@ -163,7 +163,7 @@ def generate(cache: Path, specs: list[RunSpec], jobs: int, verbose: bool = True)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--split", choices=("dev", "test", "holdout", "all"), default="dev")
+    parser.add_argument("--split", choices=(*SPLITS, "all"), default="dev")
     parser.add_argument("--producer", action="append", default=[], help="only these producers")
     parser.add_argument("--only", action="append", default=[], help="only these run names")
     parser.add_argument("--cache", type=Path, default=paths.default_cache())

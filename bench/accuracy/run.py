@@ -24,7 +24,7 @@ import paths
 import report
 from generate import generate, is_done, run_folder
 from score import healthy_real_logs, score_all, to_json
-from spec import PRODUCERS, build_specs, select
+from spec import PRODUCERS, SPLITS, build_specs, select
 
 DOCS_PATH = paths.REPO_ROOT / "docs" / "accuracy.md"
 REALDATA = paths.REPO_ROOT.parent / "shared" / "realdata"
@@ -75,7 +75,7 @@ def _context(specs_count: int, missing: int, seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--split", choices=("dev", "test", "holdout", "all"), default="dev")
+    parser.add_argument("--split", choices=(*SPLITS, "all"), default="dev")
     parser.add_argument("--producer", action="append", default=[], choices=PRODUCERS)
     parser.add_argument("--cache", type=Path, default=paths.default_cache())
     parser.add_argument("--jobs", type=int, default=2)

@@ -63,12 +63,15 @@ CAUSES_BY_PRODUCER = {
 # Checkpoint steps are the number of updates done in every producer.
 # Runs numbered from here are the test suite's small fixed runs (`smoke_specs`), in no split.
 SMOKE_INDEX = 90
-# A second held-out split, added after the test split had been scored once: indices from here
-# (below SMOKE_INDEX), so none of its runs existed while the rules were tuned. Scored once, for
-# the closing note of the session that made it.
-HOLDOUT_INDEX = 50
+# Held-out splits added after the test split had been scored once, each a block of indices
+# (below SMOKE_INDEX) created by the session that scores it, so none of its runs existed while
+# the rules were tuned. Each is scored once, for that session's closing note, and is spent after.
+HELD_OUT_SPLITS = {"holdout": 50, "holdout2": 55}
+HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
+HOLDOUT_BLOCK = 5  # indices per held-out split
 HOLDOUT_PLANTED_PER_CAUSE = 2
 HOLDOUT_CONTROLS_PER_PRODUCER = 5
+SPLITS = ("dev", "test", *HELD_OUT_SPLITS)
 LOG_STEP_OFFSET = {"nanogpt": -1, "lightning": -1}
 CONTROLS_PER_PRODUCER = {"trainer_gpt2": 12, "trainer_llama": 10, "nanogpt": 10, "lightning": 10}
 
@@ -104,8 +107,9 @@ class RunSpec:
     def split(self) -> str:
         if self.index >= SMOKE_INDEX:
             return "smoke"
-        if self.index >= HOLDOUT_INDEX:
-            return "holdout"
+        for name, first in HELD_OUT_SPLITS.items():
+            if first <= self.index < first + HOLDOUT_BLOCK:
+                return name
         return "dev" if self.seed % 2 == 0 else "test"
 
     @property
@@ -231,13 +235,12 @@ def build_specs() -> list[RunSpec]:
     for producer in PRODUCERS:
         groups = [(c, range(PLANTED_PER_CAUSE[producer])) for c in CAUSES_BY_PRODUCER[producer]]
         groups.append((CONTROL, range(CONTROLS_PER_PRODUCER[producer])))
-        groups += [
-            (c, range(HOLDOUT_INDEX, HOLDOUT_INDEX + HOLDOUT_PLANTED_PER_CAUSE))
-            for c in CAUSES_BY_PRODUCER[producer]
-        ]
-        groups.append(
-            (CONTROL, range(HOLDOUT_INDEX, HOLDOUT_INDEX + HOLDOUT_CONTROLS_PER_PRODUCER))
-        )
+        for first in HELD_OUT_SPLITS.values():
+            groups += [
+                (c, range(first, first + HOLDOUT_PLANTED_PER_CAUSE))
+                for c in CAUSES_BY_PRODUCER[producer]
+            ]
+            groups.append((CONTROL, range(first, first + HOLDOUT_CONTROLS_PER_PRODUCER)))
         for cause, indices in groups:
             for index in indices:
                 seed = _seed(producer, cause, index)
