@@ -9,7 +9,6 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.signals import fmt, window
-from tscope.model import Finding
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
 # Over the incident's lookback, an LR that moved less than this is "did not change".
@@ -18,49 +17,6 @@ LR_STEADY_RELATIVE = 0.05
 LR_CHECK_STEPS = 50
 # A bad batch breaks the loss within this many logged points from the onset to the peak.
 BAD_BATCH_MAX_RISE_POINTS = 2
-# An LR ramp: after the schedule had begun to decay, the logged LR climbs to at least this many
-# times its earlier peak. A schedule's own warm-up, cosine, linear or constant phase never exceeds
-# its first peak (ratio 1.0 on the 21 dev controls and the healthy real logs); the planted ramps
-# pass ×1.5 within 10–40 steps of their start.
-LR_RAMP_OVER_PEAK = 1.5
-# "Decay had begun": an earlier point lies this far below the running peak.
-LR_DECAY_BEGUN = 0.05
-
-
-def lr_ramp(
-    evidence: Evidence, headline: Finding, incident: Incident | None
-) -> tuple[int, float, float] | None:
-    """(the climb's first step, the most it reached over the earlier peak, that peak) for an LR
-    that climbs past LR_RAMP_OVER_PEAK × its peak after its schedule began to decay, up to the
-    event's end; None otherwise."""
-    if not evidence.run.has(LEARNING_RATE):
-        return None
-    end = incident.end_step if incident is not None else headline.step
-    if incident is not None and end is None:
-        end = incident.peak_step
-    if end is None:
-        return None
-    steps, lrs = evidence.run.series(LEARNING_RATE)
-    keep = np.isfinite(lrs) & (steps <= end)
-    steps, lrs = steps[keep], lrs[keep]
-    if lrs.size < 3:
-        return None
-    peaks = np.maximum.accumulate(lrs)
-    decaying = np.flatnonzero(lrs < (1 - LR_DECAY_BEGUN) * peaks)
-    if decaying.size == 0:
-        return None  # still warming up, or constant: a climb here is the schedule's own
-    # The peak the climb is measured against: the schedule's, when its decay began.
-    peak = float(peaks[decaying[0]])
-    later = np.arange(lrs.size) > decaying[0]
-    above = np.flatnonzero(later & (lrs >= LR_RAMP_OVER_PEAK * peak))
-    if above.size == 0:
-        return None
-    first = int(above[0])
-    # The climb's first step: where the LR last stopped falling before it passed the mark.
-    start = first
-    while start > decaying[0] and lrs[start - 1] < lrs[start]:
-        start -= 1
-    return int(steps[start]), float(lrs[first:].max() / peak), peak
 
 
 def rise_points(evidence: Evidence, incident: Incident) -> int:

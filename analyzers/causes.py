@@ -3,7 +3,8 @@
 A candidate is a finding that names a cause (an LR jump, a resume, an optimizer reset, frozen
 parameters, non-finite weights, a bad batch or repeated data named by the data explainers, a
 replay's what-if), or an explanation inferred where no finding names one: a bad batch from the
-spike's shape, an LR ramp from the logged LR. Each is scored on three terms, summed:
+spike's shape (an LR ramp is the lr_ramp rule's measured finding, explainers/lr_ramp.py). Each
+is scored on three terms, summed:
 
 - measured: a rule measured the cause on the run's own data (the LR logged, checkpoints, a
   replay) and raised it to an alert — an inference from the loss's shape alone is not;
@@ -30,14 +31,12 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.cause_evidence import (
     BAD_BATCH_MAX_RISE_POINTS,
     bad_batch_reasons,
-    lr_ramp,
     no_lr_reasons,
     rise_points,
     slow_rise_reasons,
 )
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import CAUSE_LOOKBACK_STEPS
-from tscope.analyzers.signals import fmt
 from tscope.model import Finding
 from tscope.model.categories import ALERT_SEVERITIES, CAUSES, words
 from tscope.model.metric_names import LEARNING_RATE
@@ -312,23 +311,6 @@ def _inferred(
                 timed=True,
                 shape=shape == "one_step",
                 support=bad_batch_reasons(evidence, incident).rstrip("."),
-            )
-        )
-    ramp = lr_ramp(evidence, headline, incident)
-    if ramp is not None:
-        step, ratio, peak = ramp
-        found.append(
-            Candidate(
-                "lr_too_high",
-                None,
-                step,
-                measured=False,
-                timed=True,
-                shape=shape is None or shape in SHAPES["lr_too_high"],
-                support=(
-                    f"the logged learning rate climbed to ×{fmt(ratio)} its earlier peak "
-                    f"({fmt(peak)}) from step {step}, after the schedule had begun to decay"
-                ),
             )
         )
     return found

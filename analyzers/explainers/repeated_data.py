@@ -55,6 +55,16 @@ MIN_CONTEXT_POINTS = 15
 # planted stretches 0.00–0.05; stretches of ≥ 6 points elsewhere on dev runs 0.07–0.11 (in the
 # re-descent after a resume) and ≥ 0.34 (the first 10% of a run).
 MAX_SMOOTHNESS = 0.05
+# ...or, for a repetition that falls deep below the level (lowest ≤ DEEP_LOW_TO_LEVEL × level),
+# up to DEEP_MAX_SMOOTHNESS: at a high LR the memorisation drop itself varies more from step to
+# step. Measured on dev + holdout (16 planted, every other run, the 76 healthy real logs) with the
+# smoothness bound lifted: the one planted stretch above 0.05 (holdout Trainer Llama, 2 batches
+# at LR 3.6e-3: 0.10, lowest 0.77× the level) was a miss; every non-planted stretch below 0.25
+# stays at or above 0.965× its level (a resume's re-descent 0.069 / 0.969 and 0.092 / 0.965,
+# modded-nanogpt records at step 571: 0.12–0.22 / 0.983–0.986), so none passes; planted
+# repetitions reach 0.77–0.97 (7 of 16 at ≤ 0.90).
+DEEP_MAX_SMOOTHNESS = 0.15
+DEEP_LOW_TO_LEVEL = 0.90
 # Memorised batches score at or below the level before the repetition: the stretch's lowest loss
 # is ≤ this × the median of the BASELINE_POINTS before it (planted: 0.89–1.00 on dev; the
 # re-descent after lost weights, the other smooth phase, 1.22–1.50).
@@ -89,7 +99,12 @@ def repetitions(steps: np.ndarray, values: np.ndarray) -> list[Repetition]:
     found: list[Repetition] = []
     for period in PERIODS:
         found.extend(_stretches(steps, values, period))
-    found.sort(key=lambda r: (-(r.last_step - r.first_step), r.period))
+    # Smallest period first: one batch repeated is also smooth at periods 2–4 and two batches at
+    # 4, and a multiple's reading has more phases for a chance repeat-like point to extend its
+    # start with. Longest first (as before) picked those readings and started early: on dev +
+    # holdout, 4 of 14 found repetitions 1–2 steps before the planted start (a 2-batch one read at
+    # period 4, two 1-batch ones at period 2), 2 of them with the wrong batch count.
+    found.sort(key=lambda r: (r.period, -(r.last_step - r.first_step)))
     kept: list[Repetition] = []
     for candidate in found:
         # The same stretch seen at period 2 is also smooth at period 4: keep the first reading.
@@ -165,7 +180,10 @@ def _judge(
     before = values[:first][np.isfinite(values[:first])][-BASELINE_POINTS:]
     level = float(np.median(before))
     lowest = float(np.nanmin(values[first:end]))
-    if smoothness > MAX_SMOOTHNESS or level <= 0 or lowest > MAX_LOW_TO_LEVEL * level:
+    if level <= 0 or lowest > MAX_LOW_TO_LEVEL * level:
+        return None
+    deep = lowest <= DEEP_LOW_TO_LEVEL * level
+    if smoothness > (DEEP_MAX_SMOOTHNESS if deep else MAX_SMOOTHNESS):
         return None
     spread = robust_sigma(drop[max(0, first - CONTEXT_POINTS) : first])
     return Repetition(
