@@ -101,9 +101,12 @@ def repetitions(steps: np.ndarray, values: np.ndarray) -> list[Repetition]:
         found.extend(_stretches(steps, values, period))
     # Smallest period first: one batch repeated is also smooth at periods 2–4 and two batches at
     # 4, and a multiple's reading has more phases for a chance repeat-like point to extend its
-    # start with. Longest first (as before) picked those readings and started early: on dev +
-    # holdout, 4 of 14 found repetitions 1–2 steps before the planted start (a 2-batch one read at
-    # period 4, two 1-batch ones at period 2), 2 of them with the wrong batch count.
+    # start with. Longest first (as before) picked such a reading: on dev + holdout a 2-batch
+    # repetition read as 4 batches from one step early (now 2 from its planted step). Still early
+    # by 1–2 steps (3 of 15 found): a 1-batch one read at period 2 (its period-1 reading is 0.054
+    # rough, just over MAX_SMOOTHNESS) and two whose start chance repeat-like points extend; the
+    # first genuine repeats change as much as those (up to 9.4× the stretch's median |d2|), so no
+    # trim separates them.
     found.sort(key=lambda r: (r.period, -(r.last_step - r.first_step)))
     kept: list[Repetition] = []
     for candidate in found:
