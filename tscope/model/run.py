@@ -113,17 +113,21 @@ def _split_all(metrics: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]
     if metrics.empty:
         # One empty entry, so that the cache is not empty and the split is not tried again.
         return {"": _empty_series()}
-    ordered = metrics.sort_values(["metric", "step"], kind="stable")
-    names = ordered["metric"].to_numpy(dtype=object)
-    steps = ordered["step"].to_numpy(np.int64)
-    values = ordered["value"].to_numpy(np.float64)
+    # The order sort_values(["metric", "step"], kind="stable") gives (pandas sorts by the codes
+    # of the names' sorted categories, then the steps, with np.lexsort), without moving the
+    # table's string columns: taking them in that order was seconds for 10^6 rows.
+    codes, names = pd.factorize(metrics["metric"], sort=True)
+    order = np.lexsort((metrics["step"].to_numpy(np.int64), codes))
+    codes = codes[order]
+    steps = metrics["step"].to_numpy(np.int64)[order]
+    values = metrics["value"].to_numpy(np.float64)[order]
     # Handed out as views by Run.series: read-only, so no caller can change the cache in place.
     steps.flags.writeable = False
     values.flags.writeable = False
-    starts = np.flatnonzero(np.r_[True, names[1:] != names[:-1]])
-    ends = np.r_[starts[1:], len(names)]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
     return {
-        str(names[start]): (steps[start:end], values[start:end])
+        str(names[codes[start]]): (steps[start:end], values[start:end])
         for start, end in zip(starts, ends, strict=True)
     }
 
