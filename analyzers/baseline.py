@@ -6,6 +6,7 @@ kept. Windows are counted in points, not steps, so sparse series (eval every 500
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,15 @@ class RobustBaseline:
         return z
 
 
+# Baselines of read-only arrays (Run.series hands out read-only views of its cache, the same
+# array object on every call), kept while the array lives: the detectors, the story and the
+# cluster's aligned view each asked for the gradient norm's baseline again (two rolling medians
+# over the whole series each time; seconds on a 1,000,000-scalar log). A writeable array may
+# change, so it is computed afresh. Keyed by id() with a weak reference to check it is the same
+# array (ndarrays are not hashable).
+_BASELINES: dict[tuple[int, int], tuple[weakref.ref[np.ndarray], RobustBaseline]] = {}
+
+
 def robust_baseline(values: np.ndarray, window: int = BASELINE_WINDOW_POINTS) -> RobustBaseline:
     """Trailing rolling median and robust sigma, both excluding the current point.
 
@@ -43,6 +53,20 @@ def robust_baseline(values: np.ndarray, window: int = BASELINE_WINDOW_POINTS) ->
     inflate: a loss still falling fast in a 100-step run keeps a small sigma, so a spike there is
     still a spike. Both are rolling medians (rolling_median): under a second for 10^6 points.
     """
+    if values.flags.writeable:
+        return _robust_baseline(values, window)
+    key = (id(values), window)
+    known = _BASELINES.get(key)
+    if known is not None and known[0]() is values:
+        return known[1]
+    baseline = _robust_baseline(values, window)
+    baseline.median.flags.writeable = False  # shared from now on
+    baseline.sigma.flags.writeable = False
+    _BASELINES[key] = (weakref.ref(values, lambda _: _BASELINES.pop(key, None)), baseline)
+    return baseline
+
+
+def _robust_baseline(values: np.ndarray, window: int) -> RobustBaseline:
     finite = np.where(np.isfinite(values), values, np.nan)
     min_periods = min(MIN_BASELINE_POINTS, window)
     median_array = _shifted(rolling_median(finite, window, min_periods))

@@ -38,7 +38,12 @@ def detect(run: Run) -> tuple[list[Spike], list[ChangePoint]]:
         if steps.size == 0:
             continue
         baseline = robust_baseline(values)
-        detections = [detector.detect(values, baseline) for detector in DETECTORS]
+        # Regime shifts are read on loss curves only (_change_points); other series get their
+        # change points from _generic_change_points, so their detectors skip the shifts.
+        detections = [
+            detector.detect(values, baseline, with_shifts=is_loss_like(metric))
+            for detector in DETECTORS
+        ]
         spikes.extend(_spikes(metric, steps, values, detections))
         if is_loss_like(metric):
             change_points.extend(_change_points(metric, steps, detections))

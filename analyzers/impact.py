@@ -119,11 +119,14 @@ def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
     if loss is None:
         return NO_IMPACT
     steps, values = loss_series(run, loss)
-    before = values[steps < onset_step]
+    # Steps are sorted: the windows are slices found by binary search, not masks over the whole
+    # series (measure_impact runs once per spike).
+    onset_index = int(np.searchsorted(steps, onset_step, "left"))
+    before = values[:onset_index]
     before = before[np.isfinite(before)][-BASELINE_POINTS:]
     last = end_step if end_step is not None else int(steps[-1]) + 1
-    inside = (steps >= onset_step) & (steps < max(last, onset_step + 1))
-    window_steps, window = steps[inside], values[inside]
+    end_index = int(np.searchsorted(steps, max(last, onset_step + 1), "left"))
+    window_steps, window = steps[onset_index:end_index], values[onset_index:end_index]
     if window.size == 0:
         return NO_IMPACT
     finite = window[np.isfinite(window)]
@@ -140,11 +143,11 @@ def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
     gaps = np.diff(window_steps.astype(float))
     area = float(np.sum(gaps * (clipped[1:] + clipped[:-1]) / 2)) if window.size > 1 else 0.0
     area = area or float(clipped[0])
-    first = values[np.isfinite(values)][:1]
-    initial = float(first[0]) if first.size else float("nan")
-    started_before = bool(
-        steps[np.isfinite(values)][:1].size and steps[np.isfinite(values)][0] < onset_step
-    )
+    finite_values = np.isfinite(values)
+    first_finite = int(finite_values.argmax())  # the first True; 0 when there is none
+    any_finite = bool(finite_values[first_finite]) if values.size else False
+    initial = float(values[first_finite]) if any_finite else float("nan")
+    started_before = any_finite and bool(steps[first_finite] < onset_step)
     returned = started_before and back_at_initial(initial, baseline, finite)
     interval = float(np.median(np.diff(steps))) if steps.size > 1 else 1.0
     if nonfinite:

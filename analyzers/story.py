@@ -104,11 +104,11 @@ def _grad_norm_precursor(
         return None
     z = robust_baseline(values).zscores(values)
     in_window = np.flatnonzero((steps >= start) & (steps <= incident.peak_step))
-    elevated = [
-        int(i)
-        for i in in_window
-        if (np.isfinite(z[i]) and z[i] >= PRECURSOR_SIGMA) or not np.isfinite(values[i])
-    ]
+    with np.errstate(invalid="ignore"):
+        hot = (np.isfinite(z[in_window]) & (z[in_window] >= PRECURSOR_SIGMA)) | ~np.isfinite(
+            values[in_window]
+        )
+    elevated = in_window[hot].tolist()
     if not elevated:
         return None
     # The elevated stretch that reaches the loss onset: walk back over small gaps.

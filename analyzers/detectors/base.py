@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -23,11 +24,50 @@ class RegimeShift:
     after_mean: float
 
 
-@dataclass(frozen=True)
 class Detection:
-    detector: str
-    alarms: list[Alarm] = field(default_factory=list)
-    shifts: list[RegimeShift] = field(default_factory=list)
+    """One detector's result on one series: its alarms (index order) and regime shifts.
+
+    The detectors find their alarms as arrays and merge_alarms reads them as arrays; on a
+    1,000,000-scalar log that is hundreds of thousands of alarms, and building an Alarm object
+    for each was a large part of the analysis (issue 15). So a detection keeps the arrays
+    (`alarm_arrays`) and builds the Alarm list only when `alarms` is read.
+    """
+
+    __slots__ = ("_alarms", "_index", "_score", "detector", "shifts")
+
+    def __init__(
+        self,
+        detector: str,
+        alarms: Sequence[Alarm] = (),
+        shifts: Sequence[RegimeShift] = (),
+        *,
+        index: np.ndarray | None = None,
+        score: np.ndarray | None = None,
+    ) -> None:
+        """Alarms either as `alarms` or as the `index` and `score` arrays, not both."""
+        self.detector = detector
+        self.shifts = list(shifts)
+        if index is None or score is None:
+            self._alarms: list[Alarm] | None = list(alarms)
+            self._index = np.asarray([alarm.index for alarm in alarms], dtype=np.int64)
+            self._score = np.asarray([alarm.score for alarm in alarms], dtype=np.float64)
+        else:
+            self._alarms = None
+            self._index = np.asarray(index, dtype=np.int64)
+            self._score = np.asarray(score, dtype=np.float64)
+
+    @property
+    def alarms(self) -> list[Alarm]:
+        if self._alarms is None:
+            self._alarms = [
+                Alarm(index, score)
+                for index, score in zip(self._index.tolist(), self._score.tolist(), strict=True)
+            ]
+        return self._alarms
+
+    def alarm_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, scores) of the alarms, in their order; do not modify."""
+        return self._index, self._score
 
 
 class Detector(Protocol):
@@ -35,6 +75,10 @@ class Detector(Protocol):
 
     name: str
 
-    def detect(self, values: np.ndarray, baseline: RobustBaseline) -> Detection:
-        """`baseline` is robust_baseline(values), computed once per series and shared."""
+    def detect(
+        self, values: np.ndarray, baseline: RobustBaseline, with_shifts: bool = True
+    ) -> Detection:
+        """`baseline` is robust_baseline(values), computed once per series and shared.
+        `with_shifts=False`: alarms only (regime shifts are read on loss curves alone; the
+        gradient norm's cost nothing then)."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, RobustBaseline, window_stats
-from tscope.analyzers.detectors.base import Alarm, Detection, RegimeShift
+from tscope.analyzers.detectors.base import Detection, RegimeShift
 from tscope.analyzers.detectors.compiled_loops import (
     COMPILED_MIN_POINTS,
     compiled_cusum,
@@ -37,7 +37,9 @@ class CusumDetector:
         self.decision_sigma = decision_sigma
         self.after_points = BASELINE_WINDOW_POINTS
 
-    def detect(self, values: np.ndarray, baseline: RobustBaseline) -> Detection:
+    def detect(
+        self, values: np.ndarray, baseline: RobustBaseline, with_shifts: bool = True
+    ) -> Detection:
         # Freeze the reference at the start of each excursion: a trailing median would otherwise
         # follow the drift and hide it.
         residuals = np.clip(
@@ -57,16 +59,13 @@ class CusumDetector:
         scores = signs * np.concatenate([f[2] for f in found])
         # Stable orders: equal indices keep the upward excursion first, as list.sort did.
         order = np.argsort(alarm_indices, kind="stable")
-        alarms = [
-            Alarm(index, score)
-            for index, score in zip(
-                alarm_indices[order].tolist(), scores[order].tolist(), strict=True
-            )
-        ]
         return Detection(
             self.name,
-            alarms=alarms,
-            shifts=self._shifts(values, baseline, starts, alarm_indices, signs),
+            index=alarm_indices[order],
+            score=scores[order],
+            shifts=self._shifts(values, baseline, starts, alarm_indices, signs)
+            if with_shifts
+            else [],
         )
 
     def _shifts(

@@ -43,8 +43,7 @@ def merge_alarms(values: np.ndarray, detections: list[Detection]) -> list[SpikeC
     # gives CUSUM an alarm every few points, and a dict entry per alarm was the cost.
     alarms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for detection in detections:  # two detections of one name add up, in order
-        index = np.asarray([alarm.index for alarm in detection.alarms], dtype=np.int64)
-        score = np.asarray([alarm.score for alarm in detection.alarms], dtype=np.float64)
+        index, score = detection.alarm_arrays()
         if detection.detector in alarms:
             earlier_index, earlier_score = alarms[detection.detector]
             index, score = np.append(earlier_index, index), np.append(earlier_score, score)

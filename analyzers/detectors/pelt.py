@@ -24,9 +24,11 @@ MIN_POINTS_FOR_PELT = 30
 class PeltDetector:
     name = "pelt"
 
-    def detect(self, values: np.ndarray, baseline: RobustBaseline) -> Detection:
+    def detect(
+        self, values: np.ndarray, baseline: RobustBaseline, with_shifts: bool = True
+    ) -> Detection:
         finite_index = np.flatnonzero(np.isfinite(values))
-        if finite_index.size < MIN_POINTS_FOR_PELT:
+        if not with_shifts or finite_index.size < MIN_POINTS_FOR_PELT:  # PELT gives shifts only
             return Detection(self.name)
         reduced, first_index = _bucket_medians(values, finite_index)
         noise_sigma = _difference_sigma(reduced)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.baseline import RobustBaseline
-from tscope.analyzers.detectors.base import Alarm, Detection
+from tscope.analyzers.detectors.base import Detection
 
 # 6 robust sigma: under Gaussian noise a one-sided excess this large has probability ~1e-9 per
 # point, so noise alone almost never trips it even on a 10^6-step run; real loss noise has heavier
@@ -19,17 +19,19 @@ class RobustZDetector:
     def __init__(self, alarm_sigma: float = ROBUST_Z_ALARM_SIGMA) -> None:
         self.alarm_sigma = alarm_sigma
 
-    def detect(self, values: np.ndarray, baseline: RobustBaseline) -> Detection:
+    def detect(
+        self, values: np.ndarray, baseline: RobustBaseline, with_shifts: bool = True
+    ) -> Detection:
         z = baseline.zscores(values)
         has_history = np.isfinite(baseline.median)
         nonfinite = ~np.isfinite(values) & has_history
         with np.errstate(invalid="ignore"):
             above = (z >= self.alarm_sigma) & has_history
         alarming = np.flatnonzero(above)
-        alarms = [
-            Alarm(i, score)
-            for i, score in zip(alarming.tolist(), z[alarming].tolist(), strict=True)
-        ]
-        alarms += [Alarm(i, float("inf")) for i in np.flatnonzero(nonfinite).tolist()]
-        alarms.sort(key=lambda alarm: alarm.index)
-        return Detection(self.name, alarms=alarms)
+        # The alarms above the threshold, then one (score inf) per non-finite point, sorted by
+        # point stably: a +inf point keeps both, the threshold's first.
+        broken = np.flatnonzero(nonfinite)
+        index = np.concatenate([alarming, broken]).astype(np.int64)
+        score = np.concatenate([z[alarming], np.full(broken.size, np.inf)]).astype(np.float64)
+        order = np.argsort(index, kind="stable")
+        return Detection(self.name, index=index[order], score=score[order])

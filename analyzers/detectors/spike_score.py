@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from tscope.analyzers.baseline import RobustBaseline
-from tscope.analyzers.detectors.base import Alarm, Detection
+from tscope.analyzers.detectors.base import Detection
 
 # OLMo 2 (arXiv 2501.00656, §3): "values at least seven standard deviations away from a rolling
 # average of the last 1,000 values"; ProRes applies it over the previous 1,000, excluding the point.
@@ -25,17 +25,15 @@ class SpikeScoreDetector:
         self.sigma = sigma
         self.window_points = window_points
 
-    def detect(self, values: np.ndarray, baseline: RobustBaseline) -> Detection:
+    def detect(
+        self, values: np.ndarray, baseline: RobustBaseline, with_shifts: bool = True
+    ) -> Detection:
         mean, std = rolling_mean_std(values, self.window_points)
         with np.errstate(invalid="ignore", divide="ignore"):
             z = (values - mean) / std
             above = (z >= self.sigma) & np.isfinite(mean)
         alarming = np.flatnonzero(above)
-        alarms = [
-            Alarm(i, score)
-            for i, score in zip(alarming.tolist(), z[alarming].tolist(), strict=True)
-        ]
-        return Detection(self.name, alarms=alarms)
+        return Detection(self.name, index=alarming, score=z[alarming])
 
 
 def rolling_mean_std(values: np.ndarray, window_points: int) -> tuple[np.ndarray, np.ndarray]:

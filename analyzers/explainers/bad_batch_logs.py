@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.detectors.neighbour_median import neighbour_medians
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.explainers.spikes import TEXTURE_SPIKES_PER_1000, is_notable, is_texture
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
@@ -102,7 +103,7 @@ def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
     grad_index = {int(s): i for i, s in enumerate(grad_steps)}
     found = []
     first = max(int(EARLY_FRACTION * values.size), TREND_POINTS)
-    for i in range(first, values.size - 1):
+    for i in _may_break(values, first, min_ratio):
         neighbours = np.r_[
             values[max(0, i - TREND_POINTS) : i], values[i + 1 : i + 1 + TREND_POINTS]
         ]
@@ -135,6 +136,20 @@ def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
             )
         )
     return found
+
+
+def _may_break(values: np.ndarray, first: int, min_ratio: float) -> list[int]:
+    """The indices from `first` to the last but one that can pass `min_ratio`: all of them but
+    those well below min_ratio × their vectorized trend (a prefilter with a 1e-9 margin; each
+    one left is judged by the exact per-point test above, so the result is the same)."""
+    indices = np.arange(first, max(values.size - 1, first))
+    if min_ratio <= 0 or indices.size == 0:
+        return indices.tolist()
+    rough = neighbour_medians(values, TREND_POINTS)[indices]
+    with np.errstate(invalid="ignore"):
+        below = values[indices] < min_ratio * rough * (1 - 1e-9)  # NaN (short side): kept
+    kept: list[int] = indices[~below].tolist()
+    return kept
 
 
 class BadBatchLogsExplainer:

@@ -112,17 +112,31 @@ def _split_all(metrics: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]
     """metric -> (steps, values) sorted by step (stable), for every metric of a long table."""
     if metrics.empty:
         # One empty entry, so that the cache is not empty and the split is not tried again.
-        return {"": (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))}
-    ordered = metrics.sort_values(["metric", "step"], kind="stable")
-    names = ordered["metric"].to_numpy(dtype=object)
-    steps = ordered["step"].to_numpy(np.int64)
-    values = ordered["value"].to_numpy(np.float64)
-    starts = np.flatnonzero(np.r_[True, names[1:] != names[:-1]])
-    ends = np.r_[starts[1:], len(names)]
+        return {"": _empty_series()}
+    # The order sort_values(["metric", "step"], kind="stable") gives (pandas sorts by the codes
+    # of the names' sorted categories, then the steps, with np.lexsort), without moving the
+    # table's string columns: taking them in that order was seconds for 10^6 rows.
+    codes, names = pd.factorize(metrics["metric"], sort=True)
+    order = np.lexsort((metrics["step"].to_numpy(np.int64), codes))
+    codes = codes[order]
+    steps = metrics["step"].to_numpy(np.int64)[order]
+    values = metrics["value"].to_numpy(np.float64)[order]
+    # Handed out as views by Run.series: read-only, so no caller can change the cache in place.
+    steps.flags.writeable = False
+    values.flags.writeable = False
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
     return {
-        str(names[start]): (steps[start:end], values[start:end])
+        str(names[codes[start]]): (steps[start:end], values[start:end])
         for start, end in zip(starts, ends, strict=True)
     }
+
+
+def _empty_series() -> tuple[np.ndarray, np.ndarray]:
+    steps, values = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    steps.flags.writeable = False
+    values.flags.writeable = False
+    return steps, values
 
 
 @dataclass(frozen=True)
@@ -145,10 +159,10 @@ class Run:
     def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of one metric, sorted by step, one value per step. Empty if absent.
 
-        Fresh copies on every call, so a caller may modify them without touching the cache.
+        Read-only views of the cached split (no copy per call: the analyzers ask for the same
+        series dozens of times, once per spike); a caller that needs to change one copies it.
         """
-        steps, values = self._split(metric)
-        return steps.copy(), values.copy()
+        return self._split(metric)
 
     def has(self, metric: str) -> bool:
         return self._split(metric)[0].size > 0
@@ -164,7 +178,7 @@ class Run:
             cache.update(_split_all(self.metrics))
         found = cache.get(metric)
         if found is None:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+            return _empty_series()
         return found
 
     @property

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput
-from tscope.ingest import safe_json, safe_yaml
+from tscope.ingest import safe_json
 from tscope.ingest.base import read_head
 from tscope.ingest.logs.names import canonical_metric
 from tscope.ingest.logs.table_columns import is_bookkeeping_column, unique_metric_names
@@ -364,6 +364,10 @@ def _read_siblings(files_dir: Path, log: _RunLog) -> list[str]:
         try:
             raw = read_bytes_bounded(config_path, "files/config.yaml", CONFIG_YAML_MAX_BYTES)
             # Aliases budgeted, depth bounded, plain data out (an alias bomb took 13 GB here).
+            # PyYAML is imported here, not with the reader registry: a logs-only analyze of a CSV
+            # never needs it (bench/bench_startup.py).
+            from tscope.ingest import safe_yaml
+
             document = safe_yaml.load(raw.decode("utf-8-sig"), "files/config.yaml")
             if isinstance(document, dict):
                 for key, entry in document.items():

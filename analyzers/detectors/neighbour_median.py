@@ -1,0 +1,28 @@
+"""The median of each point's neighbours, the point itself left out, for every point at once.
+
+A rule that compares each point with the median of the `half` points on each side (a one-step
+break against its local trend) would otherwise call np.median once per point: about 7,000 calls
+for a 10,000-step log, most of a cluster profile's time (issue 15).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def neighbour_medians(values: np.ndarray, half: int) -> np.ndarray:
+    """result[i] = median(values[i-half:i] ++ values[i+1:i+1+half]) where both sides are full
+    (half ≤ i < size - half), NaN elsewhere.
+
+    Same arithmetic as np.median of that 1-D neighbourhood (a partition, then the mean of the two
+    middle values), so the numbers agree; callers that need bit-exactness use it as a prefilter
+    and recompute the few points that pass.
+    """
+    result = np.full(values.size, np.nan)
+    width = 2 * half + 1
+    if half < 1 or values.size < width:
+        return result
+    windows = np.lib.stride_tricks.sliding_window_view(values, width)
+    neighbours = np.delete(windows, half, axis=1)  # a copy without each window's centre
+    result[half : values.size - half] = np.median(neighbours, axis=1)
+    return result

@@ -1,0 +1,73 @@
+"""The shortcuts issue 15 took on the analysis's hot paths give what the long way gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.synthetic import bad_batch_run, loss_curve, stable_run
+from tscope.analyzers.baseline import robust_baseline
+from tscope.analyzers.detect import DETECTORS
+from tscope.analyzers.detectors.base import Alarm, Detection
+from tscope.analyzers.detectors.neighbour_median import neighbour_medians
+from tscope.model.metric_names import GRAD_NORM, LOSS
+
+
+def test_run_series_is_a_read_only_view_of_one_cached_split():
+    run = stable_run(steps=300)
+    steps, values = run.series(LOSS)
+    again = run.series(LOSS)
+    assert again[0] is steps and again[1] is values  # no copy per call
+    with pytest.raises(ValueError):
+        values[0] = 0.0
+    with pytest.raises(ValueError):
+        np.add(steps, 1, out=steps)
+    absent_steps, absent_values = run.series("no/such/metric")
+    assert absent_steps.size == 0 and not absent_values.flags.writeable
+
+
+@pytest.mark.parametrize("half", [1, 2, 5])
+@pytest.mark.parametrize("size", [0, 3, 11, 12, 257])
+def test_neighbour_medians_equal_the_median_of_each_neighbourhood(half, size):
+    rng = np.random.default_rng(size + 10 * half)
+    values = rng.standard_normal(size) * 1e3 + rng.choice([0.0, 3.0], size)
+    medians = neighbour_medians(values, half)
+    for i in range(size):
+        if half <= i < size - half:
+            around = np.r_[values[i - half : i], values[i + 1 : i + 1 + half]]
+            assert medians[i] == np.median(around)  # the same arithmetic, bit for bit
+        else:
+            assert np.isnan(medians[i])
+
+
+def test_a_detection_built_from_arrays_lists_the_same_alarms():
+    listed = Detection("robust_z", alarms=[Alarm(3, 5.5), Alarm(7, float("inf"))])
+    arrays = Detection("robust_z", index=np.array([3, 7]), score=np.array([5.5, np.inf]))
+    assert arrays.alarms == listed.alarms
+    for one, other in zip(arrays.alarm_arrays(), listed.alarm_arrays(), strict=True):
+        assert np.array_equal(one, other)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_alarms_are_the_same_without_regime_shifts(seed):
+    run = bad_batch_run(seed=seed)
+    for metric in (LOSS, GRAD_NORM):
+        _, values = run.series(metric)
+        baseline = robust_baseline(values)
+        for detector in DETECTORS:
+            full = detector.detect(values, baseline)
+            alarms_only = detector.detect(values, baseline, with_shifts=False)
+            assert alarms_only.alarms == full.alarms
+            assert alarms_only.shifts == []
+
+
+def test_a_read_only_series_baseline_is_computed_once_and_a_writeable_one_afresh():
+    run = stable_run(steps=300)
+    _, values = run.series(LOSS)
+    assert robust_baseline(values) is robust_baseline(values)
+    writeable = loss_curve(300, seed=1)
+    first, second = robust_baseline(writeable), robust_baseline(writeable)
+    assert first is not second
+    assert np.array_equal(first.median, second.median, equal_nan=True)
+    writeable[100] = 50.0  # the caller's array changed: its new baseline sees it
+    assert robust_baseline(writeable).median[101] != first.median[101]
