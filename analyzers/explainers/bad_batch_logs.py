@@ -28,8 +28,8 @@ Measurements below (2026-12-01, scripts run from /tmp on the bench cache): "plan
 planted bad batches of the dev and holdout splits at their logged step (±1); "healthy" are every
 one-step candidate (the ONE_STEP_FRACTION / AFTER_FRACTION shape, after the early phase) of the 41
 dev + holdout controls, the 76 healthy real logs of the benchmark's list, the planted bad-batch
-runs before their plant, and 5 extra controls trained by the benchmark's producers with other
-seeds (nanoGPT ×1, Trainer GPT-2 ×4), where the rule found nothing either."""
+runs before their plant. On 5 extra controls trained by the benchmark's producers with other
+seeds (nanoGPT ×1, Trainer GPT-2 ×4) the rule finds nothing either."""
 
 from __future__ import annotations
 
