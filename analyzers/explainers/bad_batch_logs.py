@@ -139,7 +139,8 @@ def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
 
 class BadBatchLogsExplainer:
     name = "bad_batch_logs"
-    categories: tuple[str, ...] = ("bad_batch",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("bad_batch",)
+    defines = ()  # its categories are declared by the explainers that mainly produce them
 
     def run(self, evidence: Evidence) -> list[Finding]:
         loss = primary_loss(evidence.run)
