@@ -7,9 +7,12 @@ after touching a reader: that is how damaged-file bugs are found, then pinned wi
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -43,6 +46,12 @@ SLOW_MODULES = frozenset({
     # They train runs in their module fixtures (nanoGPT producer, Trainer): 243, 157 and 69 s of
     # the fast loop's wall time under load ~19 (`--durations`, 2026-12-01).
     "test_cause_competition", "test_data_causes", "test_real_resume_bullet",
+    # Tiny real transformers models stepped through the replay loop (their import alone, via
+    # tests/replay_stats_models.py, was a quarter of the fast loop's collection), numba's JIT
+    # compiling every kernel, and fuzzing: 15, 15 and 6 s of the fast loop under load 19.
+    "test_replay_stats", "test_replay_stats_activations", "test_replay_stats_attention",
+    "test_replay_stats_transfer", "test_replay_nonfinite", "test_compiled_loops",
+    "test_parser_fuzz",
 })  # fmt: skip
 SLOW_TESTS = frozenset(
     {
@@ -94,6 +103,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session")
+def analyzed_trainer_run() -> Callable[[str], Any]:
+    """`tscope.analyze` of a Trainer fixture run (fixtures/data/trainer/<name>), computed once per
+    session for every module that asks for the same run; each caller gets its own deep copy (a
+    Case is mutable, a test may change what it was handed)."""
+    import tscope
+
+    analyzed: dict[str, Any] = {}
+
+    def case_of(name: str) -> Any:
+        if name not in analyzed:
+            analyzed[name] = tscope.analyze(FIXTURES_DIR / "data" / "trainer" / name)
+        return copy.deepcopy(analyzed[name])
+
+    return case_of
 
 
 @pytest.fixture(scope="session")
