@@ -1,6 +1,7 @@
 """Analyzers: pure functions of the run model. Installed as `tscope.analyzers`.
 
-The registries are literal tuples; add a new explainer module to EXPLAINERS here.
+The registries are literal tuples; add a new explainer module to EXPLAINERS here. Its `defines`
+declares its finding categories (collected by tscope.analyzers.categories).
 """
 
 from __future__ import annotations

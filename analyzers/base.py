@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tscope.model import ChangePoint, Finding, Run, Spike
+from tscope.model.categories import Category
 from tscope.model.checkpoint import CheckpointEvidence
 
 
@@ -22,11 +23,21 @@ class Evidence:
         return [spike for spike in self.spikes if spike.metric == metric]
 
 
-class Explainer(Protocol):
-    """Turns evidence into findings of one category (or a closely related few)."""
+class DeclaresCategories(Protocol):
+    """What every explainer (of logs and checkpoints, or of a replay) says of its findings."""
 
     name: str
-    # The finding categories it emits, each registered in tscope/model/categories.py.
+    # The ids of the finding categories it emits (tests/test_categories.py checks the list).
     categories: tuple[str, ...]
+
+    @property
+    def defines(self) -> tuple[Category, ...]:
+        """The records of the categories it introduces (tscope.analyzers.categories collects
+        them); a category it shares with another explainer is declared by one of them only."""
+        ...
+
+
+class Explainer(DeclaresCategories, Protocol):
+    """Turns evidence into findings of one category (or a closely related few)."""
 
     def run(self, evidence: Evidence) -> list[Finding]: ...

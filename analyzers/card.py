@@ -6,8 +6,8 @@ The verdict sentence says the same in prose; the card holds the parts a reader s
 
 from __future__ import annotations
 
+from tscope.analyzers.categories import words
 from tscope.model import CheckpointInfo, Finding
-from tscope.model.categories import words
 
 # How each checkpoint format is resumed, with the checkpoint path filled in: the line to copy.
 RESUME_COMMANDS = {
@@ -17,7 +17,7 @@ RESUME_COMMANDS = {
 
 
 def cause_words(category: str) -> str:
-    """The category in an engineer's words (tscope/model/categories.py)."""
+    """The category in an engineer's words (analyzers/categories.py)."""
     return words(category)
 
 

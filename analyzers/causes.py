@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.categories import CAUSES, words
 from tscope.analyzers.cause_evidence import (
     BAD_BATCH_MAX_RISE_POINTS,
     bad_batch_reasons,
@@ -38,7 +39,7 @@ from tscope.analyzers.cause_evidence import (
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.ranking import CAUSE_LOOKBACK_STEPS
 from tscope.model import Finding
-from tscope.model.categories import ALERT_SEVERITIES, CAUSES, words
+from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import LEARNING_RATE
 
 # The three evidence terms' weights (see the module docstring; powers of two: lexicographic).

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tscope.analyzers.categories import CAUSES, STANDALONE, ranking_role
 from tscope.analyzers.incidents import Incident
 from tscope.model import Finding
-from tscope.model.categories import CAUSES, STANDALONE, ranking_role, severity_rank
+from tscope.model.categories import severity_rank
 
-# Causes explain an incident; symptoms describe it (roles in tscope/model/categories.py). At
+# Causes explain an incident; symptoms describe it (each category's role: tscope/analyzers/categories.py). At
 # equal severity a cause linked to the incident ranks above the incident's own description.
 CAUSE_CATEGORIES = CAUSES
 # Conditions that are their own news, not the description of a spike.

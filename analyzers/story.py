@@ -6,10 +6,11 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, robust_baseline
+from tscope.analyzers.categories import story_signal
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding, StoryEvent
-from tscope.model.categories import ALERT_SEVERITIES, story_signal
+from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LOSS_SCALE
 
 # How far back (in logged loss points) a precursor may lie and still belong to the incident.

@@ -7,9 +7,12 @@ after touching a reader: that is how damaged-file bugs are found, then pinned wi
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -21,10 +24,11 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# The fast loop, `pytest -m "not slow"` (675 tests; 97 s of CPU in one process, 23 s of it
-# collection, measured 2026-12-01 with `time`; the whole suite ~12 min), leaves out these
-# modules: each takes over ~4 s alone (they train, replay, spawn processes or fuzz; `pytest
-# --durations=0`, 2026-12-01), and the single tests below. CI and `scripts/check` run everything.
+# The fast loop, `pytest -m "not slow"` (642 tests; 69 s user + 3 s sys of CPU in one process,
+# 14 s of it collection, measured 2026-12-01 with `time` under load 14-20; the whole suite runs
+# in scripts/check), leaves out these modules: each trains, replays, JIT-compiles, spawns
+# processes or fuzzes, or took over ~4 s alone (`pytest --durations=0`), and the single tests
+# below. CI and `scripts/check` run everything.
 SLOW_MODULES = frozenset({
     "test_checkpoint_cases", "test_checkpoint_layouts", "test_checkpoint_readers",
     "test_checkpoint_safety", "test_checkpoint_stats", "test_tensor_stats", "test_cli",
@@ -40,6 +44,15 @@ SLOW_MODULES = frozenset({
     "test_checkpoint_controls", "test_replay_accumulation_run", "test_replay_lightning",
     "test_replay_seed_stream", "test_log_bullets", "test_generic_segments", "test_light_imports",
     "test_replay_judgement", "test_cluster_engines", "test_trainer_bullets",
+    # They train runs in their module fixtures (nanoGPT producer, Trainer): 243, 157 and 69 s of
+    # the fast loop's wall time under load ~19 (`--durations`, 2026-12-01).
+    "test_cause_competition", "test_data_causes", "test_real_resume_bullet",
+    # Tiny real transformers models stepped through the replay loop (their import alone, via
+    # tests/replay_stats_models.py, was a quarter of the fast loop's collection), numba's JIT
+    # compiling every kernel, and fuzzing: 15, 15 and 6 s of the fast loop under load 19.
+    "test_replay_stats", "test_replay_stats_activations", "test_replay_stats_attention",
+    "test_replay_stats_transfer", "test_replay_nonfinite", "test_compiled_loops",
+    "test_parser_fuzz",
 })  # fmt: skip
 SLOW_TESTS = frozenset(
     {
@@ -53,6 +66,10 @@ SLOW_TESTS = frozenset(
         "test_wheel_holds_analyzers_and_templates_inside_tscope_and_runs",
         # 100 simulated series through the change-point search: 21 s under load 19.
         "test_a_stationary_grad_norm_with_spikes_rarely_gets_a_change_point",
+        # test_lr_ramp's runs trained by the benchmark's nanoGPT producer (105 s under load 19);
+        # its scheduler-only tests stay in the fast loop.
+        "test_a_planted_ramp_is_found_at_its_first_step",
+        "test_cyclic_and_restart_schedules_trained_for_real_stay_silent",
     }
 )
 
@@ -87,6 +104,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session")
+def analyzed_trainer_run() -> Callable[[str], Any]:
+    """`tscope.analyze` of a Trainer fixture run (fixtures/data/trainer/<name>), computed once per
+    session for every module that asks for the same run; each caller gets its own deep copy (a
+    Case is mutable, a test may change what it was handed)."""
+    import tscope
+
+    analyzed: dict[str, Any] = {}
+
+    def case_of(name: str) -> Any:
+        if name not in analyzed:
+            analyzed[name] = tscope.analyze(FIXTURES_DIR / "data" / "trainer" / name)
+        return copy.deepcopy(analyzed[name])
+
+    return case_of
 
 
 @pytest.fixture(scope="session")

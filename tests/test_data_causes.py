@@ -24,60 +24,40 @@ if str(ACCURACY_DIR) not in sys.path:
 import paths  # noqa: E402, F401  (puts fixtures/ on sys.path, no bytecode in the repository)
 from generate import generate, run_folder  # noqa: E402
 from score import RunScore, score_run  # noqa: E402
-from spec import BAD_BATCH, CONTROL, REPEATED_DATA, RunSpec, smoke_specs  # noqa: E402
+from spec import (  # noqa: E402
+    BAD_BATCH,
+    CONTROL,
+    REPEATED_DATA,
+    SMOKE_SETTINGS,
+    RunSpec,
+    smoke_specs,
+)
 
 import tscope  # noqa: E402
 
 pytest.importorskip("torch")
 
-COMMON: dict[str, Any] = {
-    "model": "nanogpt",
-    "hidden": 32,
-    "layers": 2,
-    "heads": 2,
-    "steps": 60,
-    "batch_size": 8,
-    "grad_accum": 1,
-    "schedule": "cosine",
-    "warmup_steps": 10,
-    "peak_lr": 3e-3,
-    "precision": "fp32",
-    "save_every": 20,
-    "data_order": "shuffled",
-}
-ONE_BATCH = RunSpec(
-    producer="nanogpt",
-    index=93,
-    seed=9,
-    cause=REPEATED_DATA,
-    plant={"step": 32, "length": 14, "distinct_batches": 1},
-    **COMMON,
-)
-TWO_BATCHES = RunSpec(
-    producer="nanogpt",
-    index=94,
-    seed=13,
-    cause=REPEATED_DATA,
-    plant={"step": 30, "length": 16, "distinct_batches": 2},
-    **COMMON,
-)
+
+def _nanogpt_run(index: int, seed: int, cause: str, **plant: Any) -> RunSpec:
+    """A smoke-sized nanoGPT run (bench/accuracy/spec.py's SMOKE_SETTINGS) with this plant."""
+    settings = {**SMOKE_SETTINGS, "data_order": plant.pop("data_order", "shuffled")}
+    return RunSpec(
+        producer="nanogpt",
+        index=index,
+        seed=seed,
+        model="nanogpt",
+        cause=cause,
+        plant=plant,
+        **settings,
+    )
+
+
+ONE_BATCH = _nanogpt_run(93, 9, REPEATED_DATA, step=32, length=14, distinct_batches=1)
+TWO_BATCHES = _nanogpt_run(94, 13, REPEATED_DATA, step=30, length=16, distinct_batches=2)
 # Three rows of eight corrupted: a one-step bump well below 1.5× (a note by the impact rule). Two
 # rows give 1.14× here, inside the range of healthy one-step breaks (up to 1.14×, rule 1.2×).
-PART_BATCH = RunSpec(
-    producer="nanogpt",
-    index=96,
-    seed=15,
-    cause=BAD_BATCH,
-    plant={"step": 44, "rows": 3, "of_rows": 8, "generator_seed": 5},
-    **COMMON,
-)
-SEQUENTIAL_CONTROL = RunSpec(
-    producer="nanogpt",
-    index=97,
-    seed=17,
-    cause=CONTROL,
-    **{**COMMON, "data_order": "sequential"},
-)
+PART_BATCH = _nanogpt_run(96, 15, BAD_BATCH, step=44, rows=3, of_rows=8, generator_seed=5)
+SEQUENTIAL_CONTROL = _nanogpt_run(97, 17, CONTROL, data_order="sequential")
 SHUFFLED_CONTROL = next(s for s in smoke_specs() if s.cause == CONTROL)
 PLANTED = [ONE_BATCH, TWO_BATCHES, PART_BATCH]
 CONTROLS = [SHUFFLED_CONTROL, SEQUENTIAL_CONTROL]

@@ -19,9 +19,9 @@ def manifest(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cases():
+def cases(analyzed_trainer_run):
     return {
-        name: tscope.analyze(RUNS / name)
+        name: analyzed_trainer_run(name)
         for name in (
             "stable",
             "stable_long_logging",

@@ -109,27 +109,19 @@ def test_a_jump_is_not_a_ramp() -> None:
 
 
 def _spec(cause: str, schedule: str, seed: int, plant: dict[str, Any] | None = None) -> Any:
-    from spec import RunSpec
+    """A smoke-sized run (bench/accuracy/spec.py's SMOKE_SETTINGS), 70 steps at a gentler LR."""
+    from spec import SMOKE_SETTINGS, RunSpec
 
+    settings = {**SMOKE_SETTINGS, "steps": 70, "peak_lr": 2e-3, "save_every": 35}
+    settings["schedule"] = schedule
     return RunSpec(
         producer="nanogpt",
         index=95,
         seed=seed,
         model="nanogpt",
-        hidden=32,
-        layers=2,
-        heads=2,
-        steps=70,
-        batch_size=8,
-        grad_accum=1,
-        schedule=schedule,
-        warmup_steps=10,
-        peak_lr=2e-3,
-        precision="fp32",
-        save_every=35,
-        data_order="shuffled",
         cause=cause,
         plant=plant or {},
+        **settings,
     )
 
 

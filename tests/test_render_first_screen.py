@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from case_payloads import incident_case
 from layout import CONTENT_PX, inline_svgs, overlapping_labels, svg_label_boxes, table_min_widths
 
-import tscope
 from tscope.analyzers.summary import Diagnosis
 from tscope.model.replay_section import ReplaySection
 from tscope.render import load_case_payload, render_case
@@ -28,17 +26,19 @@ from tscope.render.charts import incident_zoom_chart
 from tscope.render.replay_view import replay_view
 from tscope.render.series import choose_scale
 
-RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "trainer"
 ROBUST_Z_ALARM_SIGMA = 6.0
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Each run analyzed and rendered once: its payload and every file written, by name."""
+def rendered(
+    tmp_path_factory: pytest.TempPathFactory, analyzed_trainer_run: Any
+) -> dict[str, dict[str, Any]]:
+    """Each run analyzed (once per session, shared with test_fixture_runs) and rendered once: its
+    payload and every file written, by name."""
     out = tmp_path_factory.mktemp("first-screen")
     results = {}
     for name in ("stable", "corrupted_batch", "lr_jump", "lr_blowup"):
-        paths = render_case(tscope.analyze(RUNS / name), out / name)
+        paths = render_case(analyzed_trainer_run(name), out / name)
         files = {path.name: path.read_text(encoding="utf-8") for path in paths}
         results[name] = {"payload": load_case_payload(out / name), "files": files}
     return results

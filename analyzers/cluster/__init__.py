@@ -35,7 +35,20 @@ from tscope.analyzers.cluster.traits import (
     setting_fields,
 )
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.cluster import AlignedSpike, ClusterReport, RunCluster, RunProfile
+
+# The cluster's finding category (built by _aligned_finding below).
+CATEGORIES = (
+    Category(
+        "data_aligned_spike",
+        "context",
+        "warning",
+        "cluster",
+        "spikes at the same step in several runs (the data)",
+        "a loss spike at the same step in several runs, more often than chance",
+    ),
+)
 
 MODE_TEXT = {
     "blowup": "blew up and never recovered",

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tscope.model.categories import ALERT_SEVERITIES, STANDALONE
+from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.cluster import LossCurve, RunProfile, Signal
 from tscope.model.metric_names import GRAD_NORM, LOSS, is_loss_like
 
@@ -153,6 +153,9 @@ def signals_of(case: dict[str, Any]) -> list[Signal]:
     the gradient norm (`grad_norm_alarm`) and on the loss (`loss_alarm`), and the first upward
     CUSUM regime change of the loss (`loss_cusum_alarm`).
     """
+    # Imported here: the category table reads this package's own category (cluster/__init__.py).
+    from tscope.analyzers.categories import STANDALONE
+
     first: dict[str, Signal] = {}
 
     def add(signal: Signal) -> None:

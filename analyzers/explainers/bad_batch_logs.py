@@ -237,7 +237,8 @@ def _grad_ratios(run: Run) -> dict[int, tuple[float, float]]:
 
 class BadBatchLogsExplainer:
     name = "bad_batch_logs"
-    categories: tuple[str, ...] = ("bad_batch",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("bad_batch",)
+    defines = ()  # its categories are declared by the explainers that mainly produce them
 
     def run(self, evidence: Evidence) -> list[Finding]:
         loss = primary_loss(evidence.run)

@@ -38,7 +38,8 @@ def is_lr_jump(first: int, second: int, before: float, after: float) -> bool:
 
 class CheckpointLrExplainer:
     name = "checkpoint_lr"
-    categories: tuple[str, ...] = ("lr_schedule_jump",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("lr_schedule_jump",)
+    defines = ()  # its categories are declared by the explainers that mainly produce them
 
     def run(self, evidence: Evidence) -> list[Finding]:
         if evidence.checkpoints is None or evidence.run.has(LEARNING_RATE):

@@ -9,6 +9,7 @@ from tscope.analyzers.baseline import rolling_median
 from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.metric_names import EVAL_LOSS
 
 # Sustained above 1.5× the best smoothed loss so far: a healthy LM loss can bump by that much for
@@ -36,7 +37,27 @@ class DivergenceExplainer:
     categories: tuple[str, ...] = (
         "loss_divergence",
         "eval_divergence",
-    )  # registered in tscope/model/categories.py
+    )
+    defines = (
+        Category(
+            "loss_divergence",
+            "symptom",
+            "critical",
+            "logs",
+            "the loss diverging",
+            "the loss leaves its best level for good",
+            symptom_order=10,
+        ),
+        Category(
+            "eval_divergence",
+            "symptom",
+            "warning",
+            "logs",
+            "the eval loss diverging from the training loss",
+            "the eval loss rises while the train loss does not keep falling",
+            symptom_order=70,
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         findings = []

@@ -8,6 +8,7 @@ import pandas as pd
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.metric_names import GRAD_NORM
 
 # The early level is the median of the points between 5% and 20% of the logged points: the very
@@ -39,7 +40,20 @@ CLIP_KEYS = ("max_grad_norm", "grad_clip", "clip_grad_norm", "gradient_clipping"
 
 class GradNormExplainer:
     name = "grad_norm"
-    categories: tuple[str, ...] = ("grad_norm_high",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("grad_norm_high",)
+    defines = (
+        Category(
+            "grad_norm_high",
+            "symptom",
+            "warning",
+            "logs",
+            "a gradient norm persistently far too high",
+            "the gradient norm's rolling median stays far above its early level or the clip value",
+            story_signal="grad_norm",
+            standalone=True,
+            symptom_order=60,
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

@@ -69,7 +69,8 @@ class Deviation(NamedTuple):
 
 class LayerLogsExplainer:
     name = "layer_logs"
-    categories: tuple[str, ...] = ("layer_origin",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("layer_origin",)
+    defines = ()  # its categories are declared by the explainers that mainly produce them
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

@@ -10,10 +10,11 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
-from tscope.analyzers.explainers.lr_config import lr_range_findings
+from tscope.analyzers.explainers.lr_config import LR_TOO_LOW, lr_range_findings
 from tscope.analyzers.explainers.spikes import is_notable
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run, Spike
+from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
 
 # A jump is a change the schedule's local shape does not predict: the residual against a linear
@@ -109,7 +110,38 @@ class LearningRateExplainer:
         "lr_schedule_jump",
         "lr_too_high",
         "warmup_too_short",
-    )  # registered in tscope/model/categories.py
+        "lr_too_low",
+    )
+    defines = (
+        Category(
+            "lr_schedule_jump",
+            "cause",
+            "warning",
+            "logs",
+            "a learning-rate schedule jump",
+            "the LR jumps between consecutive logged points (a schedule or resume bug)",
+            story_signal="learning_rate",
+        ),
+        Category(
+            "lr_too_high",
+            "cause",
+            "warning",
+            "logs",
+            "a learning rate too high for this run",
+            "the loss climbs while the LR is at or near its peak",
+            story_signal="learning_rate",
+        ),
+        Category(
+            "warmup_too_short",
+            "cause",
+            "warning",
+            "logs",
+            "a warm-up too short for the peak learning rate",
+            "the loss breaks at or just after the end of a short warm-up",
+            story_signal="learning_rate",
+        ),
+        LR_TOO_LOW,
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

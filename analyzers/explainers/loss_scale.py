@@ -7,6 +7,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.metric_names import LOSS_SCALE
 
 # GradScaler halves the scale on every overflow and doubles it after 2,000 clean steps (PyTorch
@@ -21,9 +22,18 @@ MANY_SKIPPED_STEPS = 10
 
 class LossScaleExplainer:
     name = "loss_scale"
-    categories: tuple[str, ...] = (
-        "loss_scale_collapse",
-    )  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("loss_scale_collapse",)
+    defines = (
+        Category(
+            "loss_scale_collapse",
+            "cause",
+            "critical",
+            "logs",
+            "fp16 loss-scale collapse (overflowing gradients)",
+            "the fp16 loss scale collapses (repeated overflows, skipped steps)",
+            story_signal="loss_scale",
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

@@ -31,8 +31,19 @@ from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run
+from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
 
+# Declared here, where it is emitted; LearningRateExplainer (which runs this rule) lists it.
+LR_TOO_LOW = Category(
+    "lr_too_low",
+    "context",
+    "warning",
+    "logs",
+    "a learning rate too low for this kind of training",
+    "the peak LR is ≥ 10× below the typical range for the kind of training",
+    standalone=True,
+)
 # Typical peak LRs (AdamW) per kind of training, (low, high), with the sources:
 TYPICAL_LR = {
     # LoRA (Hu et al. 2021, arXiv 2106.09685, App. D: GPT-2 M/L 2e-4, RoBERTa 4e-4–5e-4);

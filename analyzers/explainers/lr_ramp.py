@@ -25,6 +25,7 @@ from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.spikes import is_notable
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
 
 # The LR must pass this multiple of its warm-up's peak. Measured (scripts/measure_lr_ramp.py):
@@ -132,7 +133,19 @@ def lr_ramp(steps: np.ndarray, lrs: np.ndarray) -> LrRamp | None:
 
 class LrRampExplainer:
     name = "lr_ramp"
-    categories: tuple[str, ...] = ("lr_ramp",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("lr_ramp",)
+    defines = (
+        Category(
+            "lr_ramp",
+            "cause",
+            "warning",
+            "logs",
+            "a learning-rate ramp past the schedule's peak",
+            "after its warm-up the LR climbs, point after point, past the peak the warm-up reached "
+            "(evidence: start, where it passed 1.25× and 2× the peak, growth per step, the loss's lead)",
+            story_signal="learning_rate",
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

@@ -9,6 +9,7 @@ import pandas as pd
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding, Run
+from tscope.model.categories import Category
 from tscope.model.checkpoint import CheckpointSnapshot
 
 # Wortsman et al. 2023 (arXiv 2309.14322): when gradient RMS falls to ~ε, Adam's update shrinks
@@ -38,7 +39,33 @@ class OptimizerStateExplainer:
         "adam_epsilon_dominance",
         "checkpoint_incomplete",
         "optimizer_state_reset",
-    )  # registered in tscope/model/categories.py
+    )
+    defines = (
+        Category(
+            "adam_epsilon_dominance",
+            "context",
+            "warning",
+            "checkpoints",
+            "Adam's ε dominating the second moment",
+            "Adam's ε dominates √v for many coordinates",
+        ),
+        Category(
+            "checkpoint_incomplete",
+            "context",
+            "warning",
+            "checkpoints",
+            "an incomplete checkpoint",
+            "a checkpoint misses files or tensors",
+        ),
+        Category(
+            "optimizer_state_reset",
+            "context",
+            "warning",
+            "checkpoints",
+            "an optimizer state reset at a resume",
+            "the optimizer's moments or step count restart between checkpoints",
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         if evidence.checkpoints is None:

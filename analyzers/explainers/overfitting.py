@@ -9,6 +9,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run
+from tscope.model.categories import Category
 from tscope.model.metric_names import EVAL_LOSS
 from tscope.model.visible_text import visible
 
@@ -152,7 +153,19 @@ def selection_metric(run: Run) -> SelectionMetric | None:
 
 class OverfittingExplainer:
     name = "overfitting"
-    categories: tuple[str, ...] = ("overfitting",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("overfitting",)
+    defines = (
+        Category(
+            "overfitting",
+            "symptom",
+            "warning",
+            "logs",
+            "overfitting (train loss falling, eval loss rising)",
+            "the train loss keeps falling while the eval loss rises over its best",
+            standalone=True,
+            symptom_order=80,
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         found = overfitting_onset(evidence.run)

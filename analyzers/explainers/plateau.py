@@ -16,6 +16,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import MAD_TO_SIGMA
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run
+from tscope.model.categories import Category
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
 # The level is a rolling median over this fraction of the logged points (at least
@@ -52,7 +53,19 @@ GRAD_NORM_NEAR_ZERO = 1e-6  # a gradient this small moves no weight under any LR
 
 class PlateauExplainer:
     name = "plateau"
-    categories: tuple[str, ...] = ("loss_plateau",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("loss_plateau",)
+    defines = (
+        Category(
+            "loss_plateau",
+            "symptom",
+            "warning",
+            "logs",
+            "a loss that does not move (not learning)",
+            "the loss does not move from the first logged point for half of the log",
+            standalone=True,
+            symptom_order=90,
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

@@ -15,6 +15,7 @@ from tscope.analyzers.explainers.spikes import is_notable, is_texture
 from tscope.analyzers.impact import measure_impact
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding
+from tscope.model.categories import Category
 
 # Recurring bumps are a warning when their median peak is ≥ this × the level just before them.
 # Measured on the real logs of shared/realdata (82 files): the median peak ratio of the
@@ -25,7 +26,18 @@ RECURRING_WARNING_RATIO = 3.0
 
 class RecurringSpikesExplainer:
     name = "recurring"
-    categories: tuple[str, ...] = ("recurring_loss_spikes",)  # tscope/model/categories.py
+    categories: tuple[str, ...] = ("recurring_loss_spikes",)
+    defines = (
+        Category(
+            "recurring_loss_spikes",
+            "symptom",
+            "info",
+            "logs",
+            "a loss that bumps all the time",
+            "many routine loss bumps summarised: count, size against the level before, spacing",
+            symptom_order=40,
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

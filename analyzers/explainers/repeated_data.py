@@ -25,6 +25,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
+from tscope.model.categories import Category
 
 # The periods looked for: one batch repeated (1) up to four batches in turn. A repetition of
 # many distinct batches (an epoch boundary, a shard served twice) shows as a drop in level, not
@@ -203,7 +204,18 @@ def _judge(
 
 class RepeatedDataExplainer:
     name = "repeated_data"
-    categories: tuple[str, ...] = ("repeated_data",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("repeated_data",)
+    defines = (
+        Category(
+            "repeated_data",
+            "cause",
+            "warning",
+            "logs",
+            "the same batches fed again (repeated data)",
+            "the loss falls smoothly for several steps at some period p, as on batches seen again, "
+            "instead of jumping by the fresh batches' spread",
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         loss = primary_loss(evidence.run)

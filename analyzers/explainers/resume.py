@@ -10,6 +10,7 @@ from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
 from tscope.analyzers.impact import UNTRAINED_MIN_POINTS, back_at_initial
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run, RunEvent
+from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
 
 # The loss right after a resume is compared with the points before it; the same bar as a spike.
@@ -20,9 +21,18 @@ RESUME_CHECK_POINTS = 3
 
 class ResumeExplainer:
     name = "resume"
-    categories: tuple[str, ...] = (
-        "resume_discontinuity",
-    )  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("resume_discontinuity",)
+    defines = (
+        Category(
+            "resume_discontinuity",
+            "cause",
+            "warning",
+            "logs",
+            "a faulty resume from a checkpoint",
+            "the loss, LR or step counter breaks at a resume point",
+            story_signal="resume",
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         return [_check(evidence.run, event) for event in evidence.run.events_of("resume")]

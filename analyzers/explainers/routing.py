@@ -29,7 +29,8 @@ PERSIST_POINTS = 5
 
 class RoutingExplainer:
     name = "routing"
-    categories: tuple[str, ...] = ("router_collapse",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("router_collapse",)
+    defines = ()  # its categories are declared by the explainers that mainly produce them
 
     def run(self, evidence: Evidence) -> list[Finding]:
         findings = []

@@ -15,6 +15,7 @@ from tscope.analyzers.impact import (
 )
 from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
 from tscope.model import Finding, Run, Spike
+from tscope.model.categories import Category
 from tscope.model.metric_names import GRAD_NORM, is_loss_like
 
 # When a spike is worth a warning: the severity rule's constants live in analyzers/impact.py
@@ -44,7 +45,36 @@ class SpikeExplainer:
         "loss_spike",
         "grad_norm_spike",
         "nan_loss",
-    )  # registered in tscope/model/categories.py
+    )
+    defines = (
+        Category(
+            "nan_loss",
+            "symptom",
+            "critical",
+            "logs",
+            "a NaN/Inf loss",
+            "the logged loss becomes NaN/Inf (also when the Trainer hid it)",
+            symptom_order=20,
+        ),
+        Category(
+            "loss_spike",
+            "symptom",
+            "warning",
+            "logs",
+            "a loss spike",
+            "the loss rises far above its recent baseline",
+            symptom_order=30,
+        ),
+        Category(
+            "grad_norm_spike",
+            "symptom",
+            "warning",
+            "logs",
+            "a gradient-norm spike",
+            "the gradient norm jumps far above its recent baseline",
+            symptom_order=50,
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         findings = []

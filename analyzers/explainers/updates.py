@@ -11,6 +11,7 @@ import pandas as pd
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Spike
+from tscope.model.categories import Category
 
 # A window "moved too far" when its raw update-to-weight ratio per step (median over tensors) is
 # ≥ 3× that of the run's own earlier windows (the first window: the later ones). Raw, because an
@@ -54,7 +55,25 @@ class UpdatesExplainer:
     categories: tuple[str, ...] = (
         "update_ratio_high",
         "layer_origin",
-    )  # registered in tscope/model/categories.py
+    )
+    defines = (
+        Category(
+            "update_ratio_high",
+            "context",
+            "warning",
+            "checkpoints",
+            "updates too large for the weights",
+            "the update between checkpoints is large against the weights",
+        ),
+        Category(
+            "layer_origin",
+            "context",
+            "info",
+            "checkpoints",
+            "the layer where an incident started",
+            "the layer whose statistics moved first",
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         if evidence.checkpoints is None or evidence.checkpoints.layers.empty:

@@ -63,7 +63,8 @@ FINE_TUNE_KINDS = ("lora", "full_fine_tune", "fine_tune", "preference")
 
 class WarmupStallExplainer:
     name = "warmup_stall"
-    categories: tuple[str, ...] = ("warmup_too_short",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("warmup_too_short",)
+    defines = ()  # its categories are declared by the explainers that mainly produce them
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run

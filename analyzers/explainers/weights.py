@@ -12,6 +12,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.checkpoint_lr import is_lr_jump
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
+from tscope.model.categories import Category
 
 # Embeddings and the output head are where norm growth precedes spikes (Takase et al., "Spike No
 # More", arXiv 2312.16903; OLMo 2 §3: no weight decay on embeddings).
@@ -57,7 +58,33 @@ class WeightsExplainer:
         "nonfinite_weights",
         "weight_norm_growth",
         "frozen_parameters",
-    )  # registered in tscope/model/categories.py
+    )
+    defines = (
+        Category(
+            "nonfinite_weights",
+            "context",
+            "critical",
+            "checkpoints",
+            "NaN/Inf in the saved weights",
+            "a saved tensor holds NaN/Inf",
+        ),
+        Category(
+            "weight_norm_growth",
+            "context",
+            "warning",
+            "checkpoints",
+            "weight norms growing fast",
+            "a layer's weight norm grows fast between checkpoints",
+        ),
+        Category(
+            "frozen_parameters",
+            "context",
+            "info",
+            "checkpoints",
+            "parameters that never change",
+            "parameters identical across checkpoints",
+        ),
+    )
 
     def run(self, evidence: Evidence) -> list[Finding]:
         layers = _layers(evidence)

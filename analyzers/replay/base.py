@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tscope.analyzers.base import DeclaresCategories
 from tscope.model import Finding
 from tscope.model.replay import ReplayResult
 
 
-class ReplayExplainer(Protocol):
+class ReplayExplainer(DeclaresCategories, Protocol):
     """Turns a replay's result into findings of one category (or a closely related few)."""
-
-    name: str
-    # The finding categories it emits, each registered in tscope/model/categories.py.
-    categories: tuple[str, ...]
 
     def run(self, result: ReplayResult) -> list[Finding]: ...
 

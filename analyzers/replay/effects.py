@@ -16,6 +16,7 @@ from tscope.analyzers.replay.base import qualified
 from tscope.analyzers.replay.interventions import KEPT_FRACTION, REMOVED_FRACTION
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.replay import InterventionOutcome, ReplayResult
 
 
@@ -174,9 +175,17 @@ def _suggestion(outcome: InterventionOutcome) -> str:
 
 class InterventionEffectExplainer:
     name = "intervention_effect"
-    categories: tuple[str, ...] = (
-        "intervention_effect",
-    )  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("intervention_effect",)
+    defines = (
+        Category(
+            "intervention_effect",
+            "context",
+            "info",
+            "replay",
+            "a what-if experiment's effect",
+            "what a replay what-if changed",
+        ),
+    )
 
     def run(self, result: ReplayResult) -> list[Finding]:
         return effect_findings(result.interventions, qualified(result))

@@ -21,6 +21,7 @@ import numpy as np
 from tscope.analyzers.replay.base import qualified
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.replay import ReplayResult, ReplayStep
 from tscope.model.replay_statistics import (
     ACTIVATION_MAX_ABS,
@@ -248,7 +249,49 @@ class LayerStatisticsExplainer:
         "output_logit_divergence",
         "activation_outlier",
         "router_collapse",
-    )  # registered in tscope/model/categories.py
+    )
+    defines = (
+        Category(
+            "nonfinite_origin",
+            "cause",
+            "critical",
+            "replay",
+            "a NaN/Inf that started in one layer",
+            "the first module whose output went non-finite in the replay",
+        ),
+        Category(
+            "attention_logit_growth",
+            "context",
+            "warning",
+            "replay",
+            "attention logits growing",
+            "max q·k/√d beyond the values of runs that stayed stable",
+        ),
+        Category(
+            "output_logit_divergence",
+            "context",
+            "warning",
+            "replay",
+            "output logits drifting",
+            "the mean log Z moved far within the replay",
+        ),
+        Category(
+            "activation_outlier",
+            "context",
+            "warning",
+            "replay",
+            "an activation outlier",
+            "a block's max |activation| far above its replay median",
+        ),
+        Category(
+            "router_collapse",
+            "context",
+            "warning",
+            "replay",
+            "an MoE router collapsing onto one expert",
+            "one expert takes most of a router's tokens",
+        ),
+    )
 
     def run(self, result: ReplayResult) -> list[Finding]:
         return layer_findings(result, qualified(result))

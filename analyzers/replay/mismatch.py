@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.replay import ReplayResult
 
 
@@ -78,7 +79,17 @@ def mismatch_findings(
 
 class MismatchExplainer:
     name = "replay_mismatch"
-    categories: tuple[str, ...] = ("replay_mismatch",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("replay_mismatch",)
+    defines = (
+        Category(
+            "replay_mismatch",
+            "context",
+            "warning",
+            "replay",
+            "a replay that does not reproduce the log",
+            "the replayed loss differs from the logged one",
+        ),
+    )
 
     def run(self, result: ReplayResult) -> list[Finding]:
         return mismatch_findings(result)

@@ -7,6 +7,7 @@ from collections import defaultdict
 from tscope.analyzers.replay.base import qualified
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.replay import BadSample, ReplayResult
 
 
@@ -80,7 +81,18 @@ def bad_batch_findings(result: ReplayResult, qualified: bool) -> list[Finding]:
 
 class BadBatchExplainer:
     name = "bad_batch"
-    categories: tuple[str, ...] = ("bad_batch",)  # registered in tscope/model/categories.py
+    categories: tuple[str, ...] = ("bad_batch",)
+    defines = (
+        Category(
+            "bad_batch",
+            "cause",
+            "warning",
+            "replay",
+            "a bad batch (corrupted or unusual samples)",
+            "samples whose loss or gradient stands out in the replayed steps; from logs, a one-step "
+            "loss break above the local trend with a gradient-norm spike in the same step",
+        ),
+    )
 
     def run(self, result: ReplayResult) -> list[Finding]:
         return bad_batch_findings(result, qualified(result))

@@ -5,13 +5,24 @@ findings = xray_findings(result)      # token_weighting_mismatch, cross_sequence
 
 from __future__ import annotations
 
+from tscope.analyzers.xray.leak import CATEGORIES as LEAK_CATEGORIES
 from tscope.analyzers.xray.leak import leak_findings
 from tscope.analyzers.xray.rules import RULE_MATCH_TOLERANCE, fit_rules, matching_rules
+from tscope.analyzers.xray.weighting import CATEGORIES as WEIGHTING_CATEGORIES
 from tscope.analyzers.xray.weighting import weighting_findings
 from tscope.model import Finding
 from tscope.model.xray import XrayResult
 
-__all__ = ["RULE_MATCH_TOLERANCE", "fit_rules", "matching_rules", "xray_findings"]
+__all__ = [
+    "CATEGORIES",
+    "RULE_MATCH_TOLERANCE",
+    "fit_rules",
+    "matching_rules",
+    "xray_findings",
+]
+
+# The token audit's finding categories, each declared next to the rule that emits it.
+CATEGORIES = (*WEIGHTING_CATEGORIES, *LEAK_CATEGORIES)
 
 
 def xray_findings(result: XrayResult) -> list[Finding]:

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.xray import XrayResult
+
+CATEGORIES = (
+    Category(
+        "cross_sequence_leak",
+        "context",
+        "critical",
+        "xray",
+        "gradient leaking across sequences",
+        "one sequence's loss reaches another's tokens",
+    ),
+)
 
 
 def leak_findings(result: XrayResult) -> list[Finding]:

@@ -6,7 +6,19 @@ from __future__ import annotations
 from tscope.analyzers.signals import fmt
 from tscope.analyzers.xray.rules import RULE_MATCH_TOLERANCE, matching_rules
 from tscope.model import Finding
+from tscope.model.categories import Category
 from tscope.model.xray import XrayResult
+
+CATEGORIES = (
+    Category(
+        "token_weighting_mismatch",
+        "context",
+        "warning",
+        "xray",
+        "tokens weighted unlike the intended rule",
+        "a token's gradient weight differs from the intended rule",
+    ),
+)
 
 # cos(g, r) below 1 − this: the step changed a token's loss, not only its weight. Float32
 # rescaled gradients keep cos within ~1e-7 of 1 (measured); label smoothing 0.1 moves it ~1e-2.

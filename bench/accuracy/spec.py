@@ -274,23 +274,28 @@ def select(
     ]
 
 
+# The settings every smoke run shares (and tests/test_data_causes.py's runs): small enough to train
+# in seconds on a CPU.
+SMOKE_SETTINGS: dict[str, Any] = {
+    "hidden": 32,
+    "layers": 2,
+    "heads": 2,
+    "steps": 60,
+    "batch_size": 8,
+    "grad_accum": 1,
+    "schedule": "cosine",
+    "warmup_steps": 10,
+    "peak_lr": 3e-3,
+    "precision": "fp32",
+    "save_every": 20,
+    "data_order": "shuffled",
+}
+
+
 def smoke_specs() -> list[RunSpec]:
     """A handful of small fixed runs for the test suite (tests/test_accuracy_bench.py): 60 steps,
     batch 8, width 32, fp32; indices from SMOKE_INDEX, so in neither split (split "smoke")."""
-    common: dict[str, Any] = {
-        "hidden": 32,
-        "layers": 2,
-        "heads": 2,
-        "steps": 60,
-        "batch_size": 8,
-        "grad_accum": 1,
-        "schedule": "cosine",
-        "warmup_steps": 10,
-        "peak_lr": 3e-3,
-        "precision": "fp32",
-        "save_every": 20,
-        "data_order": "shuffled",
-    }
+    common = SMOKE_SETTINGS
     return [
         RunSpec(
             producer="nanogpt",

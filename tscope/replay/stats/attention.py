@@ -40,7 +40,7 @@ from tscope.model.replay_statistics import ATTENTION_LOGIT_MAX
 from tscope.replay.isolation import in_extra_pass
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.attention_max import BiasCache, max_attention_logit
-from tscope.replay.stats.base import StatisticsObserver, first_tensor, nan_max
+from tscope.replay.stats.base import ObserverOptions, StatisticsObserver, first_tensor, nan_max
 from tscope.replay.stats.structure import config_value, model_config
 
 if TYPE_CHECKING:
@@ -56,6 +56,10 @@ _MISSING = object()
 
 class AttentionLogits(StatisticsObserver):
     name = "attention"
+
+    @classmethod
+    def for_replay(cls, options: ObserverOptions) -> AttentionLogits:
+        return cls(config=options.config)
 
     def __init__(self, config: Any = None) -> None:
         super().__init__()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tscope.replay.observers import StepContext, StepObserver
@@ -85,6 +86,15 @@ def _nest(values: list[Any], shape: list[int]) -> Any:
     return [_nest(values[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
+@dataclass(frozen=True)
+class ObserverOptions:
+    """What statistics_observers() hands every observer it builds."""
+
+    config: Any = None  # the model's config when `model.config` is missing
+    grad_scaler: Any = None  # the restored torch.amp.GradScaler (gradients arrive scaled)
+    update_ratio: bool = True  # False: no snapshot of the weights, no update ratio
+
+
 class StatisticsObserver(StepObserver):
     """Base of the observers in tscope.replay.stats: `name` identifies it in the registry."""
 
@@ -95,6 +105,12 @@ class StatisticsObserver(StepObserver):
         self._handles: list[RemovableHandle] = []
         self._micro_index = 0  # the micro-batch whose forward/backward runs now
         self.host: HostTransfer | None = None  # set by the suite: one transfer for all observers
+
+    @classmethod
+    def for_replay(cls, options: ObserverOptions) -> StatisticsObserver:
+        """The observer for one replay (the registry builds each this way); an observer that
+        needs the model's config or the restored scaler overrides this."""
+        return cls()
 
     def applies(self, model: torch.nn.Module) -> bool:
         """False when the model has nothing this observer measures (the registry leaves it out)."""

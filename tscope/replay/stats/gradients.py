@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tscope.model.replay_statistics import DELTA_NORM, GRAD_NORM, UPDATE_RATIO, WEIGHT_NORM
 from tscope.replay.observers import StepContext
-from tscope.replay.stats.base import StatisticsObserver
+from tscope.replay.stats.base import ObserverOptions, StatisticsObserver
 from tscope.replay.stats.structure import block_of, transformer_blocks
 
 if TYPE_CHECKING:
@@ -41,6 +41,10 @@ NUMEL = "numel"
 
 class GradientStatistics(StatisticsObserver):
     name = "gradients"
+
+    @classmethod
+    def for_replay(cls, options: ObserverOptions) -> GradientStatistics:
+        return cls(update_ratio=options.update_ratio, grad_scaler=options.grad_scaler)
 
     def __init__(self, update_ratio: bool = True, grad_scaler: Any = None) -> None:
         super().__init__()

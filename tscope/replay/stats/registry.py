@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from tscope.errors import UsageError
 from tscope.replay.stats.activations import ActivationStatistics
 from tscope.replay.stats.attention import AttentionLogits
-from tscope.replay.stats.base import StatisticsObserver
+from tscope.replay.stats.base import ObserverOptions, StatisticsObserver
 from tscope.replay.stats.gradients import GradientStatistics
 from tscope.replay.stats.logits import OutputLogitStatistics
 from tscope.replay.stats.nonfinite import NonfiniteOrigin
@@ -56,23 +56,12 @@ def statistics_observers(
             f"Unknown replay statistic {', '.join(map(repr, unknown))}; valid ones: "
             f"{', '.join(OBSERVER_NAMES)}."
         )
+    options = ObserverOptions(config=config, grad_scaler=grad_scaler, update_ratio=update_ratio)
     observers: list[StatisticsObserver] = []
     for kind in STEP_OBSERVERS:
         if kind.name not in wanted:
             continue
-        observer = _build(kind, config, grad_scaler, update_ratio)
+        observer = kind.for_replay(options)
         if observer.applies(model):
             observers.append(observer)
     return observers
-
-
-def _build(
-    kind: type[StatisticsObserver], config: Any, grad_scaler: Any, update_ratio: bool
-) -> StatisticsObserver:
-    if kind is GradientStatistics:
-        return GradientStatistics(update_ratio=update_ratio, grad_scaler=grad_scaler)
-    if kind is AttentionLogits:
-        return AttentionLogits(config=config)
-    if kind is RouterShares:
-        return RouterShares(config=config)
-    return kind()

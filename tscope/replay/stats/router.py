@@ -33,7 +33,7 @@ from tscope.model.replay_statistics import (
     ROUTER_TOP_K,
 )
 from tscope.replay.observers import StepContext
-from tscope.replay.stats.base import StatisticsObserver
+from tscope.replay.stats.base import ObserverOptions, StatisticsObserver
 from tscope.replay.stats.structure import config_value, model_config
 
 if TYPE_CHECKING:
@@ -96,6 +96,10 @@ def _first_int(module: Any, parent: Any, config: Any, names: tuple[str, ...]) ->
 
 class RouterShares(StatisticsObserver):
     name = "router"
+
+    @classmethod
+    def for_replay(cls, options: ObserverOptions) -> RouterShares:
+        return cls(config=options.config)
 
     def __init__(self, config: Any = None) -> None:
         super().__init__()

@@ -282,7 +282,7 @@ def _delta(
     if weights is None and here is not None and there is not None:
         if here[1].shape != there[1].shape:
             return WeightDelta(histogram_kl=kl, delta_source=source)
-        from tscope.ingest.checkpoints.stats.safetensors_scan import raw_delta_sums
+        from tscope.ingest.checkpoints.stats.safetensors_deltas import raw_delta_sums
 
         try:
             sums = raw_delta_sums(here, there, handle.info.path, runner.workers)

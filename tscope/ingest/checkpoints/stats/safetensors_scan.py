@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -263,8 +262,8 @@ def scan_entries(
         descriptor = handle.fileno()
         if entries and os.fstat(descriptor).st_size < entries[-1].end:
             raise UnreadableInput(display_path, "cut short: its header lists bytes past its end")
-        _advise_sequential(descriptor)
-        buffers = _ThreadBuffers()
+        advise_sequential(descriptor)
+        buffers = ThreadBuffers()
 
         def read(start: int, stop: int) -> npt.NDArray[np.uint8]:
             view = buffers.get(stop - start)
@@ -297,7 +296,7 @@ def scan_entries(
                 yield entry.name, _Accumulator(entry).finish()
 
 
-class _ThreadBuffers:
+class ThreadBuffers:
     """One READ_BYTES read buffer per worker thread, allocated once and reused for every read."""
 
     def __init__(self) -> None:
@@ -311,62 +310,11 @@ class _ThreadBuffers:
         return held[:length]
 
 
-def _advise_sequential(descriptor: int) -> None:
+def advise_sequential(descriptor: int) -> None:
     """Tell the kernel the file is read front to back (larger read-ahead when it is not cached)."""
     advise = getattr(os, "posix_fadvise", None)  # not on macOS/Windows
     if advise is not None:
         advise(descriptor, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-
-
-def _widened(data: npt.NDArray[np.uint8], code: str) -> npt.NDArray[Any]:
-    if code == "BF16":
-        return kernels.widen_bf16(data.view("<u2"))
-    return data.view({"F16": "<f2", "F32": "<f4", "F64": "<f8"}[code])
-
-
-def raw_delta_sums(
-    current: tuple[Path, HeaderEntry],
-    previous: tuple[Path, HeaderEntry],
-    display_path: str,
-    workers: int = DEFAULT_WORKERS,
-) -> tuple[float, float, float]:
-    """(Σ(a − b)², Σa², Σb²) in float64 of two same-shape tensors read from their files' bytes."""
-    (path_a, entry_a), (path_b, entry_b) = current, previous
-    numel = (entry_a.end - entry_a.start) // DTYPES[entry_a.dtype][1]
-    size_a, size_b = DTYPES[entry_a.dtype][1], DTYPES[entry_b.dtype][1]
-    step = max(1, READ_BYTES // max(size_a, size_b))  # elements per read, either side
-    with open_regular(path_a, display_path) as file_a, open_regular(path_b, display_path) as file_b:
-        _advise_sequential(file_a.fileno())
-        _advise_sequential(file_b.fileno())
-        buffers_a, buffers_b = _ThreadBuffers(), _ThreadBuffers()
-
-        def read(handle: Any, buffers: _ThreadBuffers, length: int, start: int) -> Any:
-            view = buffers.get(length)
-            if os.preadv(handle.fileno(), [view.data], start) != length:
-                raise UnreadableInput(display_path, "cut short while it was read")
-            return view
-
-        def work(first: int) -> npt.NDArray[np.float64]:
-            count = min(step, numel - first)
-            raw_a = read(file_a, buffers_a, count * size_a, entry_a.start + first * size_a)
-            raw_b = read(file_b, buffers_b, count * size_b, entry_b.start + first * size_b)
-            sums = np.zeros(3, dtype=np.float64)
-            a, b = _widened(raw_a, entry_a.dtype), _widened(raw_b, entry_b.dtype)
-            if a.dtype == np.float16:
-                a = a.astype(np.float32)
-            if b.dtype == np.float16:
-                b = b.astype(np.float32)
-            kernels.delta_chunk_kernel(a, b, sums)
-            return sums
-
-        firsts = range(0, numel, step)
-        if workers <= 1 or len(firsts) == 1:
-            parts = [work(first) for first in firsts]
-        else:
-            with ThreadPoolExecutor(workers, "tscope-delta") as pool:
-                parts = list(pool.map(work, firsts))
-    total = np.sum(parts, axis=0) if parts else np.zeros(3)
-    return float(total[0]), float(total[1]), float(total[2])
 
 
 def _merge_in_order(
