@@ -16,6 +16,8 @@ PSEUDO_COUNTS (2) pseudo-counts:
     others   = (right_c - right_cell + k * base) / (alerts_c - alerts_cell + k)
     cell     = (right_cell + k * others) / (alerts_cell + k)
 
+each stated with two decimals and at most 0.99 (no count here supports a certainty).
+
 A category the benchmark measured but in an unseen severity/band gets the category's rate; a
 category it never produced (replay, xray and cluster findings, fp16 overflow, ...) and every info
 finding (the benchmark scores alerts only) keep the rule's prior. Regenerate the table, after any

@@ -84,8 +84,16 @@ def alerts_of(results: dict[str, Any]) -> list[Scored]:
     ]
 
 
+# No count this benchmark holds supports a certainty: a stated rate stops at 0.99.
+MAX_CONFIDENCE = 0.99
+
+
 def _shrunk(right: int, total: int, toward: float) -> float:
     return (right + PSEUDO_COUNTS * toward) / (total + PSEUDO_COUNTS)
+
+
+def _stated(rate: float) -> float:
+    return round(min(rate, MAX_CONFIDENCE), 2)
 
 
 def derive(alerts: Iterable[Scored]) -> Table:
@@ -114,12 +122,9 @@ def derive(alerts: Iterable[Scored]) -> Table:
         return _shrunk(right, total, others)
 
     return Table(
-        (round(base, 2), right_all, len(alerts)),
-        {c: (round(_shrunk(r, n, base), 2), r, n) for c, (r, n) in sorted(category_counts.items())},
-        {
-            key: (round(cell_rate(key, r, n), 2), r, n)
-            for key, (r, n) in sorted(cell_counts.items())
-        },
+        (_stated(base), right_all, len(alerts)),
+        {c: (_stated(_shrunk(r, n, base)), r, n) for c, (r, n) in sorted(category_counts.items())},
+        {key: (_stated(cell_rate(key, r, n)), r, n) for key, (r, n) in sorted(cell_counts.items())},
     )
 
 
