@@ -152,7 +152,7 @@ class Case:
                 }
                 for cp in self.change_points
             ],
-            "findings": [_finding_dict(finding) for finding in self.findings],
+            "findings": [finding_dict(finding) for finding in self.findings],
             "story": [asdict(event) for event in self.story],
             "checkpoints": [asdict(ckpt) for ckpt in self.checkpoints],
             "partial": [{"path": p.path, "problem": p.problem} for p in self.partial],
@@ -257,7 +257,7 @@ def _change_point(change: Fields) -> ChangePoint:
     )
 
 
-def _finding_dict(finding: Finding) -> dict[str, Any]:
+def finding_dict(finding: Finding) -> dict[str, Any]:
     """A finding as case.json holds it: `rule_confidence` only where a calibration set it."""
     data = asdict(finding)
     if finding.rule_confidence is None:
