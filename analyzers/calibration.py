@@ -1,7 +1,31 @@
-"""The headline cause's confidence, calibrated on the accuracy benchmark's dev split.
+"""Confidences calibrated on the accuracy benchmark: every alert finding's, and the headline's.
 
-A finding's own confidence is its rule's prior (a literal in each explainer). The confidence the
-verdict and the incident card state for the cause is what was measured instead: how often a
+**Findings** (`calibrate`, called once in pipeline.build_case before ranking): a rule states a
+prior (a literal in its explainer, `Finding.rule_confidence` keeps it); a warning or critical
+finding's `confidence` is replaced by the measured right-rate of alert findings like it on the
+benchmark's tuning splits, from the generated table `finding_calibration_table.py`. A finding is
+"right" when it names the planted cause in its window or is a true symptom of it there, and every
+alert on a healthy control is wrong (bench/accuracy/causes.py `finding_is_right`). Like findings:
+same category, severity and evidence band (the rule's prior in 0.1-wide bands, which tells a
+rule's branches and two rules of one category apart). Small counts shrink toward the rate of
+the category's other bands and that toward the base rate of all alerts, each level with k =
+PSEUDO_COUNTS (2) pseudo-counts:
+
+    base     = (right_all + 1) / (alerts_all + 2)
+    category = (right_c + k * base) / (alerts_c + k)
+    others   = (right_c - right_cell + k * base) / (alerts_c - alerts_cell + k)
+    cell     = (right_cell + k * others) / (alerts_cell + k)
+
+each stated with two decimals and at most 0.99 (no count here supports a certainty).
+
+A category the benchmark measured but in an unseen severity/band gets the category's rate; a
+category it never produced (replay, xray and cluster findings, fp16 overflow, ...) and every info
+finding (the benchmark scores alerts only) keep the rule's prior. Regenerate the table, after any
+rule change, with one command (it scores the dev and holdout splits, ~10 min, then writes it):
+
+    nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
+
+**Headline**: the confidence the verdict and the incident card state for the cause is how often a
 headline naming that cause category was right on the dev split of bench/accuracy (runs from
 transformers.Trainer with GPT-2 and Llama, a plain-torch nanoGPT loop and Lightning, each with
 one planted cause, plus healthy controls), as (right + 1) / (named + 2) — the Laplace estimate,
@@ -15,6 +39,14 @@ reliability table); regenerate these counts with
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import replace
+
+from tscope.analyzers.finding_calibration_table import BY_CATEGORY, BY_EVIDENCE
+from tscope.model import Finding
+from tscope.model.categories import ALERT_SEVERITIES
 
 # (right, named) per headline cause category, dev split, 95 runs (74 planted, 21 controls),
 # measured 2026-12-01 on main after merging the cause competition (analyzers/causes.py), the LR
@@ -43,3 +75,34 @@ def calibrated_confidence(category: str, rule_confidence: float) -> float:
         return rule_confidence  # unmeasured, or `undetermined` (0: no cause is claimed)
     right, named = counts
     return round((right + 1) / (named + 2), 2)
+
+
+def evidence_band(rule_confidence: float) -> float:
+    """The rule's prior as a 0.1-wide band (0.0 … 0.9; a prior of 1.0 is in the 0.9 band)."""
+    return min(math.floor(rule_confidence * 10 + 1e-9), 9) / 10
+
+
+def finding_confidence(category: str, severity: str, rule_confidence: float) -> float:
+    """The measured right-rate of alert findings like this one, else the rule's prior."""
+    if severity not in ALERT_SEVERITIES:
+        return rule_confidence
+    cell = BY_EVIDENCE.get((category, severity, evidence_band(rule_confidence)))
+    if cell is not None:
+        return cell[0]
+    measured = BY_CATEGORY.get(category)
+    return measured[0] if measured is not None else rule_confidence
+
+
+def calibrate(findings: Iterable[Finding]) -> list[Finding]:
+    """Every finding with its calibrated confidence and its rule's prior kept (once: a finding
+    that already carries its prior is left as it is)."""
+    return [
+        finding
+        if finding.rule_confidence is not None
+        else replace(
+            finding,
+            confidence=finding_confidence(finding.category, finding.severity, finding.confidence),
+            rule_confidence=finding.confidence,
+        )
+        for finding in findings
+    ]

@@ -192,9 +192,9 @@ def write_replay_files(investigation: Investigation, out_dir: Path) -> list[Path
 
 def write_xray_file(audit: XrayAudit, out_dir: Path) -> Path:
     """xray.json: the audit and its findings."""
-    from dataclasses import asdict
+    from tscope.model.case import finding_dict
 
     prepare_folder(out_dir, WHAT_A_CASE_IS)  # created when missing; refused when it is a link
     payload = audit.result.to_dict()
-    payload["findings"] = [asdict(f) for f in audit.findings]
+    payload["findings"] = [finding_dict(f) for f in audit.findings]
     return write_json(out_dir / XRAY_JSON, payload)

@@ -79,6 +79,7 @@ def build_case(
 ) -> Case:
     """`extra_findings`: found by other components (a replay), ranked with the rest."""
     from tscope.analyzers import Evidence, explain
+    from tscope.analyzers.calibration import calibrate
     from tscope.analyzers.detect import detect
     from tscope.analyzers.incidents import incidents as find_incidents
     from tscope.analyzers.ranking import rank_findings
@@ -88,7 +89,9 @@ def build_case(
     spikes, change_points = detect(run)
     evidence = Evidence(run, spikes, change_points, checkpoint_evidence)
     incidents = find_incidents(evidence)
-    findings = rank_findings(explain(evidence) + list(extra_findings), incidents)
+    # The one place findings get their shipped confidence: the benchmark's measured right-rate
+    # (analyzers/calibration.py), before ranking so the order compares measured rates.
+    findings = rank_findings(calibrate(explain(evidence) + list(extra_findings)), incidents)
     case = Case(
         run=RunHeader(
             name=run.name,

@@ -59,20 +59,42 @@ EXTRA_BY_PRODUCER: dict[tuple[str, str], frozenset[str]] = {
 }
 # Observations (not causes) that are true on a planted run when they sit in the cause's window:
 # used only to score every alert finding for the calibration table, never for the headline.
+# `loss_plateau` is an observation of the loss like a spike (the registry's role `symptom`): a
+# warm-up 10x too hot stalls the loss for half the run, and the finding says exactly that.
+# `weight_norm_growth` is the weights' side of `update_ratio_high`: after an LR raised 20x the
+# norms grow faster than before, a true consequence of the cause.
 SYMPTOMS = frozenset(
     {
         "loss_spike",
         "loss_divergence",
+        "loss_plateau",
         "grad_norm_spike",
         "grad_norm_high",
         "nan_loss",
         "nonfinite_weights",
         "update_ratio_high",
-        "lr_too_high",
+        "weight_norm_growth",
     }
 )
+# "The LR is too high" is a true description of what an LR raised by a jump did; near a bad
+# batch, a resume or repeated data it names a cause that is not there (the causes that accept it
+# as their name, a ramp and a hot warm-up, are in ACCEPTED).
+SYMPTOMS_BY_CAUSE: dict[str, frozenset[str]] = {
+    LR_JUMP_TRANSIENT: frozenset({"lr_too_high"}),
+    LR_JUMP_PERSISTENT: frozenset({"lr_too_high"}),
+}
 # Causes with no effect on the loss: a symptom near them is not theirs.
 NO_SYMPTOMS = frozenset({FROZEN_LAYER})
+# Findings that name the planted cause without being a cause category: the Trainer producer
+# plants a lost optimizer or scheduler by deleting optimizer.pt / scheduler.pt from the
+# checkpoint it then resumes from, and `checkpoint_incomplete` at that checkpoint names the
+# missing file. (nanoGPT's loop keeps the optimizer in ckpt.pt and loses it at load time, so a
+# `checkpoint_incomplete` there, about its RNG state, is not the cause and stays wrong.)
+NAMES_CAUSE_BY_PRODUCER: dict[tuple[str, str], frozenset[str]] = {
+    (cause, producer): frozenset({"checkpoint_incomplete"})
+    for cause in (RESUME_OPTIMIZER_LOST, RESUME_SCHEDULER_LOST)
+    for producer in ("trainer_gpt2", "trainer_llama")
+}
 
 WARMUP_WINDOW_STEPS = 30
 
@@ -118,14 +140,18 @@ def cause_is_right(spec: RunSpec, category: str, step: int | None, source: str) 
 
 
 def finding_is_right(spec: RunSpec, category: str, step: int | None, source: str) -> bool:
-    """For calibration: a finding is right when it names the planted cause in its window, or is
-    a true observation of what the cause did (a symptom in the cause's window). On a control no
-    alert is right."""
-    if spec.cause not in ACCEPTED:
+    """For calibration: a finding is right when it names the planted cause in its window (a
+    cause category of ACCEPTED, or NAMES_CAUSE_BY_PRODUCER), or is a true observation of what
+    the cause did (a symptom in the cause's window). On a control no alert is right."""
+    if spec.cause not in ACCEPTED or step is None:
         return False
     if cause_is_right(spec, category, step, source):
         return True
-    if category in SYMPTOMS and spec.cause not in NO_SYMPTOMS and step is not None:
+    if category in NAMES_CAUSE_BY_PRODUCER.get((spec.cause, spec.producer), frozenset()):
+        low, high = step_window(spec, source)
+        return low <= step <= high
+    symptoms = SYMPTOMS | SYMPTOMS_BY_CAUSE.get(spec.cause, frozenset())
+    if category in symptoms and spec.cause not in NO_SYMPTOMS:
         low, high = symptom_window(spec)
         if source == "checkpoints":
             high = max(high, _first_checkpoint_at_or_after(spec, high))

@@ -57,7 +57,22 @@ taken once, are recorded in [accuracy-heldout.md](accuracy-heldout.md).
   healthy real logs of `../shared/realdata` (the modded-nanogpt records, the three Trainer
   states, pythia 70m-seed3's segments; not pythia 14m-seed5 nor the Megatron chronicles, which
   hold real events).
-- **Calibration**: findings binned by confidence, with the fraction that was right per bin.
+- **Calibration**: findings binned by confidence, with the fraction that was right per bin. A
+  warning/critical finding is right when it names the planted cause in its window (a cause
+  category of the table below, or a finding that names the planted file: a Trainer checkpoint
+  missing the `optimizer.pt`/`scheduler.pt` the producer deleted), or is a true observation of
+  what the cause did in the cause's window (a loss/gradient spike, divergence, plateau, NaN, large
+  updates or weight-norm growth; "LR too high" after an LR jump); a layer "origin" of a global
+  cause, another cause's name, or any alert on a control is wrong (`causes.finding_is_right`).
+  Every alert finding's confidence is that measured right-rate (`analyzers/calibration.py`): per
+  category, severity and evidence band (the rule's prior in tenths, kept as
+  `findings[].rule_confidence`), shrunk with 2 pseudo-counts toward the category's other bands and
+  that toward the base rate of all alerts; info findings and categories the benchmark never
+  produces keep their rule's prior. The table (`analyzers/finding_calibration_table.py`, counts
+  next to each rate) is derived from the dev and holdout splits by one command, to re-run after
+  any rule change:
+
+      nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
 ## What counts as right
 

@@ -54,6 +54,7 @@ class Alert:
     step: int | None
     source: str
     right: bool
+    rule_confidence: float | None = None  # the rule's prior; `confidence` is the calibrated one
 
 
 @dataclass
@@ -100,6 +101,7 @@ def _alerts(spec: RunSpec, case: Any) -> list[Alert]:
             f.step,
             f.source,
             causes.finding_is_right(spec, f.category, f.step, f.source),
+            f.rule_confidence,
         )
         for f in case.findings
         if f.severity in ALERT_SEVERITIES

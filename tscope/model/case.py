@@ -64,6 +64,9 @@ class Finding:
     # Extensions beyond the contract: what threshold was crossed and where it comes from.
     threshold: str = ""
     id: str = ""  # assigned after ranking: F1 is the best explanation
+    # The rule's own confidence before calibration (analyzers/calibration.py replaces
+    # `confidence` with the benchmark's measured right-rate); None on findings never calibrated.
+    rule_confidence: float | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -149,7 +152,7 @@ class Case:
                 }
                 for cp in self.change_points
             ],
-            "findings": [asdict(finding) for finding in self.findings],
+            "findings": [finding_dict(finding) for finding in self.findings],
             "story": [asdict(event) for event in self.story],
             "checkpoints": [asdict(ckpt) for ckpt in self.checkpoints],
             "partial": [{"path": p.path, "problem": p.problem} for p in self.partial],
@@ -254,6 +257,14 @@ def _change_point(change: Fields) -> ChangePoint:
     )
 
 
+def finding_dict(finding: Finding) -> dict[str, Any]:
+    """A finding as case.json holds it: `rule_confidence` only where a calibration set it."""
+    data = asdict(finding)
+    if finding.rule_confidence is None:
+        del data["rule_confidence"]
+    return data
+
+
 def read_finding(finding: Fields) -> Finding:
     """A finding of a case or cluster file; Finding's own checks refused in one line."""
     try:
@@ -270,6 +281,7 @@ def read_finding(finding: Fields) -> Finding:
             spike_id=finding.optional_text("spike_id"),
             threshold=finding.text("threshold"),
             id=finding.text("id"),
+            rule_confidence=finding.optional_number("rule_confidence"),
         )
     except CaseFormatError:
         raise

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tscope.model.case import SCHEMA_VERSION, Finding, json_safe
+from tscope.model.case import SCHEMA_VERSION, Finding, finding_dict, json_safe
 
 STATUSES = ("stable", "unstable")
 # The report's chart draws at most this many runs (unstable first), each as at most this many
@@ -169,7 +169,7 @@ class ClusterReport:
             "runs": [self._run_dict(profile) for profile in self.profiles],
             "clusters": [_cluster_dict(cluster) for cluster in self.clusters],
             "aligned_spikes": [asdict(spike) for spike in self.aligned_spikes],
-            "findings": [asdict(finding) for finding in self.findings],
+            "findings": [finding_dict(finding) for finding in self.findings],
             "skipped": list(self.skipped),
             "limits": list(self.limits),
             "summary": self.summary,
