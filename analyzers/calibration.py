@@ -26,16 +26,13 @@ rule change, with one command (it scores the dev and holdout splits, ~10 min, th
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
 **Headline**: the confidence the verdict and the incident card state for the cause is how often a
-headline naming that cause category was right on the dev split of bench/accuracy (runs from
+headline naming that cause category was right on the tuning splits (dev and the spent holdout)
+of bench/accuracy (runs from
 transformers.Trainer with GPT-2 and Llama, a plain-torch nanoGPT loop and Lightning, each with
 one planted cause, plus healthy controls), as (right + 1) / (named + 2) — the Laplace estimate,
 so a category right 3 times of 3 says 0.8, not 1.0. Categories the benchmark has not headlined
-keep their rule's confidence. The test split scores the result once (docs/accuracy.md's
-reliability table); regenerate these counts with
-
-    .venv/bin/python bench/accuracy/run.py --split dev --no-generate
-
-("Per headline category (precision)").
+keep their rule's confidence. The counts (`HEADLINE_RIGHT_OF_NAMED`) are generated into the same
+table by the same command; a held-out split scores the result once (docs/accuracy-heldout.md).
 """
 
 from __future__ import annotations
@@ -44,28 +41,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
-from tscope.analyzers.finding_calibration_table import BY_CATEGORY, BY_EVIDENCE
+from tscope.analyzers.finding_calibration_table import (
+    BY_CATEGORY,
+    BY_EVIDENCE,
+    HEADLINE_RIGHT_OF_NAMED,
+)
 from tscope.model import Finding
 from tscope.model.categories import ALERT_SEVERITIES
-
-# (right, named) per headline cause category, dev split, 95 runs (74 planted, 21 controls),
-# measured 2026-12-01 on main after merging the cause competition (analyzers/causes.py), the LR
-# ramp rule (explainers/lr_ramp.py) and the data rules (explainers/repeated_data.py,
-# bad_batch_logs.py): 91 of 95 headlines right, every miss a planted run called healthy (no
-# category named wrongly; 0 alerts on the 21 controls). Every category is right on every dev run
-# it headlines, so these say (n + 1) / (n + 2); the held-out split's reliability table is what
-# shows whether that is over-confident (docs/accuracy.md).
-HEADLINE_RIGHT_OF_NAMED: dict[str, tuple[int, int]] = {
-    "lr_schedule_jump": (16, 16),
-    "resume_discontinuity": (11, 11),
-    "warmup_too_short": (8, 8),
-    "frozen_parameters": (8, 8),
-    "optimizer_state_reset": (7, 7),
-    "repeated_data": (7, 7),
-    "bad_batch": (5, 5),
-    "lr_ramp": (5, 5),
-    "lr_too_high": (3, 3),
-}
 
 
 def calibrated_confidence(category: str, rule_confidence: float) -> float:

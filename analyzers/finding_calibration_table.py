@@ -70,3 +70,16 @@ BY_EVIDENCE: dict[tuple[str, str, float], tuple[float, int, int]] = {
     ("weight_norm_growth", "warning", 0.5): (0.99, 2, 2),
     ("weight_norm_growth", "warning", 0.7): (0.99, 10, 10),
 }
+# headline cause category -> (right, named): how often a headline naming it was right
+# (a control's headline is always wrong); analyzers/calibration.py states (r+1)/(n+2).
+HEADLINE_RIGHT_OF_NAMED: dict[str, tuple[int, int]] = {
+    "bad_batch": (5, 5),
+    "frozen_parameters": (8, 8),
+    "lr_ramp": (5, 5),
+    "lr_schedule_jump": (16, 16),
+    "lr_too_high": (3, 3),
+    "optimizer_state_reset": (7, 7),
+    "repeated_data": (7, 7),
+    "resume_discontinuity": (11, 11),
+    "warmup_too_short": (8, 8),
+}

@@ -4,7 +4,8 @@
 
 scores the dev and holdout splits (bench/accuracy/run.py --no-generate --skip-realdata, results
 under /tmp, ~10 min on a quiet machine) and rewrites analyzers/finding_calibration_table.py from
-both. Given results files instead it derives from those:
+both, with the headline's (right, named) counts per cause category (analyzers/calibration.py
+`calibrated_confidence`). Given results files instead it derives from those:
 
     .venv/bin/python scripts/derive_calibration.py DEV.json [HOLDOUT.json ...] [--write]
     .venv/bin/python scripts/derive_calibration.py DEV.json --evaluate HOLDOUT.json
@@ -53,6 +54,7 @@ class Table:
     base: tuple[float, int, int]  # (rate, right, alerts)
     by_category: dict[str, tuple[float, int, int]]
     by_evidence: dict[Key, tuple[float, int, int]]
+    headlines: dict[str, tuple[int, int]]  # headline cause category -> (right, named)
 
     def confidence(self, alert: Scored) -> float:
         from tscope.analyzers.calibration import evidence_band
@@ -84,6 +86,19 @@ def alerts_of(results: dict[str, Any]) -> list[Scored]:
     ]
 
 
+def headline_counts(results: Iterable[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """(right, named) per cause category the headline names; a control's headline is wrong."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for data in results:
+        for run in data["runs"]:
+            category = (run.get("headline") or {}).get("headline_category")
+            if category is None:
+                continue
+            counts[str(category)][0] += bool(run["right"]) and run["cause"] != "control"
+            counts[str(category)][1] += 1
+    return {c: (r, n) for c, (r, n) in sorted(counts.items())}
+
+
 # No count this benchmark holds supports a certainty: a stated rate stops at 0.99.
 MAX_CONFIDENCE = 0.99
 
@@ -96,7 +111,7 @@ def _stated(rate: float) -> float:
     return round(min(rate, MAX_CONFIDENCE), 2)
 
 
-def derive(alerts: Iterable[Scored]) -> Table:
+def derive(alerts: Iterable[Scored], headlines: dict[str, tuple[int, int]] | None = None) -> Table:
     from tscope.analyzers.calibration import evidence_band
 
     alerts = list(alerts)
@@ -125,6 +140,7 @@ def derive(alerts: Iterable[Scored]) -> Table:
         (_stated(base), right_all, len(alerts)),
         {c: (_stated(_shrunk(r, n, base)), r, n) for c, (r, n) in sorted(category_counts.items())},
         {key: (_stated(cell_rate(key, r, n)), r, n) for key, (r, n) in sorted(cell_counts.items())},
+        dict(headlines or {}),
     )
 
 
@@ -154,6 +170,11 @@ def table_source(table: Table, derived_from: str) -> str:
             f"    ({json.dumps(k[0])}, {json.dumps(k[1])}, {k[2]!r}): {v!r},"
             for k, v in table.by_evidence.items()
         ),
+        "}",
+        "# headline cause category -> (right, named): how often a headline naming it was right",
+        "# (a control's headline is always wrong); analyzers/calibration.py states (r+1)/(n+2).",
+        "HEADLINE_RIGHT_OF_NAMED: dict[str, tuple[int, int]] = {",
+        *(f"    {json.dumps(c)}: {v!r}," for c, v in table.headlines.items()),
         "}",
     ]
     return "\n".join(lines) + "\n"
@@ -189,7 +210,7 @@ def score_splits() -> list[Path]:
             "--no-generate",
             "--skip-realdata",
             "--jobs",
-            "1",
+            "2",
             "--results",
             str(results),
         ]
@@ -210,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         parser.error("give results files or --score")
     results = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
-    table = derive(alert for data in results for alert in alerts_of(data))
+    table = derive(
+        (alert for data in results for alert in alerts_of(data)), headline_counts(results)
+    )
     source = table_source(table, _describe(paths, results))
     print(source)
     for path in options.evaluate:

@@ -14,6 +14,7 @@ import pytest
 import tscope
 from tscope.analyzers import calibration
 from tscope.analyzers.calibration import calibrate, evidence_band, finding_confidence
+from tscope.analyzers.categories import CATEGORIES
 from tscope.analyzers.finding_calibration_table import (
     BASE_RATE,
     BY_CATEGORY,
@@ -21,7 +22,7 @@ from tscope.analyzers.finding_calibration_table import (
     PSEUDO_COUNTS,
 )
 from tscope.model import Finding
-from tscope.model.categories import ALERT_SEVERITIES, CATEGORIES
+from tscope.model.categories import ALERT_SEVERITIES
 
 ROOT = Path(__file__).resolve().parents[1]
 for folder in (ROOT / "scripts", ROOT / "bench" / "accuracy"):
