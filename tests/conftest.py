@@ -53,6 +53,8 @@ SLOW_MODULES = frozenset({
     "test_replay_stats", "test_replay_stats_activations", "test_replay_stats_attention",
     "test_replay_stats_transfer", "test_replay_nonfinite", "test_compiled_loops",
     "test_parser_fuzz",
+    # Train benchmark runs in their module fixtures (nanoGPT, Lightning, Trainer producers).
+    "test_bad_batch_producers", "test_warmup_and_repetition_rules",
 })  # fmt: skip
 SLOW_TESTS = frozenset(
     {

@@ -24,7 +24,7 @@ if str(ACCURACY_DIR) not in sys.path:
 import paths  # noqa: E402, F401  (puts fixtures/ on sys.path, no bytecode in the repository)
 from generate import generate, run_folder  # noqa: E402
 from score import RunScore, score_run  # noqa: E402
-from spec import BAD_BATCH, CONTROL, RunSpec  # noqa: E402
+from spec import BAD_BATCH, CONTROL, SMOKE_SETTINGS, RunSpec  # noqa: E402
 
 import tscope  # noqa: E402
 from tscope.analyzers.explainers import bad_batch_logs  # noqa: E402
@@ -32,21 +32,7 @@ from tscope.ingest import ReadOptions, read_inputs  # noqa: E402
 
 pytest.importorskip("torch")
 
-SMALL: dict[str, Any] = {
-    "model": "nanogpt",
-    "hidden": 32,
-    "layers": 2,
-    "heads": 2,
-    "steps": 60,
-    "batch_size": 8,
-    "grad_accum": 1,
-    "schedule": "cosine",
-    "warmup_steps": 10,
-    "peak_lr": 3e-3,
-    "precision": "fp32",
-    "save_every": 30,
-    "data_order": "shuffled",
-}
+SMALL: dict[str, Any] = {"model": "nanogpt", **SMOKE_SETTINGS, "save_every": 30}
 # nanoGPT's stdout log (index 98 % 3 == 2): no gradient norm, so only the loss can speak.
 NANOGPT_BAD = RunSpec(
     producer="nanogpt",

@@ -39,7 +39,6 @@ import tscope  # noqa: E402
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.slow
 
 WARMUP_HOT = "trainer_llama-warmup_too_hot-50"
 REPEATED_DEEP = "trainer_llama-repeated_data-50"
