@@ -45,10 +45,11 @@ def test_long_logging_window_is_stated(cases):
     assert "logging_window" in kinds
 
 
-def test_corrupted_batch_step_is_the_biggest_loss_spike_with_a_finding(cases):
-    """6 of 24 rows of random tokens lift the loss 1.15× for one step, as a healthy control's
-    natural batch does (+17–25%): the severity rule keeps it a note, and the verdict names it
-    with the way to see its rows."""
+def test_corrupted_batch_step_is_the_biggest_loss_spike_and_a_bad_batch(cases):
+    """6 of 24 rows of random tokens lift the loss 1.19× its local trend for one step, as a
+    healthy control's natural batch can (+17–25%), so the loss spike's own impact grades it a
+    note; what makes it a bad batch is that it stands out: 11.7 robust σ and 3.4× any other
+    excursion of the run, with the gradient norm 3.4× its neighbours (bad_batch_logs)."""
     step = manifest("corrupted_batch")["planted"]["step"]
     case = cases["corrupted_batch"]
     loss_spikes = [s for s in case.spikes if s.metric == "train/loss"]
@@ -57,9 +58,12 @@ def test_corrupted_batch_step_is_the_biggest_loss_spike_with_a_finding(cases):
         f.step == step and f.category == "loss_spike" and f.severity == "info"
         for f in case.findings
     )
-    assert case.summary.status == "healthy"
+    assert [(f.category, f.step, f.severity) for f in case.findings[:1]] == [
+        ("bad_batch", step, "warning")
+    ]
+    assert case.summary.status == "incident"
     verdict = case.summary.verdict
-    assert f"The largest loss bump, at step {step}" in verdict
+    assert "most likely a bad batch" in verdict
     assert f"tscope replay --around {step}" in verdict
 
 

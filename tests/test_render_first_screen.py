@@ -67,14 +67,14 @@ def test_only_the_warning_spike_is_shaded_and_the_zoom_frames_it(rendered: dict[
     assert "<title>step 151: train/loss 3.6 nats" in zoom  # hover reads the step and its values
 
 
-def test_a_note_sized_bump_gets_no_band_and_no_card(rendered: dict[str, Any]) -> None:
-    """corrupted_batch's 1.15× one-step bump is a note by the severity rule: no red band, no
-    zoom, no incident card; the verdict names it."""
+def test_a_bad_batch_that_stands_out_gets_the_incident_card(rendered: dict[str, Any]) -> None:
+    """corrupted_batch's 1.19× one-step bump is a note by the loss's own impact, but it stands
+    out of the run (bad_batch_logs): the chart marks it and the incident card names the cause."""
     files = rendered["corrupted_batch"]["files"]
-    assert 'class="spike"' not in files["case-chart.svg"]
-    assert "case-zoom.svg" not in files
-    assert 'id="incident"' not in files["case.html"]
-    assert "The largest loss bump, at step 145" in files["case.html"]
+    assert 'class="spike"' in files["case-chart.svg"]
+    card_html = files["case.html"].split('<section id="incident"', 1)[1].split("</section>", 1)[0]
+    assert "bad_batch" in card_html
+    assert "tscope replay --around 145" in files["case.html"]
 
 
 def test_the_incident_card_says_what_when_how_bad_why_and_where_to_restart(

@@ -20,6 +20,7 @@ import pytest
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detectors.robust_z import ROBUST_Z_ALARM_SIGMA, RobustZDetector
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_SIGMA, SpikeScoreDetector
+from tscope.analyzers.explainers import bad_batch_logs
 from tscope.analyzers.explainers.resume import RESUME_LOSS_SIGMA, _loss_jump
 from tscope.analyzers.signals import fmt, loss_series
 from tscope.model.metric_names import is_loss_like
@@ -58,6 +59,30 @@ def _spike_score(run, spike, spikes, unit: str) -> float:  # type: ignore[no-unt
     return float(max(scores))
 
 
+def _break_sigma(run, step: int) -> float:  # type: ignore[no-untyped-def]
+    """bad_batch_logs' σ recomputed from its definition: the point's excess over the median of
+    TREND_POINTS points each side, over 1.4826 × the MAD of the other points' excesses within
+    NOISE_POINTS (its own neighbours left out)."""
+    steps, values = loss_series(run, "train/loss")
+    keep = np.isfinite(values)
+    steps, values = steps[keep], values[keep]
+    half = bad_batch_logs.TREND_POINTS
+
+    def excess(j: int) -> float:
+        around = np.r_[values[max(0, j - half) : j], values[j + 1 : j + 1 + half]]
+        return float(values[j] - np.median(around))
+
+    i = int(np.searchsorted(steps, step))
+    window = bad_batch_logs.NOISE_POINTS
+    others = [
+        excess(j)
+        for j in range(max(0, i - window), min(values.size, i + 1 + window))
+        if abs(j - i) > 1
+    ]
+    noise = 1.4826 * float(np.median(np.abs(np.asarray(others) - np.median(others))))
+    return excess(i) / noise
+
+
 @pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
 def test_every_printed_sigma_is_the_score_compared_with_the_threshold(path: Path) -> None:
     case, run = analyze_run(path, read_weights=False)
@@ -69,6 +94,9 @@ def test_every_printed_sigma_is_the_score_compared_with_the_threshold(path: Path
                 spike = spikes[finding.spike_id]
                 score = _spike_score(run, spike, case.spikes, unit)
                 threshold = DETECTORS[unit][1]
+            elif finding.category == "bad_batch":
+                score = _break_sigma(run, int(finding.evidence["step"]))
+                threshold = bad_batch_logs.MIN_SIGMA
             elif finding.category == "resume_discontinuity":
                 jump = _loss_jump(run, int(finding.evidence["resume_step"]))
                 assert jump is not None
