@@ -75,12 +75,18 @@ def finding_confidence(category: str, severity: str, rule_confidence: float) -> 
     return measured[0] if measured is not None else rule_confidence
 
 
+# Where the benchmark's findings come from: it analyzes logs and checkpoints, never replays, so a
+# replay's finding of the same category (which has seen the batch itself) keeps its rule's prior.
+MEASURED_SOURCES = frozenset({"logs", "checkpoints"})
+
+
 def calibrate(findings: Iterable[Finding]) -> list[Finding]:
     """Every finding with its calibrated confidence and its rule's prior kept (once: a finding
-    that already carries its prior is left as it is)."""
+    that already carries its prior is left as it is; one from a source the benchmark does not
+    measure is left as it is)."""
     return [
         finding
-        if finding.rule_confidence is not None
+        if finding.rule_confidence is not None or finding.source not in MEASURED_SOURCES
         else replace(
             finding,
             confidence=finding_confidence(finding.category, finding.severity, finding.confidence),

@@ -9,7 +9,7 @@ from typing import Any
 
 from tscope.model.case_fields import CaseFormatError, Fields
 from tscope.model.case_parts import LayerHeatmap, RunHeader, Summary
-from tscope.model.categories import SEVERITIES
+from tscope.model.categories import SEVERITIES, SOURCES
 from tscope.model.replay_section import ReplaySection
 from tscope.model.run import Caveat, PartialInput, RunEvent
 from tscope.model.xray_section import XraySection
@@ -17,7 +17,6 @@ from tscope.model.xray_section import XraySection
 # The case.json schema this tscope writes and reads. A file of another major version is refused
 # (`Case.from_dict`); within one major version later fields are optional, so older files still read.
 SCHEMA_VERSION = "1"
-SOURCES = ("logs", "checkpoints", "replay", "cluster", "xray")
 
 
 @dataclass(frozen=True)
