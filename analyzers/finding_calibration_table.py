@@ -75,14 +75,12 @@ BY_EVIDENCE: dict[tuple[str, str, float], tuple[float, int, int]] = {
 # (a control's headline is always wrong); analyzers/calibration.py states (r+1)/(n+2).
 HEADLINE_RIGHT_OF_NAMED: dict[str, tuple[int, int]] = {
     "bad_batch": (11, 11),
-    "checkpoint_incomplete": (1, 1),
     "frozen_parameters": (16, 16),
-    "loss_divergence": (3, 3),
-    "lr_ramp": (12, 12),
+    "lr_ramp": (9, 9),
     "lr_schedule_jump": (32, 32),
-    "nan_loss": (1, 1),
-    "optimizer_state_reset": (19, 19),
+    "lr_too_high": (7, 7),
+    "optimizer_state_reset": (17, 17),
     "repeated_data": (14, 15),
-    "resume_discontinuity": (16, 16),
+    "resume_discontinuity": (19, 19),
     "warmup_too_short": (16, 16),
 }

@@ -91,7 +91,7 @@ def headline_counts(results: Iterable[dict[str, Any]]) -> dict[str, tuple[int, i
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for data in results:
         for run in data["runs"]:
-            category = (run.get("headline") or {}).get("headline_category")
+            category = (run.get("headline") or {}).get("category")  # the cause it names
             if category is None:
                 continue
             counts[str(category)][0] += bool(run["right"]) and run["cause"] != "control"

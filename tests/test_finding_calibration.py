@@ -8,17 +8,24 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tscope
 from tscope.analyzers import calibration
-from tscope.analyzers.calibration import calibrate, evidence_band, finding_confidence
+from tscope.analyzers.calibration import (
+    calibrate,
+    calibrated_confidence,
+    evidence_band,
+    finding_confidence,
+)
 from tscope.analyzers.categories import CATEGORIES
 from tscope.analyzers.finding_calibration_table import (
     BASE_RATE,
     BY_CATEGORY,
     BY_EVIDENCE,
+    HEADLINE_RIGHT_OF_NAMED,
     PSEUDO_COUNTS,
 )
 from tscope.model import Finding
@@ -225,3 +232,28 @@ def test_symptoms_count_in_the_causes_window_and_never_on_a_control():
 @pytest.mark.parametrize("producer", ["trainer_gpt2", "trainer_llama"])
 def test_the_trainer_naming_rule_covers_both_trainer_producers(producer: str):
     assert ("resume_optimizer_lost", producer) in causes.NAMES_CAUSE_BY_PRODUCER
+
+
+def test_headline_counts_are_per_named_cause_and_a_controls_headline_is_wrong():
+    def run(cause: str, named: str | None, right: bool) -> dict[str, Any]:
+        headline = {"category": named, "headline_category": "loss_spike"}
+        return {"cause": cause, "right": right, "headline": headline, "alerts": []}
+
+    results = {
+        "runs": [
+            run("bad_batch", "bad_batch", True),
+            run("repeated_data", "bad_batch", True),
+            run("control", "bad_batch", False),
+            run("lr_ramp", "lr_too_high", False),
+            run("bad_batch", None, False),  # called healthy: names no cause
+        ]
+    }
+    assert derive_calibration.headline_counts([results]) == {
+        "bad_batch": (2, 3),
+        "lr_too_high": (0, 1),
+    }
+    assert calibrated_confidence("lr_schedule_jump", 0.9) == round(
+        (HEADLINE_RIGHT_OF_NAMED["lr_schedule_jump"][0] + 1)
+        / (HEADLINE_RIGHT_OF_NAMED["lr_schedule_jump"][1] + 2),
+        2,
+    )
