@@ -17,6 +17,7 @@ import pytest
 from case_payloads import incident_case
 from layout import CONTENT_PX, inline_svgs, overlapping_labels, svg_label_boxes, table_min_widths
 
+from tscope.analyzers.calibration import calibrated_confidence
 from tscope.analyzers.summary import Diagnosis
 from tscope.model.replay_section import ReplaySection
 from tscope.render import load_case_payload, render_case
@@ -89,11 +90,14 @@ def test_the_incident_card_says_what_when_how_bad_why_and_where_to_restart(
     assert '<span class="badge severity-warning">warning</span>' in card_html
     assert "<strong>a learning-rate schedule jump</strong>" in card_html
     assert '<code class="small-id">lr_schedule_jump</code>' in card_html  # the id, small
-    assert "<strong>high</strong> (0.94)" in card_html
+    # the headline's calibrated confidence: the measured precision of lr_schedule_jump headlines
+    stated = str(calibrated_confidence("lr_schedule_jump", 0.9))
+    assert float(stated) >= 0.8
+    assert f"<strong>high</strong> ({stated})" in card_html
     assert "high ≥ 0.8" in card_html  # the legend for the word
     assert "trainer.train(resume_from_checkpoint=&#34;checkpoint-120&#34;)" in card_html
     markdown = rendered["lr_jump"]["files"]["case.md"]
-    assert "| Confidence | **high** (0.94) |" in markdown
+    assert f"| Confidence | **high** ({stated}) |" in markdown
 
 
 def test_printed_sigma_is_the_one_compared_with_the_threshold(rendered: dict[str, Any]) -> None:
