@@ -27,6 +27,7 @@ from score import RunScore, score_run  # noqa: E402
 from spec import BAD_BATCH, CONTROL, SMOKE_SETTINGS, RunSpec  # noqa: E402
 
 import tscope  # noqa: E402
+from tscope.analyzers.calibration import finding_confidence  # noqa: E402
 from tscope.analyzers.explainers import bad_batch_logs  # noqa: E402
 from tscope.ingest import ReadOptions, read_inputs  # noqa: E402
 
@@ -114,8 +115,10 @@ def test_nanogpt_without_gradient_norm_is_read_from_the_loss(cache: Path) -> Non
     assert found.evidence["dominance"] >= bad_batch_logs.DOMINANCE_LOSS_ONLY
     assert found.evidence["robust_sigmas"] >= bad_batch_logs.MIN_SIGMA
     # The confidence and the message say what is missing.
-    assert found.confidence == pytest.approx(bad_batch_logs.LOSS_ONLY_CONFIDENCE)
-    assert found.confidence < bad_batch_logs.LOGS_CONFIDENCE
+    # (the rule's prior; the stated confidence is the calibrated rate of such findings)
+    assert found.rule_confidence == pytest.approx(bad_batch_logs.LOSS_ONLY_CONFIDENCE)
+    assert found.rule_confidence < bad_batch_logs.LOGS_CONFIDENCE
+    assert found.confidence == finding_confidence("bad_batch", "warning", found.rule_confidence)
     assert "gradient norm was not logged" in found.message
     assert "tscope replay --around" in found.message
 
