@@ -45,11 +45,15 @@ def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Fi
                 return position
         return len(incidents)
 
-    def key(finding: Finding) -> tuple[int, int, int, float, int, str]:
+    def key(finding: Finding) -> tuple[int, int, int, int, float, int, str]:
         return (
             severity_rank(finding.severity),
             linked_incident(finding),
             ranking_role(finding.category),
+            # A replay saw the batch and the state themselves: of two findings in the same role
+            # for one incident, its comes first, whatever the logs' inference is stated at (their
+            # confidence is a benchmark rate; a replay's is its rule's own, not comparable).
+            0 if finding.source == "replay" else 1,
             -finding.confidence,
             finding.step if finding.step is not None else -1,
             finding.category,
