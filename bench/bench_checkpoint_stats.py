@@ -15,6 +15,9 @@ warm page cache (the files are read once first), alternating so each side sees t
              files (tscope.ingest.checkpoints.stats.safetensors_scan, compiled kernels,
              `--workers` threads): the *marginal* seconds. Ratio = cat / marginal, per round,
              then the median of the rounds (goal >= 0.5).
+* reads    — (--reads) the same scan reading every span with os.preadv into a reused buffer
+             instead of mapping the large tensors' spans (what the mmap buys; the default
+             before it).
 * numpy    — (--numpy) the same scan with the numpy fallback kernels (what the `fast` extra buys).
 * torch    — (--torch) the torch path (tensor_stats over each tensor read by read_tensor).
 
@@ -61,7 +64,10 @@ def scan_all(files):
                     tensor_stats(read_tensor(Path(path), entry, path), runner)
                     tensors += 1
         return tensors
+    from tscope.ingest.checkpoints.stats import safetensors_scan
     from tscope.ingest.checkpoints.stats.safetensors_scan import scan_safetensors
+    if mode == "reads":
+        safetensors_scan.MAP_LARGE_SPANS = False
     for path in files:
         for _ in scan_safetensors(Path(path), path, workers=workers):
             tensors += 1
@@ -158,6 +164,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--numpy", action="store_true", help="also the numpy fallback kernels")
     parser.add_argument("--torch", action="store_true", help="also the torch path")
+    parser.add_argument("--reads", action="store_true", help="also the scan by reads, no mmap")
     parser.add_argument("--dtypes", nargs="*", default=["BF16", "F32"], choices=["BF16", "F32"])
     arguments = parser.parse_args()
     print(f"start: {load()}, {os.cpu_count()} CPUs, {arguments.workers} workers")
@@ -170,7 +177,12 @@ def main() -> None:
             for seed, path in enumerate(paths):
                 write_checkpoint(path, code, arguments.gb, seed)
             size = sum(p.stat().st_size for p in paths)
-            modes = ["scan"] + ["numpy"] * arguments.numpy + ["torch"] * arguments.torch
+            modes = (
+                ["scan"]
+                + ["reads"] * arguments.reads
+                + ["numpy"] * arguments.numpy
+                + ["torch"] * arguments.torch
+            )
             walls: list[float] = []
             cpus: list[float] = []
             results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}

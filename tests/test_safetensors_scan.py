@@ -61,12 +61,14 @@ def _assert_close(scanned: TensorStats, reference: TensorStats, name: str) -> No
     np.testing.assert_array_equal(scanned.log_histogram, reference.log_histogram, err_msg=name)
 
 
+@pytest.mark.parametrize("mapped", [True, False])
 @pytest.mark.parametrize("workers", [1, 3])
 def test_scan_equals_the_torch_path_for_every_tensor(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, mapped: bool
 ) -> None:
     monkeypatch.setattr(safetensors_scan, "SPAN_BYTES", 64 << 10)  # many spans per tensor
     monkeypatch.setattr(safetensors_scan, "READ_BYTES", 16 << 10)  # several reads per span
+    monkeypatch.setattr(safetensors_scan, "MAP_LARGE_SPANS", mapped)  # mmap'd spans, or reads
     path = tmp_path / "model.safetensors"
     save_file(_tensors(), str(path))
     reference = {name: tensor_stats(t) for name, t in load_file(str(path)).items()}
