@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -76,8 +77,7 @@ SCANNED_DTYPES = ("BF16", "F16", "F32", "F64")
 _TORCH_NAMES = {code: DTYPES[code][0] for code in SCANNED_DTYPES}
 
 
-@dataclass(frozen=True)
-class _Piece:
+class _Piece(NamedTuple):  # a tuple: built once per tensor, 100,000s of them in a large file
     entry: int  # index into the scanned entries
     start: int  # byte offsets inside the span
     stop: int
