@@ -153,3 +153,22 @@ def byte_llama_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
         "short_warmup": train_byte_llama(root / "short_warmup", 60, 15, warmup=10),
         "gentle_warmup": train_byte_llama(root / "gentle_warmup", 60, 10, warmup=40),
     }
+
+
+# Every what-if the corrupted_batch replay tests judge (test_render_replay: skip and lr=0.5, its
+# goldens; test_replay_pipeline: all three): replayed once per session, judged per module.
+CORRUPTED_BATCH_WHAT_IFS = ("skip", "from=60", "lr=0.5")
+
+
+@pytest.fixture(scope="session")
+def corrupted_batch_replays() -> Any:
+    """`tscope replay corrupted_batch --around 145` with CORRUPTED_BATCH_WHAT_IFS, replayed and not
+    yet judged (tscope.replay_pipeline.Replays): `judged(replays, what_ifs)` gives the
+    investigation of any of them, as `investigate(..., what_ifs=...)` would."""
+    from tscope.replay_pipeline import replay_what_ifs
+
+    run = FIXTURES_DIR / "data" / "trainer" / "corrupted_batch"
+    entry = FIXTURES_DIR / "entries" / "trainer_fixtures.py"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")
+        return replay_what_ifs(run, 145, entry, what_ifs=CORRUPTED_BATCH_WHAT_IFS)

@@ -196,8 +196,40 @@ def investigate(
     run: Run | None = None,
 ) -> Investigation:
     """`run`: the run's logs when the caller has read them (else they are read here)."""
-    from tscope.analyzers.replay import cause_verdict, judge, replay_findings, spike_line
-    from tscope.analyzers.signals import loss_series, primary_loss
+    replays = replay_what_ifs(
+        run_dir, around, entry, window, device, deterministic, what_ifs, statistics, on_step, run
+    )
+    return judged(replays, what_ifs)
+
+
+@dataclass(frozen=True)
+class Replays:
+    """The replays of one investigation before they are judged: the baseline (with what its
+    attribution and statistics observers found) and one replay per what-if, by its text."""
+
+    run_dir: str | Path
+    around: int
+    window: tuple[int, int]
+    run: Run
+    baseline: ReplayResult
+    attribution: Any  # tscope.replay.attribution.SampleAttribution, after the baseline
+    statistics_notes: tuple[str, ...]
+    what_if_results: dict[str, ReplayResult]
+
+
+def replay_what_ifs(
+    run_dir: str | Path,
+    around: int,
+    entry: str | Path,
+    window: tuple[int, int] = DEFAULT_WINDOW,
+    device: str = "cpu",
+    deterministic: bool = True,
+    what_ifs: Sequence[str] = (),
+    statistics: bool = True,
+    on_step: ProgressCallback | None = None,
+    run: Run | None = None,
+) -> Replays:
+    """The baseline replay and each what-if's replay, not yet judged (investigate judges them)."""
     from tscope.replay.attribution import SampleAttribution, attribution_steps
     from tscope.replay.suite import StatisticsSuite
 
@@ -218,15 +250,30 @@ def investigate(
         run_dir, around, window=window, on_step=on_step, observers=observers, **common
     )
     bad = attribution.bad_samples()
+    what_if_results = {
+        experiment.text: _what_if(run_dir, around, window, experiment, bad, common)
+        for experiment in experiments
+    }
+    notes = tuple(suite.notes) if suite is not None else ()
+    return Replays(run_dir, around, window, run, baseline, attribution, notes, what_if_results)
+
+
+def judged(replays: Replays, what_ifs: Sequence[str]) -> Investigation:
+    """The investigation of `what_ifs` (each one `replays` holds), judged against the baseline."""
+    from tscope.analyzers.replay import cause_verdict, judge, replay_findings, spike_line
+    from tscope.analyzers.signals import loss_series, primary_loss
+
+    run, baseline, attribution = replays.run, replays.baseline, replays.attribution
+    first, last = replays.around + replays.window[0], replays.around + replays.window[1]
+    bad = attribution.bad_samples()
     skips = attribution.skip_suggestion()
-    first, last = around + window[0], around + window[1]
     metric = primary_loss(run)
     logged = loss_series(run, metric) if metric else None
     reference = spike_line(baseline.per_step, first, logged)
     outcomes: list[InterventionOutcome] = []
     what_if_results: dict[str, ReplayResult] = {}
-    for experiment in experiments:
-        result = _what_if(run_dir, around, window, experiment, bad, common)
+    for experiment in [parse_what_if(text) for text in what_ifs]:
+        result = replays.what_if_results[experiment.text]
         what_if_results[experiment.text] = result
         outcomes.append(
             judge(
@@ -243,8 +290,8 @@ def investigate(
     if not baseline.fidelity.reproduced:
         # The what-ifs change a replay that is not the run: they are no evidence about its cause.
         outcomes = [replace(outcome, conclusive=False) for outcome in outcomes]
-    if suite is not None and suite.notes:
-        restore = replace(baseline.restore, notes=baseline.restore.notes + tuple(suite.notes))
+    if replays.statistics_notes:
+        restore = replace(baseline.restore, notes=baseline.restore.notes + replays.statistics_notes)
         baseline = replace(baseline, restore=restore)
     result = replace(
         baseline,
@@ -255,7 +302,7 @@ def investigate(
         cause=cause_verdict(outcomes),
     )
     return Investigation(
-        run_dir=str(run_dir),
+        run_dir=str(replays.run_dir),
         result=result,
         findings=replay_findings(result),
         run=run,
