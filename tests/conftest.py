@@ -72,6 +72,24 @@ SLOW_TESTS = frozenset(
         # its scheduler-only tests stay in the fast loop.
         "test_a_planted_ramp_is_found_at_its_first_step",
         "test_cyclic_and_restart_schedules_trained_for_real_stay_silent",
+        # The fast loop's longest single tests left (`--durations=40`, 2026-12-02, under load
+        # ~10: 86 s of CPU in 10:14 wall, so about a seventh of each wall time is its CPU):
+        # the safetensors scan against torch on every tensor (42 s wall, all parameters), the
+        # sigma audit over every planted run (23 s), the healthy checkpoint controls (17 s), the
+        # CUSUM excursion scan (13 s), the real-log folders grouped and refused (20 s together),
+        # torch's metadata reader (7 s), a trainscope recording (7 s), the cluster settings
+        # (7 s), a Pythia table (7 s) and the real runs' LR configs (6.5 s).
+        "test_scan_equals_the_torch_path_for_every_tensor",
+        "test_the_audit_covers_spikes_of_both_series",
+        "test_healthy_checkpoints_raise_nothing",
+        "test_a_downward_excursion_is_reported_downward_up_to_the_next_change",
+        "test_the_176b_prequel_and_chronicles_are_one_run_and_pythia_segments_too",
+        "test_a_folder_of_unrelated_real_runs_is_refused_naming_them",
+        "test_torchs_own_metadata_reader_would_have_run_it",
+        "test_the_recording_alone_is_a_run_with_global_layer_and_routing_series",
+        "test_each_cluster_is_explained_by_its_own_setting",
+        "test_pythia_14m_seed5_keeps_the_one_step_spike_at_95457",
+        "test_real_runs_are_told_apart_and_their_lrs_are_typical",
     }
 )
 
@@ -162,13 +180,13 @@ CORRUPTED_BATCH_WHAT_IFS = ("skip", "from=60", "lr=0.5")
 
 @pytest.fixture(scope="session")
 def corrupted_batch_replays() -> Any:
-    """`tscope replay corrupted_batch --around 145` with CORRUPTED_BATCH_WHAT_IFS, replayed and not
-    yet judged (tscope.replay_pipeline.Replays): `judged(replays, what_ifs)` gives the
-    investigation of any of them, as `investigate(..., what_ifs=...)` would."""
-    from tscope.replay_pipeline import replay_what_ifs
+    """`tscope replay corrupted_batch --around 145` with CORRUPTED_BATCH_WHAT_IFS, its replays
+    (tscope.replay_pipeline.Replays): `judged(replays, what_ifs)` gives the investigation of any
+    of them, as `investigate(..., what_ifs=...)` would."""
+    from tscope.replay_pipeline import investigate
 
     run = FIXTURES_DIR / "data" / "trainer" / "corrupted_batch"
     entry = FIXTURES_DIR / "entries" / "trainer_fixtures.py"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")
-        return replay_what_ifs(run, 145, entry, what_ifs=CORRUPTED_BATCH_WHAT_IFS)
+        return investigate(run, 145, entry, what_ifs=CORRUPTED_BATCH_WHAT_IFS).replays

@@ -44,6 +44,7 @@ class Investigation:
     what_if_results: dict[str, ReplayResult] = field(default_factory=dict)
     skips: Any = None  # tscope.replay.skip_list.SkipSuggestion when samples were flagged
     resume_checks: list[ReplayResult] = field(default_factory=list)
+    replays: Replays | None = None  # what investigate replayed, for judging other what-ifs
 
 
 @dataclass(frozen=True)
@@ -195,41 +196,9 @@ def investigate(
     on_step: ProgressCallback | None = None,
     run: Run | None = None,
 ) -> Investigation:
-    """`run`: the run's logs when the caller has read them (else they are read here)."""
-    replays = replay_what_ifs(
-        run_dir, around, entry, window, device, deterministic, what_ifs, statistics, on_step, run
-    )
-    return judged(replays, what_ifs)
-
-
-@dataclass(frozen=True)
-class Replays:
-    """The replays of one investigation before they are judged: the baseline (with what its
-    attribution and statistics observers found) and one replay per what-if, by its text."""
-
-    run_dir: str | Path
-    around: int
-    window: tuple[int, int]
-    run: Run
-    baseline: ReplayResult
-    attribution: Any  # tscope.replay.attribution.SampleAttribution, after the baseline
-    statistics_notes: tuple[str, ...]
-    what_if_results: dict[str, ReplayResult]
-
-
-def replay_what_ifs(
-    run_dir: str | Path,
-    around: int,
-    entry: str | Path,
-    window: tuple[int, int] = DEFAULT_WINDOW,
-    device: str = "cpu",
-    deterministic: bool = True,
-    what_ifs: Sequence[str] = (),
-    statistics: bool = True,
-    on_step: ProgressCallback | None = None,
-    run: Run | None = None,
-) -> Replays:
-    """The baseline replay and each what-if's replay, not yet judged (investigate judges them)."""
+    """`run`: the run's logs when the caller has read them (else they are read here). The
+    investigation keeps its replays (`replays`): `judged(found.replays, some_what_ifs)` is the
+    investigation of a subset, with no replay run again."""
     from tscope.replay.attribution import SampleAttribution, attribution_steps
     from tscope.replay.suite import StatisticsSuite
 
@@ -255,7 +224,23 @@ def replay_what_ifs(
         for experiment in experiments
     }
     notes = tuple(suite.notes) if suite is not None else ()
-    return Replays(run_dir, around, window, run, baseline, attribution, notes, what_if_results)
+    replays = Replays(run_dir, around, window, run, baseline, attribution, notes, what_if_results)
+    return judged(replays, what_ifs)
+
+
+@dataclass(frozen=True)
+class Replays:
+    """The replays of one investigation before they are judged: the baseline (with what its
+    attribution and statistics observers found) and one replay per what-if, by its text."""
+
+    run_dir: str | Path
+    around: int
+    window: tuple[int, int]
+    run: Run
+    baseline: ReplayResult
+    attribution: Any  # tscope.replay.attribution.SampleAttribution, after the baseline
+    statistics_notes: tuple[str, ...]
+    what_if_results: dict[str, ReplayResult]
 
 
 def judged(replays: Replays, what_ifs: Sequence[str]) -> Investigation:
@@ -308,6 +293,7 @@ def judged(replays: Replays, what_ifs: Sequence[str]) -> Investigation:
         run=run,
         what_if_results=what_if_results,
         skips=skips if bad else None,
+        replays=replays,
     )
 
 
