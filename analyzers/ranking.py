@@ -7,7 +7,7 @@ from dataclasses import replace
 from tscope.analyzers.categories import CAUSES, STANDALONE, ranking_role
 from tscope.analyzers.incidents import Incident
 from tscope.model import Finding
-from tscope.model.categories import severity_rank
+from tscope.model.categories import evidence_rank, severity_rank
 
 # Causes explain an incident; symptoms describe it (each category's role: tscope/analyzers/categories.py). At
 # equal severity a cause linked to the incident ranks above the incident's own description.
@@ -50,10 +50,7 @@ def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Fi
             severity_rank(finding.severity),
             linked_incident(finding),
             ranking_role(finding.category),
-            # A replay saw the batch and the state themselves: of two findings in the same role
-            # for one incident, its comes first, whatever the logs' inference is stated at (their
-            # confidence is a benchmark rate; a replay's is its rule's own, not comparable).
-            0 if finding.source == "replay" else 1,
+            evidence_rank(finding.source),  # observed before inferred (OBSERVING_SOURCES)
             -finding.confidence,
             finding.step if finding.step is not None else -1,
             finding.category,

@@ -24,9 +24,9 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# The fast loop, `pytest -m "not slow"` (642 tests; 69 s user + 3 s sys of CPU in one process,
-# 14 s of it collection, measured 2026-12-01 with `time` under load 14-20; the whole suite runs
-# in scripts/check), leaves out these modules: each trains, replays, JIT-compiles, spawns
+# The fast loop, `pytest -m "not slow"` (648 tests; 53 s user + 4 s sys of CPU in one process,
+# 10 s of it collection and 40 s the tests, measured 2026-12-02 with `time` and a process_time
+# plugin under load 15-25; the whole suite runs in scripts/check), leaves out these modules: each trains, replays, JIT-compiles, spawns
 # processes or fuzzes, or took over ~4 s alone (`pytest --durations=0`), and the single tests
 # below. CI and `scripts/check` run everything.
 SLOW_MODULES = frozenset({
@@ -55,6 +55,10 @@ SLOW_MODULES = frozenset({
     "test_parser_fuzz",
     # Train benchmark runs in their module fixtures (nanoGPT, Lightning, Trainer producers).
     "test_bad_batch_producers", "test_warmup_and_repetition_rules",
+    # The Trainer fixture runs analyzed with their checkpoints' weights (analyzed_trainer_run):
+    # 83 s wall of the fast loop's 8:13 under load ~19, most of it importing transformers for
+    # the optimizer's parameter order.
+    "test_fixture_runs", "test_render_first_screen",
 })  # fmt: skip
 SLOW_TESTS = frozenset(
     {
@@ -72,6 +76,31 @@ SLOW_TESTS = frozenset(
         # its scheduler-only tests stay in the fast loop.
         "test_a_planted_ramp_is_found_at_its_first_step",
         "test_cyclic_and_restart_schedules_trained_for_real_stay_silent",
+        # The fast loop's longest single tests left (`--durations=40`, 2026-12-02, under load
+        # ~10: 86 s of CPU in 10:14 wall, so about a seventh of each wall time is its CPU):
+        # the safetensors scan against torch on every tensor (42 s wall, all parameters), the
+        # sigma audit over every planted run (23 s), the healthy checkpoint controls (17 s), the
+        # CUSUM excursion scan (13 s), the real-log folders grouped and refused (20 s together),
+        # torch's metadata reader (7 s), a trainscope recording (7 s), the cluster settings
+        # (7 s), a Pythia table (7 s) and the real runs' LR configs (6.5 s).
+        "test_scan_equals_the_torch_path_for_every_tensor",
+        "test_the_audit_covers_spikes_of_both_series",
+        "test_healthy_checkpoints_raise_nothing",
+        "test_a_downward_excursion_is_reported_downward_up_to_the_next_change",
+        "test_the_176b_prequel_and_chronicles_are_one_run_and_pythia_segments_too",
+        "test_a_folder_of_unrelated_real_runs_is_refused_naming_them",
+        "test_torchs_own_metadata_reader_would_have_run_it",
+        "test_the_recording_alone_is_a_run_with_global_layer_and_routing_series",
+        "test_each_cluster_is_explained_by_its_own_setting",
+        "test_pythia_14m_seed5_keeps_the_one_step_spike_at_95457",
+        "test_real_runs_are_told_apart_and_their_lrs_are_typical",
+        # The next longest after those (same run, 66 s of CPU in 8:13 wall under load ~19):
+        # every real DCP metadata file against torch's reader (23 s wall), damaged metadata
+        # (13 s), the cluster counterexample (17 s), the LR-jump checkpoint windows (12 s).
+        "test_the_metadata_parser_reads_every_real_metadata_file_as_torch_does",
+        "test_damaged_metadata_is_unreadable_input_or_still_a_checkpoint",
+        "test_the_counterexample_is_the_stable_run_one_setting_away",
+        "test_lr_jump_window_shows_as_update_ratio_high_naming_the_layers",
     }
 )
 
@@ -153,3 +182,22 @@ def byte_llama_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
         "short_warmup": train_byte_llama(root / "short_warmup", 60, 15, warmup=10),
         "gentle_warmup": train_byte_llama(root / "gentle_warmup", 60, 10, warmup=40),
     }
+
+
+# Every what-if the corrupted_batch replay tests judge (test_render_replay: skip and lr=0.5, its
+# goldens; test_replay_pipeline: all three): replayed once per session, judged per module.
+CORRUPTED_BATCH_WHAT_IFS = ("skip", "from=60", "lr=0.5")
+
+
+@pytest.fixture(scope="session")
+def corrupted_batch_replays() -> Any:
+    """`tscope replay corrupted_batch --around 145` with CORRUPTED_BATCH_WHAT_IFS, its replays
+    (tscope.replay_pipeline.Replays): `judged(replays, what_ifs)` gives the investigation of any
+    of them, as `investigate(..., what_ifs=...)` would."""
+    from tscope.replay_pipeline import investigate
+
+    run = FIXTURES_DIR / "data" / "trainer" / "corrupted_batch"
+    entry = FIXTURES_DIR / "entries" / "trainer_fixtures.py"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")
+        return investigate(run, 145, entry, what_ifs=CORRUPTED_BATCH_WHAT_IFS).replays

@@ -12,6 +12,7 @@ import pytest
 from tscope.analyzers.cluster import cluster_runs, profile_run
 from tscope.analyzers.cluster.aligned import aligned_spikes
 from tscope.analyzers.cluster.traits import setting_fields
+from tscope.model.case import Case
 from tscope.model.cluster import LossCurve, RunProfile
 
 STEPS = 600
@@ -33,13 +34,16 @@ def profile(
 ) -> RunProfile:
     steps = np.arange(first_step, first_step + values.size, dtype=np.int64)
     case = {
+        "schema_version": "1",
         "run": {"config": dict(config or {})},
         "findings": findings or [],
         "spikes": spikes or [],
         "change_points": [],
         "summary": {"verdict": ""},
     }
-    return profile_run(name, f"/runs/{name}", case, LossCurve(steps, values.astype(np.float64)))
+    return profile_run(
+        name, f"/runs/{name}", Case.from_dict(case), LossCurve(steps, values.astype(np.float64))
+    )
 
 
 def blow_up(values: np.ndarray, at: int, nan_after: int | None = None) -> np.ndarray:

@@ -25,6 +25,7 @@ from tscope.analyzers.cluster.profile import (
     first_above_level,
     profile_run,
 )
+from tscope.model.case import Case
 from tscope.model.cluster import LossCurve
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
@@ -62,7 +63,7 @@ def test_weights_lost_at_a_resume_is_unstable_at_the_resume():
     # the old criterion cannot see it: the untrained level is the run's first points
     early = float(np.median(curve.values[:BASELINE_POINTS]))
     assert values.max() < EXPLOSION_FACTOR * early
-    profile = profile_run("70m-weights-lost", "", {"findings": []}, planted)
+    profile = profile_run("70m-weights-lost", "", Case.from_dict({"schema_version": "1"}), planted)
     assert profile.status == "unstable"
     assert profile.explosion_step == resume and profile.explosion_kind == "above_level"
     assert profile.failure_mode == "recovered"  # back near its level 26k steps later

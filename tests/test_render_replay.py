@@ -28,21 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "fixtures" / "data" / "trainer"
 
 
-ENTRY = ROOT / "fixtures" / "entries" / "trainer_fixtures.py"
-
-
 @pytest.fixture(scope="module")
 def replayed(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, corrupted_batch_replays: Any
 ) -> tuple[dict[str, Any], Path, dict[str, str]]:
     """The case `tscope replay corrupted_batch --around 145 --what-if skip --what-if lr=0.5`
-    writes, rendered into a folder: (payload, folder, file name -> text)."""
+    writes, rendered into a folder: (payload, folder, file name -> text). The replays are the
+    session's (conftest.corrupted_batch_replays), judged on these two what-ifs."""
     from tscope.replay_case import case_with_replay
-    from tscope.replay_pipeline import investigate
+    from tscope.replay_pipeline import judged
 
+    found = judged(corrupted_batch_replays, ["skip", "lr=0.5"])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")
-        found = investigate(RUNS / "corrupted_batch", 145, ENTRY, what_ifs=["skip", "lr=0.5"])
         case = case_with_replay(found, read_weights=False)
     out = tmp_path_factory.mktemp("replayed-case")
     files = files_of(render_case(case, out))

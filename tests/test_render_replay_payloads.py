@@ -8,6 +8,7 @@ Refresh the golden files after reviewing a deliberate change:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import xml.etree.ElementTree as ElementTree
@@ -19,9 +20,13 @@ from case_payloads import healthy_case, incident_case, partial_payload
 from render_replay_helpers import SVG_NS, files_of, svg_text
 from test_render import assert_matches_golden
 
+from tscope.commands import report
 from tscope.errors import UnreadableInput
-from tscope.render import REPLAY_CHART_FILES, render_case
+from tscope.model.replay_statistics import described
+from tscope.output_writer import write_json
+from tscope.render import FORMATS, REPLAY_CHART_FILES, render_case
 from tscope.render.replay_names import what_if_label, what_if_words
+from tscope.replay.stats.registry import REPLAY_STATISTICS
 
 HOSTILE_LAYER = "<img src=x onerror=alert(1)>"
 
@@ -127,6 +132,10 @@ def replay_payload(**changes: Any) -> dict[str, Any]:
             "skip_batches.json",
         ],
     }
+    # What replay_case writes beside the series: the descriptors of those the observers declare.
+    section["statistics"] = [
+        s.to_dict() for s in described(section["layer_series"], REPLAY_STATISTICS)
+    ]
     section.update(changes)
     payload = incident_case().to_dict()
     payload["replay"] = section
@@ -327,3 +336,20 @@ def test_a_non_finite_sample_loss_and_a_missing_share_are_shown_by_name(tmp_path
     markdown = rendered(replay_payload(bad_samples=samples), tmp_path)["case.md"]
     row = next(line for line in replay_part(markdown).splitlines() if line.startswith("| 145 |"))
     assert row == "| 145 | 12 | NaN | — |"
+
+
+def test_an_older_case_without_statistic_descriptors_reports_the_same(tmp_path: Path) -> None:
+    """A case.json written before the replay section carried `statistics`: `tscope report` takes
+    the descriptors from this tscope's observers, so the pages and the case.json it rewrites are
+    those of a current case."""
+    current = rendered(replay_payload(), tmp_path / "current")
+    older = replay_payload()
+    del older["replay"]["statistics"]
+    (tmp_path / "older").mkdir()
+    write_json(tmp_path / "older" / "case.json", older)
+    written = files_of(report(tmp_path / "older", tmp_path / "again", FORMATS))
+    assert written["case.html"] == current["case.html"]
+    assert written["case.md"] == current["case.md"]
+    assert written["case-replay-layers.svg"] == current["case-replay-layers.svg"]
+    assert written["case.json"] == current["case.json"]
+    assert json.loads(written["case.json"])["replay"]["statistics"][0]["title"] == "Gradient norm"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from tscope.cli import app
 from tscope.output_writer import write_replay_files
 from tscope.replay_case import case_with_replay
-from tscope.replay_pipeline import check_resumes, investigate
+from tscope.replay_pipeline import check_resumes, investigate, judged
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "fixtures" / "data" / "trainer"
@@ -26,12 +26,11 @@ def manifest(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def corrupted(tmp_path_factory):
+def corrupted(tmp_path_factory, corrupted_batch_replays):
+    # The session's replays (conftest.corrupted_batch_replays), judged on all three what-ifs.
+    found = judged(corrupted_batch_replays, ["skip", "from=60", "lr=0.5"])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TSCOPE_FIXTURE_RUN", "corrupted_batch")
-        found = investigate(
-            RUNS / "corrupted_batch", 145, ENTRY, what_ifs=["skip", "from=60", "lr=0.5"]
-        )
         case = case_with_replay(found)
     out = tmp_path_factory.mktemp("corrupted-case")
     return found, case, out, write_replay_files(found, out)

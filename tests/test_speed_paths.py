@@ -40,6 +40,20 @@ def test_neighbour_medians_equal_the_median_of_each_neighbourhood(half, size):
             assert np.isnan(medians[i])
 
 
+@pytest.mark.parametrize("half", [1, 2, 5])
+@pytest.mark.parametrize("size", [0, 1, 3, 11, 257])
+def test_partial_ends_take_the_median_of_the_neighbours_they_have(half, size):
+    rng = np.random.default_rng(size + 10 * half)
+    values = rng.standard_normal(size) * 1e3
+    medians = neighbour_medians(values, half, partial_ends=True)
+    for i in range(size):
+        around = np.r_[values[max(0, i - half) : i], values[i + 1 : i + 1 + half]]
+        if around.size:
+            assert medians[i] == np.median(around)
+        else:
+            assert np.isnan(medians[i])  # a lone point has no neighbour
+
+
 def test_a_detection_built_from_arrays_lists_the_same_alarms():
     listed = Detection("robust_z", alarms=[Alarm(3, 5.5), Alarm(7, float("inf"))])
     arrays = Detection("robust_z", index=np.array([3, 7]), score=np.array([5.5, np.inf]))

@@ -252,12 +252,12 @@ def _profile(task: RunTask) -> RunOutcome:
     reused = cached is not None
     if cached is None:
         cached = _analyze_and_cache(task, case_dir, fingerprint)
-    payload, loss, lr_max = cached
+    case, loss, lr_max = cached
     extra = {} if lr_max is None else {"logged.max_learning_rate": lr_max}
     profile = profile_run(
         task.name,
         task.path,
-        payload,
+        case,
         loss,
         case_path=f"{CASES_DIR}/{case_dir.name}/case.json",  # relative to the report folder
         reused_case=reused,
@@ -268,7 +268,7 @@ def _profile(task: RunTask) -> RunOutcome:
 
 def _analyze_and_cache(
     task: RunTask, case_dir: Path, fingerprint: dict[str, Any]
-) -> tuple[dict[str, Any], LossCurve, float | None]:
+) -> tuple[Case, LossCurve, float | None]:
     from tscope.analyzers.signals import loss_series, primary_loss
     from tscope.model.metric_names import LEARNING_RATE
     from tscope.pipeline import analyze_run
@@ -297,12 +297,13 @@ def _analyze_and_cache(
         write_layers_parquet(case.layers_table, case_dir / "layers.parquet")
     # Written last: its presence means the rest of the folder is complete.
     write_json(case_dir / FINGERPRINT_FILE, fingerprint, round_floats=False, compact=True)
-    return payload, LossCurve(steps, values), _max_finite(lrs)
+    # Read back from its payload, as a cached one is: the profile sees the same case either way.
+    return Case.from_dict(payload), LossCurve(steps, values), _max_finite(lrs)
 
 
 def _load_cached(
     case_dir: Path, fingerprint: dict[str, Any]
-) -> tuple[dict[str, Any], LossCurve, float | None] | None:
+) -> tuple[Case, LossCurve, float | None] | None:
     # Read back like any input (regular files only, no link followed): the cache sits in a
     # folder that may have been reused.
     if case_dir.is_symlink():
@@ -319,7 +320,7 @@ def _load_cached(
             return None
         # Another schema version, or a field of the wrong type (CaseFormatError, a ValueError):
         # the cached case is not one this tscope reads, so the run is analyzed again.
-        Case.from_dict(payload)
+        case = Case.from_dict(payload)
         series_bytes = read_bytes_bounded(case_dir / SERIES_FILE, SERIES_FILE)
         with np.load(io.BytesIO(series_bytes), allow_pickle=False) as series:
             curve = LossCurve(
@@ -328,7 +329,7 @@ def _load_cached(
             lrs = series["lr_values"].astype(np.float64)
     except (OSError, ValueError, KeyError, UnreadableInput):
         return None  # missing or damaged cache: analyze again
-    return payload, curve, _max_finite(lrs)
+    return case, curve, _max_finite(lrs)
 
 
 def _fingerprint(path: Path, task: RunTask) -> dict[str, Any]:

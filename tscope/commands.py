@@ -125,6 +125,10 @@ def report(case_dir: Path, out: Path | None, formats: tuple[str, ...]) -> list[P
     from tscope.render import load_case, render_case
 
     case = load_case(case_dir)
+    if case.replay is not None and case.replay.layer_series and not case.replay.statistics:
+        from tscope.replay_case import with_statistic_descriptors
+
+        case.replay = with_statistic_descriptors(case.replay)
     return render_case(case, report_folder(case_dir, out), formats)
 
 

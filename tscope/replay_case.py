@@ -11,6 +11,7 @@ from tscope.model import Case
 from tscope.model.case import json_safe
 from tscope.model.replay import ReplayResult
 from tscope.model.replay_section import ReplaySection
+from tscope.model.replay_statistics import described
 from tscope.output_writer import LAYERS_TABLE, REPLAY_JSON, SAMPLES_TABLE, STEPS_TABLE
 
 if TYPE_CHECKING:
@@ -38,10 +39,14 @@ def replay_case(investigation: Investigation, inputs: Inputs) -> Case:
 
 
 def replay_section(investigation: Investigation) -> dict[str, Any]:
-    """What case.json keeps of the replay (replay.json has everything)."""
+    """What case.json keeps of the replay (replay.json has everything), with the descriptors of
+    the statistics it charts, so the case renders without the replay package."""
+    from tscope.replay.stats.registry import REPLAY_STATISTICS
+
     result = investigation.result
     payload = result.to_dict()
     compared = {c["step"]: c for c in payload["comparisons"]}
+    series = layer_series(result)
     section: dict[str, Any] = {
         "checkpoint": payload["checkpoint"],
         "steps": payload["steps"],
@@ -65,7 +70,8 @@ def replay_section(investigation: Investigation) -> dict[str, Any]:
         ],
         "bad_samples": payload["bad_samples"],
         "interventions": payload["interventions"],
-        "layer_series": layer_series(result),
+        "layer_series": series,
+        "statistics": [statistic.to_dict() for statistic in described(series, REPLAY_STATISTICS)],
         "files": [REPLAY_JSON, STEPS_TABLE, LAYERS_TABLE, SAMPLES_TABLE],
     }
     if investigation.skips is not None and investigation.skips.batches:
@@ -81,6 +87,19 @@ def replay_section(investigation: Investigation) -> dict[str, Any]:
             for check in investigation.resume_checks
         ]
     return section
+
+
+def with_statistic_descriptors(section: ReplaySection) -> ReplaySection:
+    """A replay section an older tscope wrote (no `statistics`) with the descriptors of this one's
+    observers for the statistics it holds, as a current replay writes them (`tscope report`
+    renders and rewrites the case with them)."""
+    from tscope.replay.stats.registry import REPLAY_STATISTICS
+
+    payload = dict(section.payload)
+    payload["statistics"] = [
+        statistic.to_dict() for statistic in described(section.layer_series, REPLAY_STATISTICS)
+    ]
+    return ReplaySection.from_dict(payload)
 
 
 def layer_series(result: ReplayResult) -> dict[str, dict[str, Any]]:

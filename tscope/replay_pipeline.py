@@ -44,6 +44,7 @@ class Investigation:
     what_if_results: dict[str, ReplayResult] = field(default_factory=dict)
     skips: Any = None  # tscope.replay.skip_list.SkipSuggestion when samples were flagged
     resume_checks: list[ReplayResult] = field(default_factory=list)
+    replays: Replays | None = None  # what investigate replayed, for judging other what-ifs
 
 
 @dataclass(frozen=True)
@@ -195,9 +196,9 @@ def investigate(
     on_step: ProgressCallback | None = None,
     run: Run | None = None,
 ) -> Investigation:
-    """`run`: the run's logs when the caller has read them (else they are read here)."""
-    from tscope.analyzers.replay import cause_verdict, judge, replay_findings, spike_line
-    from tscope.analyzers.signals import loss_series, primary_loss
+    """`run`: the run's logs when the caller has read them (else they are read here). The
+    investigation keeps its replays (`replays`): `judged(found.replays, some_what_ifs)` is the
+    investigation of a subset, with no replay run again."""
     from tscope.replay.attribution import SampleAttribution, attribution_steps
     from tscope.replay.suite import StatisticsSuite
 
@@ -218,15 +219,46 @@ def investigate(
         run_dir, around, window=window, on_step=on_step, observers=observers, **common
     )
     bad = attribution.bad_samples()
+    what_if_results = {
+        experiment.text: _what_if(run_dir, around, window, experiment, bad, common)
+        for experiment in experiments
+    }
+    notes = tuple(suite.notes) if suite is not None else ()
+    replays = Replays(run_dir, around, window, run, baseline, attribution, notes, what_if_results)
+    return judged(replays, what_ifs)
+
+
+@dataclass(frozen=True)
+class Replays:
+    """The replays of one investigation before they are judged: the baseline (with what its
+    attribution and statistics observers found) and one replay per what-if, by its text."""
+
+    run_dir: str | Path
+    around: int
+    window: tuple[int, int]
+    run: Run
+    baseline: ReplayResult
+    attribution: Any  # tscope.replay.attribution.SampleAttribution, after the baseline
+    statistics_notes: tuple[str, ...]
+    what_if_results: dict[str, ReplayResult]
+
+
+def judged(replays: Replays, what_ifs: Sequence[str]) -> Investigation:
+    """The investigation of `what_ifs` (each one `replays` holds), judged against the baseline."""
+    from tscope.analyzers.replay import cause_verdict, judge, replay_findings, spike_line
+    from tscope.analyzers.signals import loss_series, primary_loss
+
+    run, baseline, attribution = replays.run, replays.baseline, replays.attribution
+    first, last = replays.around + replays.window[0], replays.around + replays.window[1]
+    bad = attribution.bad_samples()
     skips = attribution.skip_suggestion()
-    first, last = around + window[0], around + window[1]
     metric = primary_loss(run)
     logged = loss_series(run, metric) if metric else None
     reference = spike_line(baseline.per_step, first, logged)
     outcomes: list[InterventionOutcome] = []
     what_if_results: dict[str, ReplayResult] = {}
-    for experiment in experiments:
-        result = _what_if(run_dir, around, window, experiment, bad, common)
+    for experiment in [parse_what_if(text) for text in what_ifs]:
+        result = replays.what_if_results[experiment.text]
         what_if_results[experiment.text] = result
         outcomes.append(
             judge(
@@ -243,8 +275,8 @@ def investigate(
     if not baseline.fidelity.reproduced:
         # The what-ifs change a replay that is not the run: they are no evidence about its cause.
         outcomes = [replace(outcome, conclusive=False) for outcome in outcomes]
-    if suite is not None and suite.notes:
-        restore = replace(baseline.restore, notes=baseline.restore.notes + tuple(suite.notes))
+    if replays.statistics_notes:
+        restore = replace(baseline.restore, notes=baseline.restore.notes + replays.statistics_notes)
         baseline = replace(baseline, restore=restore)
     result = replace(
         baseline,
@@ -255,12 +287,13 @@ def investigate(
         cause=cause_verdict(outcomes),
     )
     return Investigation(
-        run_dir=str(run_dir),
+        run_dir=str(replays.run_dir),
         result=result,
         findings=replay_findings(result),
         run=run,
         what_if_results=what_if_results,
         skips=skips if bad else None,
+        replays=replays,
     )
 
 

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -31,6 +28,7 @@ from tscope.ingest.checkpoints.registry import find_checkpoints
 from tscope.ingest.checkpoints.state_dict_files import step_from_name
 from tscope.output_files import write_text
 from tscope.replay.select import CheckpointChoice, first_replay_step
+from tscope.torchrun import last_error_line, run_ranks
 
 if TYPE_CHECKING:
     from tscope.model import Run
@@ -175,37 +173,21 @@ def _launch(spec: dict[str, Any], nproc: int, device: str) -> dict[str, Any]:
         folder = Path(scratch)
         spec_file = folder / "spec.json"
         write_text(spec_file, json.dumps({**spec, "out": scratch}))
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={nproc}",
-            "--master_addr=127.0.0.1",
-            f"--master_port={_free_port()}",
-            "-m",
-            "tscope.replay.rank_worker",
-            str(spec_file),
-        ]
         environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=RANK_TIMEOUT_SECONDS,
-                env=environment,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise UsageError(
-                f"The {nproc}-process replay did not finish within {RANK_TIMEOUT_SECONDS} s."
-            ) from None
+        done = run_ranks(
+            "tscope.replay.rank_worker",
+            spec_file,
+            nproc,
+            environment,
+            RANK_TIMEOUT_SECONDS,
+            f"The {nproc}-process replay",
+        )
         errors = sorted(folder.glob("error-*.txt"))
         if errors:
             raise UsageError(errors[0].read_text(encoding="utf-8").strip())
         result_file = folder / RESULT_FILE
         if done.returncode != 0 or not result_file.is_file():
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            tail = last_error_line(done)
             raise UsageError(f"The {nproc}-process replay (torchrun, {device}) failed: {tail}")
         result: dict[str, Any] = json.loads(result_file.read_text(encoding="utf-8"))
         return result
@@ -340,10 +322,3 @@ def assemble(
         run=prepared.run,
         skips=skips if bad else None,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port

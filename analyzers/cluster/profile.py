@@ -6,10 +6,12 @@ training loss at full resolution, so a profile can be rebuilt from a cached case
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from tscope.model.case import Case, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.cluster import LossCurve, RunProfile, Signal
 from tscope.model.metric_names import GRAD_NORM, LOSS, is_loss_like
@@ -42,18 +44,19 @@ RECOVERY_RATIO = 1.15
 def profile_run(
     name: str,
     path: str,
-    case: dict[str, Any],
+    case: Case,
     loss: LossCurve,
     case_path: str = "",
     reused_case: bool = False,
     extra_config: dict[str, Any] | None = None,
 ) -> RunProfile:
-    """`case` is the case.json payload; `loss` the training loss with hidden NaNs restored."""
+    """`case` is the run's case as case.json holds it (read back with Case.from_dict); `loss` the
+    training loss with hidden NaNs restored."""
     baseline = early_baseline(loss.values)
-    candidates = explosion_candidates(loss, baseline, case.get("findings", []))
+    candidates = explosion_candidates(loss, baseline, case.findings)
     explosion_step, explosion_kind = min(candidates) if candidates else (None, None)
     finite = loss.values[np.isfinite(loss.values)]
-    config = flatten_config(case.get("run", {}).get("config", {}))
+    config = flatten_config(case.run.config)
     config.update(extra_config or {})
     return RunProfile(
         name=name,
@@ -67,7 +70,7 @@ def profile_run(
         final_loss=float(finite[-1]) if finite.size else None,
         signals=tuple(signals_of(case)),
         config=config,
-        verdict=str(case.get("summary", {}).get("verdict", "")),
+        verdict=case.summary.verdict,
         case_path=case_path,
         reused_case=reused_case,
     )
@@ -81,7 +84,7 @@ def early_baseline(values: np.ndarray) -> float | None:
 
 
 def explosion_candidates(
-    loss: LossCurve, baseline: float | None, findings: list[dict[str, Any]]
+    loss: LossCurve, baseline: float | None, findings: list[Finding]
 ) -> list[tuple[int, str]]:
     """(first step, kind) of each way the run shows a blow-up; empty for a stable run."""
     candidates: list[tuple[int, str]] = []
@@ -98,11 +101,11 @@ def explosion_candidates(
         candidates.append((int(loss.steps[start]), "above_level"))
     for finding in findings:
         if (
-            finding.get("category") in DERAILED_CATEGORIES
-            and finding.get("severity") == "critical"
-            and finding.get("step") is not None
+            finding.category in DERAILED_CATEGORIES
+            and finding.severity == "critical"
+            and finding.step is not None
         ):
-            candidates.append((int(finding["step"]), "divergence"))
+            candidates.append((finding.step, "divergence"))
     return candidates
 
 
@@ -145,7 +148,7 @@ def _first_run(mask: np.ndarray, length: int) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def signals_of(case: dict[str, Any]) -> list[Signal]:
+def signals_of(case: Case) -> list[Signal]:
     """Every warning the run gave, first occurrence of each kind, in step order.
 
     Findings at warning or critical severity keep their category; the detectors' first alarms are
@@ -163,22 +166,15 @@ def signals_of(case: dict[str, Any]) -> list[Signal]:
         if known is None or signal.step < known.step:
             first[signal.kind] = signal
 
-    for finding in case.get("findings", []):
+    for finding in case.findings:
         if (
-            finding.get("severity") in ALERT_SEVERITIES
-            and finding.get("step") is not None
-            and finding.get("category") not in STANDALONE
+            finding.severity in ALERT_SEVERITIES
+            and finding.step is not None
+            and finding.category not in STANDALONE
         ):
-            add(
-                Signal(
-                    str(finding["category"]),
-                    int(finding["step"]),
-                    str(finding["severity"]),
-                    str(finding.get("message", "")),
-                )
-            )
-    for spike in case.get("spikes", []):
-        metric = str(spike.get("metric", ""))
+            add(Signal(finding.category, finding.step, finding.severity, finding.message))
+    for spike in case.spikes:
+        metric = spike.metric
         kind = (
             "grad_norm_alarm"
             if metric == GRAD_NORM
@@ -190,26 +186,25 @@ def signals_of(case: dict[str, Any]) -> list[Signal]:
             add(
                 Signal(
                     kind,
-                    int(spike["onset_step"]),
+                    spike.onset_step,
                     "warning",
-                    f"{metric} alarm ({', '.join(spike.get('detectors', []))}) at step "
-                    f"{spike['onset_step']}, peak at {spike['peak_step']}",
+                    f"{metric} alarm ({', '.join(spike.detectors)}) at step "
+                    f"{spike.onset_step}, peak at {spike.peak_step}",
                 )
             )
-    for change in case.get("change_points", []):
-        before = _number(change.get("before", {}).get("mean"))
-        after = _number(change.get("after", {}).get("mean"))
+    for change in case.change_points:
+        before, after = change.before_mean, change.after_mean
         if (
-            change.get("metric") == LOSS
-            and change.get("detector") == "cusum"
-            and before is not None
-            and after is not None
+            change.metric == LOSS
+            and change.detector == "cusum"
+            and math.isfinite(before)  # case.json writes a non-finite mean as a string: no level
+            and math.isfinite(after)
             and after > before
         ):
             add(
                 Signal(
                     "loss_cusum_alarm",
-                    int(change["step"]),
+                    change.step,
                     "warning",
                     f"CUSUM: the loss level rose from {before:.3g} to {after:.3g}",
                 )
@@ -229,9 +224,3 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None

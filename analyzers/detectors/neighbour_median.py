@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 
-def neighbour_medians(values: np.ndarray, half: int) -> np.ndarray:
+def neighbour_medians(values: np.ndarray, half: int, *, partial_ends: bool = False) -> np.ndarray:
     """result[i] = median(values[i-half:i] ++ values[i+1:i+1+half]) where both sides are full
-    (half ≤ i < size - half), NaN elsewhere.
+    (half ≤ i < size - half); elsewhere NaN, or with `partial_ends` the median of the neighbours
+    the point has (fewer within `half` of either end; NaN for a point with none).
 
     Same arithmetic as np.median of that 1-D neighbourhood (a partition, then the mean of the two
     middle values), so the numbers agree; callers that need bit-exactness use it as a prefilter
@@ -20,9 +21,13 @@ def neighbour_medians(values: np.ndarray, half: int) -> np.ndarray:
     """
     result = np.full(values.size, np.nan)
     width = 2 * half + 1
-    if half < 1 or values.size < width:
-        return result
-    windows = np.lib.stride_tricks.sliding_window_view(values, width)
-    neighbours = np.delete(windows, half, axis=1)  # a copy without each window's centre
-    result[half : values.size - half] = np.median(neighbours, axis=1)
+    if half >= 1 and values.size >= width:
+        windows = np.lib.stride_tricks.sliding_window_view(values, width)
+        neighbours = np.delete(windows, half, axis=1)  # a copy without each window's centre
+        result[half : values.size - half] = np.median(neighbours, axis=1)
+    if partial_ends:
+        ends = (*range(min(half, values.size)), *range(max(values.size - half, half), values.size))
+        for i in ends:
+            around = np.r_[values[max(0, i - half) : i], values[i + 1 : i + 1 + half]]
+            result[i] = np.median(around) if around.size else np.nan
     return result

@@ -200,16 +200,7 @@ def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
 def _trend(values: np.ndarray) -> np.ndarray:
     """The median of up to TREND_POINTS points on each side, the point itself left out (fewer
     within TREND_POINTS of either end)."""
-    return _neighbour_medians_to_the_ends(values, TREND_POINTS)
-
-
-def _neighbour_medians_to_the_ends(values: np.ndarray, half: int) -> np.ndarray:
-    """neighbour_medians, with the points within `half` of either end taking what they have."""
-    medians = neighbour_medians(values, half)
-    for i in (*range(min(half, values.size)), *range(max(values.size - half, half), values.size)):
-        around = np.r_[values[max(0, i - half) : i], values[i + 1 : i + 1 + half]]
-        medians[i] = np.median(around) if around.size else np.nan
-    return medians
+    return neighbour_medians(values, TREND_POINTS, partial_ends=True)
 
 
 def _robust_sigma(values: np.ndarray) -> float:
@@ -226,7 +217,7 @@ def _grad_ratios(run: Run) -> dict[int, tuple[float, float]]:
     grad_steps, grads = run.series(GRAD_NORM)
     keep = np.isfinite(grads)
     grad_steps, grads = grad_steps[keep], grads[keep]
-    typical = _neighbour_medians_to_the_ends(grads, GRAD_NEIGHBOURS)
+    typical = neighbour_medians(grads, GRAD_NEIGHBOURS, partial_ends=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(typical > 0, grads / typical, np.inf)
     return {

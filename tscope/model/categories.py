@@ -30,11 +30,21 @@ ALERT_SEVERITIES = ("critical", "warning")
 ROLES = ("cause", "symptom", "context")
 # Where a finding is produced (Finding.source).
 SOURCES = ("logs", "checkpoints", "replay", "cluster", "xray")
+# The sources that observed a cause rather than inferred it: a replay re-ran the steps and saw
+# the batch and the state. Of two findings in the same role for one incident, an observed one
+# ranks first whatever the other's confidence (a logs rule states a benchmark rate, a replay rule
+# its own: the two are not comparable).
+OBSERVING_SOURCES = ("replay",)
 
 
 def severity_rank(severity: str) -> int:
     """0 for the most severe; a lower rank sorts first."""
     return SEVERITIES.index(severity)
+
+
+def evidence_rank(source: str) -> int:
+    """0 for a source that observed what it reports (OBSERVING_SOURCES), 1 for one that infers it."""
+    return 0 if source in OBSERVING_SOURCES else 1
 
 
 def at_least(severity: str, threshold: str) -> bool:

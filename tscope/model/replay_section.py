@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tscope.model.case_fields import Fields
+from tscope.model.replay_statistics import ReplayStatistic, undeclared_statistic
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,21 @@ class ReplaySection:
     bad_samples: tuple[FlaggedSample, ...]
     interventions: tuple[WhatIf, ...]
     layer_series: dict[str, LayerSeries]
+    # the descriptors of the statistics in layer_series (title, unit, axis), the key ones in the
+    # order they are charted; a case an older tscope wrote has none (`tscope report` adds them)
+    statistics: tuple[ReplayStatistic, ...]
     files: tuple[str, ...]
     resume_checks: tuple[ResumeCheck, ...]
+
+    def statistic(self, name: str) -> ReplayStatistic:
+        for described in self.statistics:
+            if described.name == name:
+                return described
+        return undeclared_statistic(name)
+
+    def key_statistics(self) -> tuple[str, ...]:
+        """The statistics charted first, in their order."""
+        return tuple(described.name for described in self.statistics if described.key)
 
     def to_dict(self) -> dict[str, Any]:
         return self.payload
@@ -168,6 +182,16 @@ class ReplaySection:
             ),
             interventions=tuple(_what_if(item) for item in section.records("interventions")),
             layer_series=_layer_series(section.part("layer_series")),
+            statistics=tuple(
+                ReplayStatistic(
+                    name=item.text("name"),
+                    title=item.text("title"),
+                    unit=item.text("unit"),
+                    log_preferred=item.flag("log_preferred"),
+                    key=item.flag("key"),
+                )
+                for item in section.records("statistics")
+            ),
             files=tuple(section.texts("files")),
             resume_checks=tuple(
                 ResumeCheck(

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tscope.model.replay_section import LayerSeries, ReplaySection
-from tscope.model.replay_statistics import KEY_STATISTICS
-from tscope.model.replay_statistics import replay_statistic as statistic
+from tscope.model.replay_statistics import ReplayStatistic
 from tscope.render.charts import PLOT_LEFT, WIDTH, Chart
 from tscope.render.formatting import parse_number
 from tscope.render.replay_names import MAX_CHARTED_STATISTICS
@@ -71,10 +70,13 @@ class LayerStatistic:
         return max(finite, key=lambda pair: (abs(pair[0]), -pair[1]))
 
 
-def read_layer_series(series: Mapping[str, LayerSeries]) -> list[LayerStatistic]:
-    """Every statistic in `layer_series`, the key ones first (KEY_STATISTICS order), then by name."""
+def read_layer_series(
+    series: Mapping[str, LayerSeries], key_statistics: Sequence[str]
+) -> list[LayerStatistic]:
+    """Every statistic in `layer_series`, the key ones first (in `key_statistics` order), then by
+    name."""
     found = []
-    for name in sorted(series, key=_statistic_order):
+    for name in sorted(series, key=lambda name: _statistic_order(name, key_statistics)):
         entry = series[name]
         steps = [parse_number(step) for step in entry.steps]
         layers = list(entry.layers)
@@ -90,17 +92,20 @@ def read_layer_series(series: Mapping[str, LayerSeries]) -> list[LayerStatistic]
     return found
 
 
-def charted_statistics(found: Sequence[LayerStatistic]) -> list[LayerStatistic]:
+def charted_statistics(
+    found: Sequence[LayerStatistic], key_statistics: Sequence[str]
+) -> list[LayerStatistic]:
     """The key statistics present; a run without any gets its first few instead."""
-    key = [item for item in found if item.name in KEY_STATISTICS]
+    key = [item for item in found if item.name in key_statistics]
     return key or list(found[:MAX_CHARTED_STATISTICS])
 
 
 def layer_statistics_chart(section: ReplaySection | None) -> Chart | None:
     if section is None:
         return None
-    found = read_layer_series(section.layer_series)
-    shown = charted_statistics(found)
+    key_statistics = section.key_statistics()
+    found = read_layer_series(section.layer_series, key_statistics)
+    shown = charted_statistics(found, key_statistics)
     if not shown:
         return None
     around = parse_number(section.around)
@@ -108,7 +113,7 @@ def layer_statistics_chart(section: ReplaySection | None) -> Chart | None:
     top = 4.0
     for index, item in enumerate(shown):
         last = index == len(shown) - 1
-        top = _panel(body, top, item, around, axis_name=last)
+        top = _panel(body, top, item, section.statistic(item.name), around, axis_name=last)
     notes = []
     greyed = max(len(item.layers) for item in shown) - LABELLED_LAYERS
     if greyed > 0:
@@ -128,11 +133,11 @@ def _panel(
     body: list[str],
     top: float,
     item: LayerStatistic,
+    described: ReplayStatistic,
     around: float | None,
     axis_name: bool,
 ) -> float:
     """Draw one statistic from `top`; returns where the next panel may start."""
-    described = statistic(item.name)
     finite = [v for row in item.values for v in row if v is not None and math.isfinite(v)]
     scale = value_scale(finite, described.log_preferred)
     x_low, x_high = step_range(item.steps)
@@ -203,11 +208,11 @@ def _ranked(
     )
 
 
-def _statistic_order(name: Any) -> tuple[int, str]:
+def _statistic_order(name: Any, key_statistics: Sequence[str]) -> tuple[int, str]:
     text_name = str(name)
-    if text_name in KEY_STATISTICS:
-        return (KEY_STATISTICS.index(text_name), text_name)
-    return (len(KEY_STATISTICS), text_name)
+    if text_name in key_statistics:
+        return (list(key_statistics).index(text_name), text_name)
+    return (len(key_statistics), text_name)
 
 
 def _shorten(name: str) -> str:

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from tscope.model.replay_section import FlaggedSample, ReplayFidelity, ReplaySection, WhatIf
-from tscope.model.replay_statistics import replay_statistic as statistic
 from tscope.render.formatting import MISSING, format_number, format_step, one_line, parse_number
 from tscope.render.replay_layers import read_layer_series
 from tscope.render.replay_names import (
@@ -250,7 +249,7 @@ def _what_if(item: WhatIf) -> dict[str, str]:
 def _layer_rows(section: ReplaySection) -> list[dict[str, str]]:
     """Per statistic: the layer with the largest value, the value and its step."""
     rows = []
-    for item in read_layer_series(section.layer_series):
+    for item in read_layer_series(section.layer_series, section.key_statistics()):
         peaks = [(item.peak(row), name) for row, name in enumerate(item.layers)]
         found = [(peak, name) for peak, name in peaks if peak is not None]
         if not found:
@@ -258,7 +257,7 @@ def _layer_rows(section: ReplaySection) -> list[dict[str, str]]:
         (value, column), layer = found[0]  # layers are ranked by this peak already
         rows.append(
             {
-                "title": statistic(item.name).title,
+                "title": section.statistic(item.name).title,
                 "name": item.name,
                 "layers": str(len(item.layers)),
                 "peak": format_number(value),

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -22,6 +19,7 @@ from typing import Any
 
 from tscope.errors import UsageError
 from tscope.model.xray import XrayResult
+from tscope.torchrun import last_error_line, run_ranks
 from tscope.xray.probe import DEFAULT_LENGTHS, Probe, cycled_lengths, make_probe
 from tscope.xray.tracer import ForwardCall
 from tscope.xray.trainer_step import TrainerSettings
@@ -320,33 +318,17 @@ def _distributed_step(
             ),
             encoding="utf-8",
         )
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={settings.world_size}",
-            f"--master_port={_free_port()}",
-            "-m",
-            "tscope.xray.rank_worker",
-            str(spec),
-        ]
         environment = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-        try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=RANK_TIMEOUT_SECONDS,
-                env=environment,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise UsageError(
-                f"The {settings.world_size}-process audit did not finish within "
-                f"{RANK_TIMEOUT_SECONDS} s."
-            ) from None
+        done = run_ranks(
+            "tscope.xray.rank_worker",
+            spec,
+            settings.world_size,
+            environment,
+            RANK_TIMEOUT_SECONDS,
+            f"The {settings.world_size}-process audit",
+        )
         if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            tail = last_error_line(done)
             raise UsageError(
                 f"The {settings.world_size}-process audit (torchrun, gloo) failed: {tail}"
             )
@@ -361,10 +343,3 @@ def _distributed_step(
                 calls.append(ForwardCall(list(token_ids), scored))
                 ranks.append(rank)
     return gradient, calls, ranks
-
-
-def _free_port() -> int:
-    with socket.socket() as probe_socket:
-        probe_socket.bind(("127.0.0.1", 0))
-        port: int = probe_socket.getsockname()[1]
-        return port

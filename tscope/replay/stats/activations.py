@@ -21,12 +21,7 @@ import math
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tscope.model.replay_statistics import (
-    ACTIVATION_KURTOSIS,
-    ACTIVATION_MAX_ABS,
-    ACTIVATION_MEAN,
-    ACTIVATION_STD,
-)
+from tscope.model.replay_statistics import ACTIVATION_MAX_ABS, ReplayStatistic
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.base import StatisticsObserver, first_tensor, nan_max
 from tscope.replay.stats.structure import transformer_blocks
@@ -34,10 +29,10 @@ from tscope.replay.stats.structure import transformer_blocks
 if TYPE_CHECKING:
     import torch
 
-MEAN = ACTIVATION_MEAN
-STD = ACTIVATION_STD
+MEAN = "activation_mean"
+STD = "activation_std"
 MAX_ABS = ACTIVATION_MAX_ABS
-KURTOSIS = ACTIVATION_KURTOSIS
+KURTOSIS = "activation_excess_kurtosis"
 # Keeps the rescaled deviations' 4th powers away from float32 underflow for an all-zero output.
 _TINY = 1e-30
 # Deviations formed at a time: 16 Mi float32 values = 64 MiB of scratch, one chunk for most blocks.
@@ -46,6 +41,17 @@ CHUNK_ELEMENTS = 1 << 24
 
 class ActivationStatistics(StatisticsObserver):
     name = "activations"
+    statistics = (
+        ReplayStatistic(MAX_ABS, "Largest activation", "max |output| of the module", False, True),
+        ReplayStatistic(MEAN, "Activation mean", "mean of the module's output", False),
+        ReplayStatistic(STD, "Activation spread", "standard deviation of the output", False),
+        ReplayStatistic(
+            KURTOSIS,
+            "Activation excess kurtosis",
+            "heavy tails of the output; 0 for a Gaussian",
+            False,
+        ),
+    )
 
     def __init__(self) -> None:
         super().__init__()

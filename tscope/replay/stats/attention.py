@@ -36,7 +36,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tscope.model.replay_statistics import ATTENTION_LOGIT_MAX
+from tscope.model.replay_statistics import ATTENTION_LOGIT_MAX, ReplayStatistic
 from tscope.replay.isolation import in_extra_pass
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.attention_max import BiasCache, max_attention_logit
@@ -56,6 +56,11 @@ _MISSING = object()
 
 class AttentionLogits(StatisticsObserver):
     name = "attention"
+    statistics = (
+        ReplayStatistic(
+            ATTENTION_LOGIT_MAX, "Largest attention logit", "max pre-softmax q·k / √d", False, True
+        ),
+    )
 
     @classmethod
     def for_replay(cls, options: ObserverOptions) -> AttentionLogits:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tscope.model.replay_statistics import ReplayStatistic
 from tscope.replay.observers import StepContext, StepObserver
 
 if TYPE_CHECKING:
@@ -96,9 +97,13 @@ class ObserverOptions:
 
 
 class StatisticsObserver(StepObserver):
-    """Base of the observers in tscope.replay.stats: `name` identifies it in the registry."""
+    """Base of the observers in tscope.replay.stats: `name` identifies it in the registry;
+    `statistics` describes what it writes into each step's `layers` (title, unit, axis), read by
+    the renderers through the case's replay section. A name it writes without one (one per
+    expert) is titled from the name itself."""
 
     name: ClassVar[str] = "statistics"
+    statistics: ClassVar[tuple[ReplayStatistic, ...]] = ()
 
     def __init__(self) -> None:
         self.notes: list[str] = []  # everything this observer skipped, each reason once

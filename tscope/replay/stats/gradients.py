@@ -28,7 +28,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tscope.model.replay_statistics import DELTA_NORM, GRAD_NORM, UPDATE_RATIO, WEIGHT_NORM
+from tscope.model.replay_statistics import (
+    DELTA_NORM,
+    GRAD_NORM,
+    UPDATE_RATIO,
+    WEIGHT_NORM,
+    ReplayStatistic,
+)
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.base import ObserverOptions, StatisticsObserver
 from tscope.replay.stats.structure import block_of, transformer_blocks
@@ -41,6 +47,14 @@ NUMEL = "numel"
 
 class GradientStatistics(StatisticsObserver):
     name = "gradients"
+    statistics = (
+        ReplayStatistic(GRAD_NORM, "Gradient norm", "L2 norm of the layer's gradient", True, True),
+        ReplayStatistic(
+            UPDATE_RATIO, "Update-to-weight ratio", "‖Δw‖ / ‖w‖ of the step's update", True, True
+        ),
+        ReplayStatistic(DELTA_NORM, "Update norm", "‖Δw‖ of the step's update", True),
+        ReplayStatistic(WEIGHT_NORM, "Weight norm", "‖w‖ after the step", True),
+    )
 
     @classmethod
     def for_replay(cls, options: ObserverOptions) -> GradientStatistics:

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tscope.model.replay_statistics import LOG_Z_MAX, LOG_Z_MEAN, LOGIT_MAX
+from tscope.model.replay_statistics import LOG_Z_MEAN, ReplayStatistic
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.base import StatisticsObserver, first_tensor
 from tscope.replay.stats.structure import output_head
@@ -24,12 +24,22 @@ from tscope.replay.stats.structure import output_head
 if TYPE_CHECKING:
     import torch
 
+LOGIT_MAX = "logit_max"
+LOG_Z_MAX = "log_z_max"
+
 # Rows per chunk are chosen so one float32 chunk of logits holds at most this many values (64 MiB).
 CHUNK_ELEMENTS = 1 << 24
 
 
 class OutputLogitStatistics(StatisticsObserver):
     name = "logits"
+    statistics = (
+        ReplayStatistic(LOGIT_MAX, "Largest output logit", "max logit of the LM head", False, True),
+        ReplayStatistic(
+            LOG_Z_MEAN, "Mean log Z", "mean log-sum-exp of the output logits", False, True
+        ),
+        ReplayStatistic(LOG_Z_MAX, "Largest log Z", "max log-sum-exp of the output logits", False),
+    )
 
     def __init__(self) -> None:
         super().__init__()

@@ -7,10 +7,12 @@ replay(run_dir, around=145, entry="entry.py", observers=observers)
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UsageError
+from tscope.model.replay_statistics import ReplayStatistic
 from tscope.replay.stats.activations import ActivationStatistics
 from tscope.replay.stats.attention import AttentionLogits
 from tscope.replay.stats.base import ObserverOptions, StatisticsObserver
@@ -33,6 +35,13 @@ STEP_OBSERVERS: tuple[type[StatisticsObserver], ...] = (
     NonfiniteOrigin,
 )
 OBSERVER_NAMES = tuple(kind.name for kind in STEP_OBSERVERS)
+# Every statistic the observers describe, in their order: the key ones are charted in this order.
+REPLAY_STATISTICS: tuple[ReplayStatistic, ...] = tuple(
+    statistic for kind in STEP_OBSERVERS for statistic in kind.statistics
+)
+_twice = sorted(name for name, n in Counter(s.name for s in REPLAY_STATISTICS).items() if n > 1)
+if _twice:
+    raise AssertionError(f"replay statistic declared twice: {', '.join(_twice)}")
 
 
 def statistics_observers(

@@ -27,11 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tscope.model.replay_statistics import (
-    EXPERT_SHARE_MAX,
-    EXPERT_TOKEN_FRACTION_MAX,
-    ROUTER_TOP_K,
-)
+from tscope.model.replay_statistics import EXPERT_TOKEN_FRACTION_MAX
 from tscope.replay.observers import StepContext
 from tscope.replay.stats.base import ObserverOptions, StatisticsObserver
 from tscope.replay.stats.structure import config_value, model_config
@@ -43,9 +39,9 @@ ROUTER_NAMES = ("router", "gate")
 ROUTER_CLASS_SUFFIX = "router"  # compared lower-case: TopKRouter, TopkRouter, Router
 EXPERT_COUNT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 TOP_K_NAMES = ("top_k", "num_experts_per_tok", "num_experts_per_token", "moe_top_k")
-SHARE_MAX = EXPERT_SHARE_MAX
+SHARE_MAX = "expert_share_max"
 TOKEN_FRACTION_MAX = EXPERT_TOKEN_FRACTION_MAX
-TOP_K = ROUTER_TOP_K
+TOP_K = "router_top_k"
 
 
 def share_name(expert: int) -> str:
