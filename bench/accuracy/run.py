@@ -66,9 +66,10 @@ taken once, are recorded in [accuracy-heldout.md](accuracy-heldout.md).
   visibility column of the per-run table: the loss minus the linear fit of the points before, in
   1.4826·MAD of those residuals over up to 50 points before). Whether it is also the run's
   largest excursion is not asked: that is how far it stands out from the run's texture, which is
-  the rule's problem, not the record's. One corrupted row of 8–16 raises the step's loss by
-  0.3–0.5 nats, 3–6 robust σ of these small-batch runs' noise; a row in an unlogged micro-batch
-  raises it by exactly nothing.
+  the rule's problem, not the record's. Measured on the tuning splits: one corrupted row of
+  4–16 (or 2 of 8) raises the step's loss 1.09–1.19× its trend, 1.0–5.9 robust σ by this measure
+  (healthy controls show one-step bumps of 5–7 σ after warm-up); a row in a micro-batch the
+  producer does not log raises it by exactly nothing.
 - **False warnings**: any finding of severity warning or critical on a healthy control, and on the
   healthy real logs of `../shared/realdata` (the modded-nanogpt records, the three Trainer
   states, pythia 70m-seed3's segments; not pythia 14m-seed5 nor the Megatron chronicles, which

@@ -145,9 +145,9 @@ def cause_recorded(spec: RunSpec, visibility: float | None) -> bool:
     recorded."""
     if spec.cause != BAD_BATCH:
         return True
-    return (
-        logged_corrupted_rows(spec) > 0 and visibility is not None and visibility >= VISIBLE_SIGMA
-    )
+    if visibility is None or logged_corrupted_rows(spec) == 0:
+        return False
+    return bool(visibility >= VISIBLE_SIGMA)  # a numpy bool when the visibility is numpy's
 
 
 def _visibility(spec: RunSpec, run: Any) -> tuple[float | None, bool | None]:
