@@ -47,6 +47,7 @@ SLOW_MODULES = frozenset({
     # They train runs in their module fixtures (nanoGPT producer, Trainer): 243, 157 and 69 s of
     # the fast loop's wall time under load ~19 (`--durations`, 2026-12-01).
     "test_cause_competition", "test_data_causes", "test_real_resume_bullet",
+    "test_short_repetition_and_late_break",  # trains a Lightning and a Trainer run
     # Tiny real transformers models stepped through the replay loop (their import alone, via
     # tests/replay_stats_models.py, was a quarter of the fast loop's collection), numba's JIT
     # compiling every kernel, and fuzzing: 15, 15 and 6 s of the fast loop under load 19.

@@ -48,16 +48,25 @@ def headline_by_producer(runs: list[RunScore]) -> list[str]:
         controls = [r for r in mine if r.cause == CONTROL]
         if not mine:
             continue
+        recorded = [r for r in planted if r.recorded]
         rows.append(
             [
                 producer,
                 _pct(sum(r.right for r in planted), len(planted)),
+                _pct(sum(r.right for r in recorded), len(recorded)),
                 _pct(sum(r.right for r in controls), len(controls)),
                 _pct(sum(r.right for r in mine), len(mine)),
             ]
         )
     return _table(
-        ["producer", "planted: headline right", "controls: no incident", "all runs"], rows
+        [
+            "producer",
+            "planted: headline right",
+            "planted, cause recorded: headline right",
+            "controls: no incident",
+            "all runs",
+        ],
+        rows,
     )
 
 
@@ -86,6 +95,16 @@ def recall_by_cause(runs: list[RunScore]) -> list[str]:
                     _pct(sum(r.right for r in visible), len(visible)),
                     f"{len(visible)} of {len(mine)} visible",
                     "visible: ≥ 5 robust σ over the local trend and the run's largest excursion",
+                ]
+            )
+            recorded = [r for r in mine if r.recorded]
+            rows.append(
+                [
+                    f"{cause}, cause recorded only",
+                    _pct(sum(r.right for r in recorded), len(recorded)),
+                    f"{len(recorded)} of {len(mine)} recorded",
+                    "recorded: a corrupted row in the logged loss and ≥ 5 robust σ over the local "
+                    "trend (score.cause_recorded)",
                 ]
             )
     return _table(
@@ -258,7 +277,9 @@ def per_run(runs: list[RunScore]) -> list[str]:
                 str(len(r.alerts)),
                 "–"
                 if r.visibility is None
-                else f"{r.visibility:.1f}" + ("" if r.largest_excursion else " (not largest)"),
+                else f"{r.visibility:.1f}"
+                + ("" if r.largest_excursion else " (not largest)")
+                + ("" if r.recorded else " (not recorded)"),
             ]
             for r in runs
         ],

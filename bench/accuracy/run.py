@@ -53,6 +53,23 @@ taken once, are recorded in [accuracy-heldout.md](accuracy-heldout.md).
   incident.
 - **Recall** per planted cause: runs with that cause whose headline is right. **Precision** per
   headline category: runs headlined with that cause category whose headline is right.
+- **Cause recorded**: headline accuracy is reported over all planted runs and, next to it, over
+  the runs whose planted cause left a trace in what the run recorded; no run is dropped from the
+  first. The criterion (`score.cause_recorded`) was fixed on 2026-12-02, before the holdout3 split
+  was scored, and is computed from the truth and the run's own records only, never from tscope's
+  findings. It concerns the bad batch (every other cause counts as recorded): the batch is
+  recorded when (a) at least one corrupted row enters the loss the producer logs for that step —
+  Lightning with gradient accumulation logs the last micro-batch's loss of each optimizer step
+  (lightning 2.x logs `on_step` values once the step's micro-batches are accumulated, the last
+  call's value), the Trainer and the benchmark's nanoGPT loop log the mean of the step's
+  micro-batches — and (b) the logged loss there stands ≥ 5 robust σ over its local trend (the
+  visibility column of the per-run table: the loss minus the linear fit of the points before, in
+  1.4826·MAD of those residuals over up to 50 points before). Whether it is also the run's
+  largest excursion is not asked: that is how far it stands out from the run's texture, which is
+  the rule's problem, not the record's. Measured on the tuning splits: one corrupted row of
+  4–16 (or 2 of 8) raises the step's loss 1.09–1.19× its trend, 1.0–5.9 robust σ by this measure
+  (healthy controls show one-step bumps of 5–7 σ after warm-up); a row in a micro-batch the
+  producer does not log raises it by exactly nothing.
 - **False warnings**: any finding of severity warning or critical on a healthy control, and on the
   healthy real logs of `../shared/realdata` (the modded-nanogpt records, the three Trainer
   states, pythia 70m-seed3's segments; not pythia 14m-seed5 nor the Megatron chronicles, which

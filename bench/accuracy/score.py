@@ -74,6 +74,9 @@ class RunScore:
     # any other step of the run stands out more. None for other causes.
     visibility: float | None = None
     largest_excursion: bool | None = None
+    # Whether the planted cause left a trace in what the run recorded (`cause_recorded`); the
+    # headline is reported over all runs and over the runs where it did.
+    recorded: bool = True
 
 
 def headline_of(case: Any) -> Headline:
@@ -109,6 +112,42 @@ def _alerts(spec: RunSpec, case: Any) -> list[Alert]:
 
 
 VISIBLE_SIGMA = 5.0  # the robustness sweep's "visible" (sweep_scoring: >= 5 and the largest)
+# The producers whose logged loss of an optimizer step is one micro-batch's, not the step's mean:
+# Lightning with accumulate_grad_batches > 1 logs (`self.log(..., on_step=True)`) only once the
+# step's micro-batches are accumulated, and what it logs is the last call's value
+# (lightning 2.x `_LoggerConnector.update_train_step_metrics`). The Trainer logs the mean of the
+# step's micro-batch losses and this benchmark's nanoGPT loop logs their mean
+# (produce_nanogpt.py).
+LAST_MICRO_BATCH_LOGGED = frozenset({"lightning"})
+
+
+def logged_corrupted_rows(spec: RunSpec) -> int:
+    """How many of the planted bad batch's corrupted rows enter the loss the producer logs for
+    the planted step (from the truth's spec and the producer's logging)."""
+    from planting import corrupted_rows
+
+    by_call = corrupted_rows(spec)
+    if spec.grad_accum > 1 and spec.producer in LAST_MICRO_BATCH_LOGGED:
+        last_call = int(spec.plant["step"]) * spec.grad_accum
+        return len(by_call.get(last_call, []))
+    return sum(len(rows) for rows in by_call.values())
+
+
+def cause_recorded(spec: RunSpec, visibility: float | None) -> bool:
+    """Pre-registered (2026-12-02, before the holdout3 split was scored) and computed from the
+    truth and the run's own records only, never from tscope's findings: a planted bad batch is
+    recorded when (a) at least one corrupted row enters the loss the producer logs for that step
+    (`logged_corrupted_rows`) and (b) the logged loss there stands ≥ VISIBLE_SIGMA robust σ over
+    its local trend (`_visibility`, the robustness sweep's measure: the loss minus the linear fit
+    of the points before, in 1.4826·MAD of the same residuals over up to 50 points before). Not
+    asked: that it is the run's largest excursion (that is how far it stands out from the run's
+    texture, which is the rule's problem, not the record's). Every other cause counts as
+    recorded."""
+    if spec.cause != BAD_BATCH:
+        return True
+    if visibility is None or logged_corrupted_rows(spec) == 0:
+        return False
+    return bool(visibility >= VISIBLE_SIGMA)  # a numpy bool when the visibility is numpy's
 
 
 def _visibility(spec: RunSpec, run: Any) -> tuple[float | None, bool | None]:
@@ -172,6 +211,7 @@ def score_run(folder: str) -> RunScore:
         analyze_seconds=round(seconds, 1),
         visibility=visibility,
         largest_excursion=largest,
+        recorded=cause_recorded(spec, visibility),
     )
 
 
