@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.json as pa_json
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
@@ -31,6 +29,7 @@ from tscope.ingest.safe_fs import open_regular, read_bytes_bounded
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -91,6 +90,8 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
         malformed.append(str(row.text)[:80])
         return "skip"
 
+    import pyarrow as pa  # here: only tables need Arrow (0.1-0.4 s of a TensorBoard analyze)
+
     header = wide_csv_header(path, delimiter)
     chosen = columns_to_read(header) if header is not None else None
     try:
@@ -117,6 +118,8 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
 
 
 def _from_arrow(arrow_table: pa.Table) -> ParsedTable:
+    import pyarrow as pa
+
     table = ParsedTable(n_rows=arrow_table.num_rows)
     for index, name in enumerate(arrow_table.column_names):
         if name in table.values or not name.strip():
@@ -136,6 +139,8 @@ def _from_arrow(arrow_table: pa.Table) -> ParsedTable:
 def _float_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """(the values as float64, which cells are not null), read from Arrow's buffers: Arrow's own
     to_numpy imports pandas (~1 s of a logs-only analyze's startup)."""
+    import pyarrow as pa
+
     array = column.combine_chunks().cast(pa.float64())
     size = len(array)
     if size == 0:
@@ -187,6 +192,9 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
     # only sees files whose every line nests at most MAX_JSON_DEPTH deep (a C-speed pre-scan).
     # It also builds a dense column per key: a sparse, wide file goes the stdlib way instead.
     if safe_json.depth_over_limit(data) is None and arrow_table_is_bounded(data):
+        import pyarrow as pa
+        import pyarrow.json as pa_json
+
         try:
             return _from_arrow(pa_json.read_json(pa.BufferReader(data)))
         except (pa.ArrowException, OSError, UnicodeDecodeError):
