@@ -78,3 +78,15 @@ def test_first_seen_codes_is_pandas_factorize() -> None:
         expected_codes, expected_distinct = pd.factorize(values)
         assert codes.tolist() == expected_codes.tolist()
         assert distinct.tolist() == list(expected_distinct)
+
+
+def test_assembly_keeps_a_read_without_rows_out_of_the_way() -> None:
+    from tscope.ingest.assemble import assemble_run
+
+    empty = LogRead(kind="synthetic", path="empty.jsonl")
+    rows = [(1, "train/loss", 2.0, "loss"), (2, "train/loss", 1.9, "loss")]
+    full = LogRead(kind="synthetic", path="log.jsonl", metrics=LogRead.rows_to_table(rows, "log"))
+    run = assemble_run("r", "/r", [empty, full], [])
+    assert run.metric_names == ["train/loss"]
+    assert run.series("train/loss")[1].tolist() == [2.0, 1.9]
+    assert assemble_run("r", "/r", [empty], []).metrics.empty

@@ -91,6 +91,9 @@ def _split_by_metric(reads: list[LogRead]) -> dict[int, dict[str, MetricTable]]:
     for read in reads:
         table = read.metrics.sorted_by("order")
         codes = table.metric.codes
+        if not codes.size:
+            split[id(read)] = {}
+            continue
         by_code = np.argsort(codes, kind="stable")  # each metric's rows together, file order
         sorted_codes = codes[by_code]
         starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
@@ -98,11 +101,9 @@ def _split_by_metric(reads: list[LogRead]) -> dict[int, dict[str, MetricTable]]:
         groups = sorted(
             zip(by_code[starts].tolist(), starts.tolist(), ends.tolist(), strict=True)
         )  # by the row where each metric first appears
-        split[id(read)] = (
-            {table.metric.at(first): table.take(by_code[start:end]) for first, start, end in groups}
-            if codes.size
-            else {}
-        )
+        split[id(read)] = {
+            table.metric.at(first): table.take(by_code[start:end]) for first, start, end in groups
+        }
     return split
 
 
