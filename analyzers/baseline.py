@@ -10,7 +10,6 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from tscope.analyzers.detectors.compiled_loops import COMPILED_MIN_POINTS, compiled_rolling_median
 
@@ -22,6 +21,13 @@ MAD_TO_SIGMA = 1.4826
 BASELINE_WINDOW_POINTS = 50
 # A baseline needs this many earlier finite points before any alarm can be raised.
 MIN_BASELINE_POINTS = 8
+# The compiled rolling median keeps the window as a sorted buffer, O(window) per point: right for
+# the baselines' 50 points, quadratic for the explainers' windows of 10% of a long series (25,000
+# points of a 250,000-point series: 67 s at load 16), which pandas' skiplist does in O(log w).
+COMPILED_MAX_WINDOW = 1000
+# rolling_median sorts every window at once (points x window floats) up to this many cells:
+# 16 MB, milliseconds; longer series without numba take pandas' skiplist.
+SORTED_WINDOWS_MAX_CELLS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -69,28 +75,57 @@ def robust_baseline(values: np.ndarray, window: int = BASELINE_WINDOW_POINTS) ->
 def _robust_baseline(values: np.ndarray, window: int) -> RobustBaseline:
     finite = np.where(np.isfinite(values), values, np.nan)
     min_periods = min(MIN_BASELINE_POINTS, window)
-    median_array = _shifted(rolling_median(finite, window, min_periods))
+    median_array = shifted_by_one(rolling_median(finite, window, min_periods))
     steps_abs = np.abs(np.diff(finite, prepend=np.nan))  # Series.diff().abs()
-    mad_of_differences = _shifted(rolling_median(steps_abs, window, min_periods))
+    mad_of_differences = shifted_by_one(rolling_median(steps_abs, window, min_periods))
     sigma = MAD_TO_SIGMA * mad_of_differences / np.sqrt(2.0)
     return RobustBaseline(median_array, _floor_sigma(sigma, median_array))
 
 
 def rolling_median(values: np.ndarray, window: int, min_periods: int) -> np.ndarray:
-    """pd.Series(values).rolling(window, min_periods=min_periods).median() as an array: the
-    compiled loop on long series when numba is there (the same numbers, sign of zero included:
-    tests/test_compiled_loops.py), pandas' skiplist otherwise."""
-    if values.size >= COMPILED_MIN_POINTS:
+    """pd.Series(values).rolling(window, min_periods=min_periods).median() as an array, the same
+    numbers, sign of zero included (tests/test_compiled_loops.py, tests/test_rolling_median.py):
+    the compiled loop on long series with short windows when numba is there, every window sorted
+    at once with numpy on short series (pandas is not imported: a logs-only analyze's startup),
+    pandas' skiplist for the rest."""
+    if values.size >= COMPILED_MIN_POINTS and window <= COMPILED_MAX_WINDOW:
         medians = compiled_rolling_median(values, window, min_periods)
         if medians is not None:
             return medians
+    if values.size * window <= SORTED_WINDOWS_MAX_CELLS:
+        return _sorted_windows_median(values, window, min_periods)
+    import pandas as pd  # here: only long series need it
+
     result: np.ndarray = (
         pd.Series(values).rolling(window, min_periods=min_periods).median().to_numpy()
     )
     return result
 
 
-def _shifted(values: np.ndarray) -> np.ndarray:
+def _sorted_windows_median(values: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+    """pandas' roll_median_c on all windows at once: the median of the finite points among the
+    last `window` (pandas leaves ±inf out too), NaN below min_periods. pandas keeps a skiplist
+    that inserts a value after its equals and removes the first equal, so equal values (0.0 and
+    -0.0) stand in the order they arrived: what a stable sort of each window gives."""
+    size = values.size
+    if size == 0:
+        return np.empty(0, dtype=np.float64)
+    finite = np.where(np.isfinite(values), values, np.nan).astype(np.float64, copy=False)
+    padded = np.concatenate((np.full(window - 1, np.nan), finite))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, window)  # row i ends at point i
+    ordered = np.sort(windows, axis=1, kind="stable")  # NaN last
+    count = window - np.isnan(windows).sum(axis=1)
+    rows = np.arange(size)
+    middle = count // 2
+    upper = ordered[rows, np.minimum(middle, window - 1)]
+    lower = ordered[rows, np.maximum(middle - 1, 0)]
+    medians = np.where(count % 2 == 1, upper, (upper + lower) / 2)
+    medians[(count < min_periods) | (count == 0)] = np.nan
+    result: np.ndarray = medians
+    return result
+
+
+def shifted_by_one(values: np.ndarray) -> np.ndarray:
     """Series.shift(1): each point gets its predecessor's value, the first NaN."""
     return np.concatenate((np.full(min(1, values.size), np.nan), values[:-1]))
 

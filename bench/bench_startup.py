@@ -4,15 +4,17 @@
     python bench/bench_startup.py --repeats 15
 
 Writes a 3-row CSV in a temporary directory and times, in fresh child processes and alternating
-so both sides see the same load: `python -c pass` (the interpreter alone), `python -c "import
-pandas"` (the metric table's library, a floor while the model is a DataFrame), `import
-tscope.cli`, the libraries a pandas-free path would still import (numpy, pyarrow.csv, typer with
-pydantic, jinja2), and the whole `tscope analyze` of the CSV. Byte-code is cached in a temporary
-PYTHONPYCACHEPREFIX (warmed by one run first), as an installed package would have it; with
-PYTHONDONTWRITEBYTECODE set every run recompiles tscope's sources instead. "analyze, templates
-compiled" is the same analyze with TSCOPE_TEMPLATE_CACHE=0 (no user template cache, as before
-render/template_cache.py). Prints the best and
-median of each and the analyze's margin over the interpreter. Numbers only: nothing asserts on time.
+so both sides see the same load: `python -c pass` (the interpreter alone), `import numpy` (the
+floor of a numpy program), `import pandas` (what the metric table cost while it was a DataFrame),
+the libraries a logs-only analyze still imports (pyarrow.csv, typer with pydantic, jinja2),
+`import tscope.cli`, every module the analyze imports (recorded from one analyze, imported in its
+order: the fixed startup) and the whole `tscope analyze` of the CSV. Byte-code is
+cached in a temporary PYTHONPYCACHEPREFIX (warmed by one run first), as an installed package
+would have it; with PYTHONDONTWRITEBYTECODE set every run recompiles tscope's sources instead.
+"analyze, templates compiled" is the same analyze with TSCOPE_TEMPLATE_CACHE=0 (no user template
+cache, as before render/template_cache.py). Prints the best and median of each, the margin over
+the interpreter, the ratios to `python -c pass` and `import numpy` of the same run, and the
+analyze split into the fixed startup and the rest. Numbers only: nothing asserts on time.
 """
 
 from __future__ import annotations
@@ -33,6 +35,39 @@ def timed(command: list[str], environment: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+# Every module the analyze ends up holding, imported in the order it imported them: the fixed
+# cost of the analyze (interpreter + imports), apart from its reading, analysis and writing.
+_LIST_MODULES = """
+import json, sys
+import tscope.cli
+sys.argv = ["tscope", "analyze", sys.argv[1], "--out", sys.argv[2], "-q"]
+try:
+    tscope.cli.main()
+except SystemExit:
+    pass
+print(json.dumps(list(sys.modules)))
+"""
+_IMPORT_ALL = """
+import importlib, json, sys
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+"""
+
+
+def _modules_of_an_analyze(python: str, csv: Path, root: Path, environment: dict[str, str]) -> str:
+    listed = subprocess.run(
+        [python, "-c", _LIST_MODULES, str(csv), str(root / "listed")],
+        env=environment,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return listed.stdout.strip().splitlines()[-1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -46,11 +81,18 @@ def main() -> None:
         python = sys.executable
         subjects = {
             "python -c pass": [python, "-c", "pass"],
+            "import numpy": [python, "-c", "import numpy"],
             "import pandas": [python, "-c", "import pandas"],
             # What a logs-only analyze would still import without pandas: the CSV parser, the
             # CLI (typer 0.2x builds a pydantic TypeAdapter per option) and the templates.
             "import the rest": [python, "-c", "import numpy, pyarrow.csv, typer, pydantic, jinja2"],
             "import tscope.cli": [python, "-c", "import tscope.cli"],
+            "import what analyze imports": [
+                python,
+                "-c",
+                _IMPORT_ALL,
+                _modules_of_an_analyze(python, csv, root, environment),
+            ],
             "tscope analyze 3-row CSV": [
                 python,
                 "-m",
@@ -75,12 +117,25 @@ def main() -> None:
             for name, command in subjects.items():
                 times[name].append(timed(command, environments[name]))
     interpreter = min(times["python -c pass"])
-    print(f"{'subject':<30}{'best s':>8}{'median s':>10}{'best - pass':>13}")
+    numpy_import = min(times["import numpy"])
+    print(
+        f"{'subject':<30}{'best s':>8}{'median s':>10}{'best - pass':>13}"
+        f"{'/ pass':>8}{'/ numpy':>9}"
+    )
     for name, seconds in times.items():
         best = min(seconds)
         print(
             f"{name:<30}{best:>8.3f}{statistics.median(seconds):>10.3f}{best - interpreter:>13.3f}"
+            f"{best / interpreter:>8.2f}{best / numpy_import:>9.2f}"
         )
+    analyze = min(times["tscope analyze 3-row CSV"])
+    fixed = min(times["import what analyze imports"])
+    print(
+        f"logs-only analyze: {analyze:.3f} s = {analyze / interpreter:.2f}x `python -c pass`, "
+        f"{analyze / numpy_import:.2f}x `import numpy`; fixed startup (interpreter + every "
+        f"module it imports) {fixed:.3f} s, the work (reading, analysis, writing the case) "
+        f"{analyze - fixed:.3f} s"
+    )
     load = os.getloadavg()[0]
     print(f"goal: analyze best < 1 s; {arguments.repeats} interleaved repetitions; load {load:.1f}")
 

@@ -55,11 +55,9 @@ def read_with_tscope(path: Path, verify_checksums: bool) -> tuple[float, dict[st
     elapsed = time.perf_counter() - started
     if read.partial:
         sys.exit(f"tscope reported problems: {read.partial}")
-    table = read.metrics.sort_values("order")
-    return elapsed, {
-        str(tag): rows["value"].to_numpy(np.float64)
-        for tag, rows in table.groupby("original_name", sort=False)
-    }
+    table = read.metrics.sorted_by("order")
+    tags = table.original_name
+    return elapsed, {tag: table.value[tags.codes == code] for code, tag in enumerate(tags.labels)}
 
 
 def read_with_event_accumulator(path: Path, new_style: bool) -> tuple[float, dict[str, np.ndarray]]:

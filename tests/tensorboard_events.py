@@ -41,7 +41,8 @@ def scalar_event(step: int, *values: tuple[str, float]) -> object:
 
 
 def series(read: LogRead, metric: str) -> tuple[list[int], np.ndarray]:
-    rows = read.metrics[read.metrics["metric"] == metric].sort_values("order")
+    table = read.metrics.to_frame()
+    rows = table[table["metric"] == metric].sort_values("order")
     return rows["step"].tolist(), rows["value"].to_numpy(np.float64)
 
 

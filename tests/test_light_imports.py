@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 # Libraries a CSV of metrics never needs: the checkpoint, change-point and model stacks.
 HEAVY_FOR_LOGS = ("torch", "safetensors", "scipy", "sklearn", "ruptures", "transformers")
 
@@ -41,6 +43,42 @@ def test_analyzing_a_csv_imports_no_checkpoint_or_model_library(tmp_path: Path) 
     assert result["exit"] in (0, None)
     assert (tmp_path / "case" / "case.json").is_file()
     assert set(HEAVY_FOR_LOGS) & set(result["modules"]) == set()
+
+
+# Not even pandas (~40% of the startup when the metric table was a DataFrame, issue 15) nor numba
+# (loaded for series of 200 points or more, with scipy and yaml behind it), nor PyYAML.
+NOT_FOR_SMALL_LOGS = (*HEAVY_FOR_LOGS, "pandas", "numba", "yaml")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "data"
+
+
+def _three_row_csv(folder: Path) -> Path:
+    csv = folder / "metrics.csv"
+    csv.write_text("step,loss\n1,2.0\n2,1.9\n3,1.8\n")
+    return csv
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "three-row CSV",
+        "trainer/stable_long_logging/checkpoint-240/trainer_state.json",  # transformers.Trainer
+        "layer_tb/healthy",  # torch.utils.tensorboard.SummaryWriter
+    ],
+)
+def test_a_small_logs_only_analyze_imports_no_pandas(tmp_path: Path, log: str) -> None:
+    path = _three_row_csv(tmp_path) if log == "three-row CSV" else FIXTURES / log
+    completed = subprocess.run(
+        [sys.executable, "-c", ANALYZE_AND_LIST_MODULES, str(path), str(tmp_path / "case")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["exit"] in (0, None)
+    assert (tmp_path / "case" / "case.json").is_file()
+    assert set(NOT_FOR_SMALL_LOGS) & set(result["modules"]) == set()
+    if log != "three-row CSV":  # only tables are parsed with Arrow
+        assert "pyarrow" not in result["modules"]
 
 
 def test_analyzing_safetensors_checkpoints_imports_no_torch(tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ def test_megatron_rows_stay_in_file_order_across_a_rewind_and_notes() -> None:
         14000,
     ]
     assert series(read, "eval/loss") == [(45000, 2.327091)]
-    assert read.metrics["order"].is_monotonic_increasing
+    assert read.metrics.to_frame()["order"].is_monotonic_increasing
 
 
 def test_megatron_arguments_block_becomes_config() -> None:

@@ -29,7 +29,8 @@ READER = MetricsTableReader()
 
 
 def series(read: LogRead, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    rows = read.metrics[read.metrics["metric"] == metric].sort_values("order")
+    table = read.metrics.to_frame()
+    rows = table[table["metric"] == metric].sort_values("order")
     return rows["step"].to_numpy(), rows["value"].to_numpy()
 
 

@@ -83,7 +83,7 @@ def oracle(path: Path) -> dict[str, tuple[list[int], np.ndarray]]:
 
 
 def by_original_name(read: LogRead) -> dict[str, tuple[list[int], np.ndarray]]:
-    table = read.metrics.sort_values("order")
+    table = read.metrics.to_frame().sort_values("order")
     return {
         str(tag): (rows["step"].tolist(), rows["value"].to_numpy(np.float64))
         for tag, rows in table.groupby("original_name", sort=False)

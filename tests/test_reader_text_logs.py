@@ -10,7 +10,6 @@ import math
 import tempfile
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +22,7 @@ from tscope.ingest.readers.metrics_table import MetricsTableReader
 from tscope.ingest.readers.nanogpt_log import ModdedNanoGPTLogReader, NanoGPTLogReader
 from tscope.ingest.readers.trainer_stdout import TrainerStdoutReader
 from tscope.ingest.registry import READERS
+from tscope.model import MetricTable
 
 TEXT_READERS = (
     MegatronLogReader(),
@@ -317,5 +317,5 @@ def test_arbitrary_text_raises_nothing_but_unreadable_input(pieces: list[str | b
                 read = reader.read(path, "train.log")
             except UnreadableInput:
                 continue
-            assert isinstance(read.metrics, pd.DataFrame)
+            assert isinstance(read.metrics, MetricTable)
             assert list(read.metrics["order"]) == list(range(len(read.metrics)))

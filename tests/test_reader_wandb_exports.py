@@ -73,7 +73,7 @@ def test_export_with_several_runs_reads_the_first_and_names_the_others(tmp_path:
 
     _, maxima = series(read, "train/loss__max")
     assert maxima.max() == 9.0  # "run - a": split at the last " - "
-    assert set(read.metrics["original_name"].str.split(" - train").str[0]) == {"run - a"}
+    assert set(read.metrics.to_frame()["original_name"].str.split(" - train").str[0]) == {"run - a"}
     assert "'quiet-b'" in read.partial[0].problem and "'c'" in read.partial[0].problem
 
 

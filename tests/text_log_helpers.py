@@ -17,7 +17,8 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 
 def series(read: LogRead, metric: str) -> list[tuple[int, float]]:
-    rows = read.metrics[read.metrics["metric"] == metric].sort_values("order")
+    table = read.metrics.to_frame()
+    rows = table[table["metric"] == metric].sort_values("order")
     return list(zip(rows["step"].tolist(), rows["value"].tolist(), strict=True))
 
 

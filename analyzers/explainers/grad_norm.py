@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import rolling_median
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
 from tscope.model.categories import Category
@@ -69,7 +69,7 @@ class GradNormExplainer:
         early_to = max(int(EARLY_TO_FRACTION * n), early_from + MIN_WINDOW_POINTS)
         early = float(np.median(values[early_from:early_to]))
         window = max(MIN_WINDOW_POINTS, int(PERSISTENT_FRACTION * n))
-        rolling = pd.Series(values).rolling(window).median().to_numpy().copy()
+        rolling = rolling_median(values, window, window).copy()
         rolling[:early_to] = np.nan  # judged after the early reference only
         clip = clip_threshold(run.config)
         findings = []

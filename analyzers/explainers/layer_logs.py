@@ -23,10 +23,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.baseline import MAD_TO_SIGMA
+from tscope.analyzers.baseline import MAD_TO_SIGMA, rolling_median, shifted_by_one
 from tscope.analyzers.explainers.learning_rate import warmup_end
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run
@@ -188,8 +187,7 @@ def _candidates(stat: str, values: np.ndarray, start: int) -> np.ndarray:
     next PERSIST_POINTS points: a vectorized pre-filter (one rolling median per series), so the
     exact checks above run on a few points only."""
     clean = np.where(np.isfinite(values), values, np.nan)
-    window = pd.Series(clean).rolling(DEVIATION_WINDOW, min_periods=DEVIATION_WINDOW // 2)
-    reference = window.median().shift(1).to_numpy()
+    reference = shifted_by_one(rolling_median(clean, DEVIATION_WINDOW, DEVIATION_WINDOW // 2))
     last = values.size - PERSIST_POINTS
     if last <= start:
         return np.empty(0, dtype=np.int64)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
 from tscope.model.checkpoint import CheckpointSnapshot
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Wortsman et al. 2023 (arXiv 2309.14322): when gradient RMS falls to ~ε, Adam's update shrinks
 # and its RMS collapses; Molybog et al. 2023 tie spikes to gradients comparable to ε. Half of a

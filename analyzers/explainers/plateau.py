@@ -10,10 +10,9 @@ first logged point.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.baseline import MAD_TO_SIGMA
+from tscope.analyzers.baseline import MAD_TO_SIGMA, rolling_median
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
@@ -85,7 +84,7 @@ class PlateauExplainer:
         )
         sigma /= np.sqrt(2.0)  # differences of two points carry √2 × the per-point noise
         band = max(PLATEAU_MIN_RELATIVE_DROP * abs(start_level), noise_band(sigma, window, n))
-        level = pd.Series(values).rolling(window, min_periods=window).median().to_numpy()
+        level = rolling_median(values, window, window)
         moved = np.flatnonzero(level < start_level - band)
         flat_until = int(moved[0]) - window + 1 if moved.size else n - 1  # last flat point
         flat_until = max(flat_until, 0)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Spike
 from tscope.model.categories import Category
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # A window "moved too far" when its raw update-to-weight ratio per step (median over tensors) is
 # ≥ 3× that of the run's own earlier windows (the first window: the later ones). Raw, because an
@@ -321,6 +324,8 @@ def _log_change(layers: pd.DataFrame, first: int, second: int) -> pd.Series:
     """Per tensor: the larger |log ratio| of RMS and of max |w| between two checkpoints."""
     a = layers[layers["step"] == first].set_index("tensor")
     b = layers[layers["step"] == second].set_index("tensor")
+    import pandas as pd  # here: only checkpoint statistics reach it
+
     changes = pd.DataFrame(
         {
             column: np.abs(

@@ -31,9 +31,9 @@ gain only separates a hot start that stalled from one that kept learning.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import rolling_median
 from tscope.analyzers.explainers.lr_config import START_MAX_STEP, TYPICAL_LR, training_kind
 from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
@@ -97,7 +97,7 @@ class WarmupStallExplainer:
         if stall_end - segment < early_end + segment:
             return []
         first = float(values[0])
-        level = pd.Series(values).rolling(SMOOTHING_MIN_POINTS).median().to_numpy()
+        level = rolling_median(values, SMOOTHING_MIN_POINTS, SMOOTHING_MIN_POINTS)
         early = level[SMOOTHING_MIN_POINTS - 1 : early_end]
         early_min = float(np.nanmin(early))
         if first <= 0 or (first - early_min) < EARLY_DROP_FRACTION * first:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import itertools
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.checkpoint_lr import is_lr_jump
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding
 from tscope.model.categories import Category
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Embeddings and the output head are where norm growth precedes spikes (Takase et al., "Spike No
 # More", arXiv 2312.16903; OLMo 2 §3: no weight decay on embeddings).

@@ -5,18 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tscope.ingest.logs.series_cap import cap_series
 from tscope.ingest.registry import READERS
-from tscope.model import Caveat, LogRead, PartialInput, Run, RunEvent, Source, empty_metric_table
+from tscope.model import Caveat, LogRead, MetricTable, PartialInput, Run, RunEvent, Source
 
 _READER_PRIORITY = {reader.name: rank for rank, reader in enumerate(READERS)}
 
 
 def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[PartialInput]) -> Run:
     reads, caveats = cap_series(_drop_superseded(reads))
-    chosen_tables: list[pd.DataFrame] = []
+    chosen_tables: list[MetricTable] = []
     events: list[RunEvent] = [event for read in reads for event in read.events]
 
     # Each read's table split by metric once: filtering the whole table again for every metric
@@ -42,8 +41,7 @@ def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[Parti
 
     for read in reads:
         caveats.extend(read.caveats)
-    metrics = pd.concat(chosen_tables, ignore_index=True) if chosen_tables else empty_metric_table()
-    metrics = metrics.sort_values(["metric", "step"], kind="stable").reset_index(drop=True)
+    metrics = MetricTable.concat(chosen_tables).sorted_by("metric", "step")
 
     config: dict[str, Any] = {}
     for read in sorted(reads, key=lambda r: (_READER_PRIORITY.get(r.kind, 99), r.path)):
@@ -84,23 +82,37 @@ def _drop_superseded(reads: list[LogRead]) -> list[LogRead]:
     return kept + list(newest.values())
 
 
-def _split_by_metric(reads: list[LogRead]) -> dict[int, dict[str, pd.DataFrame]]:
-    """id(read) -> {metric: its rows in the read's table, in file order}: one pass per read."""
-    split: dict[int, dict[str, pd.DataFrame]] = {}
+def _split_by_metric(reads: list[LogRead]) -> dict[int, dict[str, MetricTable]]:
+    """id(read) -> {metric: its rows in the read's table, in file order}: one pass per read.
+
+    The metrics in the order they first appear in the file (what groupby(sort=False) gave).
+    """
+    split: dict[int, dict[str, MetricTable]] = {}
     for read in reads:
-        table = read.metrics.sort_values("order", kind="stable")
+        table = read.metrics.sorted_by("order")
+        codes = table.metric.codes
+        if not codes.size:
+            split[id(read)] = {}
+            continue
+        by_code = np.argsort(codes, kind="stable")  # each metric's rows together, file order
+        sorted_codes = codes[by_code]
+        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+        ends = np.r_[starts[1:], sorted_codes.size]
+        groups = sorted(
+            zip(by_code[starts].tolist(), starts.tolist(), ends.tolist(), strict=True)
+        )  # by the row where each metric first appears
         split[id(read)] = {
-            str(metric): rows for metric, rows in table.groupby("metric", sort=False, observed=True)
+            table.metric.at(first): table.take(by_code[start:end]) for first, start, end in groups
         }
     return split
 
 
 def _first_step(read: LogRead) -> float:
-    return float(read.metrics["step"].min()) if not read.metrics.empty else 0.0
+    return float(read.metrics.step.min()) if not read.metrics.empty else 0.0
 
 
 def _reads_by_metric(
-    reads: list[LogRead], by_metric: dict[int, dict[str, pd.DataFrame]]
+    reads: list[LogRead], by_metric: dict[int, dict[str, MetricTable]]
 ) -> dict[str, list[LogRead]]:
     grouped: dict[str, list[LogRead]] = {}
     for read in reads:
@@ -110,7 +122,7 @@ def _reads_by_metric(
 
 
 def _preferred_kind(
-    metric: str, candidates: list[LogRead], by_metric: dict[int, dict[str, pd.DataFrame]]
+    metric: str, candidates: list[LogRead], by_metric: dict[int, dict[str, MetricTable]]
 ) -> str:
     """The format whose files hold the most points of this metric; registry order breaks ties."""
     counts: dict[str, int] = {}
@@ -130,15 +142,15 @@ def _file_order(reads: list[LogRead], first_steps: dict[int, float]) -> list[Log
     return sorted(reads, key=key)
 
 
-def _resolve_segments(parts: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[RunEvent]]:
+def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEvent]]:
     """Concatenate one metric's rows from each file in write order; a step that goes backwards
     starts a new segment.
 
     The latest segment wins for every step it covers (a resumed run re-logs the steps after its
     checkpoint), and each rewind becomes a `resume` event.
     """
-    table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    steps = table["step"].to_numpy(np.int64)
+    table = MetricTable.concat(parts)
+    steps = table.step
     events: list[RunEvent] = []
     if len(steps) > 1:
         running_max = np.maximum.accumulate(steps)
@@ -150,7 +162,7 @@ def _resolve_segments(parts: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[Run
                     int(steps[index]),
                     f"steps go back from {int(running_max[index - 1])} to {int(steps[index])}: "
                     "the run was resumed from an earlier point and re-logged these steps",
-                    str(table["source"].iat[int(index)]),
+                    table.source.at(int(index)),
                     {"from_step": float(running_max[index - 1]), "to_step": float(steps[index])},
                 )
             )
@@ -164,7 +176,7 @@ def _resolve_segments(parts: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[Run
                         int(steps[boundary]),
                         f"a new log file starts at step {int(steps[boundary])} after the previous "
                         f"one ended at {int(running_max[boundary - 1])}",
-                        str(table["source"].iat[int(boundary)]),
+                        table.source.at(int(boundary)),
                         {
                             "from_step": float(running_max[boundary - 1]),
                             "to_step": float(steps[boundary]),
@@ -175,7 +187,7 @@ def _resolve_segments(parts: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[Run
     reversed_steps = steps[::-1]
     _, first_in_reversed = np.unique(reversed_steps, return_index=True)
     keep = np.sort(len(steps) - 1 - first_in_reversed)
-    return table.iloc[keep].reset_index(drop=True), events
+    return table.take(keep), events
 
 
 def _unique_events(events: list[RunEvent]) -> list[RunEvent]:

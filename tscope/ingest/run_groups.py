@@ -83,7 +83,7 @@ def _share_a_series(units: Sequence[Sequence[LogRead]]) -> bool:
     """Do two of `units` hold the same metric read by the same kind of reader?"""
     seen: set[tuple[str, str]] = set()
     for unit in units:
-        series = {(read.kind, str(m)) for read in unit for m in read.metrics["metric"].unique()}
+        series = {(read.kind, str(m)) for read in unit for m in read.metrics.metric.used_labels()}
         if series & seen:
             return True
         seen |= series

@@ -13,8 +13,8 @@ from tscope.model.case import (
     Spike,
     StoryEvent,
 )
+from tscope.model.metric_table import METRIC_COLUMNS, MetricTable, TextColumn
 from tscope.model.run import (
-    METRIC_COLUMNS,
     Caveat,
     LogRead,
     PartialInput,
@@ -33,11 +33,13 @@ __all__ = [
     "CheckpointInfo",
     "Finding",
     "LogRead",
+    "MetricTable",
     "PartialInput",
     "Run",
     "RunEvent",
     "Source",
     "Spike",
     "StoryEvent",
+    "TextColumn",
     "empty_metric_table",
 ]

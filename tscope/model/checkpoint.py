@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tscope.model.case import CheckpointInfo
 from tscope.model.run import PartialInput
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # layers.parquet: one row per (checkpoint, tensor). Units and definitions:
 #   step                   int    the checkpoint's optimizer step (producer metadata, else its name)
@@ -115,7 +116,7 @@ class CheckpointSnapshot:
 @dataclass(frozen=True)
 class CheckpointEvidence:
     snapshots: tuple[CheckpointSnapshot, ...] = ()  # in step order
-    layers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(LAYER_COLUMNS)))
+    layers: pd.DataFrame = field(default_factory=lambda: _empty_layers())
 
     @property
     def steps(self) -> list[int]:
@@ -130,3 +131,9 @@ class CheckpointEvidence:
             if snapshot.info.step is not None and isinstance(lr, (int, float)):
                 rates[snapshot.info.step] = float(lr)
         return rates
+
+
+def _empty_layers() -> pd.DataFrame:
+    import pandas as pd  # here: the model is imported by every command, checkpoints or not
+
+    return pd.DataFrame(columns=list(LAYER_COLUMNS))

@@ -7,29 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-# The one normalized shape every reader produces (after tbparse): one row per logged point.
-#   step           int64   optimizer step as the run logged it
-#   metric         str     canonical name, e.g. "train/loss"
-#   value          float64 NaN/Inf kept as logged; never filled
-#   source         str     path of the file the row came from (relative to the run root)
-#   original_name  str     the name the producer used, e.g. "lm loss"
-#   order          int64   position of the row within its source, so "last logged wins" is exact
-METRIC_COLUMNS = ("step", "metric", "value", "source", "original_name", "order")
+from tscope.model.metric_table import MetricTable, TextColumn
 
 
-def empty_metric_table() -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "step": pd.Series(dtype="int64"),
-            "metric": pd.Series(dtype="object"),
-            "value": pd.Series(dtype="float64"),
-            "source": pd.Series(dtype="object"),
-            "original_name": pd.Series(dtype="object"),
-            "order": pd.Series(dtype="int64"),
-        }
-    )
+def empty_metric_table() -> MetricTable:
+    return MetricTable.no_rows()
 
 
 @dataclass(frozen=True)
@@ -74,7 +57,7 @@ class LogRead:
 
     kind: str
     path: str
-    metrics: pd.DataFrame = field(default_factory=empty_metric_table)
+    metrics: MetricTable = field(default_factory=MetricTable.no_rows)
     events: list[RunEvent] = field(default_factory=list)
     caveats: list[Caveat] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
@@ -84,20 +67,18 @@ class LogRead:
     started_at: float | None = None
 
     @staticmethod
-    def rows_to_table(rows: list[tuple[int, str, float, str]], source: str) -> pd.DataFrame:
+    def rows_to_table(rows: list[tuple[int, str, float, str]], source: str) -> MetricTable:
         """Build the long-form table from (step, canonical_name, value, original_name) rows."""
         if not rows:
-            return empty_metric_table()
+            return MetricTable.no_rows()
         steps, names, values, originals = zip(*rows, strict=True)
-        return pd.DataFrame(
-            {
-                "step": np.asarray(steps, dtype=np.int64),
-                "metric": list(names),
-                "value": np.asarray(values, dtype=np.float64),
-                "source": source,
-                "original_name": list(originals),
-                "order": np.arange(len(rows), dtype=np.int64),
-            }
+        return MetricTable(
+            np.asarray(steps, dtype=np.int64),
+            TextColumn.of_texts(names),
+            np.asarray(values, dtype=np.float64),
+            source,
+            TextColumn.of_texts(originals),
+            np.arange(len(rows), dtype=np.int64),
         )
 
 
@@ -108,26 +89,25 @@ class LogRead:
 _SPLIT_SERIES: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
 
 
-def _split_all(metrics: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _split_all(metrics: MetricTable) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """metric -> (steps, values) sorted by step (stable), for every metric of a long table."""
     if metrics.empty:
         # One empty entry, so that the cache is not empty and the split is not tried again.
         return {"": _empty_series()}
-    # The order sort_values(["metric", "step"], kind="stable") gives (pandas sorts by the codes
-    # of the names' sorted categories, then the steps, with np.lexsort), without moving the
-    # table's string columns: taking them in that order was seconds for 10^6 rows.
-    codes, names = pd.factorize(metrics["metric"], sort=True)
-    order = np.lexsort((metrics["step"].to_numpy(np.int64), codes))
+    # Sorted by the names' sorted order, then the step (stable): the order of
+    # sort_values(["metric", "step"], kind="stable"), on the codes, not the strings.
+    codes, names = metrics.metric.sorted_codes()
+    order = np.lexsort((metrics.step, codes))
     codes = codes[order]
-    steps = metrics["step"].to_numpy(np.int64)[order]
-    values = metrics["value"].to_numpy(np.float64)[order]
+    steps = metrics.step[order]
+    values = metrics.value[order]
     # Handed out as views by Run.series: read-only, so no caller can change the cache in place.
     steps.flags.writeable = False
     values.flags.writeable = False
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
     ends = np.r_[starts[1:], len(codes)]
     return {
-        str(names[codes[start]]): (steps[start:end], values[start:end])
+        names[int(codes[start])]: (steps[start:end], values[start:end])
         for start, end in zip(starts, ends, strict=True)
     }
 
@@ -146,7 +126,7 @@ class Run:
     name: str
     path: str
     sources: tuple[Source, ...]
-    metrics: pd.DataFrame  # METRIC_COLUMNS, one row per (metric, step) after resolution
+    metrics: MetricTable  # METRIC_COLUMNS, one row per (metric, step) after resolution
     events: tuple[RunEvent, ...] = ()
     caveats: tuple[Caveat, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
@@ -154,7 +134,7 @@ class Run:
 
     @property
     def metric_names(self) -> list[str]:
-        return sorted(self.metrics["metric"].unique().tolist())
+        return sorted(self.metrics.metric.used_labels())
 
     def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of one metric, sorted by step, one value per step. Empty if absent.
@@ -183,11 +163,11 @@ class Run:
 
     @property
     def first_step(self) -> int | None:
-        return int(self.metrics["step"].min()) if not self.metrics.empty else None
+        return int(self.metrics.step.min()) if not self.metrics.empty else None
 
     @property
     def last_step(self) -> int | None:
-        return int(self.metrics["step"].max()) if not self.metrics.empty else None
+        return int(self.metrics.step.max()) if not self.metrics.empty else None
 
     def events_of(self, kind: str) -> list[RunEvent]:
         return [event for event in self.events if event.kind == kind]

@@ -19,7 +19,6 @@ def read_checkpoints(
 ) -> tuple[CheckpointEvidence | None, list[PartialInput]]:
     """Every checkpoint under root, opened lazily, statistics streamed one tensor at a time."""
     from tscope.ingest.checkpoints.registry import find_checkpoints
-    from tscope.ingest.checkpoints.stats.layers import collect_layers
 
     handles: list[CheckpointHandle] = []
     partial: list[PartialInput] = []
@@ -31,6 +30,9 @@ def read_checkpoints(
     if not handles:
         return None, partial
     handles.sort(key=lambda h: (h.info.step is None, h.info.step or 0, h.info.path))
+    # Here, past `if not handles`: the statistics import pandas, which a logs-only run never needs.
+    from tscope.ingest.checkpoints.stats.layers import collect_layers
+
     try:
         layers = collect_layers(handles, progress)
         snapshots = tuple(_snapshot(handle) for handle in handles)

@@ -12,13 +12,13 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import pyarrow as pa
-import pyarrow.csv as pa_csv
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tscope.ingest.base import read_head
 from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Bytes Arrow parses at a time; a header longer than this is refused as unreadable.
 CSV_BLOCK_BYTES = 32 * 1024 * 1024
@@ -46,6 +46,8 @@ def parse_csv(
     null_values: Sequence[str],
 ) -> pa.Table:
     """The table Arrow parses; `columns`: convert only these (None: all)."""
+    import pyarrow.csv as pa_csv  # here: a TensorBoard or Trainer log never needs Arrow
+
     return pa_csv.read_csv(
         handle,
         # The header must fit in one block: Arrow's default 1 MB refuses 100,000 columns.

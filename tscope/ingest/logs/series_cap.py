@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from tscope.model import Caveat, LogRead
 from tscope.model.metric_names import (
     EVAL_LOSS,
@@ -53,8 +55,8 @@ def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogR
     """The reads with at most `limit` distinct series among them, and a caveat if any were cut."""
     first_seen: dict[str, int] = {}
     for read in reads:
-        for metric in read.metrics["metric"].unique():
-            first_seen.setdefault(str(metric), len(first_seen))
+        for metric in _first_appearance(read):
+            first_seen.setdefault(metric, len(first_seen))
     if len(first_seen) <= limit:
         return reads, []
     key_rank = {name: rank for rank, name in enumerate(KEY_SERIES)}
@@ -69,11 +71,11 @@ def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogR
     left_out = ranked[limit:]
     capped = []
     for read in reads:
-        keep = read.metrics["metric"].isin(kept)
+        column = read.metrics.metric
+        kept_code = np.asarray([label in kept for label in column.labels], dtype=bool)
+        keep = kept_code[column.codes] if column.codes.size else np.ones(0, dtype=bool)
         whole = bool(keep.all())
-        capped.append(
-            read if whole else replace(read, metrics=read.metrics[keep].reset_index(drop=True))
-        )
+        capped.append(read if whole else replace(read, metrics=read.metrics.take(keep)))
     shown = ", ".join(left_out[:_NAMES_SHOWN]) + (", ..." if len(left_out) > _NAMES_SHOWN else "")
     caveat = Caveat(
         "series_cap",
@@ -83,3 +85,12 @@ def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogR
         "tscope",
     )
     return capped, [caveat]
+
+
+def _first_appearance(read: LogRead) -> list[str]:
+    """The read's metric names in the order of their first row (what Series.unique() gave)."""
+    column = read.metrics.metric
+    if not column.codes.size:
+        return []
+    codes, first = np.unique(column.codes, return_index=True)
+    return [column.labels[code] for code in codes[np.argsort(first, kind="stable")].tolist()]

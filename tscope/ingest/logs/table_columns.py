@@ -12,12 +12,10 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 
 from tscope.ingest.base import read_head
 from tscope.ingest.logs.tabular import DELIMITERS, ParsedTable, table_format
-from tscope.model import empty_metric_table
+from tscope.model import MetricTable, TextColumn
 
 # Enough for the header of any real export (W&B exports of many runs have long headers).
 SNIFF_BYTES = 65536
@@ -121,7 +119,7 @@ def to_long_form(
     step_column: str,
     metrics: list[tuple[str, str]],
     display_path: str,
-) -> tuple[pd.DataFrame, list[str]]:
+) -> tuple[MetricTable, list[str]]:
     """The long-form metric table for (column, metric name) pairs, plus problems with steps.
 
     Rows stay in file order (`order` = row x columns + column): duplicate and backwards steps are
@@ -148,26 +146,17 @@ def to_long_form(
         parts_order.append(rows.astype(np.int64) * len(metrics) + index)
         parts_pair.append(np.full(rows.size, index, dtype=np.int32))
     if not parts_steps:
-        return empty_metric_table(), problems
+        return MetricTable.no_rows(), problems
     pair_index = np.concatenate(parts_pair)  # (n_points,) index into `metrics`
-    frame = pd.DataFrame(
-        {
-            "step": np.concatenate(parts_steps),
-            "metric": _repeated_text(pair_index, [metric for _, metric in metrics]),
-            "value": np.concatenate(parts_values),
-            "source": display_path,
-            "original_name": _repeated_text(pair_index, [column for column, _ in metrics]),
-            "order": np.concatenate(parts_order),
-        }
+    frame = MetricTable(
+        np.concatenate(parts_steps),
+        TextColumn(pair_index, [metric for _, metric in metrics]),
+        np.concatenate(parts_values),
+        display_path,
+        TextColumn(pair_index, [column for column, _ in metrics]),
+        np.concatenate(parts_order),
     )
     return frame, problems
-
-
-def _repeated_text(codes: np.ndarray, labels: list[str]) -> pd.Series:
-    """labels[codes] as a string column, built in Arrow: a million-row object array is slow."""
-    dictionary = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(labels))
-    series: pd.Series = dictionary.cast(pa.large_string()).to_pandas()
-    return series
 
 
 def unique_metric_names(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -16,12 +16,9 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.json as pa_json
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
@@ -29,6 +26,10 @@ from tscope.ingest.logs.csv_arrow import parse_csv, wide_csv_header, without_row
 from tscope.ingest.logs.json_lines_shape import MAX_DENSE_PER_CELL, arrow_table_is_bounded
 from tscope.ingest.logs.series_cap import columns_to_read
 from tscope.ingest.safe_fs import open_regular, read_bytes_bounded
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -89,6 +90,8 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
         malformed.append(str(row.text)[:80])
         return "skip"
 
+    import pyarrow as pa  # here: only tables need Arrow (0.1-0.4 s of a TensorBoard analyze)
+
     header = wide_csv_header(path, delimiter)
     chosen = columns_to_read(header) if header is not None else None
     try:
@@ -115,14 +118,15 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
 
 
 def _from_arrow(arrow_table: pa.Table) -> ParsedTable:
+    import pyarrow as pa
+
     table = ParsedTable(n_rows=arrow_table.num_rows)
     for index, name in enumerate(arrow_table.column_names):
         if name in table.values or not name.strip():
             continue  # a repeated header keeps its first column
         column = arrow_table.column(index)
         if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-            present = ~column.is_null().to_numpy(zero_copy_only=False)
-            values = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            values, present = _float_column(column)
             _add_column(table, name, np.where(present, values, np.nan), present)
         elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             raw = column.cast(pa.large_binary()).to_pandas()
@@ -130,6 +134,23 @@ def _from_arrow(arrow_table: pa.Table) -> ParsedTable:
             _add_text_column(table, name, texts)
         # bool, timestamp, struct, list and all-null columns are not metrics.
     return table
+
+
+def _float_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(the values as float64, which cells are not null), read from Arrow's buffers: Arrow's own
+    to_numpy imports pandas (~1 s of a logs-only analyze's startup)."""
+    import pyarrow as pa
+
+    array = column.combine_chunks().cast(pa.float64())
+    size = len(array)
+    if size == 0:
+        return np.empty(0, dtype=np.float64), np.zeros(0, dtype=bool)
+    validity, data = array.buffers()
+    values = np.frombuffer(data, dtype=np.float64, count=size, offset=array.offset * 8)
+    if validity is None or array.null_count == 0:
+        return values, np.ones(size, dtype=bool)
+    bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+    return values, bits[array.offset : array.offset + size].astype(bool)
 
 
 def _add_column(table: ParsedTable, name: str, values: np.ndarray, present: np.ndarray) -> None:
@@ -140,6 +161,8 @@ def _add_column(table: ParsedTable, name: str, values: np.ndarray, present: np.n
 
 def _add_text_column(table: ParsedTable, name: str, texts: pd.Series) -> None:
     """A column with text in it: numbers where they parse, the rest counted as problems."""
+    import pandas as pd  # here: only text cells need it, a numeric CSV does not
+
     stripped = texts.astype("object").where(texts.notna(), "").astype(str).str.strip()
     missing = stripped.isin(_MISSING_SET).to_numpy()
     numbers = pd.to_numeric(stripped.where(~missing, "nan"), errors="coerce").to_numpy(np.float64)
@@ -169,6 +192,9 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
     # only sees files whose every line nests at most MAX_JSON_DEPTH deep (a C-speed pre-scan).
     # It also builds a dense column per key: a sparse, wide file goes the stdlib way instead.
     if safe_json.depth_over_limit(data) is None and arrow_table_is_bounded(data):
+        import pyarrow as pa
+        import pyarrow.json as pa_json
+
         try:
             return _from_arrow(pa_json.read_json(pa.BufferReader(data)))
         except (pa.ArrowException, OSError, UnicodeDecodeError):

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
@@ -25,7 +24,8 @@ from tscope.ingest.readers.tensorboard_tags import (
 )
 from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
 from tscope.ingest.safe_fs import read_bytes_bounded
-from tscope.model import LogRead, PartialInput, empty_metric_table
+from tscope.model import LogRead, MetricTable, PartialInput, TextColumn
+from tscope.model.metric_table import first_seen_codes
 
 # The file name TensorBoard writers use: events.out.tfevents.<time>.<host>.<pid>.<uid>.
 _FILE_NAME_MARKER = "tfevents"
@@ -229,9 +229,8 @@ def _group_byte_strings(
         word = words_at[np.minimum(starts + word_start, last_word)] & mask
         words.append(word)
         key = (key ^ word) * _TAG_HASH_PRIME
-    codes, _ = pd.factorize(key)
-    codes = codes.astype(np.int64)
-    # factorize numbers groups in order of first appearance, so a group's first member is where
+    codes, _ = first_seen_codes(key)
+    # first_seen_codes numbers groups in order of first appearance, so a group's first member is where
     # the running maximum of the codes steps up.
     seen_before = np.concatenate(([-1], np.maximum.accumulate(codes)[:-1]))
     first_member = np.flatnonzero(codes > seen_before)
@@ -265,32 +264,21 @@ def _first_wall_time(buffer: bytes, records: Records, usable: np.ndarray) -> flo
     return None
 
 
-def _metric_table(decoded: _Decoded, source: str) -> pd.DataFrame:
+def _metric_table(decoded: _Decoded, source: str) -> MetricTable:
     names = [metric_name(tag) for tag in decoded.tags]
     kept_tag = np.asarray([name is not None for name in names], dtype=bool)
     keep = kept_tag[decoded.tag_id] if decoded.tag_id.size else np.zeros(0, dtype=bool)
     if not keep.any():
-        return empty_metric_table()
+        return MetricTable.no_rows()
     tag_id = decoded.tag_id[keep]
-    return pd.DataFrame(
-        {
-            "step": decoded.step[keep],
-            "metric": _string_column([name or "" for name in names], tag_id),
-            "value": decoded.value[keep],
-            "source": source,
-            "original_name": _string_column(decoded.tags, tag_id),
-            "order": np.arange(tag_id.size, dtype=np.int64),
-        }
+    return MetricTable(
+        decoded.step[keep],
+        TextColumn(tag_id, [name or "" for name in names]),
+        decoded.value[keep],
+        source,
+        TextColumn(tag_id, decoded.tags),
+        np.arange(tag_id.size, dtype=np.int64),
     )
-
-
-def _string_column(distinct: list[str], codes: np.ndarray) -> pd.Index:
-    """distinct[codes] in the string dtype this pandas infers (what other readers produce).
-
-    Taking from a small array is several times faster than converting a million Python strings.
-    """
-    inferred = pd.Series(distinct[:1] or [""]).dtype
-    return pd.Index(distinct, dtype=inferred).take(codes)
 
 
 def _problems(records: Records, decoded: _Decoded) -> list[str]:

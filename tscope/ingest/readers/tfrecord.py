@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 # 8-byte little-endian payload length followed by the masked CRC-32C of those 8 bytes.
 HEADER_BYTES = 12
@@ -124,7 +123,8 @@ def split_records(buffer: bytes, verify_data_checksums: bool = False) -> Records
         lengths = np.empty(0, dtype=np.uint64)
         stored = np.empty(0, dtype=np.uint32)
     # A log has few distinct record lengths: checksum each once.
-    length_codes, distinct_lengths = pd.factorize(lengths)
+    distinct_lengths, length_codes = np.unique(lengths, return_inverse=True)
+    length_codes = length_codes.reshape(-1)
     expected = _masked_crc32c_of_lengths(np.asarray(distinct_lengths, dtype=np.uint64))
     mismatched = np.flatnonzero(expected[length_codes] != stored)
 

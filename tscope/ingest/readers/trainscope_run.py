@@ -26,15 +26,14 @@ import os
 import re
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import read_head
 from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
-from tscope.model import Caveat, LogRead, PartialInput, RunEvent
+from tscope.model import Caveat, LogRead, MetricTable, PartialInput, RunEvent
 from tscope.model.layer_metrics import (
     ACT_KURTOSIS,
     ACT_MAX,
@@ -45,6 +44,9 @@ from tscope.model.layer_metrics import (
 )
 from tscope.model.metric_names import GRAD_NORM as TRAIN_GRAD_NORM
 from tscope.model.metric_names import LEARNING_RATE, LOSS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # A recorder row is ~100 bytes per step in global.arrow and ~200 per parameter and step in a
 # layer file; these bounds hold a 10M-step global file and a 1M-step layer file.
@@ -105,6 +107,8 @@ class TrainscopeRunReader:
         events.extend(_spike_windows(folder, shown_folder, {e.step for e in events}))
         config = _meta_config(folder, shown_folder, partial)
         caveats = _caveats(folder, shown_folder, config)
+        import pandas as pd  # here: a run without a recorder folder needs no pandas
+
         metrics = pd.concat(frames, ignore_index=True) if frames else None
         read = LogRead(
             kind=self.name,
@@ -116,7 +120,7 @@ class TrainscopeRunReader:
         )
         if metrics is not None and not metrics.empty:
             metrics["order"] = np.arange(len(metrics), dtype=np.int64)
-            read.metrics = metrics
+            read.metrics = MetricTable.from_frame(metrics)
         return read
 
 
@@ -167,6 +171,8 @@ _WANTED_COLUMNS = {"step", "is_spike", "block", "shares", *_GLOBAL_SERIES, *_LAY
 def _long(
     steps: np.ndarray, values: np.ndarray, metric: str, original: str, source: str
 ) -> pd.DataFrame:
+    import pandas as pd
+
     keep = ~pd.isna(values)
     return pd.DataFrame(
         {
@@ -181,6 +187,8 @@ def _long(
 
 
 def _numeric(table: pd.DataFrame, column: str) -> np.ndarray:
+    import pandas as pd
+
     return pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=np.float64)
 
 

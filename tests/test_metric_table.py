@@ -1,0 +1,92 @@
+"""The numpy metric table (tscope/model/metric_table.py) orders, groups and merges rows as the
+pandas DataFrame it replaced did: the same split into series, the same sort, the same codes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tscope.model import LogRead, MetricTable, Run, TextColumn
+from tscope.model.metric_table import first_seen_codes
+
+
+def _random_table(rng: np.random.Generator, size: int) -> MetricTable:
+    names = ["train/loss", "eval/loss", "b", "a", "train/grad_norm", "Z"]
+    return MetricTable(
+        rng.integers(0, 30, size),
+        TextColumn(rng.integers(0, len(names), size), names),
+        rng.normal(size=size),
+        TextColumn(rng.integers(0, 2, size), ["x.csv", "y.jsonl"]),
+        [f"orig {code}" for code in rng.integers(0, 4, size)],
+        rng.permutation(size),
+    )
+
+
+def test_sorted_by_is_a_stable_pandas_sort() -> None:
+    rng = np.random.default_rng(0)
+    for size in (0, 1, 7, 200):
+        table = _random_table(rng, size)
+        frame = table.to_frame()
+        for keys in (["metric", "step"], ["order"], ["source", "value"]):
+            expected = frame.sort_values(keys, kind="stable").reset_index(drop=True)
+            got = table.sorted_by(*keys).to_frame()
+            pd.testing.assert_frame_equal(got, expected)
+
+
+def test_run_series_is_the_pandas_split() -> None:
+    rng = np.random.default_rng(1)
+    table = _random_table(rng, 500)
+    run = Run(name="r", path="r", sources=(), metrics=table)
+    frame = table.to_frame()
+    assert run.metric_names == sorted(frame["metric"].unique())
+    for metric, rows in frame.sort_values(["metric", "step"], kind="stable").groupby("metric"):
+        steps, values = run.series(str(metric))
+        assert steps.tolist() == rows["step"].tolist()
+        assert values.tolist() == rows["value"].tolist()
+    assert run.first_step == frame["step"].min() and run.last_step == frame["step"].max()
+
+
+def test_equal_labels_share_a_code_and_concat_merges_labels() -> None:
+    column = TextColumn(np.array([0, 1, 2, 1]), ["a", "b", "a"])
+    assert column.labels == ("a", "b") and column.codes.tolist() == [0, 1, 0, 1]
+    merged = TextColumn.concat([column, TextColumn(np.array([0, 1]), ["c", "a"])])
+    assert merged.texts().tolist() == ["a", "b", "a", "b", "c", "a"]
+    assert merged.labels == ("a", "b", "c")
+
+
+def test_rows_to_table_round_trips_through_pandas() -> None:
+    rows = [
+        (3, "train/loss", 2.0, "loss"),
+        (1, "train/loss", np.nan, "loss"),
+        (2, "lr", 1e-3, "lr"),
+    ]
+    table = LogRead.rows_to_table(rows, "log.txt")
+    frame = table.to_frame()
+    assert frame["metric"].tolist() == ["train/loss", "train/loss", "lr"]
+    assert frame["source"].tolist() == ["log.txt"] * 3
+    assert frame["order"].tolist() == [0, 1, 2]
+    assert MetricTable.from_frame(frame).equals(table)
+    assert table.take(np.array([False, True, True])).equals(table[np.array([1, 2])])
+    assert MetricTable.no_rows().empty and len(LogRead.rows_to_table([], "x")) == 0
+
+
+def test_first_seen_codes_is_pandas_factorize() -> None:
+    rng = np.random.default_rng(2)
+    for size in (0, 1, 50, 5000):
+        values = rng.integers(0, 40, size).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        codes, distinct = first_seen_codes(values)
+        expected_codes, expected_distinct = pd.factorize(values)
+        assert codes.tolist() == expected_codes.tolist()
+        assert distinct.tolist() == list(expected_distinct)
+
+
+def test_assembly_keeps_a_read_without_rows_out_of_the_way() -> None:
+    from tscope.ingest.assemble import assemble_run
+
+    empty = LogRead(kind="synthetic", path="empty.jsonl")
+    rows = [(1, "train/loss", 2.0, "loss"), (2, "train/loss", 1.9, "loss")]
+    full = LogRead(kind="synthetic", path="log.jsonl", metrics=LogRead.rows_to_table(rows, "log"))
+    run = assemble_run("r", "/r", [empty, full], [])
+    assert run.metric_names == ["train/loss"]
+    assert run.series("train/loss")[1].tolist() == [2.0, 1.9]
+    assert assemble_run("r", "/r", [empty], []).metrics.empty
