@@ -54,7 +54,7 @@ SLOW_MODULES = frozenset({
     "test_replay_stats_transfer", "test_replay_nonfinite", "test_compiled_loops",
     "test_parser_fuzz",
     # Train benchmark runs in their module fixtures (nanoGPT, Lightning, Trainer producers).
-    "test_bad_batch_producers", "test_warmup_and_repetition_rules",
+    "test_bad_batch_producers", "test_warmup_and_repetition_rules", "test_data_bumps",
 })  # fmt: skip
 SLOW_TESTS = frozenset(
     {
