@@ -103,6 +103,9 @@ class Candidate:
     timed: bool
     shape: bool
     support: str  # the evidence for it, in words
+    # Where the cause starts acting, when before its step: a missing warm-up acts from the run's
+    # first update, whatever step its instability shows at (`_lead`).
+    acts_from: int | None = None
 
     @property
     def score(self) -> int:
@@ -180,7 +183,8 @@ def compete(
 def _lead(candidate: Candidate) -> float:
     """At equal score the cause that acts first explains the rest (a cause precedes its effects:
     an LR jump at 77 before the instability a warm-up rule dates at 78)."""
-    return float(candidate.step) if candidate.step is not None else float("inf")
+    start = candidate.acts_from if candidate.acts_from is not None else candidate.step
+    return float(start) if start is not None else float("inf")
 
 
 def _is_candidate(evidence: Evidence, finding: Finding, headline: Finding) -> bool:
@@ -237,7 +241,18 @@ def _from_finding(
         timed=timed,
         shape=shape is not None and shape in SHAPES.get(category, frozenset()),
         support=finding.message.rstrip("."),
+        acts_from=_acts_from(evidence, finding),
     )
+
+
+def _acts_from(evidence: Evidence, finding: Finding) -> int | None:
+    """A run with no warm-up at all is at its full LR from the first update: the cause precedes a
+    bad batch found at the same step (an early one-step break with a large gradient norm is first
+    the update's, issue 11's W&B run). A warm-up that was merely short stays at its instability's
+    step: an LR jump after it is the nearer cause."""
+    if finding.category == "warmup_too_short" and finding.evidence.get("warmup_steps") == 0:
+        return evidence.run.first_step
+    return None
 
 
 def _timed(evidence: Evidence, finding: Finding, incident: Incident) -> bool:
@@ -361,21 +376,27 @@ def against(candidate: Candidate, winner: Candidate | None, shape: str | None) -
     where = f" (step {candidate.step})" if candidate.step is not None else ""
     if not candidate.timed:
         return f"less likely {name}{where}: it does not act where the incident starts"
-    if candidate.category == "bad_batch" and candidate.finding is None:
-        if shape == "ramp":
-            return (
-                "not a bad batch: the loss rose over several logged points before its peak; "
-                "one bad batch breaks it in one step"
-            )
-        if winner is not None and winner.category == "warmup_too_short":
-            return (
-                "less likely a bad batch: the break came early in a run whose LR had no (or too "
-                "short a) warm-up, where the update itself is the usual culprit; a bad batch "
-                "would break the loss again when its steps are replayed at a lower LR (`tscope "
-                f"replay --around {candidate.step}` tells them apart)"
-            )
-        if winner is not None:
-            return f"not a bad batch alone: {words(winner.category)} precedes the spike"
+    if candidate.category == "bad_batch" and candidate.finding is None and shape == "ramp":
+        return (
+            "not a bad batch: the loss rose over several logged points before its peak; "
+            "one bad batch breaks it in one step"
+        )
+    if (
+        candidate.category == "bad_batch"
+        and winner is not None
+        and winner.category == "warmup_too_short"
+    ):
+        # Also when the bad-batch rule measured the break: its shape and gradient norm are what
+        # an update that broke the model gives too.
+        return (
+            "less likely a bad batch: the break came early in a run whose LR had no (or too "
+            "short a) warm-up, where the update itself is the usual culprit (a one-step break "
+            "with a large gradient norm is what both give); a bad batch would break the loss "
+            "again when its steps are replayed at a lower LR (`tscope replay --around "
+            f"{candidate.step}` tells them apart)"
+        )
+    if candidate.category == "bad_batch" and candidate.finding is None and winner is not None:
+        return f"not a bad batch alone: {words(winner.category)} precedes the spike"
     if not candidate.measured:
         return f"less likely {name}: inferred only, while the verdict's cause was measured"
     if not candidate.shape and shape is not None:
