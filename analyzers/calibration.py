@@ -21,12 +21,12 @@ each stated with two decimals and at most 0.99 (no count here supports a certain
 A category the benchmark measured but in an unseen severity/band gets the category's rate; a
 category it never produced (replay, xray and cluster findings, fp16 overflow, ...) and every info
 finding (the benchmark scores alerts only) keep the rule's prior. Regenerate the table, after any
-rule change, with one command (it scores the dev and holdout splits, ~10 min, then writes it):
+rule change, with one command (it scores the spent splits, ~20 min, then writes it):
 
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
 **Headline**: the confidence the verdict and the incident card state for the cause is how often a
-headline naming that cause category was right on the tuning splits (dev and the spent holdout)
+headline naming that cause category was right on the spent splits (dev, holdout, holdout2, test)
 of bench/accuracy (runs from
 transformers.Trainer with GPT-2 and Llama, a plain-torch nanoGPT loop and Lightning, each with
 one planted cause, plus healthy controls), as (right + 1) / (named + 2) — the Laplace estimate,

@@ -2,9 +2,10 @@
 
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
-scores the dev and holdout splits (bench/accuracy/run.py --no-generate --skip-realdata, results
-under /tmp, ~10 min on a quiet machine) and rewrites analyzers/finding_calibration_table.py from
-both, with the headline's (right, named) counts per cause category (analyzers/calibration.py
+scores the spent splits (dev, holdout, holdout2 and test, each scored once as held-out data in an
+earlier session; bench/accuracy/run.py --no-generate --skip-realdata, results under /tmp, ~20 min
+on a quiet machine) and rewrites analyzers/finding_calibration_table.py from all of them, with the
+headline's (right, named) counts per cause category (analyzers/calibration.py
 `calibrated_confidence`). Given results files instead it derives from those:
 
     .venv/bin/python scripts/derive_calibration.py DEV.json [HOLDOUT.json ...] [--write]
@@ -35,7 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_PATH = ROOT / "analyzers" / "finding_calibration_table.py"
-TUNING_SPLITS = ("dev", "holdout")
+TUNING_SPLITS = ("dev", "holdout", "holdout2", "test")  # every spent split
 PSEUDO_COUNTS = 2
 
 Key = tuple[str, str, float]  # (category, severity, evidence band)
@@ -223,7 +224,7 @@ def score_splits() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="*", type=Path, help="bench results JSON to derive from")
-    parser.add_argument("--score", action="store_true", help="score dev and holdout first")
+    parser.add_argument("--score", action="store_true", help="score the spent splits first")
     parser.add_argument("--write", action="store_true", help=f"rewrite {TABLE_PATH.name}")
     parser.add_argument("--evaluate", action="append", type=Path, default=[])
     options = parser.parse_args(argv)

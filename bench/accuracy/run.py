@@ -86,8 +86,8 @@ taken once, are recorded in [accuracy-heldout.md](accuracy-heldout.md).
   `findings[].rule_confidence`), shrunk with 2 pseudo-counts toward the category's other bands and
   that toward the base rate of all alerts; info findings and categories the benchmark never
   produces keep their rule's prior. The table (`analyzers/finding_calibration_table.py`, counts
-  next to each rate) is derived from the dev and holdout splits by one command, to re-run after
-  any rule change:
+  next to each rate) is derived from the spent splits (dev, holdout, holdout2, test) by one
+  command, to re-run after any rule change:
 
       nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
