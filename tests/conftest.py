@@ -24,11 +24,10 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# The fast loop, `pytest -m "not slow"` (648 tests; 53 s user + 4 s sys of CPU in one process,
-# 10 s of it collection and 40 s the tests, measured 2026-12-02 with `time` and a process_time
-# plugin under load 15-25; the whole suite runs in scripts/check), leaves out these modules: each trains, replays, JIT-compiles, spawns
-# processes or fuzzes, or took over ~4 s alone (`pytest --durations=0`), and the single tests
-# below. CI and `scripts/check` run everything.
+# The fast loop, `pytest -m "not slow" -n 2` (docs/contributing.md: 669 tests, ~38 s wall on two
+# cores; in one process ~57 s of CPU, 10 s of it collection), leaves out these modules: each
+# trains, replays, JIT-compiles, spawns processes or fuzzes, or took over ~4 s alone
+# (`pytest --durations=0`), and the single tests below. CI and `scripts/check` run everything.
 SLOW_MODULES = frozenset({
     "test_checkpoint_cases", "test_checkpoint_layouts", "test_checkpoint_readers",
     "test_checkpoint_safety", "test_checkpoint_stats", "test_tensor_stats", "test_cli",
