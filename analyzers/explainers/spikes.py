@@ -158,9 +158,9 @@ STEADY_LR_TOLERANCE = 0.02
 
 def optimizer_ruled_out(run: Run, spike: Spike) -> bool:
     """The logged LR held steady (no rise beyond STEADY_LR_TOLERANCE) from
-    STEADY_LR_LOOKBACK_POINTS before the bump to its end, and no resume lies in reach: the update
-    cannot have broken the model, and a recovered bump is what the batches did (an in-order corpus
-    changing text). Without the LR logged nothing is ruled out."""
+    STEADY_LR_LOOKBACK_POINTS before the bump to its end, and no resume lies in reach: no LR change
+    or resume can have caused it, and a modest bump that recovers is most likely what the batches
+    did (an in-order corpus changing text). Without the LR logged nothing is ruled out."""
     steps, lrs = run.series(LEARNING_RATE)
     if steps.size == 0 or spike.end_step is None:
         return False
