@@ -8,8 +8,9 @@ is scored on three terms, summed:
 
 - measured: a rule measured the cause on the run's own data (the LR logged, checkpoints, a
   replay) and raised it to an alert — an inference from the loss's shape alone is not;
-- timed: it acts where the incident starts (at most CAUSE_LOOKBACK_STEPS before the onset and
-  not after the incident ends; a checkpoint finding: its checkpoint window holds the onset);
+- timed: it acts where the incident starts (at most CAUSE_LOOKBACK_STEPS before the onset, a bad
+  batch at most one step, ONE_STEP_CAUSE_LOOKBACK, and not after the incident ends; a checkpoint
+  finding: its checkpoint window holds the onset);
 - shape: the incident looks like what this cause does — a one-step break that recovers (a bad
   batch, a transient LR jump), a rise over several points (a ramp, a too-short warm-up), a level
   that does not come back (a resume, a persistent LR jump, an optimizer reset).
@@ -37,7 +38,7 @@ from tscope.analyzers.cause_evidence import (
     slow_rise_reasons,
 )
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.ranking import CAUSE_LOOKBACK_STEPS
+from tscope.analyzers.ranking import CAUSE_LOOKBACK_STEPS, ONE_STEP_CAUSE_LOOKBACK
 from tscope.model import Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import LEARNING_RATE
@@ -261,7 +262,8 @@ def _timed(evidence: Evidence, finding: Finding, incident: Incident) -> bool:
     if finding.step is None:
         return False
     end = incident.end_step if incident.end_step is not None else incident.peak_step
-    if incident.onset_step - CAUSE_LOOKBACK_STEPS <= finding.step <= end:
+    lookback = ONE_STEP_CAUSE_LOOKBACK.get(finding.category, CAUSE_LOOKBACK_STEPS)
+    if incident.onset_step - lookback <= finding.step <= end:
         return True
     if finding.source == "checkpoints" and evidence.checkpoints is not None:
         # Placed at a checkpoint: the window from the previous checkpoint holds the onset.
