@@ -4,8 +4,9 @@ evidence argues against and what it cannot show (the verdict itself is analyzers
 from __future__ import annotations
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.cause_alternatives import against, corroborates
 from tscope.analyzers.cause_evidence import lr_change_note
-from tscope.analyzers.causes import against, compete, corroborates, incident_of, incident_shape
+from tscope.analyzers.causes import compete, incident_of, incident_shape
 from tscope.analyzers.incidents import Incident
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES

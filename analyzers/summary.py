@@ -11,7 +11,8 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.calibration import calibrated_confidence
 from tscope.analyzers.card import cause_words, incident_card
-from tscope.analyzers.causes import UNDETERMINED, Verdict, compete, corroborates, incident_of
+from tscope.analyzers.cause_alternatives import corroborates
+from tscope.analyzers.causes import UNDETERMINED, Verdict, compete, incident_of
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
 from tscope.analyzers.impact import TRANSIENT_MAX_RATIO
 from tscope.analyzers.incidents import Incident

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,16 +31,22 @@ print(json.dumps({"exit": code, "modules": sorted(m.split(".")[0] for m in sys.m
 """
 
 
-def test_analyzing_a_csv_imports_no_checkpoint_or_model_library(tmp_path: Path) -> None:
-    csv = tmp_path / "metrics.csv"
-    csv.write_text("step,loss\n" + "".join(f"{s},{3 - s * 0.01:.3f}\n" for s in range(1, 41)))
+def analyzed_in_a_child(path: Path, out: Path) -> dict[str, Any]:
+    """Analyze `path` into `out` in a fresh interpreter; its exit and the modules it loaded."""
     completed = subprocess.run(
-        [sys.executable, "-c", ANALYZE_AND_LIST_MODULES, str(csv), str(tmp_path / "case")],
+        [sys.executable, "-c", ANALYZE_AND_LIST_MODULES, str(path), str(out)],
         capture_output=True,
         text=True,
         check=True,
     )
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_analyzing_a_csv_imports_no_checkpoint_or_model_library(tmp_path: Path) -> None:
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("step,loss\n" + "".join(f"{s},{3 - s * 0.01:.3f}\n" for s in range(1, 41)))
+    result = analyzed_in_a_child(csv, tmp_path / "case")
     assert result["exit"] in (0, None)
     assert (tmp_path / "case" / "case.json").is_file()
     assert set(HEAVY_FOR_LOGS) & set(result["modules"]) == set()
@@ -67,13 +74,7 @@ def _three_row_csv(folder: Path) -> Path:
 )
 def test_a_small_logs_only_analyze_imports_no_pandas(tmp_path: Path, log: str) -> None:
     path = _three_row_csv(tmp_path) if log == "three-row CSV" else FIXTURES / log
-    completed = subprocess.run(
-        [sys.executable, "-c", ANALYZE_AND_LIST_MODULES, str(path), str(tmp_path / "case")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    result = analyzed_in_a_child(path, tmp_path / "case")
     assert result["exit"] in (0, None)
     assert (tmp_path / "case" / "case.json").is_file()
     assert set(NOT_FOR_SMALL_LOGS) & set(result["modules"]) == set()
