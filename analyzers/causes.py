@@ -38,7 +38,7 @@ from tscope.analyzers.cause_evidence import (
     slow_rise_reasons,
 )
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.ranking import CAUSE_LOOKBACK_STEPS, ONE_STEP_CAUSE_LOOKBACK
+from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, ONE_STEP_CAUSE_LOOKBACK
 from tscope.model import Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import LEARNING_RATE

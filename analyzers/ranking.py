@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from tscope.analyzers.categories import CAUSES, STANDALONE, ranking_role
 from tscope.analyzers.incidents import Incident
+from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS
 from tscope.model import Finding
 from tscope.model.categories import evidence_rank, severity_rank
 
@@ -14,16 +15,6 @@ from tscope.model.categories import evidence_rank, severity_rank
 CAUSE_CATEGORIES = CAUSES
 # Conditions that are their own news, not the description of a spike.
 STANDALONE_CATEGORIES = STANDALONE
-# A cause is credited to an incident when it lies at most this many steps before the onset (the
-# story gives the exact lead; an LR jump or a bad resume acts within a few optimizer steps).
-CAUSE_LOOKBACK_STEPS = 100
-# A bad batch acts at its own step only: the loss is back on its trend one logged point later
-# (explainers/bad_batch_logs.py bounds the point after). In the cause competition it can explain
-# an incident that starts at its step or one step after, never one that starts 50 steps on, as an
-# LR change or a resume can (holdout3's trainer_llama-resume_scheduler_lost-60: an unplanted
-# one-step break at 75 won the card for a gradient-norm incident at 127 over the resume at 101;
-# with this bound the four spent splits, 358 runs, keep every headline and alert).
-ONE_STEP_CAUSE_LOOKBACK = {"bad_batch": 1}
 
 
 def rank_findings(findings: list[Finding], incidents: list[Incident]) -> list[Finding]:

@@ -11,7 +11,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.causes import RESUME, compete
 from tscope.analyzers.impact import measure_impact
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.ranking import CAUSE_LOOKBACK_STEPS
+from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS
 from tscope.model import Finding
 from tscope.model.metric_names import GRAD_NORM
 

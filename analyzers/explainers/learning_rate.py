@@ -16,6 +16,7 @@ from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.lr_config import LR_TOO_LOW, lr_range_findings
 from tscope.analyzers.explainers.spikes import is_notable
 from tscope.analyzers.explainers.warmup_instability import warmup_too_short
+from tscope.analyzers.reach import LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run, Spike
 from tscope.model.categories import Category
@@ -35,9 +36,6 @@ LR_JUMP_MIN_RELATIVE = 0.25
 # 16 planted dev LR jumps land at 1.117–34× it (none inside the band), so their recall is unchanged.
 RESTART_PEAK_BAND = (0.95, 1.02)
 RESTART_FROM = 0.5
-# A loss incident whose onset falls within this many logged points after an LR event is linked
-# to it (the story reports the exact lead).
-LR_EFFECT_WINDOW_POINTS = 20
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from tscope.analyzers.impact import (
     impact_severity,
     measure_impact,
 )
+from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
 from tscope.model import Finding, Run, Spike
 from tscope.model.categories import Category
@@ -132,11 +133,7 @@ def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
 
 
 # The window before a loss bump's onset in which an LR rise or a resume is a cause in reach: the
-# LR explainers link an incident to an LR event up to 20 logged points earlier
-# (learning_rate.LR_EFFECT_WINDOW_POINTS), the ranking a resume up to 100 steps earlier
-# (ranking.CAUSE_LOOKBACK_STEPS; both import this module, so the numbers are repeated here).
-STEADY_LR_LOOKBACK_POINTS = 20
-RESUME_LOOKBACK_STEPS = 100
+# LR explainers' window (in logged points) and the ranking's (in steps), analyzers/reach.py.
 # "Steady": the LR never rises above its value at the window's start by more than this fraction
 # (a decaying schedule is steady; a warm-up step or an LR jump moves it by far more — jumps are
 # ≥ 25%, learning_rate.LR_JUMP_MIN_RELATIVE).
@@ -158,15 +155,13 @@ STEADY_LR_TOLERANCE = 0.02
 
 def optimizer_ruled_out(run: Run, spike: Spike) -> bool:
     """The logged LR held steady (no rise beyond STEADY_LR_TOLERANCE) from
-    STEADY_LR_LOOKBACK_POINTS before the bump to its end, and no resume lies in reach: no LR change
+    LR_EFFECT_WINDOW_POINTS before the bump to its end, and no resume lies in reach: no LR change
     or resume can have caused it, and a modest bump that recovers is most likely what the batches
     did (an in-order corpus changing text). Without the LR logged nothing is ruled out."""
     steps, lrs = run.series(LEARNING_RATE)
     if steps.size == 0 or spike.end_step is None:
         return False
-    start = max(
-        int(np.searchsorted(steps, spike.onset_step, "left")) - STEADY_LR_LOOKBACK_POINTS, 0
-    )
+    start = max(int(np.searchsorted(steps, spike.onset_step, "left")) - LR_EFFECT_WINDOW_POINTS, 0)
     stop = int(np.searchsorted(steps, spike.end_step, "right"))
     window = lrs[start:stop]
     if window.size < 2 or not np.isfinite(window).all() or window[0] <= 0:
@@ -174,7 +169,7 @@ def optimizer_ruled_out(run: Run, spike: Spike) -> bool:
     if float(window.max()) > window[0] * (1 + STEADY_LR_TOLERANCE):
         return False
     return not any(
-        spike.onset_step - RESUME_LOOKBACK_STEPS <= event.step <= spike.end_step
+        spike.onset_step - CAUSE_LOOKBACK_STEPS <= event.step <= spike.end_step
         for event in run.events_of("resume")
     )
 
