@@ -237,18 +237,27 @@ def test_started_at_is_the_first_events_wall_time(tmp_path: Path) -> None:
     assert before - 1 <= started < later <= time.time()
 
 
-def test_megatron_tags_are_canonical_and_sample_axes_left_out(tmp_path: Path) -> None:
-    tags = {
-        "lm loss": LOSS,
-        "learning-rate": LEARNING_RATE,
-        "loss-scale": LOSS_SCALE,
-        "grad-norm": GRAD_NORM,
-        "lm loss validation": EVAL_LOSS,
-        "lm-loss-training/lm loss": LOSS,
-        "grad-norm/grad-norm": GRAD_NORM,
-        "lm-loss-validation/lm loss validation ppl": "lm-loss-validation/lm loss validation ppl",
-    }
-
+@pytest.mark.parametrize(
+    "tags",
+    [
+        {  # Megatron-LM
+            "lm loss": LOSS,
+            "learning-rate": LEARNING_RATE,
+            "loss-scale": LOSS_SCALE,
+            "grad-norm": GRAD_NORM,
+            "lm loss validation": EVAL_LOSS,
+        },
+        {  # Megatron-DeepSpeed (BigScience): "<group>/<series>"
+            "lm-loss-training/lm loss": LOSS,
+            "grad-norm/grad-norm": GRAD_NORM,
+            "lm-loss-validation/lm loss validation ppl": "lm-loss-validation/lm loss validation ppl",
+        },
+    ],
+    ids=["megatron-lm", "megatron-deepspeed"],
+)
+def test_megatron_tags_are_canonical_and_sample_axes_left_out(
+    tmp_path: Path, tags: dict[str, str]
+) -> None:
     def log(writer: object) -> None:
         for step in (1, 2):
             for tag in tags:
@@ -261,6 +270,22 @@ def test_megatron_tags_are_canonical_and_sample_axes_left_out(tmp_path: Path) ->
     pairs = set(zip(read.metrics["original_name"], read.metrics["metric"], strict=True))
     assert pairs == set(tags.items())
     assert read.metrics["step"].max() == 2
+
+
+def test_two_tags_of_one_metric_stay_two_series(tmp_path: Path) -> None:
+    """A file logging `loss` and `train/loss` (two sources) keeps them apart, never interleaved:
+    the canonical spelling takes the name, the other keeps its tag."""
+
+    def log(writer: object) -> None:
+        for step in (1, 2, 3):
+            writer.add_scalar("loss", 10.0 + step, step)
+            writer.add_scalar("train/loss", 1.0 + step, step)
+
+    read = READER.read(write_with_summary_writer(tmp_path, log), "e.tfevents")
+    steps, values = series(read, LOSS)
+    assert steps == [1, 2, 3] and values.tolist() == pytest.approx([2.0, 3.0, 4.0])
+    steps, values = series(read, "loss")
+    assert steps == [1, 2, 3] and values.tolist() == pytest.approx([11.0, 12.0, 13.0])
 
 
 def test_text_and_hparams_become_config(tmp_path: Path) -> None:
@@ -292,7 +317,8 @@ def test_tf2_tensors_with_metadata_only_on_the_first_value(tmp_path: Path) -> No
         tensor_event(step, "epoch_loss", 1.5 + step, with_metadata=step == 0) for step in range(4)
     ]
     read = READER.read(write_events(tmp_path, events), "e.tfevents")
-    assert series(read, "epoch_loss") == ([0, 1, 2, 3], pytest.approx([1.5, 2.5, 3.5, 4.5]))
+    # Keras' per-epoch loss (tf.summary tensors): the loss of a run that logs no per-batch series
+    assert series(read, LOSS) == ([0, 1, 2, 3], pytest.approx([1.5, 2.5, 3.5, 4.5]))
 
 
 def test_several_values_per_event_and_negative_or_huge_steps(tmp_path: Path) -> None:

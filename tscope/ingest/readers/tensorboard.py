@@ -20,7 +20,7 @@ from tscope.ingest.readers.protobuf_wire import WireFormatError
 from tscope.ingest.readers.tensorboard_tags import (
     add_hparams_config,
     add_text_config,
-    metric_name,
+    metric_names,
 )
 from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
 from tscope.ingest.safe_fs import read_bytes_bounded
@@ -71,7 +71,7 @@ class TensorBoardReader:
         return LogRead(
             kind=self.name,
             path=display_path,
-            metrics=_metric_table(decoded, display_path),
+            metrics=_metric_table(decoded, path, display_path),
             config=decoded.config,
             partial=[
                 PartialInput(display_path, problem) for problem in _problems(records, decoded)
@@ -264,8 +264,8 @@ def _first_wall_time(buffer: bytes, records: Records, usable: np.ndarray) -> flo
     return None
 
 
-def _metric_table(decoded: _Decoded, source: str) -> MetricTable:
-    names = [metric_name(tag) for tag in decoded.tags]
+def _metric_table(decoded: _Decoded, path: Path, source: str) -> MetricTable:
+    names = metric_names(decoded.tags, path)
     kept_tag = np.asarray([name is not None for name in names], dtype=bool)
     keep = kept_tag[decoded.tag_id] if decoded.tag_id.size else np.zeros(0, dtype=bool)
     if not keep.any():

@@ -4,13 +4,16 @@ readers/tensorboard.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
-from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.logs.names import canonical_metric, canonical_metrics
+from tscope.ingest.logs.table_columns import unique_metric_names
 from tscope.ingest.readers.event_proto import decode_hparams
 from tscope.ingest.readers.protobuf_wire import WireFormatError
+from tscope.model.metric_names import EVAL_LOSS, LOSS
 
 # torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
 _TEXT_TAG_SUFFIX = "/text_summary"
@@ -52,12 +55,30 @@ _HF_NON_SIGNAL_TAGS = frozenset(
 )
 
 
+# Writers that put the split in the event file's directory instead of the tag: fairseq's
+# TensorBoard progress bar opens one SummaryWriter per split under its log dir (`train_inner/`
+# every log interval, `train/` at each epoch's end, `valid/`; fairseq/logging/progress_bar.py
+# TensorboardProgressBarWrapper._writer, fairseq_cli/train.py), Keras' TensorBoard callback
+# `train/` and `validation/` (keras/src/callbacks/tensorboard.py). Their tags are bare (`loss`,
+# `epoch_loss`): a training directory's loss is the loss, an evaluation directory's the eval
+# loss, and any other bare tag is named after its directory so that the splits' series (`ppl`,
+# `epoch_accuracy`) stay apart instead of interleaving into one.
+_TRAIN_DIRECTORIES = frozenset({"train", "train_inner", "training"})
+_EVAL_DIRECTORIES = frozenset({"valid", "validation", "val", "eval"})
+# fairseq's `train/` beside a `train_inner/` holds the epoch means of the interval series.
+_FAIRSEQ_INTERVAL_DIRECTORY = "train_inner"
+
+
 def metric_name(tag: str) -> str | None:
     """The canonical metric for a tag, or None for series that are not per-step signals."""
     if tag in _HF_NON_SIGNAL_TAGS:
         return None
     if tag.endswith(_NON_STEP_AXIS_SUFFIXES) or tag.startswith(_NON_STEP_AXIS_GROUPS):
         return None
+    return _tag_metric(tag)
+
+
+def _tag_metric(tag: str) -> str:
     for group in _MEGATRON_TAG_GROUPS:
         if tag.startswith(group):
             series = tag[len(group) :]
@@ -65,6 +86,34 @@ def metric_name(tag: str) -> str | None:
             if canonical != series.strip():
                 return canonical
     return canonical_metric(tag)
+
+
+def metric_names(tags: list[str], path: Path) -> list[str | None]:
+    """The metric name of each tag of one event file at `path` (None: not a per-step signal).
+
+    No two tags share a name: when several map to one canonical metric, the spelling
+    `metric_preference` ranks best takes it and the others keep their tags.
+    """
+    kept = [tag for tag in tags if metric_name(tag) is not None]
+    names = canonical_metrics(kept, mapper=_tag_metric)
+    directory = path.parent.name
+    if directory.lower() in _TRAIN_DIRECTORIES | _EVAL_DIRECTORIES:
+        names = [
+            _split_directory_name(tag, name, path) if "/" not in tag else name
+            for tag, name in zip(kept, names, strict=True)
+        ]
+    unique = dict(unique_metric_names(list(zip(kept, names, strict=True)), duplicate="tag"))
+    return [unique.get(tag) for tag in tags]
+
+
+def _split_directory_name(tag: str, name: str, path: Path) -> str:
+    directory = path.parent.name
+    split = directory.lower()
+    if split == "train" and (path.parent.parent / _FAIRSEQ_INTERVAL_DIRECTORY).is_dir():
+        return f"{directory}/{tag.strip()} (epoch mean)"
+    if split in _EVAL_DIRECTORIES:
+        return EVAL_LOSS if name in (LOSS, EVAL_LOSS) else f"{directory}/{tag.strip()}"
+    return name if name != tag.strip() else f"{directory}/{tag.strip()}"
 
 
 def add_text_config(config: dict[str, Any], tag: str, strings: list[bytes]) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.logs.names import canonical_metrics
 from tscope.ingest.logs.table_columns import (
     find_column,
     is_bookkeeping_column,
@@ -75,7 +75,7 @@ class WandbHistoryReader:
         ]
         if not metric_columns:
             raise UnreadableInput(display_path, "no numeric metric column besides W&B's own keys")
-        pairs = unique_metric_names([(name, canonical_metric(name)) for name in metric_columns])
+        pairs = unique_metric_names(list(zip(metric_columns, canonical_metrics(metric_columns))))
         metrics, step_problems = to_long_form(table, step_column, pairs, display_path)
         if metrics.empty:
             raise UnreadableInput(display_path, "no metric value has a usable step")
