@@ -10,7 +10,6 @@ Damaged files are tests/test_reader_tensorboard_damaged.py.
 from __future__ import annotations
 
 import math
-import struct
 import time
 from pathlib import Path
 
@@ -26,40 +25,21 @@ from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS,
 torch_tensorboard = pytest.importorskip("torch.utils.tensorboard")
 event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
 summary_pb2 = pytest.importorskip("tensorboard.compat.proto.summary_pb2")
-tensor_pb2 = pytest.importorskip("tensorboard.compat.proto.tensor_pb2")
 from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
     EventAccumulator,
 )
-from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
 from tensorboard_events import (  # noqa: E402
     READER,
     scalar_event,
     series,
     small_file_bytes,  # noqa: F401 (a fixture)
-    the_event_file,
+    tensor_event,
+    write_events,
     write_with_summary_writer,
 )
 
 SPIKE_STEP, NAN_STEP, INF_STEP = 120, 150, 151
-
-
-def write_events(directory: Path, events: list[object]) -> Path:
-    writer = EventFileWriter(str(directory))
-    for event in events:
-        writer.add_event(event)
-    writer.close()
-    return the_event_file(directory)
-
-
-def tensor_event(step: int, tag: str, value: float, with_metadata: bool) -> object:
-    """A TF2-style scalar: DT_FLOAT tensor_content, plugin metadata on the tag's first value only."""
-    tensor = tensor_pb2.TensorProto(dtype=1, tensor_content=struct.pack("<f", value))
-    summary_value = summary_pb2.Summary.Value(tag=tag, tensor=tensor)
-    if with_metadata:
-        summary_value.metadata.plugin_data.plugin_name = "scalars"
-    summary = summary_pb2.Summary(value=[summary_value])
-    return event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
 
 
 def oracle(path: Path) -> dict[str, tuple[list[int], np.ndarray]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from tscope.ingest.base import read_head
-from tscope.ingest.logs.names import metric_preference
+from tscope.ingest.logs.names import canonical_metrics, metric_preference
 from tscope.ingest.logs.tabular import DELIMITERS, ParsedTable, table_format
 from tscope.model import MetricTable, TextColumn
 
@@ -158,6 +158,11 @@ def to_long_form(
         np.concatenate(parts_order),
     )
     return frame, problems
+
+
+def canonical_column_names(columns: list[str]) -> list[tuple[str, str]]:
+    """(column, metric name) for the metric columns one table logs together."""
+    return unique_metric_names(list(zip(columns, canonical_metrics(columns), strict=True)))
 
 
 def unique_metric_names(

@@ -7,12 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
 from tscope.ingest.logs.names import canonical_metric, canonical_metrics
 from tscope.ingest.logs.table_columns import unique_metric_names
 from tscope.ingest.readers.event_proto import decode_hparams
 from tscope.ingest.readers.protobuf_wire import WireFormatError
+from tscope.model import Caveat
 from tscope.model.metric_names import EVAL_LOSS, LOSS
 
 # torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
@@ -150,3 +153,47 @@ def _flatten_into(config: dict[str, Any], values: dict[str, Any], prefix: str, d
             _flatten_into(config, setting, f"{name}.", depth + 1)
         else:
             config.setdefault(name, setting)
+
+
+# DeepSpeed's monitor writes its series against the samples consumed, not the optimizer step
+# (`Train/Samples/train_loss`, `/lr`, `/loss_scale` at x = engine.global_samples, which every
+# optimizer step advances by the global batch size; deepspeed/runtime/engine.py). With a fixed
+# batch every point lies on a multiple of it, one batch apart: divided by that spacing, the x-axis
+# is DeepSpeed's own step counter at the time of the write (the loss is written in backward(),
+# before the step moves the counter; the LR in step(), after it).
+DEEPSPEED_SAMPLES_GROUP = "Train/Samples/"
+
+
+def samples_axis_to_steps(
+    steps: np.ndarray, tag_id: np.ndarray, tags: list[str], source: str
+) -> tuple[np.ndarray, list[Caveat]]:
+    """`steps` with DeepSpeed's samples axis divided by the global batch, and what was done."""
+    on_samples = np.asarray([tag.startswith(DEEPSPEED_SAMPLES_GROUP) for tag in tags], dtype=bool)
+    rows = on_samples[tag_id] if tag_id.size else np.zeros(0, dtype=bool)
+    if not rows.any():
+        return steps, []
+    logged = np.unique(steps[rows])
+    spacings = np.unique(np.diff(logged))
+    batch = int(spacings[0]) if spacings.size == 1 else 0
+    if batch <= 1 or np.any(logged % batch):
+        return steps, [
+            Caveat(
+                "samples_axis",
+                f"DeepSpeed's monitor logs the {DEEPSPEED_SAMPLES_GROUP}* series against the "
+                "samples consumed, and their spacing is not one fixed batch (a batch-size ramp, "
+                "or points left out): their steps are sample counts, not optimizer steps.",
+                source,
+            )
+        ]
+    converted = steps.copy()
+    converted[rows] = steps[rows] // batch
+    return converted, [
+        Caveat(
+            "samples_axis",
+            f"DeepSpeed's monitor logs the {DEEPSPEED_SAMPLES_GROUP}* series against the samples "
+            f"consumed; every point is {batch} samples after the previous one (the global batch), "
+            f"so the steps shown are samples / {batch}: DeepSpeed's step counter when it wrote "
+            "the point (the loss before its step is counted, the LR after).",
+            source,
+        )
+    ]
