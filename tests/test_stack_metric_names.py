@@ -75,9 +75,6 @@ class Stack:
     roles: dict[str, str]  # role -> the stack's tag for it
     # tags that are not the run's loss / LR / grad norm / eval loss, and keep their own names
     others: dict[str, Extra] = field(default_factory=dict)
-    canonical: dict[str, str] = field(
-        default_factory=dict
-    )  # role -> expected metric, if not the usual
 
 
 ROLE_METRICS = {
