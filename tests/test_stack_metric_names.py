@@ -297,6 +297,7 @@ def _write_fairseq(run_dir: Path, stack: Stack, series: Series) -> None:
     _write_summary_writer(run_dir / "train", epoch_means)
     valid = {"loss": series["eval_loss"], "ppl": 2.0 ** series["eval_loss"]}
     _write_summary_writer(run_dir / "valid", valid)
+    _write_summary_writer(run_dir / "valid1", {"loss": series["eval_loss"] + 0.3})  # a 2nd subset
 
 
 def _write_keras(run_dir: Path, stack: Stack, series: Series) -> None:
@@ -363,8 +364,8 @@ def test_keras_per_batch_logging_keeps_the_epoch_series_apart(tmp_path: Path) ->
     names = dict(zip(frame["original_name"], frame["metric"], strict=True))
     assert names == {
         "batch_loss": LOSS,
-        "epoch_loss": "train/epoch_loss",
-        "epoch_learning_rate": "train/epoch_learning_rate",
+        "epoch_loss": "epoch_loss",
+        "epoch_learning_rate": "epoch_learning_rate",
     }
 
 
@@ -391,3 +392,42 @@ def test_a_loss_named_by_an_unknown_stack_is_still_scanned(tag: str, tmp_path: P
     assert tag in case.metrics and "sched/step_size" in case.metrics
     spikes = [f for f in case.findings if f.category == "loss_spike"]
     assert spikes and abs(int(spikes[0].step or -1) - (JUMP_AT + 1)) <= STEP_TOLERANCE
+
+
+def test_fairseq_splits_stay_apart_and_a_lone_run_called_test_keeps_its_tags(
+    tmp_path: Path,
+) -> None:
+    fairseq = next(stack for stack in STACKS if stack.name == "fairseq")
+    run = analyze_run(write_run(fairseq, run_series(lr_jump=False), tmp_path)).run
+    frame = run.metrics.to_frame()
+    assert set(frame.loc[frame["metric"] == EVAL_LOSS, "source"].str.split("/").str[0]) == {"valid"}
+    assert run.has("valid1/loss") and run.has("train/loss (epoch mean)")
+    assert not [event for event in run.events if event.kind == "resume"]
+
+    series = run_series(lr_jump=False)
+    _write_summary_writer(tmp_path / "runs" / "test", {"loss": series["loss"], "lr": series["lr"]})
+    lone = analyze_run(tmp_path / "runs" / "test").run
+    assert _originals(lone, LOSS) == {"loss"} and _originals(lone, LEARNING_RATE) == {"lr"}
+
+
+@pytest.mark.parametrize(
+    ("samples", "steps"),
+    [
+        ([0, 512, 1024, 1536], [0, 1, 2, 3]),  # a fixed global batch of 512: DeepSpeed's steps
+        ([0, 256, 768, 1280], [0, 256, 768, 1280]),  # a batch-size ramp: left as samples
+        ([4096], [4096]),  # one point: the batch cannot be told
+    ],
+    ids=["fixed-batch", "ramp", "one-point"],
+)
+def test_deepspeed_samples_axis(samples: list[int], steps: list[int], tmp_path: Path) -> None:
+    from tscope.ingest.readers.tensorboard import TensorBoardReader
+
+    writer = torch_tensorboard.SummaryWriter(log_dir=str(tmp_path))
+    for index, sample in enumerate(samples):
+        writer.add_scalar("Train/Samples/train_loss", 3.0 - index / 10, sample)
+    writer.close()
+    read = TensorBoardReader().read(next(tmp_path.glob("events.out.tfevents.*")), "e")
+    assert read.metrics.to_frame()["step"].tolist() == steps
+    assert [caveat.kind for caveat in read.caveats] == ["samples_axis"]
+    divided = steps != samples
+    assert ("samples / 512" in read.caveats[0].message) == divided

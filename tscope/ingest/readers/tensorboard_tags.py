@@ -4,6 +4,7 @@ readers/tensorboard.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,19 @@ _HF_NON_SIGNAL_TAGS = frozenset(
 
 # Writers that put the split in the event file's directory instead of the tag: fairseq's
 # TensorBoard progress bar opens one SummaryWriter per split under its log dir (`train_inner/`
-# every log interval, `train/` at each epoch's end, `valid/`; fairseq/logging/progress_bar.py
-# TensorboardProgressBarWrapper._writer, fairseq_cli/train.py), Keras' TensorBoard callback
-# `train/` and `validation/` (keras/src/callbacks/tensorboard.py). Their tags are bare (`loss`,
-# `epoch_loss`): a training directory's loss is the loss, an evaluation directory's the eval
-# loss, and any other bare tag is named after its directory so that the splits' series (`ppl`,
-# `epoch_accuracy`) stay apart instead of interleaving into one.
-_TRAIN_DIRECTORIES = frozenset({"train", "train_inner", "training"})
-_EVAL_DIRECTORIES = frozenset({"valid", "validation", "val", "eval"})
+# every log interval, `train/` at each epoch's end, `valid/` and any other --valid-subset such as
+# `valid1/` or `test/`; fairseq/logging/progress_bar.py TensorboardProgressBarWrapper._writer,
+# fairseq_cli/train.py), Keras' TensorBoard callback `train/` and `validation/`
+# (keras/src/callbacks/tensorboard.py). Their tags are bare (`loss`, `epoch_loss`): a training
+# directory's loss is the loss, the first evaluation split's the eval loss, and any other bare tag
+# is named after its directory so that the splits' series (`ppl`, `epoch_accuracy`, a second
+# subset's `loss`) stay apart instead of interleaving into one. Only when a sibling directory is
+# a split too: a lone run folder that happens to be called `test` or `eval` keeps its tags.
+_TRAIN_DIRECTORIES = ("train", "train_inner", "training")
+_EVAL_DIRECTORIES = ("valid", "validation", "val", "eval")
+_SPLIT_DIRECTORY = re.compile(
+    r"^(train|train_inner|training|valid|validation|val|eval|evaluation|test|dev)(?:[_-]?\d+)?$"
+)
 # fairseq's `train/` beside a `train_inner/` holds the epoch means of the interval series.
 _FAIRSEQ_INTERVAL_DIRECTORY = "train_inner"
 
@@ -99,8 +105,7 @@ def metric_names(tags: list[str], path: Path) -> list[str | None]:
     """
     kept = [tag for tag in tags if metric_name(tag) is not None]
     names = canonical_metrics(kept, mapper=_tag_metric)
-    directory = path.parent.name
-    if directory.lower() in _TRAIN_DIRECTORIES | _EVAL_DIRECTORIES:
+    if _is_split_directory(path):
         names = [
             _split_directory_name(tag, name, path) if "/" not in tag else name
             for tag, name in zip(kept, names, strict=True)
@@ -109,14 +114,25 @@ def metric_names(tags: list[str], path: Path) -> list[str | None]:
     return [unique.get(tag) for tag in tags]
 
 
+def _is_split_directory(path: Path) -> bool:
+    split = path.parent.name.lower()
+    if not _SPLIT_DIRECTORY.match(split):
+        return False
+    siblings = (*_TRAIN_DIRECTORIES, *_EVAL_DIRECTORIES)
+    return any((path.parent.parent / sibling).is_dir() for sibling in siblings if sibling != split)
+
+
 def _split_directory_name(tag: str, name: str, path: Path) -> str:
     directory = path.parent.name
     split = directory.lower()
+    own = f"{directory}/{tag.strip()}"
     if split == "train" and (path.parent.parent / _FAIRSEQ_INTERVAL_DIRECTORY).is_dir():
-        return f"{directory}/{tag.strip()} (epoch mean)"
+        return f"{own} (epoch mean)"
     if split in _EVAL_DIRECTORIES:
-        return EVAL_LOSS if name in (LOSS, EVAL_LOSS) else f"{directory}/{tag.strip()}"
-    return name if name != tag.strip() else f"{directory}/{tag.strip()}"
+        return EVAL_LOSS if name in (LOSS, EVAL_LOSS) else own
+    if split in _TRAIN_DIRECTORIES:
+        return name if name != tag.strip() else own
+    return own  # a second evaluation subset (fairseq's `valid1/`, `test/`)
 
 
 def add_text_config(config: dict[str, Any], tag: str, strings: list[bytes]) -> None:
@@ -180,8 +196,8 @@ def samples_axis_to_steps(
             Caveat(
                 "samples_axis",
                 f"DeepSpeed's monitor logs the {DEEPSPEED_SAMPLES_GROUP}* series against the "
-                "samples consumed, and their spacing is not one fixed batch (a batch-size ramp, "
-                "or points left out): their steps are sample counts, not optimizer steps.",
+                f"samples consumed, and {_why_no_batch(logged.size)}: their steps are sample "
+                "counts, not optimizer steps.",
                 source,
             )
         ]
@@ -197,3 +213,9 @@ def samples_axis_to_steps(
             source,
         )
     ]
+
+
+def _why_no_batch(points: int) -> str:
+    if points < 2:
+        return "one point alone does not show the batch size"
+    return "their spacing is not one fixed batch (a batch-size ramp, or points left out)"
