@@ -150,3 +150,10 @@ def test_deepspeed_samples_axis(samples: list[int], steps: list[int], tmp_path: 
     assert [caveat.kind for caveat in read.caveats] == ["samples_axis"]
     divided = steps != samples
     assert ("samples / 512" in read.caveats[0].message) == divided
+
+
+def test_epoch_loss_is_the_loss_beside_a_batch_size_column() -> None:
+    from tscope.ingest.logs.names import canonical_metrics
+
+    assert canonical_metrics(["batch_size", "epoch_loss"]) == ["batch_size", LOSS]
+    assert canonical_metrics(["batch_loss", "epoch_loss"]) == [LOSS, "epoch_loss"]

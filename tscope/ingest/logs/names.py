@@ -167,8 +167,9 @@ _SPLIT_SUFFIXES = {
 # stay other series.
 _OPTIMIZER_LR = re.compile(r"^lr[-/][A-Z][A-Za-z0-9]*(?:/pg1|/group0|/0)?$")
 # Keras logs a metric per batch (`batch_`, when update_freq is a number or "batch") and per epoch
-# (`epoch_`, steps counted in epochs): the two are on different step axes.
-_PER_BATCH_PREFIX = "batch_"
+# (`epoch_`, steps counted in epochs): the two are on different step axes. Its per-batch loss
+# is always among them (a `batch_size` column is not a per-batch series).
+_PER_BATCH_LOSS = "batch_loss"
 _PER_EPOCH_PREFIX = "epoch_"
 
 
@@ -203,7 +204,7 @@ def canonical_metrics(
     `epoch_learning_rate`) under their own names: their steps count epochs, and an LR read off an
     epoch axis would put a jump at the wrong step of the batch-axis loss.
     """
-    per_batch = any(_normalize_key(name).startswith(_PER_BATCH_PREFIX) for name in names)
+    per_batch = any(_normalize_key(name) == _PER_BATCH_LOSS for name in names)
     canonical = []
     for name in names:
         if per_batch and _normalize_key(name).startswith(_PER_EPOCH_PREFIX):
