@@ -3,6 +3,7 @@ SummaryWriter, tensorboard's EventFileWriter), and TensorBoard's EventAccumulato
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,8 @@ from tscope.model import LogRead
 torch_tensorboard = pytest.importorskip("torch.utils.tensorboard")
 event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
 summary_pb2 = pytest.importorskip("tensorboard.compat.proto.summary_pb2")
+tensor_pb2 = pytest.importorskip("tensorboard.compat.proto.tensor_pb2")
+from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
 
 READER = TensorBoardReader()
 
@@ -37,6 +40,24 @@ def scalar_event(step: int, *values: tuple[str, float]) -> object:
     summary = summary_pb2.Summary(
         value=[summary_pb2.Summary.Value(tag=tag, simple_value=value) for tag, value in values]
     )
+    return event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
+
+
+def write_events(directory: Path, events: list[object]) -> Path:
+    writer = EventFileWriter(str(directory))
+    for event in events:
+        writer.add_event(event)
+    writer.close()
+    return the_event_file(directory)
+
+
+def tensor_event(step: int, tag: str, value: float, with_metadata: bool) -> object:
+    """A TF2-style scalar: DT_FLOAT tensor_content, plugin metadata on the tag's first value only."""
+    tensor = tensor_pb2.TensorProto(dtype=1, tensor_content=struct.pack("<f", value))
+    summary_value = summary_pb2.Summary.Value(tag=tag, tensor=tensor)
+    if with_metadata:
+        summary_value.metadata.plugin_data.plugin_name = "scalars"
+    summary = summary_pb2.Summary(value=[summary_value])
     return event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
 
 

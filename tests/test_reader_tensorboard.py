@@ -10,7 +10,6 @@ Damaged files are tests/test_reader_tensorboard_damaged.py.
 from __future__ import annotations
 
 import math
-import struct
 import time
 from pathlib import Path
 
@@ -26,40 +25,21 @@ from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS,
 torch_tensorboard = pytest.importorskip("torch.utils.tensorboard")
 event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
 summary_pb2 = pytest.importorskip("tensorboard.compat.proto.summary_pb2")
-tensor_pb2 = pytest.importorskip("tensorboard.compat.proto.tensor_pb2")
 from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
     EventAccumulator,
 )
-from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
 from tensorboard_events import (  # noqa: E402
     READER,
     scalar_event,
     series,
     small_file_bytes,  # noqa: F401 (a fixture)
-    the_event_file,
+    tensor_event,
+    write_events,
     write_with_summary_writer,
 )
 
 SPIKE_STEP, NAN_STEP, INF_STEP = 120, 150, 151
-
-
-def write_events(directory: Path, events: list[object]) -> Path:
-    writer = EventFileWriter(str(directory))
-    for event in events:
-        writer.add_event(event)
-    writer.close()
-    return the_event_file(directory)
-
-
-def tensor_event(step: int, tag: str, value: float, with_metadata: bool) -> object:
-    """A TF2-style scalar: DT_FLOAT tensor_content, plugin metadata on the tag's first value only."""
-    tensor = tensor_pb2.TensorProto(dtype=1, tensor_content=struct.pack("<f", value))
-    summary_value = summary_pb2.Summary.Value(tag=tag, tensor=tensor)
-    if with_metadata:
-        summary_value.metadata.plugin_data.plugin_name = "scalars"
-    summary = summary_pb2.Summary(value=[summary_value])
-    return event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
 
 
 def oracle(path: Path) -> dict[str, tuple[list[int], np.ndarray]]:
@@ -237,18 +217,27 @@ def test_started_at_is_the_first_events_wall_time(tmp_path: Path) -> None:
     assert before - 1 <= started < later <= time.time()
 
 
-def test_megatron_tags_are_canonical_and_sample_axes_left_out(tmp_path: Path) -> None:
-    tags = {
-        "lm loss": LOSS,
-        "learning-rate": LEARNING_RATE,
-        "loss-scale": LOSS_SCALE,
-        "grad-norm": GRAD_NORM,
-        "lm loss validation": EVAL_LOSS,
-        "lm-loss-training/lm loss": LOSS,
-        "grad-norm/grad-norm": GRAD_NORM,
-        "lm-loss-validation/lm loss validation ppl": "lm-loss-validation/lm loss validation ppl",
-    }
-
+@pytest.mark.parametrize(
+    "tags",
+    [
+        {  # Megatron-LM
+            "lm loss": LOSS,
+            "learning-rate": LEARNING_RATE,
+            "loss-scale": LOSS_SCALE,
+            "grad-norm": GRAD_NORM,
+            "lm loss validation": EVAL_LOSS,
+        },
+        {  # Megatron-DeepSpeed (BigScience): "<group>/<series>"
+            "lm-loss-training/lm loss": LOSS,
+            "grad-norm/grad-norm": GRAD_NORM,
+            "lm-loss-validation/lm loss validation ppl": "lm-loss-validation/lm loss validation ppl",
+        },
+    ],
+    ids=["megatron-lm", "megatron-deepspeed"],
+)
+def test_megatron_tags_are_canonical_and_sample_axes_left_out(
+    tmp_path: Path, tags: dict[str, str]
+) -> None:
     def log(writer: object) -> None:
         for step in (1, 2):
             for tag in tags:
@@ -261,6 +250,22 @@ def test_megatron_tags_are_canonical_and_sample_axes_left_out(tmp_path: Path) ->
     pairs = set(zip(read.metrics["original_name"], read.metrics["metric"], strict=True))
     assert pairs == set(tags.items())
     assert read.metrics["step"].max() == 2
+
+
+def test_two_tags_of_one_metric_stay_two_series(tmp_path: Path) -> None:
+    """A file logging `loss` and `train/loss` (two sources) keeps them apart, never interleaved:
+    the canonical spelling takes the name, the other keeps its tag."""
+
+    def log(writer: object) -> None:
+        for step in (1, 2, 3):
+            writer.add_scalar("loss", 10.0 + step, step)
+            writer.add_scalar("train/loss", 1.0 + step, step)
+
+    read = READER.read(write_with_summary_writer(tmp_path, log), "e.tfevents")
+    steps, values = series(read, LOSS)
+    assert steps == [1, 2, 3] and values.tolist() == pytest.approx([2.0, 3.0, 4.0])
+    steps, values = series(read, "loss")
+    assert steps == [1, 2, 3] and values.tolist() == pytest.approx([11.0, 12.0, 13.0])
 
 
 def test_text_and_hparams_become_config(tmp_path: Path) -> None:
@@ -292,7 +297,8 @@ def test_tf2_tensors_with_metadata_only_on_the_first_value(tmp_path: Path) -> No
         tensor_event(step, "epoch_loss", 1.5 + step, with_metadata=step == 0) for step in range(4)
     ]
     read = READER.read(write_events(tmp_path, events), "e.tfevents")
-    assert series(read, "epoch_loss") == ([0, 1, 2, 3], pytest.approx([1.5, 2.5, 3.5, 4.5]))
+    # Keras' per-epoch loss (tf.summary tensors): the loss of a run that logs no per-batch series
+    assert series(read, LOSS) == ([0, 1, 2, 3], pytest.approx([1.5, 2.5, 3.5, 4.5]))
 
 
 def test_several_values_per_event_and_negative_or_huge_steps(tmp_path: Path) -> None:

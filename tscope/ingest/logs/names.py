@@ -1,8 +1,36 @@
-"""Canonical metric names: every producer's spelling mapped to one name, the original kept."""
+"""Canonical metric names: every producer's spelling mapped to one name, the original kept.
+
+`canonical_metric(name)` maps one name; `canonical_metrics(names)` maps the names one file or
+table logs together (some spellings mean the loss only when a better one is absent), and
+`metric_preference` ranks the spellings that compete for one canonical name
+(`table_columns.unique_metric_names` keeps the best one; the others keep their own names).
+
+Where each training stack's spellings come from (read in the producers' source, 2026-12-02):
+
+| stack | loss | eval loss | learning rate | grad norm | loss scale / skipped |
+| --- | --- | --- | --- | --- | --- |
+| torchtitan (components/metrics.py, optimizer/lr_scheduler.py) | `loss_metrics/global_avg_loss` (`…/global_max_loss` is the worst rank's, not the loss) | `validation_metrics/loss` | `lr` (older), `lr/<Optimizer>`, `lr/<Optimizer>/0` | `grad_norm` | |
+| OLMo (olmo/train.py, olmo/eval/evaluator.py) | `train/CrossEntropyLoss` | `eval/<set>/CrossEntropyLoss` (one per set: kept) | `optim/learning_rate_group0` | `optim/total_grad_norm` | |
+| OLMo-core (train/common.py, transformer/train_module.py) | `train/CE loss` | `eval/lm/<set>/CE loss` (kept) | `optim/LR (group 0)` | `optim/total grad norm` | `optim/step skipped` |
+| Composer, llm-foundry (trainer.py, callbacks/lr_monitor.py, optimizer_monitor.py) | `loss/train/total` | `metrics/eval/LanguageCrossEntropy` | `lr-<Optimizer>/group0` | `l2_norm/grad/global` | |
+| MaxText (trainers/pre_train/train.py, common/metric_logger.py) | `learning/loss` | `eval/avg_loss` | `learning/current_learning_rate` | `learning/raw_grad_norm` (before clipping), `learning/grad_norm` (after) | |
+| NeMo 1/2 (megatron_gpt_model.py, lightning/megatron_strategy.py, optim/base.py) | `reduced_train_loss` | `val_loss` | `lr` | `grad_norm` | `loss_scale` |
+| Megatron-LM TensorBoard (training/training.py) | `lm loss` | `lm loss validation` | `learning-rate` | `grad-norm` | `loss-scale` |
+| DeepSpeed monitor (runtime/engine.py; x-axis: samples) | `Train/Samples/train_loss` | | `Train/Samples/lr` | | `Train/Samples/loss_scale` |
+| fairseq (fairseq_cli/train.py, logging/progress_bar.py) | `loss` in `train_inner/` | `loss` in `valid/` | `lr` | `gnorm` | `loss_scale` |
+| Levanter (callbacks/_metrics.py, tracker/helpers.py, analysis/tree_stats.py, eval.py) | `train/loss` | `eval/loss` | `optim/learning_rate` | `grad/norm/total` | `optim/skipped_step` |
+| nanotron (trainer.py) | `lm_loss` | | `lr` | `grad_norm` | |
+| Keras TensorBoard callback (callbacks/tensorboard.py) | `batch_loss`, else `epoch_loss` in `train/` | `epoch_loss` in `validation/` | `epoch_learning_rate` (per epoch) | | |
+| torchtune, litgpt, TRL, Axolotl, HF Trainer | `loss` | `val_loss`, `eval_loss` | `lr`, `learning_rate` | `grad_norm` | |
+
+The directory-named splits (fairseq, Keras) are resolved by the TensorBoard reader
+(`readers/tensorboard_tags.py`). accelerate's trackers log whatever names the user passes.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 from tscope.model.metric_names import (
     EVAL_LOSS,
@@ -34,6 +62,7 @@ _CANONICAL = {
     "validation_loss": EVAL_LOSS,
     "eval/loss": EVAL_LOSS,
     "val/loss": EVAL_LOSS,
+    "valid/loss": EVAL_LOSS,  # fairseq's W&B tags (`valid/loss`)
     "validation/loss": EVAL_LOSS,
     "eval/lm_loss": EVAL_LOSS,
     "val/lm_loss": EVAL_LOSS,
@@ -42,7 +71,67 @@ _CANONICAL = {
     "skipped_iterations": SKIPPED_STEPS,
     "number_of_skipped_iterations": SKIPPED_STEPS,
     "skipped_steps": SKIPPED_STEPS,
+    # torchtitan: the mean over data-parallel ranks; `loss_metrics/global_max_loss` stays apart.
+    "loss_metrics/global_avg_loss": LOSS,
+    "validation_metrics/loss": EVAL_LOSS,
+    # OLMo and OLMo-core ("train/" dropped by the normalization).
+    "crossentropyloss": LOSS,
+    "ce_loss": LOSS,
+    "optim/total_grad_norm": GRAD_NORM,
+    "optim/learning_rate_group0": LEARNING_RATE,
+    "optim/lr_(group_0)": LEARNING_RATE,
+    "optim/step_skipped": SKIPPED_STEPS,
+    # Composer / llm-foundry.
+    "loss/train/total": LOSS,
+    "l2_norm/grad/global": GRAD_NORM,
+    "metrics/eval/languagecrossentropy": EVAL_LOSS,
+    # MaxText.
+    "learning/loss": LOSS,
+    "learning/current_learning_rate": LEARNING_RATE,
+    "learning/raw_grad_norm": GRAD_NORM,
+    "learning/grad_norm": GRAD_NORM,
+    "eval/avg_loss": EVAL_LOSS,
+    # NeMo: the loss averaged over the data-parallel group.
+    "reduced_train_loss": LOSS,
+    # DeepSpeed's monitor ("Train/Samples/..." with "train/" dropped).
+    "samples/train_loss": LOSS,
+    "samples/lr": LEARNING_RATE,
+    "samples/loss_scale": LOSS_SCALE,
+    # Levanter.
+    "optim/learning_rate": LEARNING_RATE,
+    "grad/norm/total": GRAD_NORM,
+    "optim/skipped_step": SKIPPED_STEPS,
+    # Keras' TensorBoard callback: `batch_<metric>` per batch, `epoch_<metric>` per epoch.
+    "batch_loss": LOSS,
+    "epoch_loss": LOSS,
+    "epoch_learning_rate": LEARNING_RATE,
+    "epoch_lr": LEARNING_RATE,
 }
+
+# Spellings that compete for one canonical name, best first (lower wins; ties: the first logged).
+# A producer that logs several candidates for one series has one of them as the step-level
+# signal the others summarize or decompose:
+# - fairseq's `train_inner/<x>` (every log interval) over its `train/<x>` (epoch means),
+# - MaxText's `learning/raw_grad_norm` (before clipping, what the Trainer, Megatron and
+#   torch's clip_grad_norm_ report) over `learning/grad_norm` (after clipping: capped);
+# - a total loss over its cross-entropy part (`ce_loss`, OLMo's `CrossEntropyLoss`), and a
+#   per-step value over a per-epoch mean (`epoch_loss`, Keras' `epoch_<metric>`).
+FIRST_CHOICE = 0
+CANONICAL_SPELLING = 1
+ORDINARY = 2
+SECOND_CHOICE = 3
+_FIRST_CHOICE_KEYS = frozenset({"learning/raw_grad_norm"})
+_FIRST_CHOICE_PREFIXES = ("train_inner/",)
+_SECOND_CHOICE_KEYS = frozenset(
+    {
+        "learning/grad_norm",
+        "ce_loss",
+        "crossentropyloss",
+        "epoch_loss",
+        "epoch_learning_rate",
+        "epoch_lr",
+    }
+)
 
 
 def _normalize_key(name: str) -> str:
@@ -69,10 +158,19 @@ _SPLIT_SUFFIXES = {
 }
 
 
-# Lightning's LearningRateMonitor logs `lr-{optimizer class}` for one parameter group and
-# `lr-{class}/pg1`, `/pg2`, ... for several: the first group is the run's LR (`-momentum`
-# series and a second optimizer's `lr-{class}-1` are other series).
-_LIGHTNING_LR = re.compile(r"^lr_[a-z][a-z0-9]*(?:/pg1)?$")
+# Per-optimizer LR monitors log `lr-{optimizer class}` or `lr/{optimizer class}` for one
+# parameter group, and name the groups when there are several: Lightning's LearningRateMonitor
+# `lr-{class}/pg1`, `/pg2`, ...; Composer's LRMonitor `lr-{class}/group0`, `/group1`, ...;
+# torchtitan's `lr/{class}/0`, `/1`, .... The first group is the run's LR (`-momentum` series and
+# a second optimizer's `lr-{class}-1` are other series). Matched on the original spelling, the
+# class name capitalized as Python spells classes, so that `lr_decay`, `lr-scale` or `lr/max`
+# stay other series.
+_OPTIMIZER_LR = re.compile(r"^lr[-/][A-Z][A-Za-z0-9]*(?:/pg1|/group0|/0)?$")
+# Keras logs a metric per batch (`batch_`, when update_freq is a number or "batch") and per epoch
+# (`epoch_`, steps counted in epochs): the two are on different step axes. Its per-batch loss
+# is always among them (a `batch_size` column is not a per-batch series).
+_PER_BATCH_LOSS = "batch_loss"
+_PER_EPOCH_PREFIX = "epoch_"
 
 
 def canonical_metric(name: str) -> str:
@@ -80,8 +178,12 @@ def canonical_metric(name: str) -> str:
     key = _normalize_key(name)
     if key in _CANONICAL:
         return _CANONICAL[key]
-    if _LIGHTNING_LR.match(key):
+    if _OPTIMIZER_LR.match(name.strip()):
         return LEARNING_RATE
+    if key.startswith(_FIRST_CHOICE_PREFIXES):
+        inner = canonical_metric(key.split("/", 1)[1])
+        if inner in (LOSS, GRAD_NORM, LEARNING_RATE, LOSS_SCALE):
+            return inner
     base, _, split = key.rpartition("/")
     if base and "/" not in base and split in _SPLIT_SUFFIXES:
         key = _SPLIT_SUFFIXES[split] + base  # "loss/train" -> "loss", "loss/val" -> "val_loss"
@@ -91,3 +193,32 @@ def canonical_metric(name: str) -> str:
     if squeezed in _SQUEEZED:
         return _SQUEEZED[squeezed]
     return name.strip()
+
+
+def canonical_metrics(
+    names: Sequence[str], mapper: Callable[[str], str] = canonical_metric
+) -> list[str]:
+    """`mapper` (`canonical_metric`, or a reader's own) of each of the names one file logs together.
+
+    A file that logs per batch (`batch_loss`) keeps its per-epoch series (`epoch_loss`,
+    `epoch_learning_rate`) under their own names: their steps count epochs, and an LR read off an
+    epoch axis would put a jump at the wrong step of the batch-axis loss.
+    """
+    per_batch = any(_normalize_key(name) == _PER_BATCH_LOSS for name in names)
+    canonical = []
+    for name in names:
+        if per_batch and _normalize_key(name).startswith(_PER_EPOCH_PREFIX):
+            canonical.append(name.strip())
+        else:
+            canonical.append(mapper(name))
+    return canonical
+
+
+def metric_preference(name: str) -> int:
+    """How strongly a spelling claims its canonical name (lower wins, see FIRST_CHOICE)."""
+    key = _normalize_key(name)
+    if key in _FIRST_CHOICE_KEYS or key.startswith(_FIRST_CHOICE_PREFIXES):
+        return FIRST_CHOICE
+    if key in _SECOND_CHOICE_KEYS:
+        return SECOND_CHOICE
+    return CANONICAL_SPELLING if name.strip() == canonical_metric(name) else ORDINARY

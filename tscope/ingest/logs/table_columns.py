@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from tscope.ingest.base import read_head
+from tscope.ingest.logs.names import canonical_metrics, metric_preference
 from tscope.ingest.logs.tabular import DELIMITERS, ParsedTable, table_format
 from tscope.model import MetricTable, TextColumn
 
@@ -159,22 +160,35 @@ def to_long_form(
     return frame, problems
 
 
-def unique_metric_names(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def canonical_column_names(columns: list[str]) -> list[tuple[str, str]]:
+    """(column, metric name) for the metric columns one table logs together."""
+    return unique_metric_names(list(zip(columns, canonical_metrics(columns), strict=True)))
+
+
+def unique_metric_names(
+    pairs: list[tuple[str, str]], duplicate: str = "column"
+) -> list[tuple[str, str]]:
     """(column, canonical) pairs renamed so that no two columns share a metric name.
 
     Two columns that map to one canonical name (`loss` and `train/loss`) are two series; merging
-    them would interleave values from different sources. A column already named canonically keeps
-    the name; otherwise the first column takes it and later ones keep their own names.
+    them would interleave values from different sources. The column `metric_preference` ranks
+    best takes the canonical name (the canonical spelling over other spellings, a producer's
+    step-level series over its summaries or parts); ties go to the first column. The others keep
+    their own names, numbered (`duplicate` and the position) when the name is already taken.
     """
-    taken = {canonical for column, canonical in pairs if column.strip() == canonical}
-    used: set[str] = set()
+    best: dict[str, tuple[int, int]] = {}
+    for index, (column, canonical) in enumerate(pairs):
+        rank = (metric_preference(column), index)
+        if canonical not in best or rank < best[canonical]:
+            best[canonical] = rank
+    winners = {index for _, index in best.values()}
+    used = {pairs[index][1] for index in winners}
     unique = []
     for index, (column, canonical) in enumerate(pairs):
-        own = column.strip()
-        name = canonical if own == canonical or canonical not in taken else own
-        if name in used:
-            name = f"{own} (column {index + 1})"
-        taken.add(name)
-        used.add(name)
+        name = canonical
+        if index not in winners:
+            own = column.strip()
+            name = own if own not in used else f"{own} ({duplicate} {index + 1})"
+            used.add(name)
         unique.append((column, name))
     return unique

@@ -21,13 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.logs.names import canonical_metric
 from tscope.ingest.logs.table_columns import (
+    canonical_column_names,
     find_column,
     is_bookkeeping_column,
     sniff_columns,
     to_long_form,
-    unique_metric_names,
 )
 from tscope.ingest.logs.tabular import read_table
 from tscope.ingest.readers.wandb_export import is_wandb_export
@@ -75,7 +74,7 @@ class MetricsTableReader:
         ]
         if not metric_columns:
             raise UnreadableInput(display_path, "no numeric metric column next to the step column")
-        pairs = unique_metric_names([(name, canonical_metric(name)) for name in metric_columns])
+        pairs = canonical_column_names(metric_columns)
         metrics, step_problems = to_long_form(table, step_column, pairs, display_path)
         if metrics.empty:
             raise UnreadableInput(display_path, "no metric value has a usable step")

@@ -20,11 +20,12 @@ from tscope.ingest.readers.protobuf_wire import WireFormatError
 from tscope.ingest.readers.tensorboard_tags import (
     add_hparams_config,
     add_text_config,
-    metric_name,
+    metric_names,
+    samples_axis_to_steps,
 )
 from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
 from tscope.ingest.safe_fs import read_bytes_bounded
-from tscope.model import LogRead, MetricTable, PartialInput, TextColumn
+from tscope.model import Caveat, LogRead, MetricTable, PartialInput, TextColumn
 from tscope.model.metric_table import first_seen_codes
 
 # The file name TensorBoard writers use: events.out.tfevents.<time>.<host>.<pid>.<uid>.
@@ -68,10 +69,12 @@ class TensorBoardReader:
                 display_path,
                 "not a TensorBoard event file: no record decodes as an Event",
             )
+        metrics, caveats = _metric_table(decoded, path, display_path)
         return LogRead(
             kind=self.name,
             path=display_path,
-            metrics=_metric_table(decoded, display_path),
+            metrics=metrics,
+            caveats=caveats,
             config=decoded.config,
             partial=[
                 PartialInput(display_path, problem) for problem in _problems(records, decoded)
@@ -264,21 +267,23 @@ def _first_wall_time(buffer: bytes, records: Records, usable: np.ndarray) -> flo
     return None
 
 
-def _metric_table(decoded: _Decoded, source: str) -> MetricTable:
-    names = [metric_name(tag) for tag in decoded.tags]
+def _metric_table(decoded: _Decoded, path: Path, source: str) -> tuple[MetricTable, list[Caveat]]:
+    names = metric_names(decoded.tags, path)
     kept_tag = np.asarray([name is not None for name in names], dtype=bool)
     keep = kept_tag[decoded.tag_id] if decoded.tag_id.size else np.zeros(0, dtype=bool)
     if not keep.any():
-        return MetricTable.no_rows()
+        return MetricTable.no_rows(), []
     tag_id = decoded.tag_id[keep]
-    return MetricTable(
-        decoded.step[keep],
+    steps, caveats = samples_axis_to_steps(decoded.step[keep], tag_id, decoded.tags, source)
+    table = MetricTable(
+        steps,
         TextColumn(tag_id, [name or "" for name in names]),
         decoded.value[keep],
         source,
         TextColumn(tag_id, decoded.tags),
         np.arange(tag_id.size, dtype=np.int64),
     )
+    return table, caveats
 
 
 def _problems(records: Records, decoded: _Decoded) -> list[str]:

@@ -4,13 +4,20 @@ readers/tensorboard.py."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
-from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.logs.names import canonical_metric, canonical_metrics
+from tscope.ingest.logs.table_columns import unique_metric_names
 from tscope.ingest.readers.event_proto import decode_hparams
 from tscope.ingest.readers.protobuf_wire import WireFormatError
+from tscope.model import Caveat
+from tscope.model.metric_names import EVAL_LOSS, LOSS
 
 # torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
 _TEXT_TAG_SUFFIX = "/text_summary"
@@ -52,12 +59,35 @@ _HF_NON_SIGNAL_TAGS = frozenset(
 )
 
 
+# Writers that put the split in the event file's directory instead of the tag: fairseq's
+# TensorBoard progress bar opens one SummaryWriter per split under its log dir (`train_inner/`
+# every log interval, `train/` at each epoch's end, `valid/` and any other --valid-subset such as
+# `valid1/` or `test/`; fairseq/logging/progress_bar.py TensorboardProgressBarWrapper._writer,
+# fairseq_cli/train.py), Keras' TensorBoard callback `train/` and `validation/`
+# (keras/src/callbacks/tensorboard.py). Their tags are bare (`loss`, `epoch_loss`): a training
+# directory's loss is the loss, the first evaluation split's the eval loss, and any other bare tag
+# is named after its directory so that the splits' series (`ppl`, `epoch_accuracy`, a second
+# subset's `loss`) stay apart instead of interleaving into one. Only when a sibling directory is
+# a split too: a lone run folder that happens to be called `test` or `eval` keeps its tags.
+_TRAIN_DIRECTORIES = ("train", "train_inner", "training")
+_EVAL_DIRECTORIES = ("valid", "validation", "val", "eval")
+_SPLIT_DIRECTORY = re.compile(
+    r"^(train|train_inner|training|valid|validation|val|eval|evaluation|test|dev)(?:[_-]?\d+)?$"
+)
+# fairseq's `train/` beside a `train_inner/` holds the epoch means of the interval series.
+_FAIRSEQ_INTERVAL_DIRECTORY = "train_inner"
+
+
 def metric_name(tag: str) -> str | None:
     """The canonical metric for a tag, or None for series that are not per-step signals."""
     if tag in _HF_NON_SIGNAL_TAGS:
         return None
     if tag.endswith(_NON_STEP_AXIS_SUFFIXES) or tag.startswith(_NON_STEP_AXIS_GROUPS):
         return None
+    return _tag_metric(tag)
+
+
+def _tag_metric(tag: str) -> str:
     for group in _MEGATRON_TAG_GROUPS:
         if tag.startswith(group):
             series = tag[len(group) :]
@@ -65,6 +95,44 @@ def metric_name(tag: str) -> str | None:
             if canonical != series.strip():
                 return canonical
     return canonical_metric(tag)
+
+
+def metric_names(tags: list[str], path: Path) -> list[str | None]:
+    """The metric name of each tag of one event file at `path` (None: not a per-step signal).
+
+    No two tags share a name: when several map to one canonical metric, the spelling
+    `metric_preference` ranks best takes it and the others keep their tags.
+    """
+    kept = [tag for tag in tags if metric_name(tag) is not None]
+    names = canonical_metrics(kept, mapper=_tag_metric)
+    if _is_split_directory(path):
+        names = [
+            _split_directory_name(tag, name, path) if "/" not in tag else name
+            for tag, name in zip(kept, names, strict=True)
+        ]
+    unique = dict(unique_metric_names(list(zip(kept, names, strict=True)), duplicate="tag"))
+    return [unique.get(tag) for tag in tags]
+
+
+def _is_split_directory(path: Path) -> bool:
+    split = path.parent.name.lower()
+    if not _SPLIT_DIRECTORY.match(split):
+        return False
+    siblings = (*_TRAIN_DIRECTORIES, *_EVAL_DIRECTORIES)
+    return any((path.parent.parent / sibling).is_dir() for sibling in siblings if sibling != split)
+
+
+def _split_directory_name(tag: str, name: str, path: Path) -> str:
+    directory = path.parent.name
+    split = directory.lower()
+    own = f"{directory}/{tag.strip()}"
+    if split == "train" and (path.parent.parent / _FAIRSEQ_INTERVAL_DIRECTORY).is_dir():
+        return f"{own} (epoch mean)"
+    if split in _EVAL_DIRECTORIES:
+        return EVAL_LOSS if name in (LOSS, EVAL_LOSS) else own
+    if split in _TRAIN_DIRECTORIES:
+        return name if name != tag.strip() else own
+    return own  # a second evaluation subset (fairseq's `valid1/`, `test/`)
 
 
 def add_text_config(config: dict[str, Any], tag: str, strings: list[bytes]) -> None:
@@ -101,3 +169,53 @@ def _flatten_into(config: dict[str, Any], values: dict[str, Any], prefix: str, d
             _flatten_into(config, setting, f"{name}.", depth + 1)
         else:
             config.setdefault(name, setting)
+
+
+# DeepSpeed's monitor writes its series against the samples consumed, not the optimizer step
+# (`Train/Samples/train_loss`, `/lr`, `/loss_scale` at x = engine.global_samples, which every
+# optimizer step advances by the global batch size; deepspeed/runtime/engine.py). With a fixed
+# batch every point lies on a multiple of it, one batch apart: divided by that spacing, the x-axis
+# is DeepSpeed's own step counter at the time of the write (the loss is written in backward(),
+# before the step moves the counter; the LR in step(), after it).
+DEEPSPEED_SAMPLES_GROUP = "Train/Samples/"
+
+
+def samples_axis_to_steps(
+    steps: np.ndarray, tag_id: np.ndarray, tags: list[str], source: str
+) -> tuple[np.ndarray, list[Caveat]]:
+    """`steps` with DeepSpeed's samples axis divided by the global batch, and what was done."""
+    on_samples = np.asarray([tag.startswith(DEEPSPEED_SAMPLES_GROUP) for tag in tags], dtype=bool)
+    rows = on_samples[tag_id] if tag_id.size else np.zeros(0, dtype=bool)
+    if not rows.any():
+        return steps, []
+    logged = np.unique(steps[rows])
+    spacings = np.unique(np.diff(logged))
+    batch = int(spacings[0]) if spacings.size == 1 else 0
+    if batch <= 1 or np.any(logged % batch):
+        return steps, [
+            Caveat(
+                "samples_axis",
+                f"DeepSpeed's monitor logs the {DEEPSPEED_SAMPLES_GROUP}* series against the "
+                f"samples consumed, and {_why_no_batch(logged.size)}: their steps are sample "
+                "counts, not optimizer steps.",
+                source,
+            )
+        ]
+    converted = steps.copy()
+    converted[rows] = steps[rows] // batch
+    return converted, [
+        Caveat(
+            "samples_axis",
+            f"DeepSpeed's monitor logs the {DEEPSPEED_SAMPLES_GROUP}* series against the samples "
+            f"consumed; every point is {batch} samples after the previous one (the global batch), "
+            f"so the steps shown are samples / {batch}: DeepSpeed's step counter when it wrote "
+            "the point (the loss before its step is counted, the LR after).",
+            source,
+        )
+    ]
+
+
+def _why_no_batch(points: int) -> str:
+    if points < 2:
+        return "one point alone does not show the batch size"
+    return "their spacing is not one fixed batch (a batch-size ramp, or points left out)"

@@ -28,8 +28,7 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
 from tscope.ingest.base import read_head
-from tscope.ingest.logs.names import canonical_metric
-from tscope.ingest.logs.table_columns import is_bookkeeping_column, unique_metric_names
+from tscope.ingest.logs.table_columns import canonical_column_names, is_bookkeeping_column
 from tscope.ingest.readers.protobuf_wire import (
     FIXED64,
     LENGTH_DELIMITED,
@@ -285,7 +284,7 @@ def _metric_rows(
         for key, _ in items
         if is_wandb_metric_key(key) and not is_bookkeeping_column(key)
     )
-    names = dict(unique_metric_names([(key, canonical_metric(key)) for key in metric_keys]))
+    names = dict(canonical_column_names(list(metric_keys)))
     skipped = 0
     for wandb_step, items in history:
         step = wandb_step
