@@ -30,7 +30,7 @@ from tscope.analyzers.ranking import (
 from tscope.analyzers.signals import fmt, primary_loss, spike_size
 from tscope.model import CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
-from tscope.model.visible_text import visible
+from tscope.model.visible_text import sentence_start, visible
 
 # alternatives and limits are imported from here by the pipeline with summarize.
 __all__ = ["Diagnosis", "alternatives", "limits", "missing_data", "summarize"]
@@ -214,7 +214,7 @@ class Diagnosis:
     lead: str = "most likely"  # "the cause is undetermined" when no candidate wins
 
     def sentence(self) -> str:
-        verdict = f"{self.what[0].upper()}{self.what[1:]}"
+        verdict = sentence_start(self.what)
         if self.because:
             verdict += f"; {self.lead}{' ' if self.lead == 'most likely' else ': '}{self.because}"
         return verdict + "." + self.corroboration

@@ -43,3 +43,18 @@ def visible(text: object) -> str:
 def visible_keeping_layout(text: str) -> str:
     """As `visible`, but newlines and tabs stay: for whole documents and multi-line values."""
     return CONTROL_CHARACTERS_BUT_LAYOUT.sub(lambda match: escape_character(match.group()), text)
+
+
+# A first word that is plain lowercase letters is prose ("loss spiked", "the learning rate"); one
+# with a separator, a digit or a capital is a name from the run ("train/loss", "lm_loss",
+# "Loss/train") and is shown exactly as the run wrote it, even at a sentence's start.
+_PROSE_WORD = re.compile(r"[a-z]+")
+
+
+def sentence_start(text: str) -> str:
+    """`text` as the start of a sentence: its first word capitalized when it is a prose word,
+    left alone when it is a metric, tag or file name (those keep the run's own spelling)."""
+    first_word = text.split(" ", 1)[0]
+    if _PROSE_WORD.fullmatch(first_word):
+        return text[:1].upper() + text[1:]
+    return text

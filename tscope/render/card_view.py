@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tscope.model.case_parts import RestartPoint, Summary
+from tscope.model.visible_text import sentence_start
 from tscope.render.formatting import format_number, format_step, one_line, parse_number
 
 # A confidence is the analyzers' estimate that this cause explains the incident (0–1). Read as
@@ -45,7 +46,7 @@ def card_view(summary: Summary) -> dict[str, Any] | None:
     return {
         "severity": severity,
         "severity_words": SEVERITY_WORDS.get(severity, severity),
-        "what": f"{what[:1].upper()}{what[1:]}" if what else "",
+        "what": sentence_start(what),
         "step": format_step(card.step),
         "headline_id": card.headline_id,
         "cause_words": one_line(cause.words),
