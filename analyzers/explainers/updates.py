@@ -31,6 +31,13 @@ UPDATE_RATIO_FACTOR = 3.0
 SINGLE_LAYER_FACTOR = 10.0
 # layer_origin: a tensor "deviates" when its RMS or max |w| changes by 2× between checkpoints.
 DEVIATION_FACTOR = 2.0
+# The checkpoint-side layer_origin is a lead, not an alert: between two checkpoints some tensor
+# always changes most, whatever the cause. Measured as a warning on the four spent benchmark
+# splits (358 runs, finding_calibration_table: 0 of 22 right, 0/16 with several tensors deviating
+# and 0/6 with one) and on dev again here (3 warnings, all on global causes: an LR ramp, weights
+# re-initialized at a resume). The category's declared severity is info; non-finite weights in a
+# tensor are their own finding (explainers/weights.py, nonfinite_weights).
+CHECKPOINT_ORIGIN_SEVERITY = "info"
 MAX_NAMED = 5
 
 
@@ -296,7 +303,7 @@ def _layer_origin(layers: pd.DataFrame, evidence: Evidence) -> Finding | None:
     deviating = relative[relative >= np.log(DEVIATION_FACTOR)].index.tolist()
     return Finding(
         category="layer_origin",
-        severity="warning",
+        severity=CHECKPOINT_ORIGIN_SEVERITY,
         confidence=0.55 if len(deviating) > 1 else 0.65,
         step=end,
         layer=origin,
