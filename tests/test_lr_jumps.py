@@ -1,4 +1,4 @@
-"""The vectorized lr_jumps finds exactly what the original per-point loop found."""
+"""lr_jumps finds exactly what the rule, judged one point at a time, finds."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ KINDS = ("warmup_cosine", "step_decay", "planted_jumps", "rounded", "random")
 
 
 def lr_jumps_loop(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
-    """The rule one point at a time, in order: the reference for the vectorized one. The change
-    into a point already judged a jump is left out of the slope window."""
+    """The rule one point at a time, in order: the reference for the vectorized one. A point right
+    after a jump is not judged, and the change into a jump is left out of the slope window."""
     jumps: list[LrJump] = []
     for i in range(2, lrs.size):
         jumped = {jump.index for jump in jumps}
+        if i - 1 in jumped:
+            continue
         previous, earlier = lrs[i - 1], lrs[i - 2]
         if not (np.isfinite(lrs[i]) and np.isfinite(previous) and np.isfinite(earlier)):
             continue
