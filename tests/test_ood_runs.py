@@ -8,6 +8,9 @@ temporary cache) and scored by the benchmark's scorer.
 - nanoGPT with a 30-step warm-up and a ×17 LR jump at step 89: the spike it causes fell in the
   warm-up rule's horizon (twice the warm-up after it ends, step 90) and was blamed on the warm-up
   too (ood31, trained here as drawn).
+- Trainer GPT-2 on cosine with hard restarts and a ×15 transient jump between two restarts: the
+  second restart, back to the warm-up's peak, was measured against the transient's LR and read
+  as a schedule bug (ood01, trained here as drawn).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ for _directory in (ACCURACY_DIR, OOD_DIR):
 
 import paths  # noqa: E402, F401  (fixtures/ on sys.path, no bytecode in the repository)
 from generate import generate, run_folder  # noqa: E402
-from ood_spec import OodSpec  # noqa: E402
+from ood_spec import OodSpec, build_ood_specs  # noqa: E402
 from score import RunScore, score_spec  # noqa: E402
 from spec import CONTROL, LR_JUMP_PERSISTENT, LR_JUMP_TRANSIENT  # noqa: E402
 
@@ -99,6 +102,7 @@ SPECS = [
         optimizer="adamw",
         eval_every=0,
     ),
+    next(s for s in build_ood_specs() if s.index == 1),  # ood01, ~15 s to train
 ]
 
 
@@ -124,3 +128,12 @@ def test_a_jump_after_a_long_warmup_is_not_the_warmups(scores: dict[str, RunScor
     run = scores[SPECS[2].name]
     assert run.right and run.headline.category == "lr_schedule_jump"
     assert "warmup_too_short" not in {alert.category for alert in run.alerts}
+
+
+def test_a_restart_after_a_transient_jump_is_still_a_restart(scores: dict[str, RunScore]) -> None:
+    spec = SPECS[3]
+    assert spec.schedule == "cosine_restarts" and spec.cause == LR_JUMP_TRANSIENT
+    run = scores[spec.name]
+    assert run.right
+    # the transient is the only LR warning; both hard restarts are info
+    assert [a.step for a in run.alerts if a.category == "lr_schedule_jump"] == [spec.planted_step]

@@ -143,8 +143,8 @@ class LearningRateExplainer:
         resume_steps = {event.step for event in run.events_of("resume")}
         jumps = lr_jumps(steps, lrs)
         findings = [
-            _jump_finding(run, jump, evidence.spikes, _restart_peak(steps, lrs, jump))
-            for jump in jumps
+            _jump_finding(run, jump, evidence.spikes, restart)
+            for jump, restart in _with_restarts(steps, lrs, jumps)
             if jump.step not in resume_steps  # reported as resume_discontinuity instead
         ]
         findings.extend(lr_range_findings(evidence, _too_high(run, steps, lrs, evidence.spikes)))
@@ -181,10 +181,34 @@ def effect_end(run: Run, step: int) -> int:
     return int(loss_steps[min(position + LR_EFFECT_WINDOW_POINTS, loss_steps.size - 1)])
 
 
-def _restart_peak(steps: np.ndarray, lrs: np.ndarray, jump: LrJump) -> tuple[int, float] | None:
-    """(step, LR) of the earlier peak an upward jump returns to, as a warm restart does; None
-    when the jump is no restart (RESTART_* above)."""
-    earlier = lrs[: jump.index]
+def _with_restarts(
+    steps: np.ndarray, lrs: np.ndarray, jumps: list[LrJump]
+) -> list[tuple[LrJump, tuple[int, float] | None]]:
+    """Each jump with the earlier peak it returns to when it is a warm restart (`_restart_peak`):
+    the run's earlier maximum, or the maximum before the first upward jump that is no restart,
+    since an LR raised by such a jump is no level a restart returns to (a ×15 transient planted
+    between two hard restarts of a cosine-with-restarts schedule made the second restart, back to
+    the warm-up's peak, land at 0.34× the earlier maximum, and it read as a schedule bug: bench/ood
+    run ood01). Either peak will do, so this only ever turns a jump into a restart."""
+    judged: list[tuple[LrJump, tuple[int, float] | None]] = []
+    until = lrs.size
+    for jump in jumps:
+        restart = _restart_peak(steps, lrs, jump)
+        if restart is None and until < jump.index:
+            restart = _restart_peak(steps, lrs, jump, until)
+        judged.append((jump, restart))
+        if jump.factor > 1 and restart is None:
+            until = min(until, jump.index)
+    return judged
+
+
+def _restart_peak(
+    steps: np.ndarray, lrs: np.ndarray, jump: LrJump, until: int | None = None
+) -> tuple[int, float] | None:
+    """(step, LR) of the earlier peak (before index `until`, the jump's own by default) an upward
+    jump returns to, as a warm restart does; None when the jump is no restart (RESTART_* above)."""
+    until = jump.index if until is None else until
+    earlier = lrs[:until]
     earlier = earlier[np.isfinite(earlier)]
     if jump.factor <= 1 or earlier.size == 0:
         return None
@@ -192,7 +216,7 @@ def _restart_peak(steps: np.ndarray, lrs: np.ndarray, jump: LrJump) -> tuple[int
     low, high = RESTART_PEAK_BAND
     if not (low * peak <= jump.after <= high * peak and jump.before < RESTART_FROM * peak):
         return None
-    finite_steps = steps[: jump.index][np.isfinite(lrs[: jump.index])]
+    finite_steps = steps[:until][np.isfinite(lrs[:until])]
     return int(finite_steps[int(np.argmax(earlier))]), peak
 
 
