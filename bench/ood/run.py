@@ -14,6 +14,7 @@ writes every run's result to `<cache>/results-ood.json`. Exit code 0 whatever th
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -106,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.child:
         module, spec_path, run_dir, phase, record = options.child
         spec = OodSpec.from_json(json.loads(Path(spec_path).read_text(encoding="utf-8")))
-        generate.importlib.import_module(module).train_phase(
-            spec, Path(run_dir), phase, Path(record)
-        )
+        importlib.import_module(module).train_phase(spec, Path(run_dir), phase, Path(record))
         return 0
     specs = build_ood_specs()
     if options.only:
