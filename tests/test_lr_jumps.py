@@ -1,4 +1,4 @@
-"""The vectorized lr_jumps finds exactly what the original per-point loop found."""
+"""lr_jumps finds exactly what the rule, judged one point at a time, finds."""
 
 from __future__ import annotations
 
@@ -16,15 +16,21 @@ KINDS = ("warmup_cosine", "step_decay", "planted_jumps", "rounded", "random")
 
 
 def lr_jumps_loop(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
-    """The original implementation, one point at a time: the reference for the vectorized one."""
-    jumps = []
+    """The rule one point at a time, in order: the reference for the vectorized one. A point right
+    after a jump is not judged, and the change into a jump is left out of the slope window."""
+    jumps: list[LrJump] = []
     for i in range(2, lrs.size):
+        jumped = {jump.index for jump in jumps}
+        if i - 1 in jumped:
+            continue
         previous, earlier = lrs[i - 1], lrs[i - 2]
         if not (np.isfinite(lrs[i]) and np.isfinite(previous) and np.isfinite(earlier)):
             continue
         gap = (steps[i] - steps[i - 1]) / max(steps[i - 1] - steps[i - 2], 1)
         predicted = previous + (previous - earlier) * gap
-        slopes = np.abs(np.diff(lrs[max(0, i - 4) : i]))
+        slopes = np.array(
+            [0.0 if j in jumped else abs(lrs[j] - lrs[j - 1]) for j in range(max(1, i - 3), i)]
+        )
         typical = float(slopes.max()) * max(gap, 1.0) if slopes.size else 0.0
         relative = abs(lrs[i] / previous - 1.0) if previous else float("inf")
         residual = abs(lrs[i] - predicted)
@@ -89,4 +95,17 @@ def test_a_planted_jump_is_found_where_the_loop_finds_it() -> None:
 def test_short_schedules(n: int) -> None:
     steps = np.arange(n, dtype=np.int64)
     lrs = np.array([1e-3, 1e-3, 5e-3][:n])
+    assert lr_jumps(steps, lrs) == lr_jumps_loop(steps, lrs)
+
+
+def test_a_jump_soon_after_a_step_decay_drop_is_still_a_jump() -> None:
+    # bench/ood run ood13 (Trainer Llama, logging_steps 5, step decay ×0.1 then a planted ×11.04
+    # at step 119): the drop at 105, three logged points before the jump, hid it when the
+    # change into a jump point counted as the schedule's slope.
+    steps = np.arange(5, 171, 5, dtype=np.int64)
+    lrs = np.where(steps < 105, 1.339e-3, 1.339e-4)
+    lrs = np.where(steps >= 120, lrs * 11.04, lrs)
+    lrs = np.where(steps >= 140, lrs * 0.1, lrs)
+    found = [(jump.step, round(jump.factor, 2)) for jump in lr_jumps(steps, lrs)]
+    assert found == [(105, 0.1), (120, 11.04), (140, 0.1)]
     assert lr_jumps(steps, lrs) == lr_jumps_loop(steps, lrs)

@@ -35,6 +35,7 @@ from spec import (
     RESUME_WEIGHTS_REINIT,
     WARMUP_TOO_HOT,
     RunSpec,
+    knob,
 )
 
 ACCEPTED: dict[str, frozenset[str]] = {
@@ -107,6 +108,13 @@ def _first_checkpoint_at_or_after(spec: RunSpec, step: int) -> int:
     return int(math.ceil(step / spec.save_every) * spec.save_every)
 
 
+def _first_logged_at_or_after(spec: RunSpec, step: int) -> int:
+    """The first step at or after `step` the producer logs (every step in the benchmark; every
+    `logging_steps` in bench/ood's Trainer runs, whose loss there averages the steps since)."""
+    every = int(knob(spec, "logging_steps"))
+    return int(math.ceil(step / every) * every)
+
+
 def step_window(spec: RunSpec, source: str = "logs") -> tuple[int, int]:
     """The steps (inclusive) where a finding about the planted cause may sit."""
     step = spec.logged(int(spec.plant["step"]))
@@ -118,7 +126,7 @@ def step_window(spec: RunSpec, source: str = "logs") -> tuple[int, int]:
         return step - 1, step + int(spec.plant["length"]) + 1
     if source == "checkpoints":
         return step - 1, max(step + 1, _first_checkpoint_at_or_after(spec, step + 1))
-    return step - 1, step + 1
+    return step - 1, _first_logged_at_or_after(spec, step + 1)
 
 
 def symptom_window(spec: RunSpec) -> tuple[int, int]:

@@ -68,8 +68,10 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def train(cache: Path, spec: RunSpec) -> float:
-    """Train `spec` into its cache folder; returns seconds. Raises when a phase fails."""
+def train(cache: Path, spec: RunSpec, script: Path | None = None) -> float:
+    """Train `spec` into its cache folder; returns seconds. Raises when a phase fails. `script`
+    is what runs each phase (`script --child ...`): this file, or bench/ood's, which reads its
+    own spec class."""
     folder = run_folder(cache, spec)
     if folder.exists():
         shutil.rmtree(folder)
@@ -86,7 +88,8 @@ def train(cache: Path, spec: RunSpec) -> float:
         if index > 0:
             notes.extend(module.between_phases(spec, run_dir))
         record = folder / f"record-{phase}.json"
-        command = ["nice", "-n", "10", sys.executable, str(Path(__file__).resolve()), "--child"]
+        child = str((script or Path(__file__)).resolve())
+        command = ["nice", "-n", "10", sys.executable, child, "--child"]
         command += [
             PRODUCER_MODULES[spec.producer],
             str(spec_path),
@@ -132,7 +135,13 @@ def train(cache: Path, spec: RunSpec) -> float:
     return seconds
 
 
-def generate(cache: Path, specs: list[RunSpec], jobs: int, verbose: bool = True) -> list[str]:
+def generate(
+    cache: Path,
+    specs: list[RunSpec],
+    jobs: int,
+    verbose: bool = True,
+    script: Path | None = None,
+) -> list[str]:
     """Train every spec not yet in the cache; returns the failures' messages."""
     # Index-major order: the first runs of every (producer, cause) group come first, so a cache
     # filled part way is a balanced sample.
@@ -149,7 +158,7 @@ def generate(cache: Path, specs: list[RunSpec], jobs: int, verbose: bool = True)
 
     def one(spec: RunSpec) -> None:
         try:
-            seconds = train(cache, spec)
+            seconds = train(cache, spec, script)
             if verbose:
                 print(f"  {spec.name} ({spec.split}): {seconds:.0f} s", flush=True)
         except Exception as error:

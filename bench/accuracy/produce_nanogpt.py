@@ -22,6 +22,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from spec import (
     RESUME_CAUSES,
@@ -29,6 +30,7 @@ from spec import (
     RESUME_SCHEDULER_LOST,
     RESUME_WEIGHTS_REINIT,
     RunSpec,
+    knob,
 )
 
 LOG_FORMATS = ("jsonl", "csv", "stdout")
@@ -36,6 +38,8 @@ WEIGHT_DECAY = 0.1
 BETAS = (0.9, 0.95)
 GRAD_CLIP = 1.0
 CRASH_EXIT_CODE = 75
+SGD_MOMENTUM = 0.9
+EVAL_BATCHES = 4  # fixed validation batches (bench/ood's eval_every; the benchmark evaluates none)
 
 
 def phases(spec: RunSpec) -> list[str]:
@@ -78,6 +82,29 @@ class _Log:
             )
         self.file.flush()
 
+    def write_eval(self, iteration: int, train_loss: float, val_loss: float) -> None:
+        """nanoGPT's evaluation record: its stdout line, or a `val_loss` row (its wandb.log keys
+        are `train/loss` and `val/loss`); the CSV's fixed columns hold none."""
+        if self.format == "jsonl":
+            self.file.write(json.dumps({"iter": iteration, "val_loss": val_loss}) + "\n")
+        elif self.format == "stdout":
+            self.file.write(
+                f"step {iteration}: train loss {train_loss:.4f}, val loss {val_loss:.4f}\n"
+            )
+        self.file.flush()
+
+
+def _optimizer(model: object, spec: RunSpec) -> object:
+    """nanoGPT's AdamW, or (bench/ood's `optimizer` knob) SGD with momentum, on the same groups."""
+    import torch
+
+    from tscope.demo.tiny_gpt import optimizer_groups
+
+    groups = optimizer_groups(model, WEIGHT_DECAY)  # type: ignore[arg-type]
+    if knob(spec, "optimizer") == "sgd":
+        return torch.optim.SGD(groups, lr=spec.peak_lr, momentum=SGD_MOMENTUM)
+    return torch.optim.AdamW(groups, lr=spec.peak_lr, betas=BETAS)
+
 
 def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> None:
     import text_corpus
@@ -85,7 +112,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     from planting import PlantedBatches, freeze, frozen_prefix
     from schedules import multiplier
 
-    from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig, optimizer_groups
+    from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig
 
     torch.set_num_threads(1)
     torch.manual_seed(spec.seed)
@@ -102,9 +129,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     )
     model_args = {**config.to_model_args(), "dropout": 0.0}  # the keys nanoGPT's ckpt.pt holds
     model = TinyGPT(config)
-    optimizer = torch.optim.AdamW(
-        optimizer_groups(model, WEIGHT_DECAY), lr=spec.peak_lr, betas=BETAS
-    )
+    optimizer: Any = _optimizer(model, spec)
     start, schedule_origin = 0, 0
     if phase == "resume":
         checkpoint = torch.load(run_dir / "ckpt.pt", map_location="cpu", weights_only=True)
@@ -121,7 +146,13 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     cursor = start * spec.grad_accum * spec.batch_size * block
     prefix = frozen_prefix(spec)
     log = _Log(run_dir, spec)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec.precision == "bf16")
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(spec.precision)
+    autocast = torch.autocast("cpu", dtype=half or torch.bfloat16, enabled=half is not None)
+    # fp16 (bench/ood) scales the loss as torch.amp documents; a scaler that is not enabled passes
+    # everything through, so the other precisions train exactly as before.
+    scaler = torch.amp.GradScaler("cpu", enabled=spec.precision == "fp16")
+    eval_every = int(knob(spec, "eval_every"))
+    eval_offsets = torch.arange(EVAL_BATCHES * spec.batch_size) * block  # the corpus' first blocks
     config = {k: v for k, v in dataclasses.asdict(spec).items() if k != "plant"}
     crash_after = int(spec.plant["crash_after"]) - 1 if phase == "first" else None
     for iteration in range(start, spec.steps):
@@ -157,14 +188,35 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
             chunk = batches(chunk)
             with autocast:
                 _, loss = model(chunk[:, :-1], chunk[:, 1:])
-            (loss / spec.grad_accum).backward()
+            scaler.scale(loss / spec.grad_accum).backward()
             losses.append(float(loss.detach()))
+        scaler.unscale_(optimizer)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP))
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
         log.write(iteration, sum(losses) / len(losses), lr, grad_norm, time.monotonic() - started)
+        if eval_every and (iteration + 1) % eval_every == 0:
+            log.write_eval(
+                iteration, sum(losses) / len(losses), _evaluate(model, data, eval_offsets)
+            )
         if crash_after is not None and iteration == crash_after:
             record_path.write_text(json.dumps({"global_step": iteration + 1}), encoding="utf-8")
             log.file.close()
             os._exit(CRASH_EXIT_CODE)
     record_path.write_text(json.dumps({"global_step": spec.steps}), encoding="utf-8")
+
+
+def _evaluate(model: Any, data: Any, offsets: Any) -> float:
+    """The mean loss over the fixed validation blocks, as nanoGPT's estimate_loss (eval mode, no
+    gradient), back in training mode after."""
+    import text_corpus
+    import torch
+
+    block = text_corpus.BLOCK_TOKENS
+    model.eval()
+    with torch.no_grad():
+        chunk = torch.stack([data[i : i + block + 1] for i in offsets.tolist()])  # (B, T+1)
+        _, loss = model(chunk[:, :-1], chunk[:, 1:])
+    model.train()
+    return float(loss)

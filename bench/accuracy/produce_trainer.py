@@ -24,11 +24,14 @@ from spec import (
     RESUME_SCHEDULER_LOST,
     RESUME_WEIGHTS_REINIT,
     RunSpec,
+    knob,
 )
 
 TENSORBOARD_SUBDIR = "runs"
 WEIGHT_DECAY = 0.01
 MAX_GRAD_NORM = 1.0
+SGD_MOMENTUM = 0.9
+EVAL_SAMPLES = 32  # the first blocks of the corpus, evaluated every `eval_every` steps (bench/ood)
 
 
 def phases(spec: RunSpec) -> list[str]:
@@ -85,19 +88,31 @@ def build_model(spec: RunSpec, vocab_size: int) -> Any:
 
 
 def _optimizers(model: Any, spec: RunSpec) -> tuple[Any, Any]:
-    """AdamW split as the Trainer splits it (no decay on biases and norms), with a LambdaLR."""
+    """The optimizer split as the Trainer splits it (no decay on biases and norms): AdamW, or
+    (bench/ood's `optimizer` knob) transformers' Adafactor with a fixed LR or SGD with momentum;
+    with a LambdaLR."""
     import torch
     from schedules import multiplier
 
     decay = [p for _, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for _, p in model.named_parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": WEIGHT_DECAY},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=spec.peak_lr,
-    )
+    groups = [
+        {"params": decay, "weight_decay": WEIGHT_DECAY},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    name = knob(spec, "optimizer")
+    optimizer: Any
+    if name == "adafactor":
+        from transformers.optimization import Adafactor
+
+        # The settings transformers documents for an external LR schedule.
+        optimizer = Adafactor(
+            groups, lr=spec.peak_lr, scale_parameter=False, relative_step=False, warmup_init=False
+        )
+    elif name == "sgd":
+        optimizer = torch.optim.SGD(groups, lr=spec.peak_lr, momentum=SGD_MOMENTUM)
+    else:
+        optimizer = torch.optim.AdamW(groups, lr=spec.peak_lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: multiplier(spec, i + 1))
     return optimizer, scheduler
 
@@ -141,6 +156,8 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     class Collator(planted.RecordingCollator):
         def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
             input_ids = torch.stack([feature["input_ids"] for feature in features])
+            if "eval" in features[0]:  # evaluation batches are neither planted nor recorded
+                return {"input_ids": input_ids, "labels": input_ids.clone()}
             self.sample_ids_per_call.append([int(feature["sample_id"]) for feature in features])
             input_ids = batches(input_ids)
             return {"input_ids": input_ids, "labels": input_ids.clone()}
@@ -162,13 +179,24 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     if spec.data_order == "sequential":
         total = spec.steps * spec.batch_size * spec.grad_accum + spec.batch_size
         train_dataset = _SequentialBlocks(dataset, total).make()
+    eval_every = int(knob(spec, "eval_every"))
+    eval_dataset = None
+    evaluation: dict[str, Any] = {}  # a benchmark run keeps the Trainer's defaults (no eval)
+    if eval_every:
+        eval_dataset = [{**dataset[i], "eval": True} for i in range(EVAL_SAMPLES)]
+        evaluation = {
+            "eval_strategy": "steps",
+            "eval_steps": eval_every,
+            "per_device_eval_batch_size": spec.batch_size,
+        }
     args = TrainingArguments(
         output_dir=str(run_dir),
         max_steps=spec.steps,
         per_device_train_batch_size=spec.batch_size,
         gradient_accumulation_steps=spec.grad_accum,
         max_grad_norm=MAX_GRAD_NORM,
-        logging_steps=1,
+        logging_steps=int(knob(spec, "logging_steps")),
+        **evaluation,
         save_steps=spec.save_every,
         save_total_limit=3,
         report_to=["tensorboard"],
@@ -183,6 +211,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
         model=model,
         args=args,
         train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         data_collator=collator,
         callbacks=callbacks,
         optimizers=_optimizers(model, spec),

@@ -40,7 +40,9 @@ cause at a random step and strength, plus healthy controls. Regenerate this page
 `$TSCOPE_BENCH_CACHE`, and only what is missing is trained). The runs are never committed; the
 generator, the ground truth it writes (`truth.json` next to each run) and the scorer are.
 This page is the **dev** split, the one the rules are tuned on; the held-out splits' scores, each
-taken once, are recorded in [accuracy-heldout.md](accuracy-heldout.md).
+taken once, are recorded in [accuracy-heldout.md](accuracy-heldout.md), and the score on setups the
+benchmark never draws (other schedules, averaged logging, fp16, SGD/Adafactor, long runs) in
+[accuracy-ood.md](accuracy-ood.md).
 
 ## How it is scored
 

@@ -24,12 +24,25 @@ from spec import (
 # cosine with hard restarts (transformers' get_cosine_with_hard_restarts_schedule_with_warmup),
 # a triangular cycle (torch's CyclicLR, mode "triangular"), warm-up–stable–decay, inverse square
 # root (transformers' get_inverse_sqrt_schedule) and a second warm-up half way, as a resumed run
-# that rebuilt its scheduler re-warms.
-EXTRA_SCHEDULES = ("cosine_restarts", "cyclic", "wsd", "inverse_sqrt", "rewarm")
+# that rebuilt its scheduler re-warms. Also drawn by the out-of-distribution set (bench/ood/), with
+# step decay (torch's MultiStepLR, gamma 0.1, after the warm-up) and polynomial decay
+# (transformers' get_polynomial_decay_schedule_with_warmup, power 2, to 0).
+EXTRA_SCHEDULES = (
+    "cosine_restarts",
+    "cyclic",
+    "wsd",
+    "inverse_sqrt",
+    "rewarm",
+    "step",
+    "polynomial",
+)
 RESTART_CYCLES = 3
 CYCLIC_HALF_PERIOD = 15
 CYCLIC_BASE = 0.1
 WSD_DECAY_FRACTION = 0.2
+STEP_DECAY_MILESTONES = (0.5, 0.75)  # fractions of the run after warm-up where the LR drops
+STEP_DECAY_GAMMA = 0.1
+POLYNOMIAL_POWER = 2.0
 
 
 def base_multiplier(
@@ -51,6 +64,11 @@ def base_multiplier(
         return min(1.0, (1.0 - progress) / WSD_DECAY_FRACTION)
     if schedule == "inverse_sqrt":
         return math.sqrt(max(1, warmup_steps) / max(1, scheduler_step))
+    if schedule == "step":
+        drops = sum(progress >= milestone for milestone in STEP_DECAY_MILESTONES)
+        return float(STEP_DECAY_GAMMA**drops)
+    if schedule == "polynomial":
+        return max(0.0, 1.0 - progress) ** POLYNOMIAL_POWER
     if schedule in ("cosine", "rewarm"):
         return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
     if schedule == "linear":

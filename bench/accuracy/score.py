@@ -172,10 +172,14 @@ def score_run(folder: str) -> RunScore:
     """Analyze one cached run (`<folder>/run`, ground truth in `<folder>/truth.json`) with the
     pipeline call behind `tscope.analyze` (it also returns the normalized run, for the
     visibility measure)."""
+    truth = json.loads((Path(folder) / "truth.json").read_text(encoding="utf-8"))
+    return score_spec(RunSpec.from_json(truth["spec"]), folder)
+
+
+def score_spec(spec: RunSpec, folder: str) -> RunScore:
+    """`score_run` for a spec already read (bench/ood reads its own spec class)."""
     from tscope.pipeline import analyze_run
 
-    truth = json.loads((Path(folder) / "truth.json").read_text(encoding="utf-8"))
-    spec = RunSpec.from_json(truth["spec"])
     started = time.monotonic()
     try:
         case, run = analyze_run(Path(folder) / "run")

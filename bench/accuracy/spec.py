@@ -76,6 +76,18 @@ LOG_STEP_OFFSET = {"nanogpt": -1, "lightning": -1}
 CONTROLS_PER_PRODUCER = {"trainer_gpt2": 12, "trainer_llama": 10, "nanogpt": 10, "lightning": 10}
 
 
+# Training knobs the benchmark holds fixed and only the out-of-distribution set (bench/ood/) varies:
+# how often the producer logs (the Trainer's `logging_steps`), the optimizer, and how often it
+# evaluates (0: never). They are not RunSpec fields, since a field would change every benchmark
+# run's cache key; bench/ood's OodSpec adds them as fields and a benchmark spec reads these.
+FIXED_KNOBS: dict[str, Any] = {"logging_steps": 1, "optimizer": "adamw", "eval_every": 0}
+
+
+def knob(spec: RunSpec, name: str) -> Any:
+    """The value of a knob of FIXED_KNOBS for `spec` (an OodSpec's field, else the fixed one)."""
+    return getattr(spec, name, FIXED_KNOBS[name])
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything a producer needs to train one run; `cause` parameters are in `plant`."""
@@ -93,7 +105,7 @@ class RunSpec:
     schedule: str  # "cosine" | "linear" | "constant" (all with linear warm-up first)
     warmup_steps: int
     peak_lr: float
-    precision: str  # "fp32" | "bf16"
+    precision: str  # "fp32" | "bf16" (bench/ood also "fp16": autocast + GradScaler, nanoGPT only)
     save_every: int
     data_order: str  # "shuffled" | "sequential" (streamed in corpus order: natural data bumps)
     cause: str

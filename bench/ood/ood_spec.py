@@ -1,0 +1,163 @@
+"""The out-of-distribution set: runs whose setups the accuracy benchmark never draws.
+
+The benchmark (bench/accuracy/spec.py) trains with AdamW, linear/cosine/constant schedules after a
+linear warm-up, fp32 or bf16, 100–200 steps, a loss logged every step and no evaluation; tscope's
+rules were tuned on it. Each setup here changes one or two of those things (a schedule the
+benchmark lacks, averaged logging, fp16 with a GradScaler, another optimizer, a long run, an
+evaluation loop, a larger model) and is trained twice: once healthy and once with one planted
+cause, drawn at a random step and strength by the benchmark's own `_plant`. The producers,
+planting, scoring and cause windows are the benchmark's (imported); only the draw is new.
+
+A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
+a step-decay drop that the schedule itself does is part of the run, not an incident.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import paths  # noqa: F401  (puts bench/accuracy and fixtures on sys.path)
+from spec import (
+    BAD_BATCH,
+    CONTROL,
+    LR_JUMP_PERSISTENT,
+    LR_JUMP_TRANSIENT,
+    RESUME_OPTIMIZER_LOST,
+    WARMUP_TOO_HOT,
+    RunSpec,
+    _log_uniform,
+    _plant,
+    _seed,
+)
+
+# Bumped whenever a setup's draw changes (it is in every key through `plant`/fields anyway).
+OOD_VERSION = 1
+OOD_CAUSES = (
+    LR_JUMP_TRANSIENT,
+    LR_JUMP_PERSISTENT,
+    BAD_BATCH,
+    RESUME_OPTIMIZER_LOST,
+    WARMUP_TOO_HOT,
+)
+# A fresh SGD loses only its momentum buffer at a resume (no second moment to rebuild): the
+# planted "optimizer lost" is drawn only for adaptive optimizers, where it is what users meet.
+ADAPTIVE_OPTIMIZERS = frozenset({"adamw", "adafactor"})
+
+
+@dataclass(frozen=True)
+class OodSpec(RunSpec):
+    """A benchmark spec plus the knobs only this set varies (spec.FIXED_KNOBS) and its setup."""
+
+    setup: str = ""
+    logging_steps: int = 1
+    optimizer: str = "adamw"
+    eval_every: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"ood{self.index:02d}-{self.setup}-{self.producer}-{self.cause}"
+
+    @property
+    def split(self) -> str:
+        return "ood"
+
+    @staticmethod
+    def from_json(payload: dict[str, Any]) -> OodSpec:
+        return OodSpec(**payload)
+
+
+# (setup, producer, what it changes from the benchmark's draw). Each is trained as a control and
+# with one planted cause.
+SETUPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("sgdr", "trainer_gpt2", {"schedule": "cosine_restarts"}),
+    ("sgdr", "nanogpt", {"schedule": "cosine_restarts", "eval_every": 20}),
+    ("wsd", "trainer_llama", {"schedule": "wsd"}),
+    ("wsd", "nanogpt", {"schedule": "wsd"}),
+    ("invsqrt", "nanogpt", {"schedule": "inverse_sqrt"}),
+    ("stepdecay", "nanogpt", {"schedule": "step"}),
+    ("stepdecay", "trainer_llama", {"schedule": "step", "logging_steps": 5}),
+    ("poly", "trainer_gpt2", {"schedule": "polynomial"}),
+    ("log5", "trainer_gpt2", {"logging_steps": 5}),
+    ("log10", "trainer_llama", {"logging_steps": 10}),
+    ("fp16", "nanogpt", {"precision": "fp16"}),
+    ("sgd", "nanogpt", {"optimizer": "sgd"}),
+    ("adafactor", "trainer_llama", {"optimizer": "adafactor"}),
+    ("long", "nanogpt", {"steps": "long"}),
+    ("eval", "trainer_gpt2", {"eval_every": 10}),
+    ("wide", "nanogpt", {"hidden": 128, "layers": 4, "heads": 4}),
+)
+LONG_STEPS = (800, 1500)  # the "long" setup's range (the benchmark draws 100–200)
+SGD_LR = (0.05, 0.3)  # SGD with momentum needs a larger LR than AdamW's 1e-3–4e-3
+ADAFACTOR_LR = (2e-3, 1e-2)
+
+
+def _training(setup: str, producer: str, change: dict[str, Any], rng: random.Random) -> dict:
+    steps = rng.randrange(120, 241, 10)
+    if change.get("steps") == "long":
+        steps = rng.randrange(LONG_STEPS[0], LONG_STEPS[1] + 1, 100)
+    training: dict[str, Any] = {
+        "model": {"trainer_gpt2": "gpt2", "trainer_llama": "llama"}.get(producer, "nanogpt"),
+        "hidden": rng.choice((32, 48)),
+        "layers": 2,
+        "heads": 2,
+        "steps": steps,
+        "batch_size": rng.choice((4, 8, 8, 16)) if steps < 500 else 4,
+        "grad_accum": rng.choice((1, 1, 2)) if steps < 500 else 1,
+        "schedule": rng.choice(("cosine", "linear")),
+        "warmup_steps": rng.choice((10, 20, 30)) if steps < 500 else rng.choice((50, 100)),
+        "peak_lr": round(_log_uniform(rng, 1e-3, 4e-3), 6),
+        "precision": "fp32",
+        "save_every": steps // 4,
+        "data_order": "shuffled",
+        "logging_steps": 1,
+        "optimizer": "adamw",
+        "eval_every": 0,
+    }
+    training.update({k: v for k, v in change.items() if k != "steps"})
+    if training["optimizer"] == "sgd":
+        training["peak_lr"] = round(_log_uniform(rng, *SGD_LR), 4)
+    elif training["optimizer"] == "adafactor":
+        training["peak_lr"] = round(_log_uniform(rng, *ADAFACTOR_LR), 5)
+    if training["logging_steps"] > 1:  # saves fall on logged steps, as users set them
+        every = training["logging_steps"]
+        training["save_every"] = max(every, training["save_every"] // every * every)
+    return training
+
+
+def build_ood_specs() -> list[OodSpec]:
+    specs: list[OodSpec] = []
+    for number, (setup, producer, change) in enumerate(SETUPS):
+        for control in (True, False):
+            index = 2 * number + (0 if control else 1)
+            seed = _seed(producer, f"ood-{setup}-v{OOD_VERSION}", index)
+            rng = random.Random(seed)
+            training = _training(setup, producer, change, rng)
+            cause = CONTROL
+            plant: dict[str, Any] = {}
+            if not control:
+                choices = [
+                    c
+                    for c in OOD_CAUSES
+                    if c != RESUME_OPTIMIZER_LOST or training["optimizer"] in ADAPTIVE_OPTIMIZERS
+                ]
+                cause = choices[number % len(choices)]
+                schedule = training["schedule"]
+                plant = _plant(cause, training, rng)
+                if cause == WARMUP_TOO_HOT:
+                    # The benchmark's draw makes the schedule constant; here the setup's schedule
+                    # is kept with no warm-up, so only the start is too hot for it.
+                    training["schedule"] = schedule
+            specs.append(
+                OodSpec(
+                    producer=producer,
+                    index=index,
+                    seed=seed,
+                    cause=cause,
+                    plant=plant,
+                    setup=setup,
+                    **training,
+                )
+            )
+    return specs

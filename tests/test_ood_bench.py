@@ -1,0 +1,79 @@
+"""The out-of-distribution set's draw (bench/ood/, docs/accuracy-ood.md): what it varies, its
+cause windows and the schedules it adds to the benchmark's. Nothing is trained here."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+OOD_DIR = Path(__file__).resolve().parents[1] / "bench" / "ood"
+ACCURACY_DIR = OOD_DIR.parent / "accuracy"
+for _directory in (ACCURACY_DIR, OOD_DIR):
+    if str(_directory) not in sys.path:
+        sys.path.insert(0, str(_directory))
+
+import causes  # noqa: E402
+import paths  # noqa: E402, F401  (fixtures/ on sys.path, no bytecode in the repository)
+from ood_spec import OodSpec, build_ood_specs  # noqa: E402
+from schedules import base_multiplier  # noqa: E402
+from spec import CONTROL, FIXED_KNOBS, build_specs, knob  # noqa: E402
+
+pytest.importorskip("torch")
+
+
+def test_every_setup_is_a_control_and_a_planted_run_outside_the_benchmark():
+    specs = build_ood_specs()
+    assert len(specs) >= 24
+    assert len({s.name for s in specs}) == len({s.key for s in specs}) == len(specs)
+    controls = [s for s in specs if s.cause == CONTROL]
+    assert len(controls) * 2 == len(specs)
+    benchmark = build_specs()
+    assert not {s.key for s in specs} & {s.key for s in benchmark}
+    seen_schedules = {s.schedule for s in benchmark}
+    for spec in specs:
+        differs = (
+            spec.schedule not in seen_schedules
+            or spec.precision == "fp16"
+            or spec.steps > 300
+            or spec.hidden > 64
+            or any(getattr(spec, name) != value for name, value in FIXED_KNOBS.items())
+        )
+        assert differs, spec.name
+    assert all(s.split == "ood" for s in specs)
+    assert OodSpec.from_json(specs[1].to_json()) == specs[1]
+
+
+def test_a_benchmark_spec_reads_the_fixed_knobs():
+    spec = build_specs()[0]
+    assert {name: knob(spec, name) for name in FIXED_KNOBS} == FIXED_KNOBS
+    ood = build_ood_specs()[0]
+    assert knob(replace(ood, logging_steps=5), "logging_steps") == 5
+
+
+def test_a_one_step_cause_may_show_at_the_next_logged_step():
+    bad = next(s for s in build_ood_specs() if s.cause == "bad_batch")
+    every_step = causes.step_window(replace(bad, logging_steps=1))
+    assert every_step == (bad.planted_step - 1, bad.planted_step + 1)
+    step = bad.planted_step
+    averaged = replace(bad, logging_steps=10)
+    # the loss logged at the next multiple of 10 averages the bad step in
+    assert causes.step_window(averaged) == (step - 1, -(-(step + 1) // 10) * 10)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "step", "expected"),
+    [
+        ("step", 10, 1.0),  # warm-up over: full LR
+        ("step", 59, 1.0),  # progress 49/100
+        ("step", 60, 0.1),  # progress 0.5: first ×0.1 drop
+        ("step", 85, 0.01),  # progress 0.75: second drop
+        ("polynomial", 10, 1.0),
+        ("polynomial", 60, 0.25),  # (1 - 0.5)²
+        ("polynomial", 110, 0.0),
+    ],
+)
+def test_the_added_schedules(schedule: str, step: int, expected: float):
+    assert base_multiplier(schedule, step, 10, 110) == pytest.approx(expected, abs=1e-12)
