@@ -77,10 +77,11 @@ _HEAVY_FROZEN: list[bool] = []
 
 
 def _freeze_after_heavy_imports(run: Run) -> None:
-    """A long run's analysis imports numba and pandas on first use, after the freeze above, and
-    the collector would walk their objects through the whole analysis (a 1,000,000-scalar event
-    file: ~20% slower than when pandas was imported before the freeze). Import them now and
-    freeze again: once per process, after a collection, so only the run's own few objects stay."""
+    """A long run's analysis imports numba (and, only without it, pandas) on first use, after
+    the freeze above, and the collector would walk their objects through the whole analysis (a
+    1,000,000-scalar event file: ~20% slower than when pandas was imported before the freeze).
+    Import them now and freeze again: once per process, after a collection, so only the run's
+    own few objects stay."""
     from tscope.analyzers.detectors.compiled_loops import compiled_loops_available
 
     longest = max((run.series(metric)[0].size for metric in run.metric_names), default=0)
