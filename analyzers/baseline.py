@@ -21,10 +21,6 @@ MAD_TO_SIGMA = 1.4826
 BASELINE_WINDOW_POINTS = 50
 # A baseline needs this many earlier finite points before any alarm can be raised.
 MIN_BASELINE_POINTS = 8
-# The compiled rolling median keeps the window as a sorted buffer, O(window) per point: right for
-# the baselines' 50 points, quadratic for the explainers' windows of 10% of a long series (25,000
-# points of a 250,000-point series: 67 s at load 16), which pandas' skiplist does in O(log w).
-COMPILED_MAX_WINDOW = 1000
 # rolling_median sorts every window at once (points x window floats) up to this many cells:
 # 16 MB, milliseconds; longer series without numba take pandas' skiplist.
 SORTED_WINDOWS_MAX_CELLS = 2_000_000
@@ -85,10 +81,11 @@ def _robust_baseline(values: np.ndarray, window: int) -> RobustBaseline:
 def rolling_median(values: np.ndarray, window: int, min_periods: int) -> np.ndarray:
     """pd.Series(values).rolling(window, min_periods=min_periods).median() as an array, the same
     numbers, sign of zero included (tests/test_compiled_loops.py, tests/test_rolling_median.py):
-    the compiled loop on long series with short windows when numba is there, every window sorted
-    at once with numpy on short series (pandas is not imported: a logs-only analyze's startup),
-    pandas' skiplist for the rest."""
-    if values.size >= COMPILED_MIN_POINTS and window <= COMPILED_MAX_WINDOW:
+    the compiled loops on long series when numba is there (a sorted buffer for short windows,
+    ranks in a Fenwick tree for the explainers' windows of up to 10% of a long series), every
+    window sorted at once with numpy on short series (pandas is not imported: a logs-only
+    analyze's startup), pandas' skiplist for the rest."""
+    if values.size >= COMPILED_MIN_POINTS:
         medians = compiled_rolling_median(values, window, min_periods)
         if medians is not None:
             return medians

@@ -31,6 +31,11 @@ import numpy as np
 # (0.3–0.5 s on a quiet core) and loading the cached kernels in a short run's process.
 COMPILED_MIN_POINTS = 200
 
+# From this window on, the rolling median counts ranks in a Fenwick tree (O(log n) per point)
+# rather than shifting a sorted buffer (O(window) per point, faster for short windows): the
+# crossover measured on a 10,000-point series lies between 50 and 500 (_ranked_rolling_median).
+RANKED_FROM_WINDOW = 128
+
 Kernel = Callable[..., float]
 
 
@@ -182,8 +187,59 @@ def _rolling_median(values: Any, window: int, min_periods: int, medians: Any) ->
             medians[i] = np.nan
 
 
+def _ranked_rolling_median(
+    sorted_values: Any, ranks: Any, finite: Any, window: int, min_periods: int, medians: Any
+) -> None:
+    """_rolling_median for long windows, the same numbers. Each point has its rank in the whole series (sorted_values[ranks[i]] == values[i],
+    equal values in the order they arrived, as pandas' skiplist inserts after its equals and
+    removes the first equal: the order of 0.0 and -0.0, hence the sign of a zero median, is
+    pandas' too), and a Fenwick tree counts the ranks inside the window: O(log n) per point
+    whatever the window, plus a sort of the series (the sorted buffer is O(window) per point).
+    Measured on a 10,000-point loss curve (load 10, best of 7): window 50 1.08 ms against the
+    buffer's 0.81, 500 1.10 against 3.36, 1,000 1.07 against 11.2."""
+    size = ranks.size
+    tree = np.zeros(size + 1, dtype=np.int64)  # 1-based Fenwick tree over the ranks
+    top = 1
+    while top * 2 <= size:
+        top *= 2
+    count = 0
+    for i in range(size):
+        if finite[i]:
+            position = ranks[i] + 1
+            while position <= size:
+                tree[position] += 1
+                position += position & -position
+            count += 1
+        if i >= window and finite[i - window]:
+            position = ranks[i - window] + 1
+            while position <= size:
+                tree[position] -= 1
+                position += position & -position
+            count -= 1
+        if count >= min_periods and count > 0:
+            middle = count // 2
+            upper, lower = 0.0, 0.0
+            for below in range(2 - count % 2):  # the middle point; the one under it if even
+                # Fenwick descent: the rank of the (middle - below)-th smallest counted point.
+                position, remaining, step = 0, middle - below + 1, top
+                while step > 0:
+                    following = position + step
+                    if following <= size and tree[following] < remaining:
+                        position = following
+                        remaining -= tree[following]
+                    step //= 2
+                if below == 0:
+                    upper = sorted_values[position]
+                else:
+                    lower = sorted_values[position]
+            medians[i] = upper if count % 2 else (upper + lower) / 2
+        else:
+            medians[i] = np.nan
+
+
 _PYTHON_LOOPS: dict[str, Callable[..., Any]] = {
     "rolling_median": _rolling_median,
+    "ranked_rolling_median": _ranked_rolling_median,
     "pelt": _search,
     "cusum": _cusum_scan,
     "window_medians": _window_medians,
@@ -259,11 +315,20 @@ def compiled_window_medians(
 def compiled_rolling_median(values: np.ndarray, window: int, min_periods: int) -> np.ndarray | None:
     """pd.Series(values).rolling(window, min_periods).median().to_numpy(), or None without
     numba."""
-    median_of = kernel("rolling_median")
+    ranked = window >= RANKED_FROM_WINDOW
+    median_of = kernel("ranked_rolling_median" if ranked else "rolling_median")
     if median_of is None:
         return None
+    values = np.ascontiguousarray(values, dtype=np.float64)
     medians = np.empty(values.size, dtype=np.float64)
-    median_of(
-        np.ascontiguousarray(values, dtype=np.float64), int(window), int(min_periods), medians
-    )
+    if not ranked:
+        median_of(values, int(window), int(min_periods), medians)
+        return medians
+    finite = np.isfinite(values)
+    # A stable sort: equal values keep their order of arrival (ranks are unique). The points
+    # that are not finite sort last and are never counted.
+    order = np.argsort(np.where(finite, values, np.inf), kind="stable")
+    ranks = np.empty(values.size, dtype=np.int64)
+    ranks[order] = np.arange(values.size)
+    median_of(values[order], ranks, finite, int(window), int(min_periods), medians)
     return medians
