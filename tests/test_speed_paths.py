@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.synthetic import bad_batch_run, loss_curve, stable_run
+from tests.synthetic import bad_batch_run, grad_norms, loss_curve, make_run, stable_run
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detect import DETECTORS
 from tscope.analyzers.detectors.base import Alarm, Detection
-from tscope.analyzers.detectors.neighbour_median import neighbour_medians
-from tscope.model.metric_names import GRAD_NORM, LOSS
+from tscope.analyzers.detectors.neighbour_median import neighbour_median_at, neighbour_medians
+from tscope.analyzers.explainers import bad_batch_logs
+from tscope.model import Run
+from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
 
 
 def test_run_series_is_a_read_only_view_of_one_cached_split():
@@ -52,6 +54,53 @@ def test_partial_ends_take_the_median_of_the_neighbours_they_have(half, size):
             assert medians[i] == np.median(around)
         else:
             assert np.isnan(medians[i])  # a lone point has no neighbour
+
+
+@pytest.mark.parametrize("half", [1, 2, 10])
+@pytest.mark.parametrize("size", [0, 1, 3, 21, 22, 257])
+def test_the_median_of_one_point_is_that_of_the_whole_series(half, size):
+    rng = np.random.default_rng(size + 10 * half)
+    # Rounded: ties, and both signs of zero, whose order a partition could change.
+    values = np.round(rng.standard_normal(size), 1) * rng.choice([1.0, -1.0], size)
+    medians = neighbour_medians(values, half, partial_ends=True)
+    for i in range(size):
+        one = neighbour_median_at(values, half, i)
+        assert one == medians[i] or (np.isnan(one) and np.isnan(medians[i]))
+        assert np.signbit(one) == np.signbit(medians[i])
+
+
+def _bumpy_run(seed: int) -> Run:
+    """Loss and gradient norm with one-point breaks of every size, some of two points, and a
+    NaN: what one_step_breaks' prefilter must pass and its rules sort out."""
+    rng = np.random.default_rng(seed)
+    loss, grads = loss_curve(600, seed), grad_norms(600, seed)
+    at = rng.choice(np.arange(200, 590), 40, replace=False)
+    loss[at] *= rng.uniform(1.0, 2.5, at.size)
+    loss[at[:10] + 1] *= rng.uniform(1.0, 1.8, 10)  # breaks of two points
+    grads[at[::2]] *= 5.0
+    loss[300] = np.nan
+    return make_run({LOSS: loss, GRAD_NORM: grads, LEARNING_RATE: np.full(600, 1e-3)})
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("min_ratio", [1.0, 1.1])
+def test_one_step_breaks_are_those_of_the_loop_over_every_point(seed, min_ratio, monkeypatch):
+    run = _bumpy_run(seed)
+    fast = bad_batch_logs.one_step_breaks(run, min_ratio)
+    monkeypatch.setattr(
+        bad_batch_logs,
+        "_break_candidates",
+        lambda values, excess, first, ratio: range(first, values.size - 1),
+    )
+    every_point = bad_batch_logs.one_step_breaks(run, min_ratio)
+    assert len(fast) > 3 and any(b.grad_ratio is not None for b in fast)
+    assert fast == every_point
+    # Each break's gradient ratio is the one the whole series' neighbour medians give.
+    steps, grads = run.series(GRAD_NORM)
+    typical = neighbour_medians(grads, bad_batch_logs.GRAD_NEIGHBOURS, partial_ends=True)
+    for found in fast:
+        index = int(np.flatnonzero(steps == found.step)[0])
+        assert found.grad_ratio == float(grads[index] / typical[index])
 
 
 def test_a_detection_built_from_arrays_lists_the_same_alarms():

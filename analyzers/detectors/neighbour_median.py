@@ -31,3 +31,11 @@ def neighbour_medians(values: np.ndarray, half: int, *, partial_ends: bool = Fal
             around = np.r_[values[max(0, i - half) : i], values[i + 1 : i + 1 + half]]
             result[i] = np.median(around) if around.size else np.nan
     return result
+
+
+def neighbour_median_at(values: np.ndarray, half: int, index: int) -> float:
+    """neighbour_medians(values, half, partial_ends=True)[index] for one point: the median of
+    the neighbours it has within `half` on each side (NaN for a point with none). For a rule that
+    needs a few points' medians, not the whole series' (tests/test_speed_paths.py: bit for bit)."""
+    around = np.r_[values[max(0, index - half) : index], values[index + 1 : index + 1 + half]]
+    return float(np.median(around)) if around.size else float("nan")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.detectors.neighbour_median import neighbour_medians
+from tscope.analyzers.detectors.neighbour_median import neighbour_median_at, neighbour_medians
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.explainers.resume import RESUME_CHECK_POINTS
 from tscope.analyzers.explainers.spikes import TEXTURE_SPIKES_PER_1000, is_notable, is_texture
@@ -163,7 +163,7 @@ def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
     if values.size < 2 * TREND_POINTS + 2:
         return []
     excess = values - _trend(values)
-    grads = _grad_ratios(run)
+    grads = _GradRatios(run)
     first = max(int(EARLY_FRACTION * values.size), TREND_POINTS)
     # The largest excesses of the run, to compare each break with the largest one elsewhere:
     # after the early phase only (DOMINANCE_PHASE), the phase this rule judges.
@@ -171,7 +171,7 @@ def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
     usable[:first] = -np.inf
     top = np.argsort(usable)[::-1][:4]
     found = []
-    for i in range(first, values.size - 1):
+    for i in _break_candidates(values, excess, first, min_ratio):
         trend = float(values[i] - excess[i])
         if excess[i] <= 0 or trend <= 0:
             continue
@@ -219,20 +219,51 @@ def _robust_sigma(values: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(finite - np.median(finite))))
 
 
-def _grad_ratios(run: Run) -> dict[int, tuple[float, float]]:
-    """step → (gradient norm, its ratio to the median of GRAD_NEIGHBOURS values each side)."""
-    if not run.has(GRAD_NORM):
-        return {}
-    grad_steps, grads = run.series(GRAD_NORM)
-    keep = np.isfinite(grads)
-    grad_steps, grads = grad_steps[keep], grads[keep]
-    typical = neighbour_medians(grads, GRAD_NEIGHBOURS, partial_ends=True)
+def _break_candidates(
+    values: np.ndarray, excess: np.ndarray, first: int, min_ratio: float
+) -> list[int]:
+    """The points from `first` to the last but one that one_step_breaks' tests before the
+    neighbours' noise let through, in order: the same comparisons on the same IEEE values for the
+    whole series at once (a NaN passes as it does there), so the loop runs for a few points and
+    not for each of a 10,000-step log's."""
+    inner = slice(first, values.size - 1)
+    point, point_excess = values[inner], excess[inner]
+    trend = point - point_excess
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(typical > 0, grads / typical, np.inf)
-    return {
-        int(step): (float(value), float(r))
-        for step, value, r in zip(grad_steps, grads, ratio, strict=True)
-    }
+        before = (values[first - 1 : values.size - 2] - trend) / point_excess
+        after = (values[first + 1 :] - trend) / point_excess
+    rejected = (
+        (point_excess <= 0)
+        | (trend <= 0)
+        | (point < min_ratio * trend)
+        | (before > ONE_STEP_FRACTION)
+        | (after > AFTER_FRACTION)
+    )
+    return [first + int(k) for k in np.flatnonzero(~rejected)]
+
+
+class _GradRatios:
+    """step → (gradient norm, its ratio to the median of GRAD_NEIGHBOURS values each side), for
+    the few steps one_step_breaks asks about (a dict of every step cost more than the rule)."""
+
+    def __init__(self, run: Run) -> None:
+        self.steps = np.empty(0, dtype=np.int64)
+        self.grads = np.empty(0)
+        if run.has(GRAD_NORM):
+            grad_steps, grads = run.series(GRAD_NORM)
+            keep = np.isfinite(grads)
+            self.steps, self.grads = grad_steps[keep], grads[keep]
+
+    def get(self, step: int) -> tuple[float, float] | None:
+        at = np.flatnonzero(self.steps == step)
+        if at.size == 0:
+            return None
+        index = int(at[-1])  # a step logged twice: its last value, as a dict built in order
+        value = float(self.grads[index])
+        typical = neighbour_median_at(self.grads, GRAD_NEIGHBOURS, index)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(typical > 0, self.grads[index] / np.float64(typical), np.inf)
+        return value, float(ratio)
 
 
 class BadBatchLogsExplainer:
