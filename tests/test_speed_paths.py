@@ -10,7 +10,7 @@ from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detect import DETECTORS
 from tscope.analyzers.detectors.base import Alarm, Detection
 from tscope.analyzers.detectors.neighbour_median import neighbour_median_at, neighbour_medians
-from tscope.analyzers.explainers import bad_batch_logs
+from tscope.analyzers.explainers import bad_batch_logs, lr_ramp
 from tscope.model import Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
 
@@ -101,6 +101,38 @@ def test_one_step_breaks_are_those_of_the_loop_over_every_point(seed, min_ratio,
     for found in fast:
         index = int(np.flatnonzero(steps == found.step)[0])
         assert found.grad_ratio == float(grads[index] / typical[index])
+
+
+def _warmup_peak_by_loop(lrs: np.ndarray) -> int | None:
+    """lr_ramp.warmup_peak_index as it was written, one index at a time."""
+    running = np.maximum.accumulate(lrs)
+    for index in range(1, lrs.size):
+        if lrs[index] < running[index] * (1 - lr_ramp.WARMUP_END_DROP):
+            return int(np.argmax(lrs[: index + 1]))
+        held = lrs[max(0, index - lr_ramp.WARMUP_FLAT_POINTS) : index + 1]
+        if (
+            index >= lr_ramp.WARMUP_FLAT_POINTS
+            and running[index] > 0
+            and np.ptp(held) <= 1e-9 * held[-1]
+        ):
+            return int(np.argmax(lrs[: index + 1]))
+    return None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_warmup_peak_is_where_the_loop_over_every_point_finds_it(seed):
+    rng = np.random.default_rng(seed)
+    schedules = [np.array([]), np.array([1e-3]), np.array([0.0, 0.0, 0.0, 0.0, 0.0])]
+    for size in (2, 4, 5, 40, 400):
+        warmup = np.minimum(np.arange(1, size + 1) / rng.integers(1, size + 1), 1.0) * 3e-4
+        schedules += [
+            warmup,  # climbs, then holds
+            warmup * (1 + 0.02 * rng.standard_normal(size)),  # noisy: a 1% drop ends it
+            np.round(warmup, 5),  # rounded as a log prints it: held before the peak
+            np.cumsum(rng.uniform(0, 1e-4, size)),  # never ends
+        ]
+    for lrs in schedules:
+        assert lr_ramp.warmup_peak_index(lrs) == _warmup_peak_by_loop(lrs)
 
 
 def test_a_detection_built_from_arrays_lists_the_same_alarms():
