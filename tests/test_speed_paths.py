@@ -166,3 +166,14 @@ def test_a_read_only_series_baseline_is_computed_once_and_a_writeable_one_afresh
     assert np.array_equal(first.median, second.median, equal_nan=True)
     writeable[100] = 50.0  # the caller's array changed: its new baseline sees it
     assert robust_baseline(writeable).median[101] != first.median[101]
+
+
+def test_the_smoothed_loss_of_a_read_only_series_is_computed_once():
+    from tscope.analyzers.explainers.divergence import smoothed
+
+    run = stable_run(steps=300)
+    _, values = run.series(LOSS)
+    first = smoothed(values)
+    assert smoothed(values) is first and not first.flags.writeable
+    fresh = smoothed(values.copy())  # a writeable array: computed again, the same numbers
+    assert fresh is not first and np.array_equal(fresh, first)
