@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tscope.analyzers.baseline import rolling_median, shifted_by_one
+from tscope.analyzers.cluster.aligned import loss_zscores
 from tscope.model.case import Case, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.cluster import LossCurve, RunProfile, Signal
@@ -74,6 +75,7 @@ def profile_run(
         verdict=case.summary.verdict,
         case_path=case_path,
         reused_case=reused_case,
+        loss_zscores=loss_zscores(loss, explosion_step),
     )
 
 
