@@ -21,9 +21,6 @@ import pytest
 from tscope.analyzers.cluster.profile import (
     BASELINE_POINTS,
     EXPLOSION_FACTOR,
-    EXPLOSION_MIN_POINTS,
-    LEVEL_POINTS,
-    MIN_LEVEL_POINTS,
     explosion_candidates,
     first_above_level,
     profile_run,
@@ -85,30 +82,3 @@ def test_a_run_with_no_level_yet_still_uses_its_early_baseline():
     curve = LossCurve(np.arange(1, 7), values)
     assert first_above_level(values) is None  # fewer than MIN_LEVEL_POINTS before it
     assert explosion_candidates(curve, 4.0, []) == [(4, "above_baseline")]
-
-
-def _first_above_level_with_pandas(values: np.ndarray) -> int | None:
-    """first_above_level as it was written with pandas' rolling windows (the reference)."""
-    series = pd.Series(np.where(np.isfinite(values), values, np.nan))
-    level = series.rolling(LEVEL_POINTS, min_periods=MIN_LEVEL_POINTS).median().shift(1).to_numpy()
-    ahead = series[::-1].rolling(EXPLOSION_MIN_POINTS).min()[::-1].to_numpy()
-    with np.errstate(invalid="ignore"):
-        hits = np.flatnonzero((level > 0) & (ahead >= EXPLOSION_FACTOR * level))
-    return int(hits[0]) if hits.size else None
-
-
-@pytest.mark.parametrize("size", [0, 1, 2, 11, 60, 199, 200, 3000])
-def test_the_level_crossing_is_the_one_pandas_rolling_windows_give(size: int) -> None:
-    rng = np.random.default_rng(size)
-    crossed = 0
-    for trial in range(20):
-        values = 3.0 + 0.3 * rng.standard_normal(size)
-        values[rng.random(size) < 0.05] = np.nan
-        values[rng.random(size) < 0.01] = np.inf
-        if size and trial % 2:  # a blow-up, sometimes one point long, sometimes over a NaN
-            at = int(rng.integers(0, size))
-            values[at : at + int(rng.integers(1, 4))] *= 10.0
-        found = first_above_level(values)
-        assert found == _first_above_level_with_pandas(values)
-        crossed += found is not None
-    assert crossed > 0 or size < 60
