@@ -284,6 +284,11 @@ def test_the_screen_computed_with_the_profile_gives_the_same_aligned_spikes():
             values = blow_up(values, 1200)  # the screen stops at the explosion
         runs.append(profile(f"r{i}", values, {"data_seed": 7}))
     assert all(run.loss_zscores is not None for run in runs)
+    # A reused case's profile leaves them to the report (its worker need not import numba).
+    reused = profile_run(
+        "r0", "/runs/r0", Case.from_dict({"schema_version": "1"}), runs[0].loss, reused_case=True
+    )
+    assert reused.loss_zscores is None
     computed_at_the_end = [replace(run, loss_zscores=None) for run in runs]
     events = aligned_spikes(runs)
     assert [(e.first_step, e.last_step) for e in events] == [(306, 306), (947, 947)]
