@@ -32,8 +32,9 @@ import numpy as np
 COMPILED_MIN_POINTS = 200
 
 # From this window on, the rolling median counts ranks in a Fenwick tree (O(log n) per point)
-# rather than shifting a sorted buffer (O(window) per point, faster for short windows): the
-# crossover measured on a 10,000-point series lies between 50 and 500 (_ranked_rolling_median).
+# rather than shifting a sorted buffer (O(window) per point, faster for short windows). On a
+# 10,000-point loss curve (CPU, best of 9): window 64 buffer 0.92 ms, ranks 1.11; 100: 1.15 and
+# 1.11; 128: 1.36 and 1.10; 300: 2.25 and 1.10 (the ranks' cost is the sort, whatever the window).
 RANKED_FROM_WINDOW = 128
 
 Kernel = Callable[..., float]
