@@ -7,7 +7,9 @@ kept. Windows are counted in points, not steps, so sparse series (eval every 500
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,13 +49,31 @@ class RobustBaseline:
         return z
 
 
-# Baselines of read-only arrays (Run.series hands out read-only views of its cache, the same
-# array object on every call), kept while the array lives: the detectors, the story and the
+# Results computed from read-only arrays (Run.series hands out read-only views of its cache, the
+# same array object on every call), kept while the array lives: the detectors, the story and the
 # cluster's aligned view each asked for the gradient norm's baseline again (two rolling medians
-# over the whole series each time; seconds on a 1,000,000-scalar log). A writeable array may
-# change, so it is computed afresh. Keyed by id() with a weak reference to check it is the same
-# array (ndarrays are not hashable).
-_BASELINES: dict[tuple[int, int], tuple[weakref.ref[np.ndarray], RobustBaseline]] = {}
+# over the whole series each time; seconds on a 1,000,000-scalar log), and six rules smooth the
+# same loss curve. A writeable array may change, so it is computed afresh. Keyed by id() with a
+# weak reference to check it is the same array (ndarrays are not hashable).
+_PER_ARRAY: dict[tuple[int, str, int], tuple[weakref.ref[np.ndarray], Any]] = {}
+Computed = TypeVar("Computed")
+
+
+def per_read_only_array(
+    values: np.ndarray, name: str, window: int, compute: Callable[[], Computed]
+) -> Computed:
+    """compute(), kept per (read-only array, name, window) while the array lives; the arrays it
+    returns must be made read-only by the caller (they are shared from then on)."""
+    if values.flags.writeable:
+        return compute()
+    key = (id(values), name, window)
+    known = _PER_ARRAY.get(key)
+    if known is not None and known[0]() is values:
+        result: Computed = known[1]
+        return result
+    result = compute()
+    _PER_ARRAY[key] = (weakref.ref(values, lambda _: _PER_ARRAY.pop(key, None)), result)
+    return result
 
 
 def robust_baseline(values: np.ndarray, window: int = BASELINE_WINDOW_POINTS) -> RobustBaseline:
@@ -63,16 +83,14 @@ def robust_baseline(values: np.ndarray, window: int = BASELINE_WINDOW_POINTS) ->
     inflate: a loss still falling fast in a 100-step run keeps a small sigma, so a spike there is
     still a spike. Both are rolling medians (rolling_median): under a second for 10^6 points.
     """
-    if values.flags.writeable:
-        return _robust_baseline(values, window)
-    key = (id(values), window)
-    known = _BASELINES.get(key)
-    if known is not None and known[0]() is values:
-        return known[1]
-    baseline = _robust_baseline(values, window)
-    baseline.median.flags.writeable = False  # shared from now on
+    return per_read_only_array(
+        values, "robust_baseline", window, lambda: _shared(_robust_baseline(values, window))
+    )
+
+
+def _shared(baseline: RobustBaseline) -> RobustBaseline:
+    baseline.median.flags.writeable = False
     baseline.sigma.flags.writeable = False
-    _BASELINES[key] = (weakref.ref(values, lambda _: _BASELINES.pop(key, None)), baseline)
     return baseline
 
 

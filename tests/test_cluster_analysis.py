@@ -6,6 +6,8 @@ single-run analysis would have produced. Stable controls must never fire.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -269,3 +271,25 @@ def test_spikes_after_a_run_blew_up_do_not_count():
         values[600] += 100.0  # inside the blow-up: noise of a dead run
         runs.append(profile(f"r{i}", values, {"data_seed": 1}))
     assert aligned_spikes(runs) == []
+
+
+def test_the_screen_computed_with_the_profile_gives_the_same_aligned_spikes():
+    """profile_run computes each run's z-scores in the worker; the report's aligned spikes are
+    those of the z-scores computed at the end, run after run, as before."""
+    runs = []
+    for i in range(8):
+        values = curve(500 + i, steps=1500)
+        values[[305, 946]] += 0.35
+        if i % 3 == 0:
+            values = blow_up(values, 1200)  # the screen stops at the explosion
+        runs.append(profile(f"r{i}", values, {"data_seed": 7}))
+    assert all(run.loss_zscores is not None for run in runs)
+    # A reused case's profile leaves them to the report (its worker need not import numba).
+    reused = profile_run(
+        "r0", "/runs/r0", Case.from_dict({"schema_version": "1"}), runs[0].loss, reused_case=True
+    )
+    assert reused.loss_zscores is None
+    computed_at_the_end = [replace(run, loss_zscores=None) for run in runs]
+    events = aligned_spikes(runs)
+    assert [(e.first_step, e.last_step) for e in events] == [(306, 306), (947, 947)]
+    assert events == aligned_spikes(computed_at_the_end)

@@ -208,7 +208,12 @@ def test_cusum_shift_window_stops_at_the_next_change_the_other_way() -> None:
     assert falling and abs(falling[0].after_mean - 2.0) < 0.1
 
 
-@pytest.mark.parametrize(("window", "min_periods"), [(50, 8), (5, 1), (1, 1), (11, 11)])
+# Short windows take the sorted buffer, long ones the rank-counting loop (COMPILED_MAX_WINDOW); a
+# window longer than the series too.
+@pytest.mark.parametrize(
+    ("window", "min_periods"),
+    [(50, 8), (5, 1), (1, 1), (11, 11), (128, 1), (300, 300), (1000, 8), (5000, 1)],
+)
 def test_rolling_median_same_as_pandas(window: int, min_periods: int) -> None:
     import pandas as pd
 

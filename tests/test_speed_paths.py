@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.synthetic import bad_batch_run, loss_curve, stable_run
+from tests.synthetic import bad_batch_run, grad_norms, loss_curve, make_run, stable_run
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detect import DETECTORS
 from tscope.analyzers.detectors.base import Alarm, Detection
 from tscope.analyzers.detectors.neighbour_median import neighbour_medians
-from tscope.model.metric_names import GRAD_NORM, LOSS
+from tscope.analyzers.explainers import bad_batch_logs, lr_ramp
+from tscope.model import Run
+from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
 
 
 def test_run_series_is_a_read_only_view_of_one_cached_split():
@@ -54,6 +56,72 @@ def test_partial_ends_take_the_median_of_the_neighbours_they_have(half, size):
             assert np.isnan(medians[i])  # a lone point has no neighbour
 
 
+def _bumpy_run(seed: int) -> Run:
+    """Loss and gradient norm with one-point breaks of every size, some of two points, and a
+    NaN: what one_step_breaks' prefilter must pass and its rules sort out."""
+    rng = np.random.default_rng(seed)
+    loss, grads = loss_curve(600, seed), grad_norms(600, seed)
+    at = rng.choice(np.arange(200, 590), 40, replace=False)
+    loss[at] *= rng.uniform(1.0, 2.5, at.size)
+    loss[at[:10] + 1] *= rng.uniform(1.0, 1.8, 10)  # breaks of two points
+    grads[at[::2]] *= 5.0
+    loss[300] = np.nan
+    return make_run({LOSS: loss, GRAD_NORM: grads, LEARNING_RATE: np.full(600, 1e-3)})
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("min_ratio", [1.0, 1.1])
+def test_one_step_breaks_are_those_of_the_loop_over_every_point(seed, min_ratio, monkeypatch):
+    run = _bumpy_run(seed)
+    fast = bad_batch_logs.one_step_breaks(run, min_ratio)
+    monkeypatch.setattr(
+        bad_batch_logs,
+        "_break_candidates",
+        lambda values, excess, first, ratio: range(first, values.size - 1),
+    )
+    every_point = bad_batch_logs.one_step_breaks(run, min_ratio)
+    assert len(fast) > 3 and any(b.grad_ratio is not None for b in fast)
+    assert fast == every_point
+    # Each break's gradient ratio is the one the whole series' neighbour medians give.
+    steps, grads = run.series(GRAD_NORM)
+    typical = neighbour_medians(grads, bad_batch_logs.GRAD_NEIGHBOURS, partial_ends=True)
+    for found in fast:
+        index = int(np.flatnonzero(steps == found.step)[0])
+        assert found.grad_ratio == float(grads[index] / typical[index])
+
+
+def _warmup_peak_by_loop(lrs: np.ndarray) -> int | None:
+    """lr_ramp.warmup_peak_index as it was written, one index at a time."""
+    running = np.maximum.accumulate(lrs)
+    for index in range(1, lrs.size):
+        if lrs[index] < running[index] * (1 - lr_ramp.WARMUP_END_DROP):
+            return int(np.argmax(lrs[: index + 1]))
+        held = lrs[max(0, index - lr_ramp.WARMUP_FLAT_POINTS) : index + 1]
+        if (
+            index >= lr_ramp.WARMUP_FLAT_POINTS
+            and running[index] > 0
+            and np.ptp(held) <= 1e-9 * held[-1]
+        ):
+            return int(np.argmax(lrs[: index + 1]))
+    return None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_warmup_peak_is_where_the_loop_over_every_point_finds_it(seed):
+    rng = np.random.default_rng(seed)
+    schedules = [np.array([]), np.array([1e-3]), np.array([0.0, 0.0, 0.0, 0.0, 0.0])]
+    for size in (2, 4, 5, 40, 400):
+        warmup = np.minimum(np.arange(1, size + 1) / rng.integers(1, size + 1), 1.0) * 3e-4
+        schedules += [
+            warmup,  # climbs, then holds
+            warmup * (1 + 0.02 * rng.standard_normal(size)),  # noisy: a 1% drop ends it
+            np.round(warmup, 5),  # rounded as a log prints it: held before the peak
+            np.cumsum(rng.uniform(0, 1e-4, size)),  # never ends
+        ]
+    for lrs in schedules:
+        assert lr_ramp.warmup_peak_index(lrs) == _warmup_peak_by_loop(lrs)
+
+
 def test_a_detection_built_from_arrays_lists_the_same_alarms():
     listed = Detection("robust_z", alarms=[Alarm(3, 5.5), Alarm(7, float("inf"))])
     arrays = Detection("robust_z", index=np.array([3, 7]), score=np.array([5.5, np.inf]))
@@ -85,3 +153,14 @@ def test_a_read_only_series_baseline_is_computed_once_and_a_writeable_one_afresh
     assert np.array_equal(first.median, second.median, equal_nan=True)
     writeable[100] = 50.0  # the caller's array changed: its new baseline sees it
     assert robust_baseline(writeable).median[101] != first.median[101]
+
+
+def test_the_smoothed_loss_of_a_read_only_series_is_computed_once():
+    from tscope.analyzers.explainers.divergence import smoothed
+
+    run = stable_run(steps=300)
+    _, values = run.series(LOSS)
+    first = smoothed(values)
+    assert smoothed(values) is first and not first.flags.writeable
+    fresh = smoothed(values.copy())  # a writeable array: computed again, the same numbers
+    assert fresh is not first and np.array_equal(fresh, first)

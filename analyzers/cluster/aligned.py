@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tscope.analyzers.baseline import robust_baseline
-from tscope.model.cluster import AlignedSpike, RunProfile
+from tscope.model.cluster import AlignedSpike, LossCurve, RunProfile
 
 ALIGNED_Z = 3.0
 # Logging and data-loader off-by-ones (step 946 in one record, 947 in another) still align.
@@ -97,14 +97,23 @@ class _RunAlarms:
         self.rate = min(1.0, widened / max(self.last_step - self.first_step + 1, 1))
 
 
-def _alarms(profile: RunProfile) -> _RunAlarms | None:
-    steps, values = profile.loss.steps, profile.loss.values
-    if profile.explosion_step is not None:
-        keep = steps < profile.explosion_step
+def loss_zscores(loss: LossCurve, explosion_step: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, z) of the loss before the explosion, z against the run's robust trailing baseline
+    (no z for fewer than two points: such a run is not screened)."""
+    steps, values = loss.steps, loss.values
+    if explosion_step is not None:
+        keep = steps < explosion_step
         steps, values = steps[keep], values[keep]
     if steps.size < 2:
+        return steps, np.empty(0)
+    return steps, robust_baseline(values).zscores(values)
+
+
+def _alarms(profile: RunProfile) -> _RunAlarms | None:
+    known = profile.loss_zscores
+    steps, z = known if known is not None else loss_zscores(profile.loss, profile.explosion_step)
+    if steps.size < 2:
         return None
-    z = robust_baseline(values).zscores(values)
     return _RunAlarms(profile, steps, z)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tscope.analyzers.cluster.aligned import loss_zscores
 from tscope.model.case import Case, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.cluster import LossCurve, RunProfile, Signal
@@ -73,6 +74,9 @@ def profile_run(
         verdict=case.summary.verdict,
         case_path=case_path,
         reused_case=reused_case,
+        # Where the run was just analyzed (numba loaded, its baseline code warm); a reused case's
+        # worker would import numba for it alone (0.65 s CPU): the report computes those.
+        loss_zscores=None if reused_case else loss_zscores(loss, explosion_step),
     )
 
 

@@ -176,13 +176,7 @@ def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
     usable[:first] = -np.inf
     top = np.argsort(usable)[::-1][:4]
     found = []
-    # The first three tests below for every point at once (the same float64 operations), so the
-    # loop visits only the candidates: a 250,000-point loss has a few hundred.
-    trends = values - excess
-    candidates = ~(excess <= 0) & ~(trends <= 0) & ~(values < min_ratio * trends)
-    candidates[:first] = False
-    candidates[values.size - 1 :] = False
-    for i in np.flatnonzero(candidates).tolist():
+    for i in _break_candidates(values, excess, first, min_ratio):
         trend = float(values[i] - excess[i])
         if excess[i] <= 0 or trend <= 0:
             continue
@@ -228,6 +222,19 @@ def _robust_sigma(values: np.ndarray) -> float:
     if finite.size < 10:
         return float("nan")
     return float(1.4826 * np.median(np.abs(finite - np.median(finite))))
+
+
+def _break_candidates(
+    values: np.ndarray, excess: np.ndarray, first: int, min_ratio: float
+) -> list[int]:
+    """The points from `first` to the last but one that pass one_step_breaks' first three tests,
+    computed for every point at once with the same float64 operations (a NaN passes, as it does
+    there), so the loop visits only the candidates: a 250,000-point loss has a few hundred."""
+    trends = values - excess
+    candidates = ~(excess <= 0) & ~(trends <= 0) & ~(values < min_ratio * trends)
+    candidates[:first] = False
+    candidates[values.size - 1 :] = False
+    return [int(i) for i in np.flatnonzero(candidates)]
 
 
 class _GradRatios:

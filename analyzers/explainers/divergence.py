@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.baseline import rolling_median
+from tscope.analyzers.baseline import per_read_only_array, rolling_median
 from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
@@ -81,11 +81,18 @@ class DivergenceExplainer:
 
 
 def smoothed(values: np.ndarray) -> np.ndarray:
-    """Rolling median of the finite values; a non-finite point is +inf (the worst possible loss)."""
+    """Rolling median of the finite values; a non-finite point is +inf (the worst possible loss).
+    Computed once per read-only loss series (six rules ask for the same run's loss_rise)."""
+    return per_read_only_array(values, "smoothed", SMOOTHING_POINTS, lambda: _smoothed(values))
+
+
+def _smoothed(values: np.ndarray) -> np.ndarray:
     finite = np.where(np.isfinite(values), values, np.nan)
     level = rolling_median(finite, SMOOTHING_POINTS, 1).copy()
     level[~np.isfinite(values)] = np.inf
-    return np.where(np.isnan(level), np.inf, level)
+    result = np.where(np.isnan(level), np.inf, level)
+    result.flags.writeable = False  # shared between the callers
+    return result
 
 
 def loss_rise(steps: np.ndarray, values: np.ndarray) -> tuple[int, float, bool] | None:

@@ -75,13 +75,21 @@ def warmup_peak_index(lrs: np.ndarray) -> int | None:
     below it or first holds it for WARMUP_FLAT_POINTS points; None while it still climbs at the
     log's end (a warm-up, or an LR range test, that never ended)."""
     running = np.maximum.accumulate(lrs)
-    for index in range(1, lrs.size):
-        if lrs[index] < running[index] * (1 - WARMUP_END_DROP):
-            return int(np.argmax(lrs[: index + 1]))
-        held = lrs[max(0, index - WARMUP_FLAT_POINTS) : index + 1]
-        if index >= WARMUP_FLAT_POINTS and running[index] > 0 and np.ptp(held) <= 1e-9 * held[-1]:
-            return int(np.argmax(lrs[: index + 1]))
-    return None
+    # Both tests for every index at once (a loop of numpy calls per point cost 4 ms of a
+    # 10,000-step log): the first index that passes either is the warm-up's end.
+    dropped = lrs[1:] < running[1:] * (1 - WARMUP_END_DROP)
+    held = np.zeros(dropped.size, dtype=bool)
+    if lrs.size > WARMUP_FLAT_POINTS:
+        windows = np.lib.stride_tricks.sliding_window_view(lrs, WARMUP_FLAT_POINTS + 1)
+        spread = windows.max(axis=1) - windows.min(axis=1)  # np.ptp of each window
+        last = lrs[WARMUP_FLAT_POINTS:]  # each window's newest point
+        held[WARMUP_FLAT_POINTS - 1 :] = (running[WARMUP_FLAT_POINTS:] > 0) & (
+            spread <= 1e-9 * last
+        )
+    ended = np.flatnonzero(dropped | held)
+    if ended.size == 0:
+        return None
+    return int(np.argmax(lrs[: int(ended[0]) + 2]))
 
 
 def lr_ramp(steps: np.ndarray, lrs: np.ndarray) -> LrRamp | None:

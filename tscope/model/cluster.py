@@ -57,6 +57,12 @@ class RunProfile:
     verdict: str = ""
     case_path: str = ""
     reused_case: bool = False
+    # (steps, robust z-scores) of the loss before the explosion: the aligned-spike screen
+    # (analyzers/cluster/aligned.py), computed where the profile is built (in the worker that
+    # analyzed the run, not one run after another at the end); None: computed when needed.
+    loss_zscores: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def early_signals(self) -> tuple[Signal, ...]:
