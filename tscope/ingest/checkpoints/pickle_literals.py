@@ -14,7 +14,7 @@ import pickletools
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, BinaryIO
 
 from tscope.ingest.safe_fs import is_regular_file
 
@@ -22,6 +22,15 @@ MAX_PICKLE_BYTES = 16 * 1024 * 1024  # TrainingArguments pickles are ~5 kB
 MAX_OPCODES = 2_000_000
 MAX_PLAIN_NODES = 1_000_000  # values rebuilt from one pickle
 MAX_DEPTH = 50
+# CPython hashes a tuple by recursing into its items in C with no recursion guard: a dict key of
+# 1,000,000 nested 1-tuples (2 MB of TUPLE1 opcodes) overflows the C stack (SIGSEGV), in this
+# decoder and in torch's weights_only unpickler alike. Real pickles nest tuples a few levels.
+MAX_TUPLE_NESTING = 100
+# An int past 2**1023 has no float, and past ~14,000 bits no str() (the 4,300-digit limit): a
+# config value of that size ended `tscope analyze` in a traceback. Real pickled ints are
+# counters, seeds and RNG words (numpy's SeedSequence entropy, the largest, is 128 bits).
+MAX_INT_BITS = 1023
+LEGACY_PICKLES = 5  # torch's legacy format: magic, protocol, sys info, the object, storage keys
 
 
 @dataclass(eq=False)  # identity hash: a record can be a dict key (DCP's MetadataIndex)
@@ -36,6 +45,10 @@ class PickledObject:
 
 class UndecodablePickle(ValueError):
     """The bytes are not a pickle this decoder follows (truncated, corrupted, too large)."""
+
+
+class NestedTooDeep(UndecodablePickle):
+    """Tuples nested deeper than MAX_TUPLE_NESTING: hashing one would crash the process."""
 
 
 _LITERAL_OPS = {
@@ -57,8 +70,10 @@ def pickle_literals(payload: bytes) -> Any:
     return _plain(top)
 
 
-def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
+def decode_pickle(payload: bytes | IO[bytes], max_opcodes: int = MAX_OPCODES) -> Any:
     """The pickle's top value with every object left as an inert PickledObject record.
+
+    `payload` is the pickle's bytes or a stream positioned at it (left just past its STOP).
 
     Nothing is imported or called: GLOBAL only records a name, REDUCE/NEWOBJ record the
     arguments, BUILD stores the state on the record. Containers are real dicts, lists and
@@ -68,12 +83,17 @@ def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
     stack: list[Any] = []
     marks: list[int] = []  # stack heights at each MARK
     memo: dict[int, Any] = {}
+    # Nesting of each tuple built, by id: tuples are immutable, so the depth set when one is
+    # built stays true (a tuple freed and its id reused is recorded again when rebuilt).
+    tuple_depths: dict[int, int] = {}
     try:
         for count, (op, arg, _) in enumerate(pickletools.genops(payload)):
             if count > max_opcodes:
                 raise UndecodablePickle(f"more than {max_opcodes} opcodes")
             name = op.name
             if name in _LITERAL_OPS:
+                if isinstance(arg, int) and abs(arg).bit_length() > MAX_INT_BITS:
+                    raise UndecodablePickle(f"an integer of more than {MAX_INT_BITS} bits")
                 # genops decodes arguments; these three carry none: their value is the opcode
                 stack.append(_CONSTANTS.get(name, arg))
             elif name in ("PROTO", "FRAME"):
@@ -85,13 +105,14 @@ def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
             elif name in ("EMPTY_DICT", "EMPTY_LIST", "EMPTY_TUPLE", "EMPTY_SET"):
                 stack.append({} if name == "EMPTY_DICT" else () if name == "EMPTY_TUPLE" else [])
             elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                stack.append(tuple(_pop(stack, marks, int(name[-1]))))
+                items = _pop(stack, marks, int(name[-1]))
+                stack.append(_tuple(items, tuple_depths))
             elif name in ("TUPLE", "LIST", "DICT", "FROZENSET"):
                 items = _pop_to_mark(stack, marks)
                 if name == "DICT":
                     stack.append(_pairs(items))
                 else:
-                    stack.append(list(items) if name == "LIST" else tuple(items))
+                    stack.append(list(items) if name == "LIST" else _tuple(items, tuple_depths))
             elif name == "APPEND":
                 (value,) = _pop(stack, marks, 1)
                 _extend(_top(stack), [value])
@@ -148,6 +169,38 @@ def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
     raise UndecodablePickle("the stream has no STOP opcode")
 
 
+def torch_pickles_nest_too_deep(handle: BinaryIO, size: int) -> bool:
+    """Whether a torch file's pickles nest tuples past MAX_TUPLE_NESTING: every `*data.pkl`
+    record of a zip (torch reads the one under the archive's first folder; an attacker chooses
+    the order), else the first LEGACY_PICKLES pickles of the legacy format. Each is streamed, so
+    a record of any size is walked. Any other decoding failure answers False: the loader that
+    follows reports it."""
+    try:
+        if handle.read(4) == b"PK\x03\x04":
+            with zipfile.ZipFile(handle) as archive:
+                for info in archive.infolist():
+                    if info.filename.endswith("data.pkl"):
+                        with archive.open(info) as record:
+                            if _nests_too_deep(record, 1, info.file_size + 1):
+                                return True
+            return False
+        handle.seek(0)
+        return _nests_too_deep(handle, LEGACY_PICKLES, size + 1)
+    except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError, EOFError):
+        return False
+
+
+def _nests_too_deep(stream: IO[bytes], pickles: int, max_opcodes: int) -> bool:
+    for _ in range(pickles):
+        try:
+            decode_pickle(stream, max_opcodes)  # each opcode is at least one byte
+        except NestedTooDeep:
+            return True
+        except UndecodablePickle:
+            return False
+    return False
+
+
 def torch_file_literals(path: Path) -> Any:
     """pickle_literals of a torch.save zip file's data.pkl (or of a bare pickle file)."""
     payload = pickle_payload(path)
@@ -197,6 +250,18 @@ def _data_pkl(archive: zipfile.ZipFile) -> bytes | None:
     if not names or archive.getinfo(names[0]).file_size > MAX_PICKLE_BYTES:
         return None
     return archive.read(names[0])
+
+
+def _tuple(items: list[Any], tuple_depths: dict[int, int]) -> tuple[Any, ...]:
+    """The tuple of `items`, refused when it would nest tuples deeper than MAX_TUPLE_NESTING."""
+    depth = 1 + max(
+        (tuple_depths.get(id(item), 1) for item in items if isinstance(item, tuple)), default=0
+    )
+    if depth > MAX_TUPLE_NESTING:
+        raise NestedTooDeep(f"tuples nested more than {MAX_TUPLE_NESTING} deep")
+    built = tuple(items)
+    tuple_depths[id(built)] = depth
+    return built
 
 
 def _pop(stack: list[Any], marks: list[int], count: int) -> list[Any]:

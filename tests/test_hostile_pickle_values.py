@@ -1,0 +1,122 @@
+"""Pickles whose *values*, not their globals, attack the reader (red-team wave 2).
+
+No global is named in these files, so neither the restricted decoder nor torch's weights_only
+unpickler refuses them on sight: a dict key of a million nested 1-tuples (2 MB) made CPython
+overflow its C stack while hashing it (SIGSEGV in `tscope analyze`, in tscope's decoder for
+training_args.bin and inside torch.load for optimizer.pt), and an int of 3,000 bytes ended the
+analysis in a ValueError traceback (str() of an int past 4,300 digits). Each runs the real CLI in
+a child under limits (tests/hostile.py).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+
+from hostile import run_tscope
+from test_hostile_checkpoints import case_partial, write_metrics
+
+from tscope.ingest.checkpoints.pickle_literals import (
+    MAX_TUPLE_NESTING,
+    decode_pickle,
+    pickle_literals,
+    torch_pickles_nest_too_deep,
+)
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "trainer"
+PROTO_2 = b"\x80\x02"
+
+
+def nested_tuple_key(depth: int) -> bytes:
+    """{((...(None,)...),): None}: EMPTY_DICT, NONE, `depth` x TUPLE1, NONE, SETITEM, STOP."""
+    return PROTO_2 + b"}N" + b"\x85" * depth + b"Ns."
+
+
+def huge_int_value(n_bytes: int) -> bytes:
+    """{"zz_huge_setting": int of n_bytes bytes} (LONG4)."""
+    key = b"zz_huge_setting"
+    return (
+        PROTO_2
+        + b"}X"
+        + struct.pack("<I", len(key))
+        + key
+        + b"\x8b"
+        + struct.pack("<i", n_bytes)
+        + b"\x7f" * n_bytes
+        + b"s."
+    )
+
+
+def torch_zip(data_pkl: bytes, decoy_first: bool) -> bytes:
+    """A torch.save-shaped zip (stored records). With decoy_first a harmless `decoy/data.pkl`
+    comes first in the directory, while torch reads the record under the first entry's folder."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("archive/version", "3\n")
+        if decoy_first:
+            archive.writestr("decoy/data.pkl", PROTO_2 + b"}.")
+        archive.writestr("archive/data.pkl", data_pkl)
+    return buffer.getvalue()
+
+
+def test_the_decoder_refuses_deep_tuples_and_huge_ints_and_keeps_shallow_ones():
+    assert pickle_literals(nested_tuple_key(1_000_000)) is None  # not a crash of the process
+    assert pickle_literals(huge_int_value(3000)) is None
+    shallow = decode_pickle(nested_tuple_key(MAX_TUPLE_NESTING - 1))
+    assert len(shallow) == 1
+    assert pickle_literals(huge_int_value(16)) == {
+        "zz_huge_setting": int.from_bytes(b"\x7f" * 16, "little")
+    }
+
+
+def test_the_torch_screen_sees_every_data_pkl_of_a_zip_and_every_legacy_pickle():
+    deep = nested_tuple_key(MAX_TUPLE_NESTING + 5)
+    for payload in (torch_zip(deep, decoy_first=True), torch_zip(deep, decoy_first=False)):
+        assert torch_pickles_nest_too_deep(io.BytesIO(payload), len(payload))
+    legacy = PROTO_2 + b"K\x01." + PROTO_2 + b"K\x02." + deep  # the third pickle is the deep one
+    assert torch_pickles_nest_too_deep(io.BytesIO(legacy), len(legacy))
+    harmless = torch_zip(nested_tuple_key(3), decoy_first=True)
+    assert not torch_pickles_nest_too_deep(io.BytesIO(harmless), len(harmless))
+
+
+def test_a_million_deep_tuple_key_in_training_args_and_optimizer_is_partial_not_a_crash(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "lr_jump", run)
+    deep = nested_tuple_key(1_000_000)
+    (run / "checkpoint-180" / "training_args.bin").write_bytes(deep)
+    (run / "checkpoint-180" / "optimizer.pt").write_bytes(deep)
+    (run / "checkpoint-240" / "optimizer.pt").write_bytes(torch_zip(deep, decoy_first=True))
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path)
+    outcome.assert_no_traceback()  # the crash was SIGSEGV (returncode -11)
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    partial = case_partial(out)
+    assert "nests tuples more than" in partial["checkpoint-180/optimizer.pt"]
+    assert "nests tuples more than" in partial["checkpoint-240/optimizer.pt"]
+    assert "never unpickled" in partial["checkpoint-180/training_args.bin"]
+
+
+def test_an_int_of_3000_bytes_in_training_args_is_partial_not_a_traceback(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "lr_jump", run)
+    for checkpoint in ("checkpoint-120", "checkpoint-180", "checkpoint-240"):
+        (run / checkpoint / "training_args.bin").write_bytes(huge_int_value(3000))
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    assert "zz_huge_setting" not in (out / "case.json").read_text()
+
+
+def test_a_deep_tuple_in_a_lone_state_dict_file_is_partial(tmp_path):
+    run = tmp_path / "run"
+    write_metrics(run)
+    (run / "step_50.pt").write_bytes(nested_tuple_key(1_000_000))
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    assert "nests tuples more than" in case_partial(out)["step_50.pt"]
