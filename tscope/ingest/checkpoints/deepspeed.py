@@ -29,6 +29,7 @@ from tscope.ingest.checkpoints.deepspeed_zero import (
 )
 from tscope.ingest.checkpoints.pickle_literals import pickle_strings
 from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
+from tscope.ingest.safe_fs import read_bytes_bounded
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -40,6 +41,7 @@ OPTIM_STATES = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_st
 UNIVERSAL_DIR = "zero"
 UNIVERSAL_SUFFIX = "_universal"
 _UNIVERSAL_SLOTS = ("exp_avg", "exp_avg_sq")
+MAX_LATEST_BYTES = 4096  # `latest` holds one tag name ("global_step1200")
 
 
 class DeepSpeedReader:
@@ -326,9 +328,12 @@ class DeepSpeedCheckpoint:
         (`latest_universal` with universal loading): say when that is another checkpoint."""
         marker = self._dir.parent / ("latest_universal" if self._universal else "latest")
         try:
-            latest = marker.read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
+            # Through safe_fs: a `latest` linked to ~/.ssh/id_rsa once had its first 80
+            # characters quoted in the case, and a FIFO named `latest` blocked the read forever.
+            raw = read_bytes_bounded(marker, marker.name, MAX_LATEST_BYTES)
+        except UnreadableInput:
             return []
+        latest = raw.decode("utf-8", errors="replace").strip()
         if not latest or latest == self._dir.name:
             return []
         return [f"`{marker.name}` names {latest[:80]}: a resume without a tag loads that one"]

@@ -1,0 +1,62 @@
+"""Side files a checkpoint reader opens by name, not through discovery (red-team wave 2).
+
+DeepSpeed's `latest` names the tag a resume loads; the reader quotes it in the checkpoint's notes.
+It was read with `Path.read_text`: a `latest` linked to a secret had its first 80 characters
+printed in case.html/md/json (a read outside the input, and a leak), and a FIFO named `latest`
+blocked `tscope analyze` forever. Each runs the real CLI in a child under limits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hostile import run_tscope
+from test_hostile_checkpoints import write_metrics
+
+LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"
+SECRET = "SECRET-hunter2-must-not-appear"
+
+
+def deepspeed_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    write_metrics(run)
+    shutil.copytree(LAYOUTS / "deepspeed_zero2_bf16" / "global_step2", run / "global_step2")
+    return run
+
+
+def case_texts(out: Path) -> str:
+    return "".join((out / name).read_text() for name in ("case.json", "case.md", "case.html"))
+
+
+def test_a_latest_linked_to_a_secret_is_not_read_nor_quoted(tmp_path):
+    secret = tmp_path / "id_rsa"
+    secret.write_text(SECRET + "\n")
+    run = deepspeed_run(tmp_path)
+    (run / "latest").symlink_to(secret)
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    assert SECRET not in case_texts(out) + outcome.stdout + outcome.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are a POSIX feature")
+def test_a_fifo_named_latest_does_not_block_the_analysis(tmp_path):
+    run = deepspeed_run(tmp_path)
+    os.mkfifo(run / "latest")
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path, timeout=90)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+
+
+def test_a_regular_latest_naming_another_tag_is_still_quoted(tmp_path):
+    run = deepspeed_run(tmp_path)
+    (run / "latest").write_text("global_step7\n")
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path)
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    assert "names global_step7" in (out / "case.json").read_text()
