@@ -73,3 +73,25 @@ def test_report_of_a_case_json_with_chart_values_at_the_float_limit_renders(tmp_
     assert outcome.returncode == 0, outcome.stderr[-2000:]
     svg = (tmp_path / "out" / "case-chart.svg").read_text()
     assert not re.search(r'="[^"]*\b(inf|nan)\b', svg, re.IGNORECASE)  # no coordinate is inf
+
+
+@pytest.mark.parametrize(
+    ("golden", "where", "value"),
+    [
+        ("incident", ("summary", "card", "cause", "confidence"), -1e308),  # StopIteration
+        ("incident", ("summary", "card", "cause", "confidence"), "nan"),
+        ("partial", ("layers", "norm_growth", 1, 1), 1e308),  # (1 + rate) ** steps overflowed
+    ],
+)
+def test_report_of_a_hand_edited_out_of_range_number_renders(tmp_path, golden, where, value):
+    case_dir = tmp_path / "case"
+    shutil.copytree(GOLDEN / golden, case_dir)
+    payload = json.loads((case_dir / "case.json").read_text())
+    target = payload
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    (case_dir / "case.json").write_text(json.dumps(payload))
+    outcome = run_tscope("report", case_dir, "--out", tmp_path / "out", cwd=tmp_path)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
