@@ -1,17 +1,22 @@
-"""Side files a checkpoint reader opens by name, not through discovery (red-team wave 2).
+"""Files and folders a checkpoint reader opens by name, not through discovery (red-team wave 2).
 
 DeepSpeed's `latest` names the tag a resume loads; the reader quotes it in the checkpoint's notes.
 It was read with `Path.read_text`: a `latest` linked to a secret had its first 80 characters
 printed in case.html/md/json (a read outside the input, and a leak), and a FIFO named `latest`
-blocked `tscope analyze` forever. Each runs the real CLI in a child under limits.
+blocked `tscope analyze` forever. Sub-folders a reader steps into by name (DeepSpeed's `zero/`,
+accelerate's `optimizer_0/` DCP folder) were followed when linked: discovery listed the link as
+"not followed" while the reader read every optimizer file through it (34 opens under the link).
+Each runs the real CLI in a child under limits.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hostile import run_tscope
 from test_hostile_checkpoints import write_metrics
@@ -60,3 +65,42 @@ def test_a_regular_latest_naming_another_tag_is_still_quoted(tmp_path):
     outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path)
     assert outcome.returncode == 0, outcome.stderr[-2000:]
     assert "names global_step7" in (out / "case.json").read_text()
+
+
+def optimizer_columns_read(out: Path) -> int:
+    """How many layer rows carry Adam moments (read from the optimizer files)."""
+    layers = pd.read_parquet(out / "layers.parquet")
+    return int(layers["exp_avg_norm"].notna().sum())
+
+
+def test_a_linked_dcp_optimizer_folder_is_not_read_through_the_link(tmp_path):
+    run = tmp_path / "run"
+    write_metrics(run)
+    shutil.copytree(LAYOUTS / "dcp_accelerate" / "checkpoint-2", run / "checkpoint-2")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / "checkpoint-2" / "optimizer_0").rename(elsewhere / "optimizer_0")
+    (run / "checkpoint-2" / "optimizer_0").symlink_to(elsewhere / "optimizer_0")
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    assert optimizer_columns_read(out) == 0  # 9 of 9 rows before: the moments came from outside
+    problems = [p["problem"] for p in json.loads((out / "case.json").read_text())["partial"]]
+    assert any("symbolic link" in problem for problem in problems)
+
+
+def test_a_linked_deepspeed_universal_zero_folder_is_not_read_through_the_link(tmp_path):
+    run = tmp_path / "run"
+    write_metrics(run)
+    tag = run / "global_step2_universal"
+    shutil.copytree(LAYOUTS / "deepspeed_zero2_bf16" / "global_step2_universal", tag)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tag / "zero").rename(elsewhere / "zero")
+    (tag / "zero").symlink_to(elsewhere / "zero")
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", run, "--out", out, cwd=tmp_path)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    assert optimizer_columns_read(out) == 0  # 9 of 9 rows before
