@@ -21,7 +21,7 @@ from tscope.replay.model_build import _from_hf_config
 
 pytest.importorskip("transformers")
 
-CUSTOM_CONFIG = '''
+CUSTOM_CONFIG = """
 from pathlib import Path
 from transformers import PretrainedConfig
 
@@ -30,7 +30,7 @@ Path(__file__).with_name("PWNED").write_text("code from the checkpoint ran")
 
 class EvilConfig(PretrainedConfig):
     model_type = "evil_custom"
-'''
+"""
 
 
 def test_a_config_json_with_auto_map_is_never_offered_to_run(tmp_path, monkeypatch):
