@@ -1,11 +1,12 @@
-"""Files and folders a checkpoint reader opens by name, not through discovery (red-team wave 2).
+"""Files and folders a reader opens by name, not through discovery (red-team wave 2).
 
 DeepSpeed's `latest` names the tag a resume loads; the reader quotes it in the checkpoint's notes.
 It was read with `Path.read_text`: a `latest` linked to a secret had its first 80 characters
 printed in case.html/md/json (a read outside the input, and a leak), and a FIFO named `latest`
 blocked `tscope analyze` forever. Sub-folders a reader steps into by name (DeepSpeed's `zero/`,
-accelerate's `optimizer_0/` DCP folder) were followed when linked: discovery listed the link as
-"not followed" while the reader read every optimizer file through it (34 opens under the link).
+accelerate's `optimizer_0/` DCP folder, W&B's `files/`) were followed when linked: discovery
+listed the link as "not followed" while the reader read through it (34 opens under a linked
+`optimizer_0/`; a linked `files/config.yaml` value quoted in the case).
 Each runs the real CLI in a child under limits.
 """
 
@@ -22,6 +23,7 @@ from hostile import run_tscope
 from test_hostile_checkpoints import write_metrics
 
 LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"
+WANDB_FIXTURE = Path(__file__).resolve().parent / "data" / "wandb_offline"
 SECRET = "SECRET-hunter2-must-not-appear"
 
 
@@ -104,3 +106,18 @@ def test_a_linked_deepspeed_universal_zero_folder_is_not_read_through_the_link(t
     outcome.assert_no_traceback()
     assert outcome.returncode == 0, outcome.stderr[-2000:]
     assert optimizer_columns_read(out) == 0  # 9 of 9 rows before
+
+
+def test_a_linked_wandb_files_folder_lends_no_config_to_the_case(tmp_path):
+    run_dir = tmp_path / "run" / "wandb" / "run-x"
+    shutil.copytree(WANDB_FIXTURE, run_dir)
+    shutil.rmtree(run_dir / "files", ignore_errors=True)
+    elsewhere = tmp_path / "elsewhere" / "files"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "config.yaml").write_text(f"zz_setting:\n  value: {SECRET}\n")
+    (run_dir / "files").symlink_to(elsewhere)
+    out = tmp_path / "out"
+    outcome = run_tscope("analyze", tmp_path / "run", "--out", out, cwd=tmp_path)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    assert SECRET not in case_texts(out)  # it was in case.json, .md and .html
