@@ -9,6 +9,7 @@ real logs (tests/test_reader_megatron_log.py, tests/test_reader_text_logs.py).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -70,3 +71,26 @@ def test_trainer_stdout_sniff_of_a_crafted_head_is_fast_and_still_recognizes_row
     printed = tmp_path / "printed.log"
     printed.write_text("[INFO] {'grad_norm': 2.0, 'learning_rate': 1e-4, 'epoch': 0.5}\n")
     assert reader.can_read(printed)
+
+
+def test_overlong_metric_names_are_left_out_with_a_caveat_not_repeated_per_point(tmp_path):
+    """Ten 1 MB column names in a 10 MB CSV once made a 1 GB case.html and a 1 GB SVG (each name
+    repeats in every chart point's tooltip): 5 GB of memory and 3.5 minutes."""
+    run = tmp_path / "run"
+    run.mkdir()
+    names = ["loss"] + [f"m{index}_" + "x" * 200_000 for index in range(5)]
+    rows = [",".join(["step", *names])]
+    for step in range(100):
+        values = [3 - 0.01 * step] + [1.0 + 0.01 * index for index in range(5)]
+        rows.append(",".join([str(step), *(f"{value:.3f}" for value in values)]))
+    (run / "metrics.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "case"
+    outcome = run_tscope("analyze", run, "--out", out, timeout=120)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+    written = sum(path.stat().st_size for path in out.iterdir())
+    assert written < 1_000_000  # 100 MB before
+    case = json.loads((out / "case.json").read_text())
+    assert "train/loss" in case["metrics"]
+    caveats = [c["message"] for c in case["caveats"] if c["kind"] == "series_name_length"]
+    assert caveats and "5 series" in caveats[0] and len(caveats[0]) < 1000
