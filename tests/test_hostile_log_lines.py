@@ -94,3 +94,18 @@ def test_overlong_metric_names_are_left_out_with_a_caveat_not_repeated_per_point
     assert "train/loss" in case["metrics"]
     caveats = [c["message"] for c in case["caveats"] if c["kind"] == "series_name_length"]
     assert caveats and "5 series" in caveats[0] and len(caveats[0]) < 1000
+
+
+def test_report_of_a_case_json_with_an_overlong_series_name_is_one_line(tmp_path):
+    """The same names in a crafted case.json: 2 MB made 32 MB of report with 12 points a series
+    (a tooltip per point), so a case.json holding one is refused."""
+    case_dir = tmp_path / "case"
+    case_dir.mkdir()
+    golden = Path(__file__).resolve().parent / "golden" / "incident" / "case.json"
+    payload = json.loads(golden.read_text())
+    series = next(iter(payload["chart_series"].values()))
+    payload["chart_series"]["m_" + "x" * 200_000] = series
+    (case_dir / "case.json").write_text(json.dumps(payload))
+    outcome = run_tscope("report", case_dir, "--out", tmp_path / "out")
+    outcome.assert_one_line_error("series name of 200002 characters")
+    assert len(outcome.stderr) < 1000

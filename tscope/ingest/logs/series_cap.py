@@ -23,6 +23,7 @@ from tscope.model.metric_names import (
     LEARNING_RATE,
     LOSS,
     LOSS_SCALE,
+    MAX_METRIC_NAME_CHARS,
     SKIPPED_STEPS,
     is_loss_like,
 )
@@ -38,11 +39,9 @@ MAX_TABLE_COLUMNS = 3 * MAX_SERIES
 # Raw column names that hold the step or a key series, whatever the producer calls them.
 _KEY_COLUMN_WORDS = ("step", "loss", "grad_norm", "learning_rate", "lr", "epoch", "iter", "time")
 _NAMES_SHOWN = 5
-# Longest series name a case considers. Real names stay under ~150 characters (W&B's nested keys,
-# per-layer statistics); every name is repeated in case.json, the tables and each chart point's
-# tooltip, so ten 1 MB column names in a 10 MB CSV made a 1 GB case.html and a 1 GB SVG (5 GB of
-# memory, 3.5 minutes). A longer one is left out, with a caveat.
-MAX_NAME_CHARS = 1000
+# A longer series name is left out, with a caveat (ten 1 MB column names in a 10 MB CSV made a
+# 1 GB case.html and a 1 GB SVG: 5 GB of memory, 3.5 minutes).
+MAX_NAME_CHARS = MAX_METRIC_NAME_CHARS
 _NAME_SHOWN_CHARS = 80  # of a left-out name quoted in a caveat
 
 
