@@ -164,6 +164,14 @@ def decode_pickle(payload: bytes | IO[bytes], max_opcodes: int = MAX_OPCODES) ->
                 raise UndecodablePickle(f"unsupported opcode {name}")
     except UndecodablePickle:
         raise
+    except MemoryError:
+        # One byte can build a 64-byte dict: a 40 MB DCP .metadata of EMPTY_DICT opcodes needs
+        # 3 GB, and under a memory limit the MemoryError ended analyze with no readable error.
+        # What was built is dropped first, so that the error itself can be made.
+        stack.clear()
+        memo.clear()
+        tuple_depths.clear()
+        raise UndecodablePickle("it describes more objects than fit in memory") from None
     except (ValueError, IndexError, KeyError, TypeError, OverflowError) as error:
         raise UndecodablePickle(str(error).splitlines()[0][:200] if str(error) else "") from error
     raise UndecodablePickle("the stream has no STOP opcode")
