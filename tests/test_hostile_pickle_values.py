@@ -23,8 +23,8 @@ from tscope.ingest.checkpoints.pickle_literals import (
     MAX_TUPLE_NESTING,
     decode_pickle,
     pickle_literals,
-    torch_pickles_nest_too_deep,
 )
+from tscope.ingest.checkpoints.pickle_nesting import torch_pickles_nest_too_deep
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "trainer"
 PROTO_2 = b"\x80\x02"

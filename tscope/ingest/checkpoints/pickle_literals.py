@@ -14,7 +14,7 @@ import pickletools
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import Any
 
 from tscope.ingest.safe_fs import is_regular_file
 
@@ -30,7 +30,6 @@ MAX_TUPLE_NESTING = 100
 # config value of that size ended `tscope analyze` in a traceback. Real pickled ints are
 # counters, seeds and RNG words (numpy's SeedSequence entropy, the largest, is 128 bits).
 MAX_INT_BITS = 1023
-LEGACY_PICKLES = 5  # torch's legacy format: magic, protocol, sys info, the object, storage keys
 
 
 @dataclass(eq=False)  # identity hash: a record can be a dict key (DCP's MetadataIndex)
@@ -70,10 +69,8 @@ def pickle_literals(payload: bytes) -> Any:
     return _plain(top)
 
 
-def decode_pickle(payload: bytes | IO[bytes], max_opcodes: int = MAX_OPCODES) -> Any:
+def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
     """The pickle's top value with every object left as an inert PickledObject record.
-
-    `payload` is the pickle's bytes or a stream positioned at it (left just past its STOP).
 
     Nothing is imported or called: GLOBAL only records a name, REDUCE/NEWOBJ record the
     arguments, BUILD stores the state on the record. Containers are real dicts, lists and
@@ -175,38 +172,6 @@ def decode_pickle(payload: bytes | IO[bytes], max_opcodes: int = MAX_OPCODES) ->
     except (ValueError, IndexError, KeyError, TypeError, OverflowError) as error:
         raise UndecodablePickle(str(error).splitlines()[0][:200] if str(error) else "") from error
     raise UndecodablePickle("the stream has no STOP opcode")
-
-
-def torch_pickles_nest_too_deep(handle: BinaryIO, size: int) -> bool:
-    """Whether a torch file's pickles nest tuples past MAX_TUPLE_NESTING: every `*data.pkl`
-    record of a zip (torch reads the one under the archive's first folder; an attacker chooses
-    the order), else the first LEGACY_PICKLES pickles of the legacy format. Each is streamed, so
-    a record of any size is walked. Any other decoding failure answers False: the loader that
-    follows reports it."""
-    try:
-        if handle.read(4) == b"PK\x03\x04":
-            with zipfile.ZipFile(handle) as archive:
-                for info in archive.infolist():
-                    if info.filename.endswith("data.pkl"):
-                        with archive.open(info) as record:
-                            if _nests_too_deep(record, 1, info.file_size + 1):
-                                return True
-            return False
-        handle.seek(0)
-        return _nests_too_deep(handle, LEGACY_PICKLES, size + 1)
-    except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError, EOFError):
-        return False
-
-
-def _nests_too_deep(stream: IO[bytes], pickles: int, max_opcodes: int) -> bool:
-    for _ in range(pickles):
-        try:
-            decode_pickle(stream, max_opcodes)  # each opcode is at least one byte
-        except NestedTooDeep:
-            return True
-        except UndecodablePickle:
-            return False
-    return False
 
 
 def torch_file_literals(path: Path) -> Any:

@@ -26,9 +26,9 @@ from tscope.ingest.checkpoints.pickle_literals import (
     UndecodablePickle,
     decode_pickle,
     pickle_payload,
-    torch_pickles_nest_too_deep,
     zip_pickle,
 )
+from tscope.ingest.checkpoints.pickle_nesting import torch_pickles_nest_too_deep
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file, open_regular
 
