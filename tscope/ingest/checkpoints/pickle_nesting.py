@@ -21,6 +21,9 @@ LEGACY_PICKLES = 5  # torch's legacy format: magic, protocol, sys info, the obje
 
 _TUPLE_OPS = frozenset({"TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "FROZENSET"})
 # Opcodes that change the object below them and leave it on the stack: it keeps its depth.
+_TUPLE_CODES = tuple(
+    op.code.encode("latin-1") for op in pickletools.opcodes if op.name in _TUPLE_OPS
+)
 _MUTATORS = frozenset({"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD"})
 _PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
@@ -42,14 +45,22 @@ def torch_pickles_nest_too_deep(handle: BinaryIO, size: int) -> bool:
                     if info.filename.endswith("data.pkl"):
                         # Read whole (stored, and at most the file's size, as the records were
                         # checked): genops reads byte by byte, 2x slower from a zip stream.
-                        record = io.BytesIO(archive.read(info))
-                        if _nests_too_deep(record, 1, info.file_size + 1):
+                        record = archive.read(info)
+                        if _could_nest_too_deep(record) and _nests_too_deep(
+                            io.BytesIO(record), 1, info.file_size + 1
+                        ):
                             return True
             return False
         handle.seek(0)
         return _nests_too_deep(handle, LEGACY_PICKLES, size + 1)
     except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError, EOFError):
         return False
+
+
+def _could_nest_too_deep(record: bytes) -> bool:
+    """Nesting N tuples takes N tuple opcodes: fewer bytes that could be one (counted at C speed,
+    data bytes included) than the limit means no walk is needed (scheduler.pt, rng_state.pth)."""
+    return sum(record.count(code) for code in _TUPLE_CODES) > MAX_TUPLE_NESTING
 
 
 def _nests_too_deep(stream: IO[bytes], pickles: int, max_opcodes: int) -> bool:
