@@ -11,12 +11,15 @@ a child under limits (tests/hostile.py).
 from __future__ import annotations
 
 import io
+import pickle
 import shutil
 import struct
 import zipfile
 from pathlib import Path
 
 from hostile import run_tscope
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_hostile_checkpoints import case_partial, write_metrics
 
 from tscope.ingest.checkpoints.pickle_literals import (
@@ -135,3 +138,34 @@ def test_a_dcp_metadata_of_40_mb_of_empty_dicts_is_partial_under_the_memory_limi
     outcome.assert_no_traceback()
     assert outcome.returncode == 0, outcome.stderr[-2000:]
     assert "more objects than fit in memory" in case_partial(out)["ckpt/.metadata"]
+
+
+SEED_PICKLES = (
+    pickle.dumps({"x": [(1, 2), ((3,),)], "y": {1, 2}, "z": b"\x85\x86"}, protocol=2),
+    pickle.dumps([((((),),),)] * 3, protocol=4),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.sampled_from(SEED_PICKLES),
+    edits=st.lists(
+        st.tuples(st.floats(0, 1), st.integers(0, 10**6), st.sampled_from(b"\x85\x86\x87t(0)]}a.")),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_the_nesting_walk_answers_for_any_damaged_pickle(seed, edits):
+    """Cut, overwritten and inserted opcodes never escape the walk as an exception: it answers,
+    and torch.load reports what it cannot read."""
+    data = bytearray(seed)
+    for where, at, code in edits:
+        position = at % len(data)
+        if where < 0.4:
+            data[position] = code
+        elif where < 0.8:
+            data.insert(position, code)
+        elif len(data) > 1:
+            del data[position]
+    payload = bytes(data)
+    assert torch_pickles_nest_too_deep(io.BytesIO(payload), len(payload)) in (True, False)
