@@ -169,3 +169,24 @@ def test_the_nesting_walk_answers_for_any_damaged_pickle(seed, edits):
             del data[position]
     payload = bytes(data)
     assert torch_pickles_nest_too_deep(io.BytesIO(payload), len(payload)) in (True, False)
+
+
+def test_xray_reads_crafted_training_args_values_as_defaults_not_a_traceback(tmp_path):
+    """label_smoothing_factor "abc" in training_args.bin ended `tscope xray RUN` in a ValueError
+    traceback; a config.json linked elsewhere was read through the link."""
+    from tscope.xray.trainer_run import read_settings
+    from tscope.xray.trainer_step import TrainerSettings
+
+    run = tmp_path / "run"
+    run.mkdir()
+    crafted = {"label_smoothing_factor": "abc", "seed": "x", "per_device_train_batch_size": 4}
+    (run / "training_args.bin").write_bytes(pickle.dumps(crafted, protocol=2))
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"architectures": ["SecretModelFromElsewhere"]}')
+    (run / "config.json").symlink_to(elsewhere)
+    settings, notes = read_settings(run)
+    defaults = TrainerSettings()
+    assert settings.label_smoothing_factor == defaults.label_smoothing_factor
+    assert settings.seed == defaults.seed
+    assert settings.per_device_train_batch_size == 4
+    assert "SecretModelFromElsewhere" not in settings.model_class + " ".join(notes)
