@@ -17,6 +17,7 @@ import struct
 import zipfile
 from pathlib import Path
 
+import pytest
 from hostile import run_tscope
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -190,3 +191,24 @@ def test_xray_reads_crafted_training_args_values_as_defaults_not_a_traceback(tmp
     assert settings.seed == defaults.seed
     assert settings.per_device_train_batch_size == 4
     assert "SecretModelFromElsewhere" not in settings.model_class + " ".join(notes)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "scheduler_state"),
+    [
+        ({"learning_rate": "abc"}, None),  # an uncaught ValueError before
+        ({"warmup_steps": "abc"}, None),
+        ({}, {"optimizer": 5}),  # load_state_dict sets any attribute it names
+        ({}, [1, 2]),  # a scheduler.pt that is not a mapping: an uncaught AttributeError
+    ],
+)
+def test_a_crafted_schedule_is_no_schedule_not_a_traceback(arguments, scheduler_state):
+    pytest.importorskip("transformers")
+    from tscope.replay.lr_source import trainer_schedule
+
+    training_args = {"lr_scheduler_type": "linear", **arguments}
+    build = trainer_schedule(training_args, {"max_steps": 100}, scheduler_state, [1e-3])
+    assert build is not None
+    assert build(1, 3) is None
+    honest = trainer_schedule({"lr_scheduler_type": "linear"}, {"max_steps": 100}, None, [1e-3])
+    assert honest is not None and honest(1, 3) is not None
