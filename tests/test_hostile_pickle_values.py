@@ -16,6 +16,7 @@ import shutil
 import struct
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hostile import run_tscope
@@ -23,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_hostile_checkpoints import case_partial, write_metrics
 
+from tscope.errors import UsageError
 from tscope.ingest.checkpoints.pickle_literals import (
     MAX_TUPLE_NESTING,
     decode_pickle,
@@ -212,3 +214,23 @@ def test_a_crafted_schedule_is_no_schedule_not_a_traceback(arguments, scheduler_
     assert build(1, 3) is None
     honest = trainer_schedule({"lr_scheduler_type": "linear"}, {"max_steps": 100}, None, [1e-3])
     assert honest is not None and honest(1, 3) is not None
+
+
+@pytest.mark.parametrize("learning_rate", ["abc", -1.0])
+def test_a_fresh_adamw_from_crafted_training_args_is_one_line(learning_rate):
+    """No optimizer.pt: the replay builds the Trainer's AdamW from training_args.bin, whose
+    learning_rate "abc" (float) or -1 (AdamW's own check) ended `tscope replay` in a traceback."""
+    import torch
+
+    from tscope.replay.optimizer_build import _fresh_from_training_args
+
+    files = SimpleNamespace(
+        run_config={"optim": "adamw_torch", "learning_rate": learning_rate},
+        choice=SimpleNamespace(
+            shown="checkpoint-10", facts=SimpleNamespace(training_arguments=True)
+        ),
+    )
+    with pytest.raises(UsageError) as caught:
+        _fresh_from_training_args(torch.nn.Linear(2, 2), files, [])  # type: ignore[arg-type]
+    assert "checkpoint-10: training_args.bin holds settings AdamW refuses" in str(caught.value)
+    assert "\n" not in str(caught.value)
