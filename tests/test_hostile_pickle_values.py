@@ -4,8 +4,10 @@ No global is named in these files, so neither the restricted decoder nor torch's
 unpickler refuses them on sight: a dict key of a million nested 1-tuples (2 MB) made CPython
 overflow its C stack while hashing it (SIGSEGV in `tscope analyze`, in tscope's decoder for
 training_args.bin and inside torch.load for optimizer.pt), and an int of 3,000 bytes ended the
-analysis in a ValueError traceback (str() of an int past 4,300 digits). Each runs the real CLI in
-a child under limits (tests/hostile.py).
+analysis in a ValueError traceback (str() of an int past 4,300 digits). Values of the wrong kind
+in a decoded training_args.bin or a loaded scheduler.pt ("abc" for a learning rate) ended
+`tscope xray` and `tscope replay` in tracebacks. The CLI tests run it in a child under limits
+(tests/hostile.py).
 """
 
 from __future__ import annotations
