@@ -42,6 +42,17 @@ def is_regular_file(path: Path) -> bool:
         return False
 
 
+def is_real_folder(path: Path) -> bool:
+    """A folder that is not itself a symlink (lstat). open_regular's O_NOFOLLOW judges only the
+    last component of a path, so a reader that steps into a sub-folder by name (DeepSpeed's
+    `zero/<param>/`, a DCP folder beside a Trainer checkpoint) checks the folder with this: a
+    linked `zero/` once had every optimizer file under it read from outside the input."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def open_regular(path: Path, display_path: str) -> BinaryIO:
     """Open `path` for reading only if it is a regular file reached without a symlink.
 

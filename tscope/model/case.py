@@ -10,6 +10,7 @@ from typing import Any
 from tscope.model.case_fields import CaseFormatError, Fields
 from tscope.model.case_parts import LayerHeatmap, RunHeader, Summary
 from tscope.model.categories import SEVERITIES, SOURCES
+from tscope.model.metric_names import MAX_METRIC_NAME_CHARS
 from tscope.model.replay_section import ReplaySection
 from tscope.model.run import Caveat, PartialInput, RunEvent
 from tscope.model.xray_section import XraySection
@@ -313,7 +314,12 @@ def _chart_series(case: Fields) -> dict[str, dict[str, list[Any]]]:
     """Per metric its bucketed lists (steps, values, min, max), kept as written."""
     charted: dict[str, dict[str, list[Any]]] = {}
     for name, lists in case.mapping("chart_series").items():
-        entry = Fields(lists, f"case.chart_series.{name}")
+        if len(name) > MAX_METRIC_NAME_CHARS:  # repeated per chart point: 500x the bytes
+            raise CaseFormatError(
+                f"case.chart_series holds a series name of {len(name)} characters; tscope "
+                f"writes at most {MAX_METRIC_NAME_CHARS}"
+            )
+        entry = Fields(lists, f"case.chart_series.{name[:80]}")
         charted[name] = {key: entry.items(key) for key in entry.data}
     return charted
 

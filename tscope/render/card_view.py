@@ -31,7 +31,9 @@ SEVERITY_WORDS = {
 def confidence_word(confidence: float | None) -> str:
     if confidence is None:
         return "unknown"
-    return next(word for bound, word in CONFIDENCE_WORDS if confidence >= bound)
+    # A hand-edited case.json may hold a negative or NaN confidence: below every bound, it has
+    # no word (it ended `tscope report` in StopIteration).
+    return next((word for bound, word in CONFIDENCE_WORDS if confidence >= bound), "unknown")
 
 
 def card_view(summary: Summary) -> dict[str, Any] | None:

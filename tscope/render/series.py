@@ -20,6 +20,10 @@ OUTLIER_RATIO = 30.0
 LOG_PADDING = 1.15  # multiplicative headroom above and below the data on a log axis
 LINEAR_PADDING = 0.06  # share of the range left free above and below the data
 MAX_LOG_TICKS = 6
+# Axis bounds are kept within ±1e300: a logged loss of 1.7e308 is finite, but its padding
+# (x1.15) or the span to -1.7e308 is inf, and `10.0**309` for a tick raises OverflowError; that
+# ended `tscope analyze` in a traceback. Values beyond are pinned to the panel's edge.
+AXIS_LIMIT = 1e300
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,15 @@ class Scale:
     kind: str  # "linear", "log", or "clipped": linear, points above `high` pinned to the top edge
     low: float
     high: float
+
+    def __post_init__(self) -> None:
+        floor = 1 / AXIS_LIMIT if self.kind == "log" else -AXIS_LIMIT
+        low = min(max(self.low, floor), AXIS_LIMIT)
+        high = min(max(self.high, floor), AXIS_LIMIT)
+        if high <= low:  # both bounds pinned to the limit: keep a range to divide by
+            low = high / 10 if self.kind == "log" else high - abs(high) * 0.1
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
 
     def fraction(self, value: float) -> float:
         """0 at the panel's bottom edge, 1 at its top; out-of-range values pinned to the edges."""
@@ -129,6 +142,7 @@ def ticks_for(scale: Scale) -> list[float]:
 
 def nice_ticks(low: float, high: float, target: int, integer: bool = False) -> list[float]:
     """About `target` round ticks (1, 2, 5 x 10^k apart) covering [low, high]."""
+    low, high = (min(max(bound, -AXIS_LIMIT), AXIS_LIMIT) for bound in (low, high))
     if high <= low:
         return [low]
     raw_step = (high - low) / target

@@ -141,14 +141,19 @@ def trainer_schedule(
             from transformers import get_scheduler
         except ImportError:
             return None
-        if scheduler_state is not None:
-            bases = [float(g) for g in scheduler_state.get("base_lrs", group_lrs)]
-        else:
-            bases = [float(training_args.get("learning_rate", group_lrs[0]))] * len(group_lrs)
-        probe = torch.optim.SGD([{"params": [torch.zeros(1)], "lr": b} for b in bases])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "scheduler.step() before optimizer.step()"
+            # Every value here is a stranger's: training_args.bin decoded, scheduler.pt loaded
+            # (whose load_state_dict sets any attribute it names on the scheduler). One that
+            # does not fit means no rebuilt schedule, not a traceback: learning_rate "abc" was a
+            # ValueError, a scheduler.pt holding a list an AttributeError, both uncaught.
             try:
+                if scheduler_state is not None:
+                    bases = [float(g) for g in scheduler_state.get("base_lrs", group_lrs)]
+                else:
+                    learning_rate = training_args.get("learning_rate", group_lrs[0])
+                    bases = [float(learning_rate)] * len(group_lrs)
+                probe = torch.optim.SGD([{"params": [torch.zeros(1)], "lr": b} for b in bases])
                 scheduler = get_scheduler(
                     kind,
                     probe,
@@ -162,11 +167,22 @@ def trainer_schedule(
                 for step in range(first, last + 1):
                     plan[step] = tuple(float(lr) for lr in scheduler.get_last_lr())
                     scheduler.step()
-            except (ValueError, TypeError, KeyError):
+            except _UNFIT_VALUE_ERRORS:
                 return None
         return plan
 
     return build
+
+
+# What a schedule rebuilt from values that do not fit raises (see trainer_schedule).
+_UNFIT_VALUE_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    OverflowError,
+    ZeroDivisionError,
+)
 
 
 def _warmup_steps(args: Mapping[str, Any], total: int) -> int:

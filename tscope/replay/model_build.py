@@ -80,8 +80,15 @@ def _from_hf_config(files: CheckpointFiles) -> torch.nn.Module:
             warnings.simplefilter("ignore")
             # Read from the folder itself: the same parsing (and defaults) the producer's
             # from_pretrained would apply; a local folder never touches the network.
-            config = transformers.AutoConfig.from_pretrained(str(files.choice.path))
-            model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+            # trust_remote_code=False, said outright: left unset, a config.json with `auto_map`
+            # makes transformers ask "Do you wish to run the custom code? [y/N]" on stdin, where
+            # a "y" imports the stranger's .py files from the run folder.
+            config = transformers.AutoConfig.from_pretrained(
+                str(files.choice.path), trust_remote_code=False
+            )
+            model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+                config, trust_remote_code=False
+            )
     except (ValueError, KeyError, OSError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(

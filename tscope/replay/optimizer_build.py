@@ -234,13 +234,25 @@ def _fresh_from_training_args(
         )
     decay, no_decay = _trainer_groups(model, [(n, p) for n, p in model.named_parameters()])
     notes.append(f"fresh AdamW from training_args ({optim})")
-    return torch.optim.AdamW(
-        [
-            {"params": [p for _, p in decay], "weight_decay": float(args.get("weight_decay", 0))},
-            {"params": [p for _, p in no_decay], "weight_decay": 0.0},
-        ],
-        lr=float(args.get("learning_rate", 5e-5)),
-        betas=(float(args.get("adam_beta1", 0.9)), float(args.get("adam_beta2", 0.999))),
-        eps=float(args.get("adam_epsilon", 1e-8)),
-        fused=optim == "adamw_torch_fused",
-    )
+    try:
+        return torch.optim.AdamW(
+            [
+                {
+                    "params": [p for _, p in decay],
+                    "weight_decay": float(args.get("weight_decay", 0)),
+                },
+                {"params": [p for _, p in no_decay], "weight_decay": 0.0},
+            ],
+            lr=float(args.get("learning_rate", 5e-5)),
+            betas=(float(args.get("adam_beta1", 0.9)), float(args.get("adam_beta2", 0.999))),
+            eps=float(args.get("adam_epsilon", 1e-8)),
+            fused=optim == "adamw_torch_fused",
+        )
+    except (ValueError, TypeError, OverflowError) as error:
+        # Decoded from a stranger's training_args.bin: learning_rate "abc" or -1 (AdamW's own
+        # check) ended `tscope replay` in a traceback.
+        reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise UsageError(
+            f"{files.choice.shown}: training_args.bin holds settings AdamW refuses ({reason}). "
+            "Define build_optimizer(model) in the entry file."
+        ) from error

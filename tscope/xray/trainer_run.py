@@ -9,6 +9,7 @@ its `config.json` names the model class; together they set up the real Trainer s
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -17,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tscope.errors import UsageError
+from tscope.errors import UnreadableInput, UsageError
+from tscope.ingest.safe_fs import is_real_folder, is_regular_file
 from tscope.model.xray import XrayResult
 from tscope.torchrun import last_error_line, run_ranks
 from tscope.xray.probe import DEFAULT_LENGTHS, Probe, cycled_lengths, make_probe
@@ -40,12 +42,15 @@ CUSTOM_COLLATOR_NOTE = (
 
 
 def _small_json(path: Path) -> Any:
-    """A side file's JSON, or None when it is missing, oversized or broken."""
+    """A side file's JSON, or None when it is missing, oversized, broken, a link or not a
+    regular file (safe_json: a config.json linked elsewhere is not read)."""
+    from tscope.ingest import safe_json
+
+    if not is_regular_file(path):
+        return None
     try:
-        if not path.is_file() or path.stat().st_size > MAX_SIDE_FILE_BYTES:
-            return None
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        return safe_json.load_file(path, path.name, MAX_SIDE_FILE_BYTES)
+    except UnreadableInput:
         return None
 
 
@@ -56,13 +61,15 @@ def find_run_files(run_dir: Path) -> tuple[Path, Path | None]:
             f"{run_dir} is not a directory. Pass a Hugging Face Trainer run directory."
         )
     folders = [run_dir]
-    checkpoints = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
+    checkpoints = [  # a linked checkpoint folder is not read through (docs/security.md)
+        p for p in run_dir.glob("checkpoint-*") if is_real_folder(p) and p.name[11:].isdigit()
+    ]
     folders += sorted(checkpoints, key=lambda p: -int(p.name[11:]))
     for folder in folders:
         arguments = folder / "training_args.bin"
-        if arguments.is_file():
+        if is_regular_file(arguments):
             config = folder / "config.json"
-            return arguments, config if config.is_file() else None
+            return arguments, config if is_regular_file(config) else None
     raise UsageError(
         f"{run_dir} holds no training_args.bin (in the folder or a checkpoint-N/): it is not a "
         "Hugging Face Trainer run. Pass --entry FILE.py defining train_step(model, sequences)."
@@ -90,9 +97,7 @@ def read_settings(run_dir: Path) -> tuple[TrainerSettings, list[str]]:
         average_tokens_across_devices=bool(
             decoded.get("average_tokens_across_devices", defaults.average_tokens_across_devices)
         ),
-        label_smoothing_factor=float(
-            decoded.get("label_smoothing_factor") or defaults.label_smoothing_factor
-        ),
+        label_smoothing_factor=_float(decoded, "label_smoothing_factor", defaults),
         world_size=int(world) if isinstance(world, int) and world > 0 else 1,
         seed=_int(decoded, "seed", defaults),
         train_sampling_strategy=str(
@@ -146,6 +151,16 @@ def _sft_settings(decoded: dict[str, Any], notes: list[str]) -> dict[str, Any]:
             "every token, so the audit shows how labelled tokens are weighted, not which are."
         )
     return settings
+
+
+def _float(decoded: dict[str, Any], key: str, defaults: TrainerSettings) -> float:
+    """A finite number the arguments hold, else the default: a crafted training_args.bin with
+    label_smoothing_factor "abc" ended `tscope xray` in a ValueError traceback."""
+    value = decoded.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    default: float = getattr(defaults, key)
+    return default
 
 
 def _int(decoded: dict[str, Any], key: str, defaults: TrainerSettings) -> int:

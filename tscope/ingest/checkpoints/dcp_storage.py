@@ -37,7 +37,14 @@ from tscope.ingest.checkpoints.dcp_metadata import (
     parse_metadata,
 )
 from tscope.ingest.checkpoints.safe_load import TRUST_HINT, safe_torch_loads
-from tscope.ingest.safe_fs import OUTSIDE_INPUT, is_inside, open_regular, read_bytes_bounded
+from tscope.ingest.safe_fs import (
+    OUTSIDE_INPUT,
+    SYMLINK_REFUSED,
+    is_inside,
+    is_real_folder,
+    open_regular,
+    read_bytes_bounded,
+)
 
 if TYPE_CHECKING:
     from typing import Any, BinaryIO
@@ -55,6 +62,8 @@ MAX_BYTES_ITEM = 64 * 1024 * 1024
 
 def read_metadata(folder: Path, display_path: str, options: LoadOptions) -> DcpMetadata:
     """The folder's metadata as plain data, decoded without running anything from the file."""
+    if not is_real_folder(folder):  # its shards would be read through the link
+        raise UnreadableInput(display_path, SYMLINK_REFUSED)
     shown = f"{display_path}/{METADATA_FILE}"
     payload = read_bytes_bounded(folder / METADATA_FILE, shown, MAX_METADATA_BYTES)
     return metadata_from_bytes(payload, shown, options)

@@ -29,6 +29,7 @@ from tscope.ingest.checkpoints.deepspeed_zero import (
 )
 from tscope.ingest.checkpoints.pickle_literals import pickle_strings
 from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
+from tscope.ingest.safe_fs import is_real_folder, is_regular_file, read_bytes_bounded
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -40,6 +41,7 @@ OPTIM_STATES = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_st
 UNIVERSAL_DIR = "zero"
 UNIVERSAL_SUFFIX = "_universal"
 _UNIVERSAL_SLOTS = ("exp_avg", "exp_avg_sq")
+MAX_LATEST_BYTES = 4096  # `latest` holds one tag name ("global_step1200")
 
 
 class DeepSpeedReader:
@@ -55,7 +57,7 @@ class DeepSpeedReader:
         if not path.is_dir():
             return False
         if any(MODEL_STATES.match(p.name) for p in path.iterdir() if p.is_file()):
-            if path.name.endswith(UNIVERSAL_SUFFIX) and (path / UNIVERSAL_DIR).is_dir():
+            if path.name.endswith(UNIVERSAL_SUFFIX) and is_real_folder(path / UNIVERSAL_DIR):
                 original = path.with_name(path.name.removesuffix(UNIVERSAL_SUFFIX))
                 return not (original.is_dir() and self.can_open(original))
             return True
@@ -86,8 +88,11 @@ def optim_files(folder: Path) -> list[Path]:
 
 
 def _is_universal(path: Path) -> bool:
+    # Linked folders are not stepped into: the files under them lie outside the input.
     zero = path / UNIVERSAL_DIR
-    return zero.is_dir() and any((p / "fp32.pt").is_file() for p in zero.iterdir() if p.is_dir())
+    return is_real_folder(zero) and any(
+        is_regular_file(p / "fp32.pt") for p in zero.iterdir() if is_real_folder(p)
+    )
 
 
 class DeepSpeedCheckpoint:
@@ -115,7 +120,9 @@ class DeepSpeedCheckpoint:
                     self._weights[normalize_name(key)] = ("module", key)
         elif self._universal:  # no model file: the fp32 masters are the weights
             for folder in sorted((path / UNIVERSAL_DIR).iterdir()):
-                if (folder / "fp32.pt").is_file() and folder.name not in buffers:
+                if not is_real_folder(folder) or folder.name in buffers:
+                    continue
+                if is_regular_file(folder / "fp32.pt"):
                     self._weights[normalize_name(folder.name)] = ("fp32", folder / "fp32.pt")
         if not self._weights and not zero3:
             raise UnreadableInput(display_path, "holds no model weights (no `module` entry)")
@@ -248,7 +255,7 @@ class DeepSpeedCheckpoint:
             self._loss_scaler = loaded.get("loss_scaler") if isinstance(loaded, Mapping) else None
         buffers = set(self._states.get("buffer_names") or [])
         for folder in sorted((self._dir / UNIVERSAL_DIR).iterdir()):
-            if not folder.is_dir() or folder.name in buffers:
+            if not is_real_folder(folder) or folder.name in buffers:
                 continue
             name = normalize_name(folder.name)
             if (folder / "fp32.pt").is_file() and state.master_weights is not None:
@@ -326,9 +333,12 @@ class DeepSpeedCheckpoint:
         (`latest_universal` with universal loading): say when that is another checkpoint."""
         marker = self._dir.parent / ("latest_universal" if self._universal else "latest")
         try:
-            latest = marker.read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
+            # Through safe_fs: a `latest` linked to ~/.ssh/id_rsa once had its first 80
+            # characters quoted in the case, and a FIFO named `latest` blocked the read forever.
+            raw = read_bytes_bounded(marker, marker.name, MAX_LATEST_BYTES)
+        except UnreadableInput:
             return []
+        latest = raw.decode("utf-8", errors="replace").strip()
         if not latest or latest == self._dir.name:
             return []
         return [f"`{marker.name}` names {latest[:80]}: a resume without a tag loads that one"]

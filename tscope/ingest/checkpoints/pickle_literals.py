@@ -22,6 +22,14 @@ MAX_PICKLE_BYTES = 16 * 1024 * 1024  # TrainingArguments pickles are ~5 kB
 MAX_OPCODES = 2_000_000
 MAX_PLAIN_NODES = 1_000_000  # values rebuilt from one pickle
 MAX_DEPTH = 50
+# CPython hashes a tuple by recursing into its items in C with no recursion guard: a dict key of
+# 1,000,000 nested 1-tuples (2 MB of TUPLE1 opcodes) overflows the C stack (SIGSEGV), in this
+# decoder and in torch's weights_only unpickler alike. Real pickles nest tuples a few levels.
+MAX_TUPLE_NESTING = 100
+# An int past 2**1023 has no float, and past ~14,000 bits no str() (the 4,300-digit limit): a
+# config value of that size ended `tscope analyze` in a traceback. Real pickled ints are
+# counters, seeds and RNG words (numpy's SeedSequence entropy, the largest, is 128 bits).
+MAX_INT_BITS = 1023
 
 
 @dataclass(eq=False)  # identity hash: a record can be a dict key (DCP's MetadataIndex)
@@ -36,6 +44,10 @@ class PickledObject:
 
 class UndecodablePickle(ValueError):
     """The bytes are not a pickle this decoder follows (truncated, corrupted, too large)."""
+
+
+class NestedTooDeep(UndecodablePickle):
+    """Tuples nested deeper than MAX_TUPLE_NESTING: hashing one would crash the process."""
 
 
 _LITERAL_OPS = {
@@ -68,12 +80,17 @@ def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
     stack: list[Any] = []
     marks: list[int] = []  # stack heights at each MARK
     memo: dict[int, Any] = {}
+    # Nesting of each tuple built, by id: tuples are immutable, so the depth set when one is
+    # built stays true (a tuple freed and its id reused is recorded again when rebuilt).
+    tuple_depths: dict[int, int] = {}
     try:
         for count, (op, arg, _) in enumerate(pickletools.genops(payload)):
             if count > max_opcodes:
                 raise UndecodablePickle(f"more than {max_opcodes} opcodes")
             name = op.name
             if name in _LITERAL_OPS:
+                if isinstance(arg, int) and abs(arg).bit_length() > MAX_INT_BITS:
+                    raise UndecodablePickle(f"an integer of more than {MAX_INT_BITS} bits")
                 # genops decodes arguments; these three carry none: their value is the opcode
                 stack.append(_CONSTANTS.get(name, arg))
             elif name in ("PROTO", "FRAME"):
@@ -85,13 +102,14 @@ def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
             elif name in ("EMPTY_DICT", "EMPTY_LIST", "EMPTY_TUPLE", "EMPTY_SET"):
                 stack.append({} if name == "EMPTY_DICT" else () if name == "EMPTY_TUPLE" else [])
             elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                stack.append(tuple(_pop(stack, marks, int(name[-1]))))
+                items = _pop(stack, marks, int(name[-1]))
+                stack.append(_tuple(items, tuple_depths))
             elif name in ("TUPLE", "LIST", "DICT", "FROZENSET"):
                 items = _pop_to_mark(stack, marks)
                 if name == "DICT":
                     stack.append(_pairs(items))
                 else:
-                    stack.append(list(items) if name == "LIST" else tuple(items))
+                    stack.append(list(items) if name == "LIST" else _tuple(items, tuple_depths))
             elif name == "APPEND":
                 (value,) = _pop(stack, marks, 1)
                 _extend(_top(stack), [value])
@@ -143,6 +161,14 @@ def decode_pickle(payload: bytes, max_opcodes: int = MAX_OPCODES) -> Any:
                 raise UndecodablePickle(f"unsupported opcode {name}")
     except UndecodablePickle:
         raise
+    except MemoryError:
+        # One byte can build a 64-byte dict: a 40 MB DCP .metadata of EMPTY_DICT opcodes needs
+        # 3 GB, and under a memory limit the MemoryError ended analyze with no readable error.
+        # What was built is dropped first, so that the error itself can be made.
+        stack.clear()
+        memo.clear()
+        tuple_depths.clear()
+        raise UndecodablePickle("it describes more objects than fit in memory") from None
     except (ValueError, IndexError, KeyError, TypeError, OverflowError) as error:
         raise UndecodablePickle(str(error).splitlines()[0][:200] if str(error) else "") from error
     raise UndecodablePickle("the stream has no STOP opcode")
@@ -197,6 +223,18 @@ def _data_pkl(archive: zipfile.ZipFile) -> bytes | None:
     if not names or archive.getinfo(names[0]).file_size > MAX_PICKLE_BYTES:
         return None
     return archive.read(names[0])
+
+
+def _tuple(items: list[Any], tuple_depths: dict[int, int]) -> tuple[Any, ...]:
+    """The tuple of `items`, refused when it would nest tuples deeper than MAX_TUPLE_NESTING."""
+    depth = 1 + max(
+        (tuple_depths.get(id(item), 1) for item in items if isinstance(item, tuple)), default=0
+    )
+    if depth > MAX_TUPLE_NESTING:
+        raise NestedTooDeep(f"tuples nested more than {MAX_TUPLE_NESTING} deep")
+    built = tuple(items)
+    tuple_depths[id(built)] = depth
+    return built
 
 
 def _pop(stack: list[Any], marks: list[int], count: int) -> list[Any]:

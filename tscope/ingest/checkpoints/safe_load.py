@@ -17,18 +17,20 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.pickle_literals import (
+    MAX_TUPLE_NESTING,
     UndecodablePickle,
     decode_pickle,
     pickle_payload,
     zip_pickle,
 )
+from tscope.ingest.checkpoints.pickle_nesting import torch_pickles_nest_too_deep
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
-from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file
+from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file, open_regular
 
 TRUST_HINT = "If you trust the file, pass --trust-pickle."
 # torch's messages when weights_only meets a global (or a BUILD) outside its allow-list; only
@@ -66,14 +68,30 @@ def safe_torch_load(
     from the file. Every other failure is one explained line (UnreadableInput).
     """
     _check_file(path, display_path)
-    zipped = _zip_records_check(path, path.stat().st_size, display_path)
+    size = path.stat().st_size
+    zipped = _zip_records_check(path, size, display_path)
+    if not options.trust_pickle:
+        with open_regular(path, display_path) as handle:
+            _refuse_deep_nesting(handle, size, display_path)
     return _load(path, zipped, display_path, options, allow_numpy, lambda: pickle_payload(path))
 
 
 def safe_torch_loads(payload: bytes, display_path: str, options: LoadOptions) -> Any:
     """safe_torch_load of bytes already read (a DCP bytes item): nothing is written to disk."""
     _zip_records_check(io.BytesIO(payload), len(payload), display_path)
+    if not options.trust_pickle:
+        _refuse_deep_nesting(io.BytesIO(payload), len(payload), display_path)
     return _load(io.BytesIO(payload), False, display_path, options, False, lambda: payload)
+
+
+def _refuse_deep_nesting(handle: BinaryIO, size: int, display_path: str) -> None:
+    """torch's weights_only unpickler hashes what a pickle builds as a dict key; tuples nested a
+    million deep crash the process in that hash (SIGSEGV, not an exception), so the file's
+    pickles are walked first by the inert decoder."""
+    if torch_pickles_nest_too_deep(handle, size):
+        raise UnreadableInput(
+            display_path, f"its pickle nests tuples more than {MAX_TUPLE_NESTING} deep"
+        )
 
 
 def _load(

@@ -6,7 +6,8 @@ with a new key on every line would take hours and a report nobody can read. Past
 series kept are, in this order: the key series the analyzers use (loss, grad norm, learning rate,
 eval loss, loss scale, skipped steps), the other loss-like series (the ones spikes are searched
 in), then the rest in the order the files first logged them. A caveat in the case says how many
-were left out, and names a few.
+were left out, and names a few. A series whose name is longer than MAX_NAME_CHARS is left out
+whatever the count, with its own caveat.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tscope.model.metric_names import (
     LEARNING_RATE,
     LOSS,
     LOSS_SCALE,
+    MAX_METRIC_NAME_CHARS,
     SKIPPED_STEPS,
     is_loss_like,
 )
@@ -37,6 +39,10 @@ MAX_TABLE_COLUMNS = 3 * MAX_SERIES
 # Raw column names that hold the step or a key series, whatever the producer calls them.
 _KEY_COLUMN_WORDS = ("step", "loss", "grad_norm", "learning_rate", "lr", "epoch", "iter", "time")
 _NAMES_SHOWN = 5
+# A longer series name is left out, with a caveat (ten 1 MB column names in a 10 MB CSV made a
+# 1 GB case.html and a 1 GB SVG: 5 GB of memory, 3.5 minutes).
+MAX_NAME_CHARS = MAX_METRIC_NAME_CHARS
+_NAME_SHOWN_CHARS = 80  # of a left-out name quoted in a caveat
 
 
 def columns_to_read(header: list[str], limit: int = MAX_TABLE_COLUMNS) -> list[str]:
@@ -57,7 +63,8 @@ def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogR
     for read in reads:
         for metric in _first_appearance(read):
             first_seen.setdefault(metric, len(first_seen))
-    if len(first_seen) <= limit:
+    overlong = [name for name in first_seen if len(name) > MAX_NAME_CHARS]
+    if len(first_seen) <= limit and not overlong:
         return reads, []
     key_rank = {name: rank for rank, name in enumerate(KEY_SERIES)}
 
@@ -66,9 +73,20 @@ def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogR
             return (0, key_rank[name])
         return (1 if is_loss_like(name) else 2, first_seen[name])
 
-    ranked = sorted(first_seen, key=priority)
+    ranked = sorted((name for name in first_seen if len(name) <= MAX_NAME_CHARS), key=priority)
     kept = set(ranked[:limit])
     left_out = ranked[limit:]
+    caveats = []
+    if overlong:
+        caveats.append(
+            Caveat(
+                "series_name_length",
+                f"{len(overlong)} series with names longer than {MAX_NAME_CHARS} characters are "
+                f"left out of the analysis and the report (no logger writes such names; the file "
+                f"is damaged or crafted): {_shown(overlong)}.",
+                "tscope",
+            )
+        )
     capped = []
     for read in reads:
         column = read.metrics.metric
@@ -76,15 +94,26 @@ def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogR
         keep = kept_code[column.codes] if column.codes.size else np.ones(0, dtype=bool)
         whole = bool(keep.all())
         capped.append(read if whole else replace(read, metrics=read.metrics.take(keep)))
-    shown = ", ".join(left_out[:_NAMES_SHOWN]) + (", ..." if len(left_out) > _NAMES_SHOWN else "")
-    caveat = Caveat(
-        "series_cap",
-        f"{len(first_seen)} series were logged; tscope considers at most {limit} (the key and "
-        f"loss-like series first, then the first logged), so {len(left_out)} are left out of "
-        f"the analysis and the report: {shown}.",
-        "tscope",
-    )
-    return capped, [caveat]
+    if left_out:
+        caveats.append(
+            Caveat(
+                "series_cap",
+                f"{len(ranked)} series were logged; tscope considers at most {limit} (the key "
+                f"and loss-like series first, then the first logged), so {len(left_out)} are "
+                f"left out of the analysis and the report: {_shown(left_out)}.",
+                "tscope",
+            )
+        )
+    return capped, caveats
+
+
+def _shown(names: list[str]) -> str:
+    """A few names, each cut to _NAME_SHOWN_CHARS, for a caveat."""
+    cut = [
+        name if len(name) <= _NAME_SHOWN_CHARS else name[:_NAME_SHOWN_CHARS] + "…"
+        for name in names[:_NAMES_SHOWN]
+    ]
+    return ", ".join(cut) + (", ..." if len(names) > _NAMES_SHOWN else "")
 
 
 def _first_appearance(read: LogRead) -> list[str]:

@@ -37,8 +37,12 @@ from tscope.ingest.readers.trainer_state import (
 )
 from tscope.model import Caveat, LogRead
 
-# A printed row ends with the epoch (Trainer adds it last) or starts with a loss.
-_SNIFF = re.compile(r"\{'[^'\n]+': [^\n]*'epoch': |\{'(?:loss|eval_loss|train_runtime)': ")
+# A printed row ends with the epoch (Trainer adds it last) or starts with a loss. The scan
+# towards 'epoch' stops at the next "{'", where another start takes over: with `[^\n]*` each of
+# the 10,000 "{'a': " a crafted 64 kB head can hold scanned to the end of its line (7 s a file).
+_SNIFF = re.compile(
+    r"\{'[^'\n]+': (?:[^\n{]|\{(?!'))*'epoch': |\{'(?:loss|eval_loss|train_runtime)': "
+)
 # tqdm's default bar: "{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}]".
 _PROGRESS = re.compile(r"\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[")
 _BANNER_START = "***** Running training *****"

@@ -49,7 +49,7 @@ from tscope.ingest.readers.wandb_history import (
     WANDB_STEP_KEY,
     is_wandb_metric_key,
 )
-from tscope.ingest.safe_fs import read_bytes_bounded
+from tscope.ingest.safe_fs import is_real_folder, read_bytes_bounded
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 
 # wandb_internal.Record and the messages it holds (wandb/proto/wandb_internal.proto).
@@ -358,6 +358,10 @@ def _scalar_summary(summary: dict[str, Any]) -> dict[str, Any]:
 def _read_siblings(files_dir: Path, log: _RunLog) -> list[str]:
     """Merge `files/config.yaml` and `files/wandb-summary.json` (final values win)."""
     problems: list[str] = []
+    if not is_real_folder(files_dir):
+        # A linked `files/` is listed by discovery as not followed; reading through it put
+        # another folder's config.yaml values into the case.
+        return problems
     config_path = files_dir / "config.yaml"
     if config_path.is_file():
         try:
