@@ -11,7 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tscope.analyzers.detectors.compiled_loops import COMPILED_MIN_POINTS, compiled_rolling_median
+from tscope.analyzers.detectors.compiled_loops import (
+    COMPILED_MIN_POINTS,
+    compiled_ranked_rolling_median,
+    compiled_rolling_median,
+)
 
 # 1.4826 * MAD estimates sigma for Gaussian noise (the constant the contract defines magnitude by).
 MAD_TO_SIGMA = 1.4826
@@ -87,14 +91,18 @@ def rolling_median(values: np.ndarray, window: int, min_periods: int) -> np.ndar
     numbers, sign of zero included (tests/test_compiled_loops.py, tests/test_rolling_median.py):
     the compiled loop on long series with short windows when numba is there, every window sorted
     at once with numpy on short series (pandas is not imported: a logs-only analyze's startup),
-    pandas' skiplist for the rest."""
+    the compiled rank-counting loop for long windows on long series (grad_norm's window is a
+    tenth of the run), pandas' skiplist for the rest (no numba)."""
     if values.size >= COMPILED_MIN_POINTS and window <= COMPILED_MAX_WINDOW:
         medians = compiled_rolling_median(values, window, min_periods)
         if medians is not None:
             return medians
     if values.size * window <= SORTED_WINDOWS_MAX_CELLS:
         return _sorted_windows_median(values, window, min_periods)
-    import pandas as pd  # here: only long series need it
+    medians = compiled_ranked_rolling_median(values, window, min_periods)
+    if medians is not None:
+        return medians
+    import pandas as pd  # here: only long series without numba need it
 
     result: np.ndarray = (
         pd.Series(values).rolling(window, min_periods=min_periods).median().to_numpy()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tscope.analyzers.signals import loss_series, primary_loss
+from tscope.analyzers.signals import last_finite, loss_series, primary_loss
 from tscope.model import Run
 
 # The level before the event: the median of this many finite loss points before the onset (the
@@ -122,8 +122,7 @@ def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
     # Steps are sorted: the windows are slices found by binary search, not masks over the whole
     # series (measure_impact runs once per spike).
     onset_index = int(np.searchsorted(steps, onset_step, "left"))
-    before = values[:onset_index]
-    before = before[np.isfinite(before)][-BASELINE_POINTS:]
+    before = last_finite(values, onset_index, BASELINE_POINTS)
     last = end_step if end_step is not None else int(steps[-1]) + 1
     end_index = int(np.searchsorted(steps, max(last, onset_step + 1), "left"))
     window_steps, window = steps[onset_index:end_index], values[onset_index:end_index]

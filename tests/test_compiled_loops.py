@@ -225,3 +225,68 @@ def test_rolling_median_same_as_pandas(window: int, min_periods: int) -> None:
         assert got is not None
         assert np.array_equal(got, expected, equal_nan=True)
         assert np.array_equal(np.signbit(got), np.signbit(expected))
+
+
+def _same_bits(expected: np.ndarray, got: np.ndarray) -> bool:
+    """Equal values, NaN where NaN, and the same sign of every zero."""
+    return bool(
+        np.array_equal(expected, got, equal_nan=True)
+        and np.array_equal(np.signbit(expected), np.signbit(got))
+    )
+
+
+def _awkward_series(rng: np.random.Generator, size: int, kind: int) -> np.ndarray:
+    if kind == 0:  # spikes of 1e6-1e13 leave the window: pandas' M2 loses its digits, recomputes
+        values = rng.normal(size=size) * 1e-3
+        values[rng.integers(0, size, 5)] = 10.0 ** rng.integers(6, 14, 5)
+    elif kind == 1:  # ties, both zeros and a constant stretch (the repeated-value corrections)
+        values = rng.choice([0.0, -0.0, 0.7, -1.0, 2.5], size)
+        values[size // 4 : size // 2] = 0.7
+    elif kind == 2:  # a large offset: cancellation in the running mean
+        values = 1e8 + rng.normal(size=size)
+    else:  # a decaying loss curve
+        values = np.exp(-np.arange(size) / 50.0) + rng.normal(size=size) * 1e-3
+    values[rng.random(size) < 0.1] = np.nan
+    return values
+
+
+def test_rolling_mean_std_same_as_pandas() -> None:
+    """spike_score's rolling mean and std over the previous 1,000 points come from the compiled
+    loop on long series (no pandas import): pandas' numbers bit for bit, its recompute of a
+    numerically unstable window included."""
+    import pandas as pd
+
+    from tscope.analyzers.detectors.compiled_loops import compiled_rolling_mean_std
+
+    rng = np.random.default_rng(5)
+    for trial in range(120):
+        size = int(rng.integers(0, 4000))
+        window = int(rng.choice([1, 7, 50, 333, 1000]))
+        min_periods = int(rng.integers(0, window + 1))
+        values = _awkward_series(rng, size, trial % 4)
+        rolling = pd.Series(values).rolling(window, min_periods=min_periods)
+        got = compiled_rolling_mean_std(values, window, min_periods)
+        assert got is not None
+        assert _same_bits(rolling.mean().to_numpy(), got[0]), trial
+        assert _same_bits(rolling.std().to_numpy(), got[1]), trial
+
+
+def test_ranked_rolling_median_same_as_pandas() -> None:
+    """The rank-counting rolling median (grad_norm's window is a tenth of the run, too long for
+    the sorted buffer) gives pandas' skiplist medians, the sign of a zero median included."""
+    import pandas as pd
+
+    from tscope.analyzers.detectors.compiled_loops import compiled_ranked_rolling_median
+
+    rng = np.random.default_rng(6)
+    for trial in range(200):
+        size = int(rng.integers(0, 3000))
+        window = int(rng.integers(1, 1500))
+        min_periods = int(rng.integers(0, window + 1))
+        values = _awkward_series(rng, size, trial % 4)
+        values[rng.random(size) < 0.03] = np.inf  # missing for pandas' rolling too
+        values[rng.random(size) < 0.03] = -np.inf
+        expected = pd.Series(values).rolling(window, min_periods=min_periods).median()
+        got = compiled_ranked_rolling_median(values, window, min_periods)
+        assert got is not None
+        assert _same_bits(expected.to_numpy(), got), trial

@@ -113,3 +113,27 @@ def test_analyzing_safetensors_checkpoints_imports_no_torch(tmp_path: Path) -> N
     layers = (tmp_path / "c" / "layers.parquet").stat().st_size
     assert layers > 0
     assert "torch" not in result["modules"]
+
+
+def test_a_long_logs_only_analyze_imports_no_pandas_where_numba_is(tmp_path: Path) -> None:
+    """A 20,000-step log: its rolling statistics (spike score over 1,000 points, the gradient
+    norm's median over a tenth of the run) come from the compiled loops, not pandas."""
+    pytest.importorskip("numba")
+    state = json.loads(
+        (FIXTURES / "trainer/stable_long_logging/checkpoint-240/trainer_state.json").read_text()
+    )
+    steps = range(1, 20_001)
+    state["log_history"] = [
+        {"step": s, "loss": 3.0 / (1 + s / 500) + 0.01 * ((s * 7919) % 13) / 13,
+         "grad_norm": 1.0 + 0.1 * ((s * 104729) % 17) / 17, "learning_rate": 1e-4}
+        for s in steps
+    ]  # fmt: skip
+    state["global_step"] = state["max_steps"] = steps[-1]
+    folder = tmp_path / "checkpoint-20000"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps(state))
+    result = analyzed_in_a_child(folder / "trainer_state.json", tmp_path / "case")
+    assert result["exit"] in (0, None)
+    assert (tmp_path / "case" / "case.json").is_file()
+    assert "numba" in result["modules"]  # the long-series path was taken
+    assert "pandas" not in result["modules"]

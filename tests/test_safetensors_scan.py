@@ -118,6 +118,47 @@ def test_numpy_fallback_kernels_match_the_loops_numba_compiles() -> None:
     np.testing.assert_array_equal(counts[0], counts[1])
 
 
+def _in_order_min_max(values: np.ndarray[Any, Any]) -> tuple[float, float]:
+    """The plain loop the kernel must agree with: ties between -0.0 and +0.0 keep the first."""
+    low = high = float(values[0])
+    for value in values.tolist():
+        low = value if value < low else low
+        high = value if value > high else high
+    return low, high
+
+
+@pytest.mark.parametrize(
+    "arrangement",
+    [
+        [0.0, -0.0, 1.0],  # min is zero: the first zero met is +0.0
+        [-0.0, 0.0, 1.0],
+        [2.0, -0.0, 0.0, 3.0],
+        [-1.0, 0.0, -0.0],  # max is zero
+        [-1.0, -0.0, 0.0],
+        [-0.0, 0.0, -0.0],  # all zeros
+        [0.0, -0.0],
+        [-2.5, 7.0, 1e-45, -1e-45],  # subnormal extremes of either sign
+        [3.4e38, -3.4e38],
+    ],
+)
+def test_the_kernel_takes_min_and_max_as_the_in_order_loop_does_signed_zeros_included(
+    arrangement: list[float],
+) -> None:
+    """The fp32 kernel takes min/max from integer keys of the bits (vectorized), where -0.0 sorts
+    below +0.0: the chunk's first zero must still be the one reported, as the plain loop does."""
+    values = np.asarray(arrangement * 300, dtype=np.float32)  # long enough for vector lanes
+    summary = array_kernels.empty_summary()
+    magnitudes = np.zeros(array_kernels.MAGNITUDE_PATTERNS, dtype=np.int64)
+    array_kernels.float_chunk_kernel(values, values.view(np.uint32), magnitudes, summary)
+    low, high = _in_order_min_max(values)
+    got = (summary[array_kernels.LOW], summary[array_kernels.HIGH])
+    assert [math.copysign(1.0, v) for v in got] == [
+        math.copysign(1.0, low),
+        math.copysign(1.0, high),
+    ]
+    assert got == (low, high)
+
+
 class _TorchOnly:
     """The same handle with raw_location hidden: collect_layers takes the torch path."""
 

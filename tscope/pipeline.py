@@ -68,24 +68,29 @@ def _freeze_loaded_objects() -> None:
         gc.freeze()
 
 
-# Series lengths from which the analysis loads numba (compiled_loops.COMPILED_MIN_POINTS) and
-# pandas (spike_score's rolling window, SPIKE_SCORE_WINDOW): both are imported on first use.
+# Series lengths from which the analysis loads numba (compiled_loops.COMPILED_MIN_POINTS) and,
+# only where the compiled loops are not available, pandas (spike_score's rolling window,
+# SPIKE_SCORE_WINDOW): both are imported on first use.
 _NUMBA_FROM_POINTS = 200
 _PANDAS_ABOVE_POINTS = 1000
 _HEAVY_FROZEN: list[bool] = []
 
 
 def _freeze_after_heavy_imports(run: Run) -> None:
-    """A long run's analysis imports numba and pandas on first use, after the freeze above, and
-    the collector would walk their objects through the whole analysis (a 1,000,000-scalar event
-    file: ~20% slower than when pandas was imported before the freeze). Import them now and
-    freeze again: once per process, after a collection, so only the run's own few objects stay."""
+    """A long run's analysis imports numba (and, only without it, pandas) on first use, after
+    the freeze above, and the collector would walk their objects through the whole analysis (a
+    1,000,000-scalar event file: ~20% slower than when pandas was imported before the freeze).
+    Import them now and freeze again: once per process, after a collection, so only the run's
+    own few objects stay."""
+    from tscope.analyzers.detectors.compiled_loops import compiled_loops_available
+
     longest = max((run.series(metric)[0].size for metric in run.metric_names), default=0)
+    compiled = compiled_loops_available()
     wanted = [
         name
         for name, needed in (
             ("numba", longest >= _NUMBA_FROM_POINTS),
-            ("pandas", longest > _PANDAS_ABOVE_POINTS),
+            ("pandas", longest > _PANDAS_ABOVE_POINTS and not compiled),
         )
         if needed and name not in sys.modules
     ]

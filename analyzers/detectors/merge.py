@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -97,7 +98,7 @@ def _with_alarm_score(
             continue
         # One score per point: a later alarm at the same point replaces an earlier one.
         by_point = dict(zip(*(part.tolist() for part in in_group[detector]), strict=True))
-        finite = [score for score in by_point.values() if np.isfinite(score)]
+        finite = [score for score in by_point.values() if math.isfinite(score)]
         if finite:
             return replace(candidate, alarm_score=max(finite), alarm_detector=detector)
     return candidate

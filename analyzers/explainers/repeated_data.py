@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.signals import fmt, loss_series, primary_loss
+from tscope.analyzers.signals import fmt, last_finite, loss_series, primary_loss
 from tscope.model import Finding
 from tscope.model.categories import Category
 
@@ -211,7 +211,7 @@ def _judge(
     if not noise > 0:
         return None
     smoothness = float(np.median(np.abs(change[start:end]))) / noise
-    before = values[:first][np.isfinite(values[:first])][-BASELINE_POINTS:]
+    before = last_finite(values, first, BASELINE_POINTS)
     level = float(np.median(before))
     lowest = float(np.nanmin(values[first:end]))
     if level <= 0 or lowest > MAX_LOW_TO_LEVEL * level:

@@ -98,7 +98,10 @@ def spike_points(run: Run, spike: Spike) -> int:
     """How many logged points the excursion lasted (onset to recovery, or to the end)."""
     steps, _ = run.series(spike.metric)
     last = spike.end_step if spike.end_step is not None else int(steps[-1])
-    return int(((steps >= spike.onset_step) & (steps < max(last, spike.onset_step + 1))).sum())
+    # Steps are sorted and unique (Run.series): the count of onset <= step < end is a difference
+    # of two binary searches, not two comparisons over the whole series per spike.
+    first, end = np.searchsorted(steps, [spike.onset_step, max(last, spike.onset_step + 1)])
+    return int(end - first)
 
 
 def is_transient(run: Run, spike: Spike) -> bool:
