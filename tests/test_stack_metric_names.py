@@ -157,3 +157,20 @@ def test_epoch_loss_is_the_loss_beside_a_batch_size_column() -> None:
 
     assert canonical_metrics(["batch_size", "epoch_loss"]) == ["batch_size", LOSS]
     assert canonical_metrics(["batch_loss", "epoch_loss"]) == [LOSS, "epoch_loss"]
+
+
+def test_a_split_folder_looks_for_its_sibling_splits_only_inside_the_input(tmp_path: Path) -> None:
+    """`tscope analyze exp/valid` reads nothing outside `exp/valid`: the `train/` beside it is not
+    the input's, so `valid/`'s `loss` keeps its tag (a lone folder); a `train` that is a symlink
+    inside the input is not followed either (docs/security.md)."""
+    series = run_series(lr_jump=False)
+    write_summary_writer(tmp_path / "exp" / "valid", {"loss": series["loss"], "lr": series["lr"]})
+    (tmp_path / "exp" / "train").mkdir()
+    alone = analyze_run(tmp_path / "exp" / "valid").run
+    assert _originals(alone, LOSS) == {"loss"} and not alone.has(EVAL_LOSS)
+
+    linked = tmp_path / "linked"
+    write_summary_writer(linked / "valid", {"loss": series["loss"], "lr": series["lr"]})
+    (linked / "train").symlink_to(tmp_path / "exp" / "train", target_is_directory=True)
+    run = analyze_run(linked).run
+    assert _originals(run, LOSS) == {"loss"} and not run.has(EVAL_LOSS)

@@ -4,8 +4,10 @@ readers/tensorboard.py."""
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
+import stat
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -97,15 +99,16 @@ def _tag_metric(tag: str) -> str:
     return canonical_metric(tag)
 
 
-def metric_names(tags: list[str], path: Path) -> list[str | None]:
-    """The metric name of each tag of one event file at `path` (None: not a per-step signal).
+def metric_names(tags: list[str], path: Path, display_path: str) -> list[str | None]:
+    """The metric name of each tag of one event file at `path` (None: not a per-step signal);
+    `display_path` is the file's path inside the input (how far up the input reaches).
 
     No two tags share a name: when several map to one canonical metric, the spelling
     `metric_preference` ranks best takes it and the others keep their tags.
     """
     kept = [tag for tag in tags if metric_name(tag) is not None]
     names = canonical_metrics(kept, mapper=_tag_metric)
-    if _is_split_directory(path):
+    if _is_split_directory(path, display_path):
         names = [
             _split_directory_name(tag, name, path) if "/" not in tag else name
             for tag, name in zip(kept, names, strict=True)
@@ -114,19 +117,32 @@ def metric_names(tags: list[str], path: Path) -> list[str | None]:
     return [unique.get(tag) for tag in tags]
 
 
-def _is_split_directory(path: Path) -> bool:
+def _is_split_directory(path: Path, display_path: str) -> bool:
+    """Whether the file's folder is one split beside another, both inside the input: the folder
+    the input itself names (or one holding a file named alone) has its siblings outside it, and
+    tscope looks at nothing outside the input (docs/security.md)."""
+    if len(PurePosixPath(display_path).parts) < 2:
+        return False
     split = path.parent.name.lower()
     if not _SPLIT_DIRECTORY.match(split):
         return False
     siblings = (*_TRAIN_DIRECTORIES, *_EVAL_DIRECTORIES)
-    return any((path.parent.parent / sibling).is_dir() for sibling in siblings if sibling != split)
+    return any(_is_folder(path.parent.parent / name) for name in siblings if name != split)
+
+
+def _is_folder(path: Path) -> bool:
+    """A folder that is not a symlink (lstat: a link is never followed, as discovery does)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _split_directory_name(tag: str, name: str, path: Path) -> str:
     directory = path.parent.name
     split = directory.lower()
     own = f"{directory}/{tag.strip()}"
-    if split == "train" and (path.parent.parent / _FAIRSEQ_INTERVAL_DIRECTORY).is_dir():
+    if split == "train" and _is_folder(path.parent.parent / _FAIRSEQ_INTERVAL_DIRECTORY):
         return f"{own} (epoch mean)"
     if split in _EVAL_DIRECTORIES:
         return EVAL_LOSS if name in (LOSS, EVAL_LOSS) else own
