@@ -174,3 +174,19 @@ def test_a_split_folder_looks_for_its_sibling_splits_only_inside_the_input(tmp_p
     (linked / "train").symlink_to(tmp_path / "exp" / "train", target_is_directory=True)
     run = analyze_run(linked).run
     assert _originals(run, LOSS) == {"loss"} and not run.has(EVAL_LOSS)
+
+
+def test_deepspeeds_wandb_monitor_series_are_not_put_on_a_samples_step_axis(tmp_path: Path) -> None:
+    """DeepSpeed's W&B monitor logs `Train/Samples/*` with `step=global_samples`: a history dump's
+    `_step` counts samples, which only the TensorBoard reader converts. Read as the run's loss,
+    an incident at step 240 would be reported at "step 122,880"; the series keep their names."""
+    rows = [
+        {"_step": step * 512, "Train/Samples/train_loss": 3.0, "Train/Samples/lr": 1e-3}
+        for step in range(1, 201)
+    ]
+    run_dir = tmp_path / "deepspeed_wandb"
+    run_dir.mkdir()
+    (run_dir / "history.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    run = analyze_run(run_dir).run
+    assert not run.has(LOSS) and not run.has(LEARNING_RATE)
+    assert run.has("Train/Samples/train_loss")

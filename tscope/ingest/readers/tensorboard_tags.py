@@ -19,7 +19,7 @@ from tscope.ingest.logs.table_columns import unique_metric_names
 from tscope.ingest.readers.event_proto import decode_hparams
 from tscope.ingest.readers.protobuf_wire import WireFormatError
 from tscope.model import Caveat
-from tscope.model.metric_names import EVAL_LOSS, LOSS
+from tscope.model.metric_names import EVAL_LOSS, LEARNING_RATE, LOSS, LOSS_SCALE
 
 # torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
 _TEXT_TAG_SUFFIX = "/text_summary"
@@ -90,6 +90,8 @@ def metric_name(tag: str) -> str | None:
 
 
 def _tag_metric(tag: str) -> str:
+    if tag in DEEPSPEED_SAMPLES_SERIES:
+        return DEEPSPEED_SAMPLES_SERIES[tag]
     for group in _MEGATRON_TAG_GROUPS:
         if tag.startswith(group):
             series = tag[len(group) :]
@@ -194,6 +196,13 @@ def _flatten_into(config: dict[str, Any], values: dict[str, Any], prefix: str, d
 # is DeepSpeed's own step counter at the time of the write (the loss is written in backward(),
 # before the step moves the counter; the LR in step(), after it).
 DEEPSPEED_SAMPLES_GROUP = "Train/Samples/"
+# Named here, not in logs/names.py: only this reader moves their x-axis from samples to steps
+# (DeepSpeed's W&B and CSV monitors write the same names against samples as well).
+DEEPSPEED_SAMPLES_SERIES = {
+    f"{DEEPSPEED_SAMPLES_GROUP}train_loss": LOSS,
+    f"{DEEPSPEED_SAMPLES_GROUP}lr": LEARNING_RATE,
+    f"{DEEPSPEED_SAMPLES_GROUP}loss_scale": LOSS_SCALE,
+}
 
 
 def samples_axis_to_steps(
