@@ -190,3 +190,28 @@ def test_deepspeeds_wandb_monitor_series_are_not_put_on_a_samples_step_axis(tmp_
     run = analyze_run(run_dir).run
     assert not run.has(LOSS) and not run.has(LEARNING_RATE)
     assert run.has("Train/Samples/train_loss")
+
+
+@pytest.mark.parametrize("monitor_folder", ["runs", "DeepSpeedJobName"], ids=["same", "beside"])
+def test_deepspeeds_monitor_beside_the_trainers_own_tensorboard(
+    monitor_folder: str, tmp_path: Path
+) -> None:
+    """The Trainer with `tensorboard.enabled` in its DeepSpeed config: the Trainer's `train/loss`
+    (steps) and the monitor's `Train/Samples/train_loss` (samples / batch) are two series of one
+    run. Both named train/loss, they merged into one with resumes at steps 0 and 1 (one folder)
+    or were refused as two separate runs (two folders)."""
+    series = run_series(lr_jump=False)
+    write_summary_writer(
+        tmp_path / "run" / "runs",
+        {"train/loss": series["loss"], "train/learning_rate": series["lr"]},
+    )
+    writer = torch_tensorboard.SummaryWriter(log_dir=str(tmp_path / "run" / monitor_folder))
+    for step, (loss, lr) in enumerate(zip(series["loss"], series["lr"], strict=True)):
+        writer.add_scalar("Train/Samples/train_loss", float(loss), step * 8)
+        writer.add_scalar("Train/Samples/lr", float(lr), (step + 1) * 8)
+    writer.close()
+    run = analyze_run(tmp_path / "run").run
+    assert _originals(run, LOSS) == {"train/loss"}
+    assert _originals(run, LEARNING_RATE) == {"train/learning_rate"}
+    assert run.has("Train/Samples/train_loss") and run.has("Train/Samples/lr")
+    assert not run.events_of("resume")

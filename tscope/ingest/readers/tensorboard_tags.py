@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -18,7 +19,7 @@ from tscope.ingest.logs.names import canonical_metric, canonical_metrics
 from tscope.ingest.logs.table_columns import unique_metric_names
 from tscope.ingest.readers.event_proto import decode_hparams
 from tscope.ingest.readers.protobuf_wire import WireFormatError
-from tscope.model import Caveat
+from tscope.model import Caveat, LogRead, MetricTable, TextColumn
 from tscope.model.metric_names import EVAL_LOSS, LEARNING_RATE, LOSS, LOSS_SCALE
 
 # torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
@@ -244,3 +245,38 @@ def _why_no_batch(points: int) -> str:
     if points < 2:
         return "one point alone does not show the batch size"
     return "their spacing is not one fixed batch (a batch-size ramp, or points left out)"
+
+
+def keep_samples_series_apart(reads: list[LogRead]) -> list[LogRead]:
+    """`reads` with DeepSpeed's monitor series back under their own tags wherever another file
+    of the run logs the same metric itself (the Trainer's or Megatron's TensorBoard beside the
+    monitor's, with `tensorboard.enabled` in the DeepSpeed config): one metric from two writers is
+    two series, not one. Merged, the two read as segments of one run (resumes at steps 0 and 1)
+    in one folder, and as two separate runs (refused) in two."""
+    native: set[str] = set()
+    for read in reads:
+        metric, original = read.metrics.metric, read.metrics.original_name
+        if not metric.codes.size:
+            continue
+        from_monitor = _from_monitor(original.labels)[original.codes]
+        native.update(metric.labels[code] for code in np.unique(metric.codes[~from_monitor]))
+    if not native:
+        return reads
+    kept = []
+    for read in reads:
+        table = read.metrics
+        metric, original = table.metric, table.original_name
+        taken = np.asarray([label in native for label in metric.labels], dtype=bool)
+        apart = _from_monitor(original.labels)[original.codes] & taken[metric.codes]
+        if not apart.any():
+            kept.append(read)
+            continue
+        codes = np.where(apart, len(metric.labels) + original.codes, metric.codes)
+        renamed = TextColumn(codes, (*metric.labels, *original.labels))
+        metrics = MetricTable(table.step, renamed, table.value, table.source, original, table.order)
+        kept.append(replace(read, metrics=metrics))
+    return kept
+
+
+def _from_monitor(tags: tuple[str, ...]) -> np.ndarray:
+    return np.asarray([tag in DEEPSPEED_SAMPLES_SERIES for tag in tags], dtype=bool)
