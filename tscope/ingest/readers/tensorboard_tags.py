@@ -253,13 +253,18 @@ def keep_samples_series_apart(reads: list[LogRead]) -> list[LogRead]:
     monitor's, with `tensorboard.enabled` in the DeepSpeed config): one metric from two writers is
     two series, not one. Merged, the two read as segments of one run (resumes at steps 0 and 1)
     in one folder, and as two separate runs (refused) in two."""
+    if not any(_from_monitor(read.metrics.original_name.labels).any() for read in reads):
+        return reads  # no monitor series: no pass over any row
     native: set[str] = set()
     for read in reads:
         metric, original = read.metrics.metric, read.metrics.original_name
-        if not metric.codes.size:
+        from_monitor = _from_monitor(original.labels)
+        if not from_monitor.any():
+            native.update(metric.used_labels())
             continue
-        from_monitor = _from_monitor(original.labels)[original.codes]
-        native.update(metric.labels[code] for code in np.unique(metric.codes[~from_monitor]))
+        own = metric.codes[~from_monitor[original.codes]]
+        held = np.bincount(own, minlength=len(metric.labels)) > 0
+        native.update(label for label, is_held in zip(metric.labels, held, strict=True) if is_held)
     if not native:
         return reads
     kept = []
