@@ -33,7 +33,7 @@ from tests.stack_runs import (
     write_run,
     write_summary_writer,
 )
-from tscope.model.metric_names import EVAL_LOSS, LEARNING_RATE, LOSS
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.pipeline import analyze_run
 
 
@@ -215,3 +215,21 @@ def test_deepspeeds_monitor_beside_the_trainers_own_tensorboard(
     assert _originals(run, LEARNING_RATE) == {"train/learning_rate"}
     assert run.has("Train/Samples/train_loss") and run.has("Train/Samples/lr")
     assert not run.events_of("resume")
+
+
+@pytest.mark.parametrize(
+    ("columns", "winner"),
+    [
+        (["Epoch/Loss", "Loss/train"], "Loss/train"),  # per-epoch mean vs the per-step loss
+        (["cross_entropy_loss", "loss"], "loss"),  # a part of the loss vs the total
+        (["Learning/Grad_Norm", "learning/raw_grad_norm"], "learning/raw_grad_norm"),
+    ],
+)
+def test_a_second_choice_loses_in_any_spelling(columns: list[str], winner: str) -> None:
+    """`epoch_loss`, `ce_loss` and MaxText's clipped norm lose to the step-level series however
+    they are spelled (`Epoch/Loss` maps to the loss as `epoch_loss` does): listed first, they
+    took the name."""
+    from tscope.ingest.logs.table_columns import canonical_column_names
+
+    named = dict(canonical_column_names(columns))
+    assert [column for column, name in named.items() if name in (LOSS, GRAD_NORM)] == [winner]

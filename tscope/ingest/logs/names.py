@@ -133,6 +133,10 @@ _SECOND_CHOICE_KEYS = frozenset(
 )
 
 
+def _squeezed(key: str) -> str:
+    return re.sub(r"[_/.]", "", key)
+
+
 def _normalize_key(name: str) -> str:
     key = name.strip().lower()
     key = re.sub(r"[\s\-]+", "_", key)
@@ -141,11 +145,13 @@ def _normalize_key(name: str) -> str:
     return key
 
 
+# The second choices in any spelling canonical_metric maps through _SQUEEZED (`Epoch/Loss`,
+# `cross_entropy_loss`): a per-epoch or partial loss loses to a per-step total in every spelling.
+_SECOND_CHOICE_SQUEEZED = frozenset(_squeezed(key) for key in _SECOND_CHOICE_KEYS)
+
 # The same names with separators squeezed out (`GradNorm`, `LearningRate`, `trainLoss`, the
 # PyTorch TensorBoard tutorial's tags) and the tags that put the split last (`Loss/train`).
-_SQUEEZED = {
-    re.sub(r"[_/.]", "", key): value for key, value in _CANONICAL.items() if "/" not in key
-}
+_SQUEEZED = {_squeezed(key): value for key, value in _CANONICAL.items() if "/" not in key}
 _SQUEEZED.update({"gnorm": GRAD_NORM, "gradnorm": GRAD_NORM})
 _SPLIT_SUFFIXES = {
     "train": "",
@@ -188,7 +194,7 @@ def canonical_metric(name: str) -> str:
         key = _SPLIT_SUFFIXES[split] + base  # "loss/train" -> "loss", "loss/val" -> "val_loss"
         if key in _CANONICAL:
             return _CANONICAL[key]
-    squeezed = re.sub(r"[_/.]", "", key)
+    squeezed = _squeezed(key)
     if squeezed in _SQUEEZED:
         return _SQUEEZED[squeezed]
     return name.strip()
@@ -218,6 +224,6 @@ def metric_preference(name: str) -> int:
     key = _normalize_key(name)
     if key in _FIRST_CHOICE_KEYS or key.startswith(_FIRST_CHOICE_PREFIXES):
         return FIRST_CHOICE
-    if key in _SECOND_CHOICE_KEYS:
+    if key in _SECOND_CHOICE_KEYS or _squeezed(key) in _SECOND_CHOICE_SQUEEZED:
         return SECOND_CHOICE
     return CANONICAL_SPELLING if name.strip() == canonical_metric(name) else ORDINARY
