@@ -16,13 +16,13 @@ KINDS = ("warmup_cosine", "step_decay", "planted_jumps", "rounded", "random")
 
 
 def lr_jumps_loop(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
-    """The rule one point at a time, in order: the reference for the vectorized one. A point right
-    after a jump is not judged, and the change into a jump is left out of the slope window."""
+    """The rule one point at a time, in order: the reference for the vectorized one. The change
+    into a jump is left out of the slope window, except for the point right after it."""
     jumps: list[LrJump] = []
     for i in range(2, lrs.size):
         jumped = {jump.index for jump in jumps}
         if i - 1 in jumped:
-            continue
+            jumped = set()
         previous, earlier = lrs[i - 1], lrs[i - 2]
         if not (np.isfinite(lrs[i]) and np.isfinite(previous) and np.isfinite(earlier)):
             continue
@@ -108,4 +108,26 @@ def test_a_jump_soon_after_a_step_decay_drop_is_still_a_jump() -> None:
     lrs = np.where(steps >= 140, lrs * 0.1, lrs)
     found = [(jump.step, round(jump.factor, 2)) for jump in lr_jumps(steps, lrs)]
     assert found == [(105, 0.1), (120, 11.04), (140, 0.1)]
+    assert lr_jumps(steps, lrs) == lr_jumps_loop(steps, lrs)
+
+
+@pytest.mark.parametrize(
+    ("second", "factor"),
+    [(10.0, 10.0), (2000.0, 2000.0)],
+    ids=["x10-then-x10", "drop-to-0.01x-then-x20-above"],
+)
+@pytest.mark.parametrize("every", [1, 5])
+def test_a_second_jump_right_after_the_first_is_still_a_jump(
+    second: float, factor: float, every: int
+) -> None:
+    """Two breaks on consecutive logged points: a ×10 staircase, or an LR that drops to 1% for
+    one point and then lands 20× above the schedule. The second is a jump of its own (main found
+    it); not judging the point after a jump hid it."""
+    steps = np.arange(0, 300, every, dtype=np.int64)
+    lrs = 1e-3 * (1 - steps / 600)
+    at = int(np.searchsorted(steps, 150))
+    lrs[at:] *= 10.0 if second == 10.0 else 0.01
+    lrs[at + 1 :] *= second
+    found = {jump.step: jump.factor for jump in lr_jumps(steps, lrs)}
+    assert found.get(int(steps[at + 1]), 0.0) > 0.9 * factor, found
     assert lr_jumps(steps, lrs) == lr_jumps_loop(steps, lrs)

@@ -33,7 +33,7 @@ from tests.stack_runs import (
     write_run,
     write_summary_writer,
 )
-from tscope.model.metric_names import EVAL_LOSS, LEARNING_RATE, LOSS
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.pipeline import analyze_run
 
 
@@ -157,3 +157,79 @@ def test_epoch_loss_is_the_loss_beside_a_batch_size_column() -> None:
 
     assert canonical_metrics(["batch_size", "epoch_loss"]) == ["batch_size", LOSS]
     assert canonical_metrics(["batch_loss", "epoch_loss"]) == [LOSS, "epoch_loss"]
+
+
+def test_a_split_folder_looks_for_its_sibling_splits_only_inside_the_input(tmp_path: Path) -> None:
+    """`tscope analyze exp/valid` reads nothing outside `exp/valid`: the `train/` beside it is not
+    the input's, so `valid/`'s `loss` keeps its tag (a lone folder); a `train` that is a symlink
+    inside the input is not followed either (docs/security.md)."""
+    series = run_series(lr_jump=False)
+    write_summary_writer(tmp_path / "exp" / "valid", {"loss": series["loss"], "lr": series["lr"]})
+    (tmp_path / "exp" / "train").mkdir()
+    alone = analyze_run(tmp_path / "exp" / "valid").run
+    assert _originals(alone, LOSS) == {"loss"} and not alone.has(EVAL_LOSS)
+
+    linked = tmp_path / "linked"
+    write_summary_writer(linked / "valid", {"loss": series["loss"], "lr": series["lr"]})
+    (linked / "train").symlink_to(tmp_path / "exp" / "train", target_is_directory=True)
+    run = analyze_run(linked).run
+    assert _originals(run, LOSS) == {"loss"} and not run.has(EVAL_LOSS)
+
+
+def test_deepspeeds_wandb_monitor_series_are_not_put_on_a_samples_step_axis(tmp_path: Path) -> None:
+    """DeepSpeed's W&B monitor logs `Train/Samples/*` with `step=global_samples`: a history dump's
+    `_step` counts samples, which only the TensorBoard reader converts. Read as the run's loss,
+    an incident at step 240 would be reported at "step 122,880"; the series keep their names."""
+    rows = [
+        {"_step": step * 512, "Train/Samples/train_loss": 3.0, "Train/Samples/lr": 1e-3}
+        for step in range(1, 201)
+    ]
+    run_dir = tmp_path / "deepspeed_wandb"
+    run_dir.mkdir()
+    (run_dir / "history.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    run = analyze_run(run_dir).run
+    assert not run.has(LOSS) and not run.has(LEARNING_RATE)
+    assert run.has("Train/Samples/train_loss")
+
+
+@pytest.mark.parametrize("monitor_folder", ["runs", "DeepSpeedJobName"], ids=["same", "beside"])
+def test_deepspeeds_monitor_beside_the_trainers_own_tensorboard(
+    monitor_folder: str, tmp_path: Path
+) -> None:
+    """The Trainer with `tensorboard.enabled` in its DeepSpeed config: the Trainer's `train/loss`
+    (steps) and the monitor's `Train/Samples/train_loss` (samples / batch) are two series of one
+    run. Both named train/loss, they merged into one with resumes at steps 0 and 1 (one folder)
+    or were refused as two separate runs (two folders)."""
+    series = run_series(lr_jump=False)
+    write_summary_writer(
+        tmp_path / "run" / "runs",
+        {"train/loss": series["loss"], "train/learning_rate": series["lr"]},
+    )
+    writer = torch_tensorboard.SummaryWriter(log_dir=str(tmp_path / "run" / monitor_folder))
+    for step, (loss, lr) in enumerate(zip(series["loss"], series["lr"], strict=True)):
+        writer.add_scalar("Train/Samples/train_loss", float(loss), step * 8)
+        writer.add_scalar("Train/Samples/lr", float(lr), (step + 1) * 8)
+    writer.close()
+    run = analyze_run(tmp_path / "run").run
+    assert _originals(run, LOSS) == {"train/loss"}
+    assert _originals(run, LEARNING_RATE) == {"train/learning_rate"}
+    assert run.has("Train/Samples/train_loss") and run.has("Train/Samples/lr")
+    assert not run.events_of("resume")
+
+
+@pytest.mark.parametrize(
+    ("columns", "winner"),
+    [
+        (["Epoch/Loss", "Loss/train"], "Loss/train"),  # per-epoch mean vs the per-step loss
+        (["cross_entropy_loss", "loss"], "loss"),  # a part of the loss vs the total
+        (["Learning/Grad_Norm", "learning/raw_grad_norm"], "learning/raw_grad_norm"),
+    ],
+)
+def test_a_second_choice_loses_in_any_spelling(columns: list[str], winner: str) -> None:
+    """`epoch_loss`, `ce_loss` and MaxText's clipped norm lose to the step-level series however
+    they are spelled (`Epoch/Loss` maps to the loss as `epoch_loss` does): listed first, they
+    took the name."""
+    from tscope.ingest.logs.table_columns import canonical_column_names
+
+    named = dict(canonical_column_names(columns))
+    assert [column for column, name in named.items() if name in (LOSS, GRAD_NORM)] == [winner]

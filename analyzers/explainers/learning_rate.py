@@ -55,11 +55,13 @@ def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
 
     Point i is judged against a linear extrapolation of points i-2 and i-1 (scaled by the step
     gaps) and the largest per-point change among the (up to) three intervals before it. A jump
-    is a break of the schedule, not its shape, so after one (at i-1) the extrapolation would span
-    the break and point i is not judged, and the change into it is left out of the slope window
-    of the points after. (With every step logged a break three points back is rare; with the
-    Trainer's `logging_steps` 5, a ×0.1 step-decay drop 15 steps before a planted ×11 jump hid
-    it, bench/ood run ood13.) Points where i, i-1 or i-2 is not finite are skipped.
+    is a break of the schedule, not its shape, so the change into it is left out of the slope
+    window of the points after it. (With every step logged a break three points back is rare; with
+    the Trainer's `logging_steps` 5, a ×0.1 step-decay drop 15 steps before a planted ×11 jump hid
+    it, bench/ood run ood13.) The point right after a jump keeps the break's change in its window:
+    its extrapolation spans the break (without it a resumed run's re-warm-up read as a jump,
+    ood17), yet a second break as large as the first (a ×10 then another ×10, a drop to ~0 then
+    ×20 above the schedule) is still one. Points where i, i-1 or i-2 is not finite are skipped.
 
     Everything but the order-dependent part is computed over whole arrays; only the points that
     move by LR_JUMP_MIN_RELATIVE (a handful in a smooth schedule) are then walked in order: a
@@ -82,11 +84,13 @@ def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
     broken: set[int] = set()  # points judged jumps
     for k in np.flatnonzero(finite & (relative >= LR_JUMP_MIN_RELATIVE)).tolist():
         point = k + 2
-        if point - 1 in broken:
-            continue
+        after_break = point - 1 in broken
         # The changes into points point-3 … point-1 (fewer at the start); a NaN among them
         # makes the max NaN and the point is not judged, as a non-finite neighbour is not.
-        window = [0.0 if j in broken else slopes[j - 1] for j in range(max(1, point - 3), point)]
+        window = [
+            0.0 if j in broken and not after_break else slopes[j - 1]
+            for j in range(max(1, point - 3), point)
+        ]
         typical = float(np.max(window)) * max(float(gap[k]), 1.0)
         if residual[k] > LR_JUMP_SLOPE_MULTIPLE * typical:
             broken.add(point)

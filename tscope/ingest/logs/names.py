@@ -16,7 +16,7 @@ Where each training stack's spellings come from (read in the producers' source, 
 | MaxText (trainers/pre_train/train.py, common/metric_logger.py) | `learning/loss` | `eval/avg_loss` | `learning/current_learning_rate` | `learning/raw_grad_norm` (before clipping), `learning/grad_norm` (after) | |
 | NeMo 1/2 (megatron_gpt_model.py, lightning/megatron_strategy.py, optim/base.py) | `reduced_train_loss` | `val_loss` | `lr` | `grad_norm` | `loss_scale` |
 | Megatron-LM TensorBoard (training/training.py) | `lm loss` | `lm loss validation` | `learning-rate` | `grad-norm` | `loss-scale` |
-| DeepSpeed monitor (runtime/engine.py; x-axis: samples) | `Train/Samples/train_loss` | | `Train/Samples/lr` | | `Train/Samples/loss_scale` |
+| DeepSpeed monitor (runtime/engine.py; x-axis: samples; TensorBoard only) | `Train/Samples/train_loss` | | `Train/Samples/lr` | | `Train/Samples/loss_scale` |
 | fairseq (fairseq_cli/train.py, logging/progress_bar.py) | `loss` in `train_inner/` | `loss` in `valid/` | `lr` | `gnorm` | `loss_scale` |
 | Levanter (callbacks/_metrics.py, tracker/helpers.py, analysis/tree_stats.py, eval.py) | `train/loss` | `eval/loss` | `optim/learning_rate` | `grad/norm/total` | `optim/skipped_step` |
 | nanotron (trainer.py) | `lm_loss` | | `lr` | `grad_norm` | |
@@ -93,10 +93,9 @@ _CANONICAL = {
     "eval/avg_loss": EVAL_LOSS,
     # NeMo: the loss averaged over the data-parallel group.
     "reduced_train_loss": LOSS,
-    # DeepSpeed's monitor ("Train/Samples/..." with "train/" dropped).
-    "samples/train_loss": LOSS,
-    "samples/lr": LEARNING_RATE,
-    "samples/loss_scale": LOSS_SCALE,
+    # DeepSpeed's monitor (`Train/Samples/...`) is mapped by the TensorBoard reader alone, which
+    # puts its samples axis on steps (tensorboard_tags.DEEPSPEED_SAMPLES_SERIES): its W&B and CSV
+    # monitors write the same names at x = samples, which a table's step column would take as steps.
     # Levanter.
     "optim/learning_rate": LEARNING_RATE,
     "grad/norm/total": GRAD_NORM,
@@ -134,6 +133,10 @@ _SECOND_CHOICE_KEYS = frozenset(
 )
 
 
+def _squeezed(key: str) -> str:
+    return re.sub(r"[_/.]", "", key)
+
+
 def _normalize_key(name: str) -> str:
     key = name.strip().lower()
     key = re.sub(r"[\s\-]+", "_", key)
@@ -142,11 +145,13 @@ def _normalize_key(name: str) -> str:
     return key
 
 
+# The second choices in any spelling canonical_metric maps through _SQUEEZED (`Epoch/Loss`,
+# `cross_entropy_loss`): a per-epoch or partial loss loses to a per-step total in every spelling.
+_SECOND_CHOICE_SQUEEZED = frozenset(_squeezed(key) for key in _SECOND_CHOICE_KEYS)
+
 # The same names with separators squeezed out (`GradNorm`, `LearningRate`, `trainLoss`, the
 # PyTorch TensorBoard tutorial's tags) and the tags that put the split last (`Loss/train`).
-_SQUEEZED = {
-    re.sub(r"[_/.]", "", key): value for key, value in _CANONICAL.items() if "/" not in key
-}
+_SQUEEZED = {_squeezed(key): value for key, value in _CANONICAL.items() if "/" not in key}
 _SQUEEZED.update({"gnorm": GRAD_NORM, "gradnorm": GRAD_NORM})
 _SPLIT_SUFFIXES = {
     "train": "",
@@ -189,7 +194,7 @@ def canonical_metric(name: str) -> str:
         key = _SPLIT_SUFFIXES[split] + base  # "loss/train" -> "loss", "loss/val" -> "val_loss"
         if key in _CANONICAL:
             return _CANONICAL[key]
-    squeezed = re.sub(r"[_/.]", "", key)
+    squeezed = _squeezed(key)
     if squeezed in _SQUEEZED:
         return _SQUEEZED[squeezed]
     return name.strip()
@@ -219,6 +224,6 @@ def metric_preference(name: str) -> int:
     key = _normalize_key(name)
     if key in _FIRST_CHOICE_KEYS or key.startswith(_FIRST_CHOICE_PREFIXES):
         return FIRST_CHOICE
-    if key in _SECOND_CHOICE_KEYS:
+    if key in _SECOND_CHOICE_KEYS or _squeezed(key) in _SECOND_CHOICE_SQUEEZED:
         return SECOND_CHOICE
     return CANONICAL_SPELLING if name.strip() == canonical_metric(name) else ORDINARY

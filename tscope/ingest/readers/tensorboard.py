@@ -268,7 +268,7 @@ def _first_wall_time(buffer: bytes, records: Records, usable: np.ndarray) -> flo
 
 
 def _metric_table(decoded: _Decoded, path: Path, source: str) -> tuple[MetricTable, list[Caveat]]:
-    names = metric_names(decoded.tags, path)
+    names = metric_names(decoded.tags, path, source)
     kept_tag = np.asarray([name is not None for name in names], dtype=bool)
     keep = kept_tag[decoded.tag_id] if decoded.tag_id.size else np.zeros(0, dtype=bool)
     if not keep.any():

@@ -4,8 +4,11 @@ readers/tensorboard.py."""
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
+import stat
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -16,8 +19,8 @@ from tscope.ingest.logs.names import canonical_metric, canonical_metrics
 from tscope.ingest.logs.table_columns import unique_metric_names
 from tscope.ingest.readers.event_proto import decode_hparams
 from tscope.ingest.readers.protobuf_wire import WireFormatError
-from tscope.model import Caveat
-from tscope.model.metric_names import EVAL_LOSS, LOSS
+from tscope.model import Caveat, LogRead, MetricTable, TextColumn
+from tscope.model.metric_names import EVAL_LOSS, LEARNING_RATE, LOSS, LOSS_SCALE
 
 # torch's SummaryWriter.add_text appends this to the tag (torch/utils/tensorboard/summary.py).
 _TEXT_TAG_SUFFIX = "/text_summary"
@@ -88,6 +91,8 @@ def metric_name(tag: str) -> str | None:
 
 
 def _tag_metric(tag: str) -> str:
+    if tag in DEEPSPEED_SAMPLES_SERIES:
+        return DEEPSPEED_SAMPLES_SERIES[tag]
     for group in _MEGATRON_TAG_GROUPS:
         if tag.startswith(group):
             series = tag[len(group) :]
@@ -97,15 +102,16 @@ def _tag_metric(tag: str) -> str:
     return canonical_metric(tag)
 
 
-def metric_names(tags: list[str], path: Path) -> list[str | None]:
-    """The metric name of each tag of one event file at `path` (None: not a per-step signal).
+def metric_names(tags: list[str], path: Path, display_path: str) -> list[str | None]:
+    """The metric name of each tag of one event file at `path` (None: not a per-step signal);
+    `display_path` is the file's path inside the input (how far up the input reaches).
 
     No two tags share a name: when several map to one canonical metric, the spelling
     `metric_preference` ranks best takes it and the others keep their tags.
     """
     kept = [tag for tag in tags if metric_name(tag) is not None]
     names = canonical_metrics(kept, mapper=_tag_metric)
-    if _is_split_directory(path):
+    if _is_split_directory(path, display_path):
         names = [
             _split_directory_name(tag, name, path) if "/" not in tag else name
             for tag, name in zip(kept, names, strict=True)
@@ -114,19 +120,32 @@ def metric_names(tags: list[str], path: Path) -> list[str | None]:
     return [unique.get(tag) for tag in tags]
 
 
-def _is_split_directory(path: Path) -> bool:
+def _is_split_directory(path: Path, display_path: str) -> bool:
+    """Whether the file's folder is one split beside another, both inside the input: the folder
+    the input itself names (or one holding a file named alone) has its siblings outside it, and
+    tscope looks at nothing outside the input (docs/security.md)."""
+    if len(PurePosixPath(display_path).parts) < 2:
+        return False
     split = path.parent.name.lower()
     if not _SPLIT_DIRECTORY.match(split):
         return False
     siblings = (*_TRAIN_DIRECTORIES, *_EVAL_DIRECTORIES)
-    return any((path.parent.parent / sibling).is_dir() for sibling in siblings if sibling != split)
+    return any(_is_folder(path.parent.parent / name) for name in siblings if name != split)
+
+
+def _is_folder(path: Path) -> bool:
+    """A folder that is not a symlink (lstat: a link is never followed, as discovery does)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _split_directory_name(tag: str, name: str, path: Path) -> str:
     directory = path.parent.name
     split = directory.lower()
     own = f"{directory}/{tag.strip()}"
-    if split == "train" and (path.parent.parent / _FAIRSEQ_INTERVAL_DIRECTORY).is_dir():
+    if split == "train" and _is_folder(path.parent.parent / _FAIRSEQ_INTERVAL_DIRECTORY):
         return f"{own} (epoch mean)"
     if split in _EVAL_DIRECTORIES:
         return EVAL_LOSS if name in (LOSS, EVAL_LOSS) else own
@@ -178,6 +197,13 @@ def _flatten_into(config: dict[str, Any], values: dict[str, Any], prefix: str, d
 # is DeepSpeed's own step counter at the time of the write (the loss is written in backward(),
 # before the step moves the counter; the LR in step(), after it).
 DEEPSPEED_SAMPLES_GROUP = "Train/Samples/"
+# Named here, not in logs/names.py: only this reader moves their x-axis from samples to steps
+# (DeepSpeed's W&B and CSV monitors write the same names against samples as well).
+DEEPSPEED_SAMPLES_SERIES = {
+    f"{DEEPSPEED_SAMPLES_GROUP}train_loss": LOSS,
+    f"{DEEPSPEED_SAMPLES_GROUP}lr": LEARNING_RATE,
+    f"{DEEPSPEED_SAMPLES_GROUP}loss_scale": LOSS_SCALE,
+}
 
 
 def samples_axis_to_steps(
@@ -219,3 +245,43 @@ def _why_no_batch(points: int) -> str:
     if points < 2:
         return "one point alone does not show the batch size"
     return "their spacing is not one fixed batch (a batch-size ramp, or points left out)"
+
+
+def keep_samples_series_apart(reads: list[LogRead]) -> list[LogRead]:
+    """`reads` with DeepSpeed's monitor series back under their own tags wherever another file
+    of the run logs the same metric itself (the Trainer's or Megatron's TensorBoard beside the
+    monitor's, with `tensorboard.enabled` in the DeepSpeed config): one metric from two writers is
+    two series, not one. Merged, the two read as segments of one run (resumes at steps 0 and 1)
+    in one folder, and as two separate runs (refused) in two."""
+    if not any(_from_monitor(read.metrics.original_name.labels).any() for read in reads):
+        return reads  # no monitor series: no pass over any row
+    native: set[str] = set()
+    for read in reads:
+        metric, original = read.metrics.metric, read.metrics.original_name
+        from_monitor = _from_monitor(original.labels)
+        if not from_monitor.any():
+            native.update(metric.used_labels())
+            continue
+        own = metric.codes[~from_monitor[original.codes]]
+        held = np.bincount(own, minlength=len(metric.labels)) > 0
+        native.update(label for label, is_held in zip(metric.labels, held, strict=True) if is_held)
+    if not native:
+        return reads
+    kept = []
+    for read in reads:
+        table = read.metrics
+        metric, original = table.metric, table.original_name
+        taken = np.asarray([label in native for label in metric.labels], dtype=bool)
+        apart = _from_monitor(original.labels)[original.codes] & taken[metric.codes]
+        if not apart.any():
+            kept.append(read)
+            continue
+        codes = np.where(apart, len(metric.labels) + original.codes, metric.codes)
+        renamed = TextColumn(codes, (*metric.labels, *original.labels))
+        metrics = MetricTable(table.step, renamed, table.value, table.source, original, table.order)
+        kept.append(replace(read, metrics=metrics))
+    return kept
+
+
+def _from_monitor(tags: tuple[str, ...]) -> np.ndarray:
+    return np.asarray([tag in DEEPSPEED_SAMPLES_SERIES for tag in tags], dtype=bool)
