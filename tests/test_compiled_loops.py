@@ -258,8 +258,13 @@ def _awkward_series(rng: np.random.Generator, size: int, kind: int) -> np.ndarra
 def test_rolling_mean_std_same_as_pandas() -> None:
     """spike_score's rolling mean and std over the previous 1,000 points come from the compiled
     loop on long series (no pandas import): pandas' numbers bit for bit, its recompute of a
-    numerically unstable window included."""
+    numerically unstable window included. The loop follows pandas 3's rolling algorithm; pandas 2
+    (Python 3.10, where pandas 3 does not install) may differ in the last bits, so the bit-for-bit
+    comparison is made against pandas 3 only."""
     import pandas as pd
+
+    if int(pd.__version__.split(".")[0]) < 3:
+        pytest.skip("the compiled rolling mean/std follows pandas 3's algorithm")
 
     from tscope.analyzers.detectors.compiled_loops import compiled_rolling_mean_std
 
