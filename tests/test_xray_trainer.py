@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from tscope.analyzers.xray import xray_findings
 from tscope.cli import app
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
+from tscope.torchrun import free_port
 from tscope.xray.trainer_run import read_settings, xray_trainer_run
 
 MAKE_RUN = Path(__file__).resolve().parent / "xray_trainer_run.py"
@@ -46,7 +47,7 @@ def two_rank_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("xray-dp2") / "run"
     subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         "--master_port=29561", str(MAKE_RUN), str(out), "--accumulation", "2",
+         f"--master_port={free_port()}", str(MAKE_RUN), str(out), "--accumulation", "2",
          "--no-average-tokens"],
         check=True, capture_output=True, env=_environment(), timeout=600,
     )  # fmt: skip
