@@ -7,6 +7,9 @@ benchmark lacks, averaged logging, fp16 with a GradScaler, another optimizer, a 
 evaluation loop, a larger model) and is trained twice: once healthy and once with one planted
 cause, drawn at a random step and strength by the benchmark's own `_plant`. The producers,
 planting, scoring and cause windows are the benchmark's (imported); only the draw is new.
+A second block (`SECOND_BLOCK`, indices from 32) names its planted cause per setup: Lightning's
+loggers, logging intervals, bf16-mixed and accumulation, the Trainer's `cosine_with_min_lr` and
+a run preempted twice, and a nanoGPT loop writing a CSV with its own column names.
 
 A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
 a step-decay drop that the schedule itself does is part of the run, not an incident.
