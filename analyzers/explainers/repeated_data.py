@@ -80,6 +80,13 @@ MAX_SMOOTHNESS = 0.05
 # repetitions reach 0.77–0.97 (7 of 16 at ≤ 0.90).
 DEEP_MAX_SMOOTHNESS = 0.15
 DEEP_LOW_TO_LEVEL = 0.90
+# ...and only when the points before the stretch hold a level: their later half sits less than
+# that same margin, (1 − DEEP_LOW_TO_LEVEL) × level, under their earlier half. In a run's fast
+# first descent the fresh loss itself falls that far, so a stretch ending ≥ 10% under the median
+# before is the trend's, not memorisation's. Found on bench/ood's second block (2026-12-02): a
+# healthy Lightning run with accumulate_grad_batches=4 (ood42), steps 20–29 right after its
+# 10-step warm-up, 0.10 smooth and 0.77× the median of steps 0–19, whose later half sat 0.91
+# (23% of the level) under the earlier; mid-run planted repetitions come after a level.
 # Memorised batches score at or below the level before the repetition: the stretch's lowest loss
 # is ≤ this × the median of the BASELINE_POINTS before it (planted: 0.89–1.00 on dev; the
 # re-descent after lost weights, the other smooth phase, 1.22–1.50).
@@ -216,7 +223,9 @@ def _judge(
     lowest = float(np.nanmin(values[first:end]))
     if level <= 0 or lowest > MAX_LOW_TO_LEVEL * level:
         return None
-    deep = lowest <= DEEP_LOW_TO_LEVEL * level
+    half = before.size // 2
+    fall_before = float(np.median(before[:half]) - np.median(before[half:])) if half else 0.0
+    deep = lowest <= DEEP_LOW_TO_LEVEL * level and fall_before < (1 - DEEP_LOW_TO_LEVEL) * level
     if smoothness > (DEEP_MAX_SMOOTHNESS if deep else MAX_SMOOTHNESS):
         return None
     spread = robust_sigma(drop[max(0, first - CONTEXT_POINTS) : first])

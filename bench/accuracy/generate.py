@@ -106,7 +106,8 @@ def train(cache: Path, spec: RunSpec, script: Path | None = None) -> float:
             text=True,
         )
         (folder / f"output-{phase}.txt").write_text(completed.stdout[-20000:], encoding="utf-8")
-        expected = CRASH_EXIT_CODE if phase == "first" else 0
+        # "first" and bench/ood's "preempted-resume<n>" die like a node failure.
+        expected = CRASH_EXIT_CODE if phase == "first" or phase.startswith("preempted") else 0
         if completed.returncode != expected:
             raise RuntimeError(
                 f"{spec.name}/{phase}: exit {completed.returncode}, not {expected}:\n"

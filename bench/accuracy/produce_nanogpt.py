@@ -54,19 +54,31 @@ def between_phases(spec: RunSpec, run_dir: Path) -> list[str]:
     }[spec.cause]
 
 
+# bench/ood: a plain CSV a user's own loop writes, with its own column names.
+CUSTOM_CSV_HEADER = "iter,train/lm_loss,lr,gnorm\n"
+
+
 def log_format(spec: RunSpec) -> str:
-    return LOG_FORMATS[spec.index % len(LOG_FORMATS)]
+    chosen = str(knob(spec, "log_format"))  # bench/ood sets it ("custom_csv" too)
+    return chosen or LOG_FORMATS[spec.index % len(LOG_FORMATS)]
 
 
 class _Log:
     def __init__(self, run_dir: Path, spec: RunSpec) -> None:
         self.format = log_format(spec)
-        name = {"jsonl": "metrics.jsonl", "csv": "metrics.csv", "stdout": "train.log"}[self.format]
+        name = {
+            "jsonl": "metrics.jsonl",
+            "csv": "metrics.csv",
+            "custom_csv": "train_log.csv",
+            "stdout": "train.log",
+        }[self.format]
         self.path = run_dir / name
         fresh = not self.path.exists()
         self.file = self.path.open("a", encoding="utf-8")
         if fresh and self.format == "csv":
             self.file.write("iter,train_loss,lr,grad_norm\n")
+        if fresh and self.format == "custom_csv":
+            self.file.write(CUSTOM_CSV_HEADER)
 
     def write(
         self, iteration: int, loss: float, lr: float, grad_norm: float, seconds: float
@@ -74,7 +86,7 @@ class _Log:
         if self.format == "jsonl":
             record = {"iter": iteration, "loss": loss, "lr": lr, "grad_norm": grad_norm}
             self.file.write(json.dumps(record) + "\n")
-        elif self.format == "csv":
+        elif self.format in ("csv", "custom_csv"):
             self.file.write(f"{iteration},{loss:.6f},{lr:.6e},{grad_norm:.6f}\n")
         else:
             self.file.write(

@@ -35,11 +35,47 @@ EVAL_SAMPLES = 32  # the first blocks of the corpus, evaluated every `eval_every
 
 
 def phases(spec: RunSpec) -> list[str]:
-    return ["first", "resume"] if spec.cause in RESUME_CAUSES else ["train"]
+    if spec.cause in RESUME_CAUSES:
+        return ["first", "resume"]
+    resumes = int(knob(spec, "resumes"))
+    if resumes:  # bench/ood: preempted `resumes` times, each resumed properly
+        return ["first"] + [f"preempted-resume{n}" for n in range(1, resumes)] + ["resume"]
+    return ["train"]
+
+
+def _preemptions(spec: RunSpec) -> list[tuple[int, int]]:
+    """(checkpoint resumed from, step the process died after) of each healthy preemption: the
+    n-th dies half a save interval after its n-th checkpoint."""
+    return [
+        (n * spec.save_every, n * spec.save_every + spec.save_every // 2)
+        for n in range(1, int(knob(spec, "resumes")) + 1)
+    ]
+
+
+def _crash_after(spec: RunSpec, phase: str) -> int | None:
+    if spec.cause in RESUME_CAUSES:
+        return int(spec.plant["crash_after"]) if phase == "first" else None
+    if phase == "first":
+        return _preemptions(spec)[0][1] if int(knob(spec, "resumes")) else None
+    if phase.startswith("preempted-resume"):
+        return _preemptions(spec)[int(phase.removeprefix("preempted-resume"))][1]
+    return None
+
+
+def _resumed_from(spec: RunSpec, phase: str) -> int | None:
+    if spec.cause in RESUME_CAUSES:
+        return int(spec.plant["resume_from"]) if phase == "resume" else None
+    if phase == "resume" and int(knob(spec, "resumes")):
+        return _preemptions(spec)[-1][0]
+    if phase.startswith("preempted-resume"):
+        return _preemptions(spec)[int(phase.removeprefix("preempted-resume")) - 1][0]
+    return None
 
 
 def between_phases(spec: RunSpec, run_dir: Path) -> list[str]:
     """Damage the checkpoint the resume reads, as planted; returns what was done."""
+    if spec.cause not in RESUME_CAUSES:
+        return ["preempted; resumed from the last checkpoint with everything in it"]
     checkpoint = run_dir / f"checkpoint-{spec.plant['resume_from']}"
     removed = {RESUME_OPTIMIZER_LOST: "optimizer.pt", RESUME_SCHEDULER_LOST: "scheduler.pt"}
     if spec.cause in removed:
@@ -164,10 +200,9 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
 
     collator = Collator()
     callbacks: list[TrainerCallback] = []
-    if phase == "first":
-        callbacks.append(
-            planted.CrashAfterStep(int(spec.plant["crash_after"]), collator, record_path)
-        )
+    crash_after = _crash_after(spec, phase)
+    if crash_after is not None:
+        callbacks.append(planted.CrashAfterStep(crash_after, collator, record_path))
     prefix = frozen_prefix(spec)
     if prefix is not None:
         callbacks.append(_FreezeAt(int(spec.plant["step"]), prefix, freeze))
@@ -217,8 +252,9 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
         optimizers=_optimizers(model, spec),
     )
     resume = None
-    if phase == "resume":
-        resume = str(run_dir / f"checkpoint-{spec.plant['resume_from']}")
+    resumed_from = _resumed_from(spec, phase)
+    if resumed_from is not None:
+        resume = str(run_dir / f"checkpoint-{resumed_from}")
     trainer.train(resume_from_checkpoint=resume)
     planted.write_phase_record(record_path, collator, trainer.state.global_step)
 

@@ -43,6 +43,9 @@ WSD_DECAY_FRACTION = 0.2
 STEP_DECAY_MILESTONES = (0.5, 0.75)  # fractions of the run after warm-up where the LR drops
 STEP_DECAY_GAMMA = 0.1
 POLYNOMIAL_POWER = 2.0
+# bench/ood: transformers' lr_scheduler_type "cosine_with_min_lr" (its
+# get_cosine_with_min_lr_schedule_with_warmup) with lr_scheduler_kwargs {"min_lr_rate": 0.1}.
+COSINE_MIN_LR_RATE = 0.1
 
 
 def base_multiplier(
@@ -69,6 +72,9 @@ def base_multiplier(
         return float(STEP_DECAY_GAMMA**drops)
     if schedule == "polynomial":
         return max(0.0, 1.0 - progress) ** POLYNOMIAL_POWER
+    if schedule == "cosine_min_lr":
+        cosine = max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+        return cosine * (1.0 - COSINE_MIN_LR_RATE) + COSINE_MIN_LR_RATE
     if schedule in ("cosine", "rewarm"):
         return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
     if schedule == "linear":

@@ -80,7 +80,17 @@ CONTROLS_PER_PRODUCER = {"trainer_gpt2": 12, "trainer_llama": 10, "nanogpt": 10,
 # how often the producer logs (the Trainer's `logging_steps`), the optimizer, and how often it
 # evaluates (0: never). They are not RunSpec fields, since a field would change every benchmark
 # run's cache key; bench/ood's OodSpec adds them as fields and a benchmark spec reads these.
-FIXED_KNOBS: dict[str, Any] = {"logging_steps": 1, "optimizer": "adamw", "eval_every": 0}
+FIXED_KNOBS: dict[str, Any] = {
+    "logging_steps": 1,
+    "optimizer": "adamw",
+    "eval_every": 0,
+    # bench/ood's second block: the Lightning logger ("csv"/"tensorboard"; "" = by run index),
+    # nanoGPT's log format ("" = by run index, see produce_nanogpt.LOG_FORMATS), and how many
+    # times a healthy Trainer run is preempted and resumed from its last checkpoint (0: never).
+    "lightning_logger": "",
+    "log_format": "",
+    "resumes": 0,
+}
 
 
 def knob(spec: RunSpec, name: str) -> Any:

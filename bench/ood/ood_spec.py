@@ -7,6 +7,9 @@ benchmark lacks, averaged logging, fp16 with a GradScaler, another optimizer, a 
 evaluation loop, a larger model) and is trained twice: once healthy and once with one planted
 cause, drawn at a random step and strength by the benchmark's own `_plant`. The producers,
 planting, scoring and cause windows are the benchmark's (imported); only the draw is new.
+A second block (`SECOND_BLOCK`, indices from 32) names its planted cause per setup: Lightning's
+loggers, logging intervals, bf16-mixed and accumulation, the Trainer's `cosine_with_min_lr` and
+a run preempted twice, and a nanoGPT loop writing a CSV with its own column names.
 
 A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
 a step-decay drop that the schedule itself does is part of the run, not an incident.
@@ -22,6 +25,7 @@ import paths  # noqa: F401  (puts bench/accuracy and fixtures on sys.path)
 from spec import (
     BAD_BATCH,
     CONTROL,
+    FIXED_KNOBS,
     LR_JUMP_PERSISTENT,
     LR_JUMP_TRANSIENT,
     RESUME_OPTIMIZER_LOST,
@@ -54,6 +58,18 @@ class OodSpec(RunSpec):
     logging_steps: int = 1
     optimizer: str = "adamw"
     eval_every: int = 0
+    # The second block's knobs (spec.FIXED_KNOBS); left out of the JSON (so of the cache key) at
+    # their defaults, which keeps the first block's keys.
+    lightning_logger: str = ""
+    log_format: str = ""
+    resumes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        payload = super().to_json()
+        for name in SECOND_BLOCK_KNOBS:
+            if payload[name] == FIXED_KNOBS[name]:
+                del payload[name]
+        return payload
 
     @property
     def name(self) -> str:
@@ -88,6 +104,43 @@ SETUPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("eval", "trainer_gpt2", {"eval_every": 10}),
     ("wide", "nanogpt", {"hidden": 128, "layers": 4, "heads": 4}),
 )
+# The second block: what an outside user would bring besides, each with the planted cause named
+# (drawn by `_plant` at its step and strength). Lightning's producer clips gradients at 1.0
+# (`gradient_clip_val`) in every run; its loss is logged per step (`self.log(on_step=True)`),
+# its LR by LearningRateMonitor, both every `log_every_n_steps`.
+SECOND_BLOCK_KNOBS = ("lightning_logger", "log_format", "resumes")
+SECOND_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    (
+        "lt-tb-log5",
+        "lightning",
+        {"lightning_logger": "tensorboard", "logging_steps": 5},
+        LR_JUMP_PERSISTENT,
+    ),
+    (
+        "lt-tb-log10",
+        "lightning",
+        {"lightning_logger": "tensorboard", "logging_steps": 10},
+        WARMUP_TOO_HOT,
+    ),
+    ("lt-csv-log5", "lightning", {"lightning_logger": "csv", "logging_steps": 5}, BAD_BATCH),
+    (
+        "lt-bf16",
+        "lightning",
+        {"lightning_logger": "tensorboard", "precision": "bf16"},
+        LR_JUMP_TRANSIENT,
+    ),
+    (
+        "lt-accum4",
+        "lightning",
+        {"lightning_logger": "tensorboard", "grad_accum": 4},
+        LR_JUMP_TRANSIENT,
+    ),
+    ("lt-accum4", "lightning", {"lightning_logger": "csv", "grad_accum": 4}, BAD_BATCH),
+    ("cosminlr", "trainer_gpt2", {"schedule": "cosine_min_lr"}, WARMUP_TOO_HOT),
+    ("customcsv", "nanogpt", {"log_format": "custom_csv"}, RESUME_OPTIMIZER_LOST),
+    ("resume2x", "trainer_llama", {"resumes": 2}, LR_JUMP_PERSISTENT),
+)
+SECOND_BLOCK_STEPS = (100, 160)  # shorter than the first block's: each run trains in ≤ ~20 s
 LONG_STEPS = (800, 1500)  # the "long" setup's range (the benchmark draws 100–200)
 SGD_LR = (0.05, 0.3)  # SGD with momentum needs a larger LR than AdamW's 1e-3–4e-3
 ADAFACTOR_LR = (2e-3, 1e-2)
@@ -126,7 +179,48 @@ def _training(setup: str, producer: str, change: dict[str, Any], rng: random.Ran
     return training
 
 
-def build_ood_specs() -> list[OodSpec]:
+def _second_block(first_index: int) -> list[OodSpec]:
+    specs: list[OodSpec] = []
+    for number, (setup, producer, change, planted) in enumerate(SECOND_BLOCK):
+        for control in (True, False):
+            index = first_index + 2 * number + (0 if control else 1)
+            seed = _seed(producer, f"ood-{setup}-v{OOD_VERSION}", index)
+            rng = random.Random(seed)
+            training = _training(setup, producer, change, rng)
+            training["steps"] = rng.randrange(SECOND_BLOCK_STEPS[0], SECOND_BLOCK_STEPS[1] + 1, 10)
+            if training["grad_accum"] == 4:
+                training["batch_size"] = 4
+            training["save_every"] = training["steps"] // 4
+            if training["logging_steps"] > 1:
+                every = training["logging_steps"]
+                training["save_every"] = max(every, training["save_every"] // every * every)
+            cause, plant = CONTROL, {}
+            if not control:
+                schedule = training["schedule"]
+                cause, plant = planted, _plant(planted, training, rng)
+                if cause == WARMUP_TOO_HOT:
+                    training["schedule"] = schedule
+            specs.append(
+                OodSpec(
+                    producer=producer,
+                    index=index,
+                    seed=seed,
+                    cause=cause,
+                    plant=plant,
+                    setup=setup,
+                    **training,
+                )
+            )
+    return specs
+
+
+def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
+    """The first block (SETUPS, indices 0–31) and the second (SECOND_BLOCK, from 32)."""
+    first = _first_block()
+    return (first if 1 in blocks else []) + (_second_block(len(first)) if 2 in blocks else [])
+
+
+def _first_block() -> list[OodSpec]:
     specs: list[OodSpec] = []
     for number, (setup, producer, change) in enumerate(SETUPS):
         for control in (True, False):

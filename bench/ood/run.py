@@ -1,5 +1,7 @@
 """The out-of-distribution set (ood_spec.py): train what the cache lacks, analyze, score, report.
 
+Both blocks by default: `ood_spec.SETUPS` (ood00–31) and `ood_spec.SECOND_BLOCK` (ood32–49).
+
     .venv/bin/python bench/ood/run.py                  # train what is missing (1 job), score all
     .venv/bin/python bench/ood/run.py --no-generate    # score what is cached only
     .venv/bin/python bench/ood/run.py --list           # the runs and whether they are cached
