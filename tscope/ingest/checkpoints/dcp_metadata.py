@@ -65,8 +65,8 @@ ALLOWED_GLOBALS = frozenset(
 MAX_DIMS = 16
 MAX_DIM = 1 << 48
 # What decoding may hold, per byte of `.metadata` (decode_pickle's charge: objects, references,
-# container and memo growth). torch's own files charge 15x (9,000 one-chunk entries, 2.6 MB)
-# to 20x (the same with 8 chunks each, 10.7 MB; each further chunk ~22x its 128 bytes), torch
+# container and memo growth). torch's own files charge 13x (9,000 one-chunk entries, 2.6 MB)
+# to 17x (the same with 8 chunks each, 10.7 MB; each further chunk ~18x its 128 bytes), torch
 # 2.13; a crafted file of 1-byte opcodes built ~75x (an empty dict is 64 bytes from `}`) and is
 # now refused once it passes 32x, plus 1 MB for the fixed costs of a small file.
 DECODED_BYTES_PER_FILE_BYTE = 32

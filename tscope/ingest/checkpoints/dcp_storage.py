@@ -88,7 +88,7 @@ def metadata_from_bytes(payload: bytes, shown: str, options: LoadOptions) -> Dcp
             raise UnreadableInput(
                 shown,
                 f"it describes more objects than a metadata file of its size holds ({error}, "
-                f"{DECODED_BYTES_PER_FILE_BYTE}x its size; torch's own need 15-22x)",
+                f"{DECODED_BYTES_PER_FILE_BYTE}x its size; torch's own need 13-18x)",
                 TRUST_HINT,
             ) from error
     except UndecodablePickle as error:

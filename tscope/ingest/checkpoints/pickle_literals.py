@@ -34,6 +34,11 @@ MAX_TUPLE_NESTING = 100
 # config value of that size ended `tscope analyze` in a traceback. Real pickled ints are
 # counters, seeds and RNG words (numpy's SeedSequence entropy, the largest, is 128 bits).
 MAX_INT_BITS = 1023
+# What decoding may hold per byte of pickle (decode_pickle's charge), plus 1 MB: the bound of
+# DCP metadata (dcp_metadata.DECODED_BYTES_PER_FILE_BYTE, measured there). training_args.bin
+# charges 6x, the fixtures' torch files' data.pkl 7-15x (optimizer.pt, Lightning, DeepSpeed).
+LITERALS_BYTES_PER_BYTE = 32
+LITERALS_BYTES_FIXED = 1 << 20
 
 
 # identity hash: a record can be a dict key (DCP's MetadataIndex). Slots: 64 bytes a record
@@ -127,8 +132,9 @@ _CONSTANTS = {"NEWTRUE": True, "NEWFALSE": False, "NONE": None}
 def pickle_literals(payload: bytes) -> Any:
     """The pickle's top value as plain data; objects become their state dict (or their single
     literal argument, e.g. an enum's value). None if the stream cannot be decoded."""
+    budget = LITERALS_BYTES_PER_BYTE * len(payload) + LITERALS_BYTES_FIXED
     try:
-        top = decode_pickle(payload)
+        top = decode_pickle(payload, max_decoded_bytes=budget)
     except UndecodablePickle:
         return None
     return _plain(top)
