@@ -212,9 +212,14 @@ def decode_pickle(
                 spent += sys.getsizeof(tuple_depths) - depths_before
             elif name in ("LIST", "DICT"):
                 items = _pop_to_mark(stack, marks)
-                built, key_bytes = _pairs(items) if name == "DICT" else (list(items), 0)
+                built: dict[Any, Any] | list[Any]
+                if name == "DICT":
+                    built, built_bytes = _pairs(items)
+                else:
+                    built = list(items)
+                    built_bytes = sys.getsizeof(built)
                 stack.append(built)
-                spent += _REFERENCE + sys.getsizeof(built) + key_bytes
+                spent += _REFERENCE + built_bytes
             elif name in ("APPEND", "APPENDS", "ADDITEMS"):
                 items = _pop(stack, marks, 1) if name == "APPEND" else _pop_to_mark(stack, marks)
                 target = _top(stack)
@@ -388,24 +393,26 @@ def _pop_to_mark(stack: list[Any], marks: list[int]) -> list[Any]:
 
 
 def _pairs(items: list[Any]) -> tuple[dict[Any, Any], int]:
-    """The dict of key, value `items` and the bytes its key texts hold (see _set_items)."""
+    """The dict of key, value `items` and the bytes it holds (with its key texts, _set_items)."""
     out: dict[Any, Any] = {}
-    key_bytes = _set_items(out, items)
-    return out, key_bytes
+    return out, sys.getsizeof(out) + _set_items(out, items)
 
 
 def _set_items(target: Any, items: list[Any]) -> int:
     """Store key, value `items` into a dict (or a record's items); the bytes this added: the
     dict's growth (a record's new items dict whole) and the texts of unhashable keys."""
+    before = 0  # a record's new items dict is charged whole
     if isinstance(target, PickledObject):
         if target.items is None:
             target.items = {}
+        else:
+            before = sys.getsizeof(target.items)
         store = target.items
     elif isinstance(target, dict):
+        before = sys.getsizeof(target)
         store = target
     else:
         return 0
-    before = sys.getsizeof(store) if store or store is not target.items else 0
     key_bytes = 0
     for key, value in zip(items[::2], items[1::2], strict=True):
         try:
