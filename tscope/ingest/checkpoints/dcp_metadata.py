@@ -25,6 +25,8 @@ from functools import cache
 from typing import Any
 
 from tscope.ingest.checkpoints.pickle_literals import (
+    DecodeBudgetExceeded,
+    ForeignGlobal,
     PickledObject,
     UndecodablePickle,
     decode_pickle,
@@ -62,6 +64,13 @@ ALLOWED_GLOBALS = frozenset(
 # 2^48 elements is no tensor any machine holds, and keeps products far from overflow surprises).
 MAX_DIMS = 16
 MAX_DIM = 1 << 48
+# What decoding may hold, per byte of `.metadata` (decode_pickle's charge: objects, references,
+# container and memo growth). torch's own files charge 13x (9,000 one-chunk entries, 2.6 MB)
+# to 17x (the same with 8 chunks each, 10.7 MB; each further chunk ~18x its 128 bytes), torch
+# 2.13; a crafted file of 1-byte opcodes built ~75x (an empty dict is 64 bytes from `}`) and is
+# now refused once it passes 32x, plus 1 MB for the fixed costs of a small file.
+DECODED_BYTES_PER_FILE_BYTE = 32
+DECODED_BYTES_FIXED = 1 << 20
 
 
 class NotDcpMetadata(ValueError):
@@ -113,9 +122,19 @@ def parse_metadata(payload: bytes) -> DcpMetadata:
 
     Raises UndecodablePickle (not a pickle this decoder follows) or NotDcpMetadata.
     """
-    # Every opcode is at least one byte, so the payload length bounds the decoding work.
-    top = decode_pickle(payload, max_opcodes=len(payload) + 1)
-    _refuse_foreign_globals(top, budget=4 * len(payload) + 64)
+    # Every opcode is at least one byte, so the payload length bounds the decoding work; the
+    # memory it holds is bounded by DECODED_BYTES_PER_FILE_BYTE, whatever the opcodes build.
+    try:
+        top = decode_pickle(
+            payload,
+            max_opcodes=len(payload) + 1,
+            max_decoded_bytes=decoded_bytes_budget(len(payload)),
+            admits_global=_dcp_global,
+        )
+    except ForeignGlobal as error:
+        raise NotDcpMetadata(
+            f"global {error.name} is not part of DCP metadata", error.name
+        ) from None
     if not isinstance(top, PickledObject) or top.global_name != _DCP + "Metadata":
         raise NotDcpMetadata("the pickle is not a DCP Metadata object")
     state = _state_dict(top)
@@ -178,27 +197,14 @@ def from_unpickled(metadata: Any) -> DcpMetadata:
 # --- reading the records -----------------------------------------------------------------------
 
 
-def _refuse_foreign_globals(top: Any, budget: int) -> None:
-    """Walk the record graph once (shared records are visited once) looking at every global."""
-    seen: set[int] = set()
-    pending = [top]
-    while pending:
-        budget -= 1
-        if budget < 0:
-            raise NotDcpMetadata("the pickle describes more objects than its size allows")
-        value = pending.pop()
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        if isinstance(value, PickledObject):
-            name = value.global_name
-            if name not in ALLOWED_GLOBALS and name not in _torch_type_globals():
-                raise NotDcpMetadata(f"global {name} is not part of DCP metadata", name)
-            pending.extend([*value.args, value.state, *value.items.keys(), *value.items.values()])
-        elif isinstance(value, dict):
-            pending.extend([*value.keys(), *value.values()])
-        elif isinstance(value, (list, tuple)):
-            pending.extend(value)
+def decoded_bytes_budget(file_bytes: int) -> int:
+    """What decoding a `.metadata` of `file_bytes` may hold (decode_pickle's max_decoded_bytes)."""
+    return DECODED_BYTES_PER_FILE_BYTE * file_bytes + DECODED_BYTES_FIXED
+
+
+def _dcp_global(name: str) -> bool:
+    """A global DCP writes: its metadata classes, torch.Size, dtypes, layouts, memory formats."""
+    return name in ALLOWED_GLOBALS or name in _torch_type_globals()
 
 
 def _state_dict(record: PickledObject) -> dict[Any, Any]:
@@ -324,6 +330,7 @@ def _count(value: Any) -> int | None:
 __all__ = [
     "Chunk",
     "DcpMetadata",
+    "DecodeBudgetExceeded",
     "NotDcpMetadata",
     "StorageRecord",
     "TensorEntry",

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.dcp_metadata import (
+    DECODED_BYTES_PER_FILE_BYTE,
     DcpMetadata,
+    DecodeBudgetExceeded,
     NotDcpMetadata,
     StorageRecord,
     UndecodablePickle,
@@ -53,7 +55,8 @@ if TYPE_CHECKING:
 
 METADATA_FILE = ".metadata"
 # A metadata file lists every chunk of every tensor (~150 bytes each): 64 MiB is ~400k chunks,
-# beyond the largest public FSDP checkpoints; the decoded records take ~10x the file in memory.
+# beyond the largest public FSDP checkpoints; decoding holds at most 32x the file in memory
+# (dcp_metadata.DECODED_BYTES_PER_FILE_BYTE), torch's own files 11-15x (peak RSS, 2.6-10.7 MB).
 MAX_METADATA_BYTES = 64 * 1024 * 1024
 BACKED_ONLY = "tscope allocates only what the files back"
 # A bytes item is a small torch.save'd value (a learning rate, a step, a list of names).
@@ -79,6 +82,14 @@ def metadata_from_bytes(payload: bytes, shown: str, options: LoadOptions) -> Dcp
         if not options.trust_pickle:
             raise UnreadableInput(
                 shown, f"it holds pickled objects outside the safe set ({error})", TRUST_HINT
+            ) from error
+    except DecodeBudgetExceeded as error:
+        if not options.trust_pickle:
+            raise UnreadableInput(
+                shown,
+                f"it describes more objects than a metadata file of its size holds ({error}, "
+                f"{DECODED_BYTES_PER_FILE_BYTE}x its size; torch's own need 13-18x)",
+                TRUST_HINT,
             ) from error
     except UndecodablePickle as error:
         reason = str(error) or type(error).__name__
