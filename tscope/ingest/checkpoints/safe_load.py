@@ -22,6 +22,8 @@ from typing import Any, BinaryIO
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.pickle_literals import (
+    LITERALS_BYTES_FIXED,
+    LITERALS_BYTES_PER_BYTE,
     MAX_TUPLE_NESTING,
     UndecodablePickle,
     decode_pickle,
@@ -217,8 +219,13 @@ def _is_real_pickle(payload: bytes | None) -> bool:
         if payload is None:
             return False
     try:
-        decode_pickle(payload)
-    except UndecodablePickle:
+        # Within the decoders' memory bound (32 bytes held per pickle byte + 1 MB): a crafted
+        # stream that would hold more is no pickle --trust-pickle should be offered for.
+        decode_pickle(
+            payload,
+            max_decoded_bytes=LITERALS_BYTES_PER_BYTE * len(payload) + LITERALS_BYTES_FIXED,
+        )
+    except UndecodablePickle:  # DecodeBudgetExceeded included
         return False
     return True
 
