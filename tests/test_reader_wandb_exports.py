@@ -77,6 +77,25 @@ def test_export_with_several_runs_reads_the_first_and_names_the_others(tmp_path:
     assert "'quiet-b'" in read.partial[0].problem and "'c'" in read.partial[0].problem
 
 
+def test_export_ranks_competing_spellings_by_the_metric_name(tmp_path: Path) -> None:
+    """Two columns of one run that both name the loss: the canonical spelling takes the name
+    whatever the column order, as in every other reader (the `<run> - ` prefix is not ranked)."""
+    path = tmp_path / "export.csv"
+    steps = np.arange(50)
+    pd.DataFrame(
+        {
+            "Step": steps,
+            "brisk-pond-1 - loss": np.full(50, 7.0),  # first: would win a tie
+            "brisk-pond-1 - train/loss": np.linspace(4.0, 2.0, 50),
+        }
+    ).to_csv(path, index=False)
+
+    read = EXPORT.read(path, path.name)
+
+    _, loss = series(read, "train/loss")
+    assert loss[0] == pytest.approx(4.0) and loss[-1] == pytest.approx(2.0)
+
+
 def test_group_export_warns_that_runs_are_aggregated(tmp_path: Path) -> None:
     path = tmp_path / "export.csv"
     ui_export({"Group: sweep-7": spiky_loss()}, bucket=5).to_csv(path, index=False)

@@ -166,7 +166,9 @@ def canonical_column_names(columns: list[str]) -> list[tuple[str, str]]:
 
 
 def unique_metric_names(
-    pairs: list[tuple[str, str]], duplicate: str = "column"
+    pairs: list[tuple[str, str]],
+    duplicate: str = "column",
+    spellings: list[str] | None = None,
 ) -> list[tuple[str, str]]:
     """(column, canonical) pairs renamed so that no two columns share a metric name.
 
@@ -175,10 +177,12 @@ def unique_metric_names(
     best takes the canonical name (the canonical spelling over other spellings, a producer's
     step-level series over its summaries or parts); ties go to the first column. The others keep
     their own names, numbered (`duplicate` and the position) when the name is already taken.
+    `spellings`: the metric's own name per pair, ranked instead of the column when the column
+    wraps it (a W&B UI export's `<run> - <metric>`).
     """
     best: dict[str, tuple[int, int]] = {}
     for index, (column, canonical) in enumerate(pairs):
-        rank = (metric_preference(column), index)
+        rank = (metric_preference(spellings[index] if spellings else column), index)
         if canonical not in best or rank < best[canonical]:
             best[canonical] = rank
     winners = {index for _, index in best.values()}

@@ -96,18 +96,22 @@ class WandbExportReader:
                 "Export the panel again with Step as the x-axis",
             )
 
-        pairs = [
-            (column, canonical_metric(metric) + BUCKET_SUFFIXES.get(suffix, ""))
+        kept = [
+            (column, metric, suffix)
             for column, metric, suffix in runs[chosen]
             if column in table.values
             and metric not in RESERVED_METRICS
             and not is_bookkeeping_column(metric)
         ]
-        if not pairs:
+        if not kept:
             raise UnreadableInput(display_path, f"no numeric metric column for run {chosen!r}")
-        metrics, step_problems = to_long_form(
-            table, step_column, unique_metric_names(pairs), display_path
-        )
+        pairs = [
+            (column, canonical_metric(metric) + BUCKET_SUFFIXES.get(suffix, ""))
+            for column, metric, suffix in kept
+        ]
+        # Competing spellings are ranked by the metric's own name, not by `<run> - <metric>`.
+        names = unique_metric_names(pairs, spellings=[metric for _, metric, _ in kept])
+        metrics, step_problems = to_long_form(table, step_column, names, display_path)
         if metrics.empty:
             raise UnreadableInput(display_path, f"run {chosen!r} has no value with a usable step")
 
