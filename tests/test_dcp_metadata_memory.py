@@ -21,7 +21,7 @@ from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints import dcp_metadata
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.dcp_storage import metadata_from_bytes
-from tscope.ingest.checkpoints.pickle_literals import DecodeBudgetExceeded, decode_pickle
+from tscope.ingest.checkpoints.pickle_decoder import DecodeBudgetExceeded, decode_pickle
 
 LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"
 REAL_METADATA = LAYOUTS / "dcp_single" / "step_2" / ".metadata"

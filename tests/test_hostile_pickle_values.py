@@ -27,11 +27,8 @@ from hypothesis import strategies as st
 from test_hostile_checkpoints import case_partial, write_metrics
 
 from tscope.errors import UsageError
-from tscope.ingest.checkpoints.pickle_literals import (
-    MAX_TUPLE_NESTING,
-    decode_pickle,
-    pickle_literals,
-)
+from tscope.ingest.checkpoints.pickle_decoder import MAX_TUPLE_NESTING, decode_pickle
+from tscope.ingest.checkpoints.pickle_literals import pickle_literals
 from tscope.ingest.checkpoints.pickle_nesting import torch_pickles_nest_too_deep
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "trainer"

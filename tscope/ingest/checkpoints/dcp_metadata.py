@@ -4,7 +4,7 @@
 with an allow-list of classes, hands the file every object the allow-list admits: BUILD on an
 allowed *class* (`pathlib.PosixPath`) sets attributes on that class for the whole process, which
 is how a 107-byte file once redirected tscope's own output paths. So the file is never
-unpickled: `pickle_literals.decode_pickle` walks the opcodes into inert records, and this module
+unpickled: `pickle_decoder.decode_pickle` walks the opcodes into inert records, and this module
 reads the few fields tscope needs out of them into the frozen dataclasses below. Only globals DCP
 writes are accepted; any other global refuses the file (it is data we would not understand).
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from tscope.ingest.checkpoints.pickle_literals import (
+from tscope.ingest.checkpoints.pickle_decoder import (
     DecodeBudgetExceeded,
     ForeignGlobal,
     PickledObject,

@@ -5,7 +5,7 @@ a million nested 1-tuples (2 MB of TUPLE1 opcodes, no global at all) overflows t
 (SIGSEGV) inside torch's weights_only unpickler, which builds dict keys as the stream says. The
 walk here follows only the stack's shape: each value is the depth of tuples it nests (0 for
 anything that is not a tuple), so it builds nothing the file describes and costs a few bytes per
-value (about half of what decoding the values costs, `pickle_literals.decode_pickle`).
+value (about half of what decoding the values costs, `pickle_decoder.decode_pickle`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pickletools
 import zipfile
 from typing import IO, BinaryIO
 
-from tscope.ingest.checkpoints.pickle_literals import MAX_TUPLE_NESTING
+from tscope.ingest.checkpoints.pickle_decoder import MAX_TUPLE_NESTING
 
 LEGACY_PICKLES = 5  # torch's legacy format: magic, protocol, sys info, the object, storage keys
 

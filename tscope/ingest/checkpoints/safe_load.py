@@ -21,12 +21,14 @@ from typing import Any, BinaryIO
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
-from tscope.ingest.checkpoints.pickle_literals import (
-    LITERALS_BYTES_FIXED,
-    LITERALS_BYTES_PER_BYTE,
+from tscope.ingest.checkpoints.pickle_decoder import (
     MAX_TUPLE_NESTING,
     UndecodablePickle,
     decode_pickle,
+)
+from tscope.ingest.checkpoints.pickle_literals import (
+    LITERALS_BYTES_FIXED,
+    LITERALS_BYTES_PER_BYTE,
     pickle_payload,
     zip_pickle,
 )

@@ -23,7 +23,8 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
     summarize_optimizer,
 )
 from tscope.ingest.checkpoints.param_order import ParamSpec, inferred_orders
-from tscope.ingest.checkpoints.pickle_literals import UndecodablePickle, torch_file_literals
+from tscope.ingest.checkpoints.pickle_decoder import UndecodablePickle
+from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
 from tscope.ingest.checkpoints.safetensors_header import HeaderEntry, read_header, read_tensor
 from tscope.ingest.lfs_pointer import is_lfs_pointer, refuse_lfs_pointer
