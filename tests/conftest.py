@@ -55,7 +55,7 @@ SLOW_MODULES = frozenset({
     "test_parser_fuzz",
     # Train benchmark runs in their module fixtures (nanoGPT, Lightning, Trainer producers).
     "test_bad_batch_producers", "test_warmup_and_repetition_rules", "test_data_bumps",
-    "test_ood_runs", "test_ood_block2_runs",
+    "test_ood_runs",
     # The Trainer fixture runs analyzed with their checkpoints' weights (analyzed_trainer_run):
     # 83 s wall of the fast loop's 8:13 under load ~19, most of it importing transformers for
     # the optimizer's parameter order.

@@ -11,6 +11,10 @@ temporary cache) and scored by the benchmark's scorer.
 - Trainer GPT-2 on cosine with hard restarts and a ×15 transient jump between two restarts: the
   second restart, back to the warm-up's peak, was measured against the transient's LR and read
   as a schedule bug (ood01, trained here as drawn).
+- ood42 (second block), a healthy Lightning run with `accumulate_grad_batches=4` (CSVLogger, a
+  10-step warm-up to 3.6e-3): its fast descent right after the warm-up read as two batches fed
+  again (`repeated_data` warning at step 20); trained here as drawn (~15 s), it must stay silent.
+  The loss itself is tests/test_repetition_in_first_descent.py's, for the fast loop.
 """
 
 from __future__ import annotations
@@ -137,3 +141,14 @@ def test_a_restart_after_a_transient_jump_is_still_a_restart(scores: dict[str, R
     assert run.right
     # the transient is the only LR warning; both hard restarts are info
     assert [a.step for a in run.alerts if a.category == "lr_schedule_jump"] == [spec.planted_step]
+
+
+def test_a_lightning_run_accumulating_4_batches_descends_without_repeated_data(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("lightning")
+    spec = next(s for s in build_ood_specs(blocks=(2,)) if s.index == 42)
+    assert spec.producer == "lightning" and spec.cause == CONTROL and spec.grad_accum == 4
+    assert generate(tmp_path, [spec], jobs=1, verbose=False, script=RUN_SCRIPT) == []
+    run = score_spec(spec, str(run_folder(tmp_path, spec)))
+    assert run.right and run.alerts == []
