@@ -173,10 +173,15 @@ def _training(setup: str, producer: str, change: dict[str, Any], rng: random.Ran
         training["peak_lr"] = round(_log_uniform(rng, *SGD_LR), 4)
     elif training["optimizer"] == "adafactor":
         training["peak_lr"] = round(_log_uniform(rng, *ADAFACTOR_LR), 5)
-    if training["logging_steps"] > 1:  # saves fall on logged steps, as users set them
+    _saves_on_logged_steps(training)
+    return training
+
+
+def _saves_on_logged_steps(training: dict[str, Any]) -> None:
+    """Checkpoints fall on logged steps, as users set them."""
+    if training["logging_steps"] > 1:
         every = training["logging_steps"]
         training["save_every"] = max(every, training["save_every"] // every * every)
-    return training
 
 
 def _second_block(first_index: int) -> list[OodSpec]:
@@ -191,26 +196,9 @@ def _second_block(first_index: int) -> list[OodSpec]:
             if training["grad_accum"] == 4:
                 training["batch_size"] = 4
             training["save_every"] = training["steps"] // 4
-            if training["logging_steps"] > 1:
-                every = training["logging_steps"]
-                training["save_every"] = max(every, training["save_every"] // every * every)
-            cause, plant = CONTROL, {}
-            if not control:
-                schedule = training["schedule"]
-                cause, plant = planted, _plant(planted, training, rng)
-                if cause == WARMUP_TOO_HOT:
-                    training["schedule"] = schedule
-            specs.append(
-                OodSpec(
-                    producer=producer,
-                    index=index,
-                    seed=seed,
-                    cause=cause,
-                    plant=plant,
-                    setup=setup,
-                    **training,
-                )
-            )
+            _saves_on_logged_steps(training)
+            cause = CONTROL if control else planted
+            specs.append(_drawn_spec(producer, index, seed, setup, training, cause, rng))
     return specs
 
 
@@ -229,7 +217,6 @@ def _first_block() -> list[OodSpec]:
             rng = random.Random(seed)
             training = _training(setup, producer, change, rng)
             cause = CONTROL
-            plant: dict[str, Any] = {}
             if not control:
                 choices = [
                     c
@@ -237,21 +224,34 @@ def _first_block() -> list[OodSpec]:
                     if c != RESUME_OPTIMIZER_LOST or training["optimizer"] in ADAPTIVE_OPTIMIZERS
                 ]
                 cause = choices[number % len(choices)]
-                schedule = training["schedule"]
-                plant = _plant(cause, training, rng)
-                if cause == WARMUP_TOO_HOT:
-                    # The benchmark's draw makes the schedule constant; here the setup's schedule
-                    # is kept with no warm-up, so only the start is too hot for it.
-                    training["schedule"] = schedule
-            specs.append(
-                OodSpec(
-                    producer=producer,
-                    index=index,
-                    seed=seed,
-                    cause=cause,
-                    plant=plant,
-                    setup=setup,
-                    **training,
-                )
-            )
+            specs.append(_drawn_spec(producer, index, seed, setup, training, cause, rng))
     return specs
+
+
+def _drawn_spec(
+    producer: str,
+    index: int,
+    seed: int,
+    setup: str,
+    training: dict[str, Any],
+    cause: str,
+    rng: random.Random,
+) -> OodSpec:
+    """The run, with its planted cause drawn by the benchmark's `_plant` (none for a control)."""
+    plant: dict[str, Any] = {}
+    if cause != CONTROL:
+        schedule = training["schedule"]
+        plant = _plant(cause, training, rng)
+        if cause == WARMUP_TOO_HOT:
+            # The benchmark's draw makes the schedule constant; here the setup's schedule is
+            # kept with no warm-up, so only the start is too hot for it.
+            training["schedule"] = schedule
+    return OodSpec(
+        producer=producer,
+        index=index,
+        seed=seed,
+        cause=cause,
+        plant=plant,
+        setup=setup,
+        **training,
+    )
