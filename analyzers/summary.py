@@ -205,7 +205,7 @@ def _describe_incident(incident: Incident | None) -> str:
 class Diagnosis:
     """The verdict's parts: what happened, the best explanation, and what corroborates it."""
 
-    what: str  # "train/loss spiked from 2.97 to 3.41 at step 145 (…) and recovered by step 146"
+    what: str  # sentence-started: "train/loss spiked from 2.97 to 3.41 at step 145 (…) and recovered by step 146"
     cause: Finding | None  # the finding that names the cause; None when it is inferred or unknown
     cause_category: str
     confidence: float
@@ -214,7 +214,7 @@ class Diagnosis:
     lead: str = "most likely"  # "the cause is undetermined" when no candidate wins
 
     def sentence(self) -> str:
-        verdict = sentence_start(self.what)
+        verdict = self.what
         if self.because:
             verdict += f"; {self.lead}{' ' if self.lead == 'most likely' else ': '}{self.because}"
         return verdict + "." + self.corroboration
@@ -223,7 +223,9 @@ class Diagnosis:
 def _diagnose(
     evidence: Evidence, headline: Finding, incident: Incident | None, findings: list[Finding]
 ) -> Diagnosis:
-    what = _describe_incident(incident) or headline.message.rstrip(".")
+    # The card and the verdict open with it: capitalized here, where the run's names are known.
+    names = [*evidence.run.metric_names, *map(visible, evidence.run.metric_names)]
+    what = sentence_start(_describe_incident(incident) or headline.message.rstrip("."), names)
     verdict = compete(evidence, headline, incident, findings)
     winner = verdict.winner
     cause: Finding | None = None

@@ -197,9 +197,10 @@ def incident_case() -> Case:
             ),
             headline_finding="F1",
             status="incident",
-            # The incident card as tscope.analyzers.card.incident_card writes it.
+            # The incident card as tscope.analyzers.card.incident_card writes it (its `what`
+            # sentence-started by the summary).
             card=IncidentCard(
-                what="loss spiked from 2.84 to 2890 at step 600 and recovered by step 680",
+                what="Loss spiked from 2.84 to 2890 at step 600 and recovered by step 680",
                 step=600,
                 severity="critical",
                 headline_id="F1",

@@ -22,3 +22,19 @@ from tscope.model.visible_text import sentence_start
 )
 def test_sentence_start(text: str, expected: str) -> None:
     assert sentence_start(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "names", "expected"),
+    [
+        # a run's own lowercase name that is no English word keeps its spelling
+        ("xent spiked from 2.7 to 3.7", ["xent", "lr"], "xent spiked from 2.7 to 3.7"),
+        ("lm loss spiked at step 5", ["lm loss"], "lm loss spiked at step 5"),
+        # the plain word stays prose, as in REPORT.md ("Loss spiked from 2.84 to 4.45")
+        ("loss spiked from 2.7 to 3.7", ["loss"], "Loss spiked from 2.7 to 3.7"),
+        # a name only as a prefix of the first word is not the name
+        ("xentropy rose", ["xent"], "Xentropy rose"),
+    ],
+)
+def test_sentence_start_knows_the_runs_names(text: str, names: list[str], expected: str) -> None:
+    assert sentence_start(text, names) == expected

@@ -11,6 +11,7 @@ labels), so the characters appear as their escape (`\\n`, `\\x1b`, `\\u202e`) an
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # C0 controls (newline and tab included), DEL and the C1 controls (U+0080–U+009F, where 0x9B is a
 # one-byte CSI), the Unicode line and paragraph separators, and every bidi control: the embeddings
@@ -49,11 +50,21 @@ def visible_keeping_layout(text: str) -> str:
 # with a separator, a digit or a capital is a name from the run ("train/loss", "lm_loss",
 # "Loss/train") and is shown exactly as the run wrote it, even at a sentence's start.
 _PROSE_WORD = re.compile(r"[a-z]+")
+_ENGLISH_METRIC_NAMES = frozenset({"loss", "perplexity", "accuracy"})
 
 
-def sentence_start(text: str) -> str:
+def sentence_start(text: str, names: Iterable[str] = ()) -> str:
     """`text` as the start of a sentence: its first word capitalized when it is a prose word,
-    left alone when it is a metric, tag or file name (those keep the run's own spelling)."""
+    left alone when it is a metric, tag or file name (those keep the run's own spelling). A
+    name that looks like prose (`xent`, Megatron's `lm loss`) is known only to the caller, which
+    passes the run's names as `names`; one that is also the English word (`loss`) reads as prose,
+    as in REPORT.md's "Loss spiked from 2.84 to 4.45"."""
+    if any(
+        text == name or text.startswith(name + " ")
+        for name in names
+        if name and name not in _ENGLISH_METRIC_NAMES
+    ):
+        return text
     first_word = text.split(" ", 1)[0]
     if _PROSE_WORD.fullmatch(first_word):
         return text[:1].upper() + text[1:]

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from tscope.model.case_parts import RestartPoint, Summary
-from tscope.model.visible_text import sentence_start
 from tscope.render.formatting import format_number, format_step, one_line, parse_number
 
 # A confidence is the analyzers' estimate that this cause explains the incident (0–1). Read as
@@ -48,7 +47,7 @@ def card_view(summary: Summary) -> dict[str, Any] | None:
     return {
         "severity": severity,
         "severity_words": SEVERITY_WORDS.get(severity, severity),
-        "what": sentence_start(what),
+        "what": what,  # sentence-started by the summary, which knows the run's names
         "step": format_step(card.step),
         "headline_id": card.headline_id,
         "cause_words": one_line(cause.words),
