@@ -152,6 +152,26 @@ def test_deepspeed_samples_axis(samples: list[int], steps: list[int], tmp_path: 
     assert ("samples / 512" in read.caveats[0].message) == divided
 
 
+def test_a_resumed_monitor_file_with_one_point_takes_the_runs_batch(tmp_path: Path) -> None:
+    """A resume starts a new event file; one point there cannot show the batch by itself, so it
+    takes the one the run's other monitor file showed (left as a sample count, the lone loss sat
+    thousands of steps after the run's end)."""
+    import time
+
+    before = [(3.0 - i / 10, sample) for i, sample in enumerate(range(0, 512 * 40, 512))]
+    for points in (before, [(2.0, 512 * 40)]):
+        writer = torch_tensorboard.SummaryWriter(log_dir=str(tmp_path / "run"))
+        for value, sample in points:
+            writer.add_scalar("Train/Samples/train_loss", value, sample)
+        writer.close()
+        time.sleep(1.1)  # event file names hold the second they were opened
+    run = analyze_run(tmp_path / "run").run
+    steps, _ = run.series(LOSS)
+    assert steps.tolist() == list(range(41))
+    messages = [caveat.message for caveat in run.caveats if caveat.kind == "samples_axis"]
+    assert messages and all("samples / 512" in message for message in messages)
+
+
 def test_epoch_loss_is_the_loss_beside_a_batch_size_column() -> None:
     from tscope.ingest.logs.names import canonical_metrics
 

@@ -22,7 +22,10 @@ from tscope.ingest.checkpoints import checkpoint_inventory
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.evidence import read_checkpoints
 from tscope.ingest.discover import discover
-from tscope.ingest.readers.tensorboard_tags import keep_samples_series_apart
+from tscope.ingest.readers.tensorboard_tags import (
+    keep_samples_series_apart,
+    samples_axis_across_files,
+)
 from tscope.ingest.remote_source import is_remote_url
 from tscope.ingest.run_config import checkpoint_config
 from tscope.ingest.run_groups import run_groups, several_runs_message
@@ -74,7 +77,7 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
     side_config: dict[str, Any] = {}
     for root in roots:
         found = discover(root, on_file=on_file)
-        found.reads = keep_samples_series_apart(found.reads)
+        found.reads = keep_samples_series_apart(samples_axis_across_files(found.reads))
         if root.is_dir():
             groups = run_groups(found.reads)
             if len(groups) > 1:  # never merged (nor all but one dropped) silently
@@ -95,7 +98,9 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
                 evidence_parts.append(evidence)
     name = roots[0].resolve().name if roots[0].is_dir() else roots[0].stem
     shown_input = mirrors[0].url if mirrors[0] is not None else str(roots[0].resolve())
-    run = assemble_run(name, shown_input, keep_samples_series_apart(reads), partial)
+    run = assemble_run(
+        name, shown_input, keep_samples_series_apart(samples_axis_across_files(reads)), partial
+    )
     for key, value in side_config.items():
         run.config.setdefault(key, value)  # what the logs recorded wins
     checkpoint_evidence = _merge(evidence_parts)

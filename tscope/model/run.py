@@ -49,6 +49,9 @@ class Caveat:
     kind: str
     message: str
     source: str
+    # What a later pass over the run's other files needs from it (DeepSpeed's global batch);
+    # not written to the case.
+    numbers: dict[str, float] = field(default_factory=dict, compare=False)
 
 
 @dataclass

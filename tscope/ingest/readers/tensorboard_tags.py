@@ -197,6 +197,7 @@ def _flatten_into(config: dict[str, Any], values: dict[str, Any], prefix: str, d
 # is DeepSpeed's own step counter at the time of the write (the loss is written in backward(),
 # before the step moves the counter; the LR in step(), after it).
 DEEPSPEED_SAMPLES_GROUP = "Train/Samples/"
+GLOBAL_BATCH = "global_batch"  # the samples per step a monitor file's spacing showed
 # Named here, not in logs/names.py: only this reader moves their x-axis from samples to steps
 # (DeepSpeed's W&B and CSV monitors write the same names against samples as well).
 DEEPSPEED_SAMPLES_SERIES = {
@@ -229,16 +230,54 @@ def samples_axis_to_steps(
         ]
     converted = steps.copy()
     converted[rows] = steps[rows] // batch
-    return converted, [
-        Caveat(
-            "samples_axis",
-            f"DeepSpeed's monitor logs the {DEEPSPEED_SAMPLES_GROUP}* series against the samples "
-            f"consumed; every point is {batch} samples after the previous one (the global batch), "
-            f"so the steps shown are samples / {batch}: DeepSpeed's step counter when it wrote "
-            "the point (the loss before its step is counted, the LR after).",
-            source,
+    return converted, [_divided_caveat(batch, source, "every point is")]
+
+
+def _divided_caveat(batch: int, source: str, how: str) -> Caveat:
+    return Caveat(
+        "samples_axis",
+        f"DeepSpeed's monitor logs the {DEEPSPEED_SAMPLES_GROUP}* series against the samples "
+        f"consumed; {how} {batch} samples after the previous one (the global batch), "
+        f"so the steps shown are samples / {batch}: DeepSpeed's step counter when it wrote "
+        "the point (the loss before its step is counted, the LR after).",
+        source,
+        {GLOBAL_BATCH: batch},
+    )
+
+
+def samples_axis_across_files(reads: list[LogRead]) -> list[LogRead]:
+    """`reads` with the monitor files whose own points could not show the global batch (a file
+    a resume started, holding one point) divided by the batch the run's other monitor files
+    showed, when they agree on one and every such point is a multiple of it. Left as sample
+    counts, a resumed file's lone loss sits thousands of "steps" after the run's end."""
+    batches = {
+        int(caveat.numbers[GLOBAL_BATCH])
+        for read in reads
+        for caveat in read.caveats
+        if GLOBAL_BATCH in caveat.numbers
+    }
+    if len(batches) != 1:
+        return reads
+    batch = batches.pop()
+    resolved = []
+    for read in reads:
+        undivided = [c for c in read.caveats if c.kind == "samples_axis" and not c.numbers]
+        table = read.metrics
+        rows = _from_monitor(table.original_name.labels)[table.original_name.codes]
+        if not undivided or not rows.any() or np.any(table.step[rows] % batch):
+            resolved.append(read)
+            continue
+        steps = table.step.copy()
+        steps[rows] //= batch
+        metrics = MetricTable(
+            steps, table.metric, table.value, table.source, table.original_name, table.order
         )
-    ]
+        shared = _divided_caveat(
+            batch, undivided[0].source, "the run's other monitor files put every point"
+        )
+        caveats = [shared if c in undivided else c for c in read.caveats]
+        resolved.append(replace(read, metrics=metrics, caveats=caveats))
+    return resolved
 
 
 def _why_no_batch(points: int) -> str:
