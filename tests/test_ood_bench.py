@@ -77,3 +77,24 @@ def test_a_one_step_cause_may_show_at_the_next_logged_step():
 )
 def test_the_added_schedules(schedule: str, step: int, expected: float):
     assert base_multiplier(schedule, step, 10, 110) == pytest.approx(expected, abs=1e-12)
+
+
+def test_the_third_block_is_held_out_and_plants_every_cause_once():
+    from ood_spec import THIRD_BLOCK_KNOBS
+    from spec import ALL_CAUSES
+
+    assert all(s.index < 50 for s in build_ood_specs())  # only asked for by name
+    third = build_ood_specs(blocks=(3,))
+    assert [s.index for s in third] == list(range(50, 50 + len(third)))
+    assert sorted(s.cause for s in third if s.cause != CONTROL) == sorted(ALL_CAUSES)
+    assert len([s for s in third if s.cause == CONTROL]) * 2 == len(third)
+    keys = {s.key for s in build_ood_specs(blocks=(1, 2))} | {s.key for s in build_specs()}
+    assert not {s.key for s in third} & keys
+    for spec in third:
+        payload = spec.to_json()
+        assert all(payload.get(n, FIXED_KNOBS[n]) == getattr(spec, n) for n in THIRD_BLOCK_KNOBS)
+        assert OodSpec.from_json(payload) == spec
+        if spec.cause == "bad_batch":
+            assert 4 * spec.plant["rows"] >= spec.plant["of_rows"]
+    # a spec at every third-block default writes none of those knobs (the earlier keys hold)
+    assert not set(THIRD_BLOCK_KNOBS) & set(build_ood_specs()[0].to_json())

@@ -8,7 +8,9 @@ always_save_checkpoint. The log is the loop's own, in one of three formats by ru
 `metrics.jsonl`, `metrics.csv` (iter, train_loss, lr, grad_norm) or `train.log` (nanoGPT's stdout
 line `iter N: loss X, time Tms, mfu P%` with the `lr` field forks add). The logged loss is the mean
 over the micro-batches of the iteration (stock nanoGPT prints the last micro-batch's: a bad
-micro-batch would then be invisible in the log).
+micro-batch would then be invisible in the log). bench/ood's knobs: `logging_steps` is nanoGPT's
+`log_interval` (only iterations that are multiples of it are logged), `block_size` the context
+and `vocab_size` a padded vocabulary (the data keeps its 96 characters).
 
 A resume (phase "resume") loads `ckpt.pt` the way `init_from='resume'` does, except for what the
 cause loses: the optimizer state (fresh AdamW), the schedule (the LR counter restarts at the
@@ -130,9 +132,10 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     torch.manual_seed(spec.seed)
     tokenizer = text_corpus.CharacterTokenizer()
     data = torch.tensor(tokenizer.encode(text_corpus.build_text()), dtype=torch.long)
-    block = text_corpus.BLOCK_TOKENS
+    # bench/ood's third block may set the context length and pad the model's vocabulary.
+    block = int(knob(spec, "block_size")) or text_corpus.BLOCK_TOKENS
     config = TinyGPTConfig(
-        vocab_size=tokenizer.vocab_size,
+        vocab_size=int(knob(spec, "vocab_size")) or tokenizer.vocab_size,
         block_size=block,
         n_layer=spec.layers,
         n_head=spec.heads,
@@ -165,6 +168,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     scaler = torch.amp.GradScaler("cpu", enabled=spec.precision == "fp16")
     eval_every = int(knob(spec, "eval_every"))
     eval_offsets = torch.arange(EVAL_BATCHES * spec.batch_size) * block  # the corpus' first blocks
+    log_interval = int(knob(spec, "logging_steps"))
     config = {k: v for k, v in dataclasses.asdict(spec).items() if k != "plant"}
     crash_after = int(spec.plant["crash_after"]) - 1 if phase == "first" else None
     for iteration in range(start, spec.steps):
@@ -207,10 +211,12 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        log.write(iteration, sum(losses) / len(losses), lr, grad_norm, time.monotonic() - started)
+        if iteration % log_interval == 0:  # nanoGPT's `log_interval` (bench/ood; else 1)
+            loss_mean = sum(losses) / len(losses)
+            log.write(iteration, loss_mean, lr, grad_norm, time.monotonic() - started)
         if eval_every and (iteration + 1) % eval_every == 0:
             log.write_eval(
-                iteration, sum(losses) / len(losses), _evaluate(model, data, eval_offsets)
+                iteration, sum(losses) / len(losses), _evaluate(model, data, eval_offsets, block)
             )
         if crash_after is not None and iteration == crash_after:
             record_path.write_text(json.dumps({"global_step": iteration + 1}), encoding="utf-8")
@@ -219,13 +225,11 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     record_path.write_text(json.dumps({"global_step": spec.steps}), encoding="utf-8")
 
 
-def _evaluate(model: Any, data: Any, offsets: Any) -> float:
+def _evaluate(model: Any, data: Any, offsets: Any, block: int) -> float:
     """The mean loss over the fixed validation blocks, as nanoGPT's estimate_loss (eval mode, no
     gradient), back in training mode after."""
-    import text_corpus
     import torch
 
-    block = text_corpus.BLOCK_TOKENS
     model.eval()
     with torch.no_grad():
         chunk = torch.stack([data[i : i + block + 1] for i in offsets.tolist()])  # (B, T+1)

@@ -114,9 +114,9 @@ def build_model(spec: RunSpec, vocab_size: int) -> Any:
             n_head=spec.heads,
             n_inner=2 * spec.hidden,
             n_positions=text_corpus.BLOCK_TOKENS,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
+            resid_pdrop=float(knob(spec, "dropout")),
+            embd_pdrop=float(knob(spec, "dropout")),
+            attn_pdrop=float(knob(spec, "dropout")),
             bos_token_id=0,
             eos_token_id=0,
         )
@@ -132,8 +132,9 @@ def _optimizers(model: Any, spec: RunSpec) -> tuple[Any, Any]:
 
     decay = [p for _, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for _, p in model.named_parameters() if p.ndim < 2]
+    weight_decay = knob(spec, "weight_decay")  # bench/ood's third block may set it
     groups = [
-        {"params": decay, "weight_decay": WEIGHT_DECAY},
+        {"params": decay, "weight_decay": WEIGHT_DECAY if weight_decay is None else weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
     name = knob(spec, "optimizer")
@@ -148,7 +149,9 @@ def _optimizers(model: Any, spec: RunSpec) -> tuple[Any, Any]:
     elif name == "sgd":
         optimizer = torch.optim.SGD(groups, lr=spec.peak_lr, momentum=SGD_MOMENTUM)
     else:
-        optimizer = torch.optim.AdamW(groups, lr=spec.peak_lr)
+        beta2 = knob(spec, "adam_beta2")  # None: torch's (0.9, 0.999), as the Trainer's AdamW
+        betas = {} if beta2 is None else {"betas": (0.9, float(beta2))}
+        optimizer = torch.optim.AdamW(groups, lr=spec.peak_lr, **betas)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: multiplier(spec, i + 1))
     return optimizer, scheduler
 
@@ -224,17 +227,20 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
             "eval_steps": eval_every,
             "per_device_eval_batch_size": spec.batch_size,
         }
+    max_grad_norm = knob(spec, "max_grad_norm")  # bench/ood's third block: 0 = no clipping
+    report_to = str(knob(spec, "report_to")) or "tensorboard"
     args = TrainingArguments(
         output_dir=str(run_dir),
         max_steps=spec.steps,
         per_device_train_batch_size=spec.batch_size,
         gradient_accumulation_steps=spec.grad_accum,
-        max_grad_norm=MAX_GRAD_NORM,
+        max_grad_norm=MAX_GRAD_NORM if max_grad_norm is None else float(max_grad_norm),
         logging_steps=int(knob(spec, "logging_steps")),
+        logging_first_step=bool(knob(spec, "logging_first_step")),
         **evaluation,
         save_steps=spec.save_every,
         save_total_limit=3,
-        report_to=["tensorboard"],
+        report_to=[report_to],
         seed=spec.seed,
         bf16=spec.precision == "bf16",
         use_cpu=True,

@@ -90,6 +90,22 @@ FIXED_KNOBS: dict[str, Any] = {
     "lightning_logger": "",
     "log_format": "",
     "resumes": 0,
+    # bench/ood's third block. None keeps the producer's own value: AdamW's second-moment beta
+    # (Trainer 0.999, nanoGPT/Lightning 0.95), weight decay (Trainer 0.01, nanoGPT/Lightning 0.1)
+    # and the gradient-clipping norm (1.0 everywhere; 0 turns clipping off in the Trainer).
+    "adam_beta2": None,
+    "weight_decay": None,
+    "max_grad_norm": None,
+    # GPT-2's resid/embd/attn dropout (Trainer GPT-2 only); the context length and the model's
+    # vocabulary (nanoGPT only; 0 = text_corpus.BLOCK_TOKENS and the tokenizer's 96 characters:
+    # a larger vocabulary pads the embedding and head, as nanoGPT pads GPT-2's to 50304).
+    "dropout": 0.0,
+    "block_size": 0,
+    "vocab_size": 0,
+    # The Trainer's `logging_first_step`, and its `report_to` ("" = ["tensorboard"]; "none"
+    # leaves only the checkpoints' trainer_state.json).
+    "logging_first_step": False,
+    "report_to": "",
 }
 
 

@@ -10,6 +10,13 @@ planting, scoring and cause windows are the benchmark's (imported); only the dra
 A second block (`SECOND_BLOCK`, indices from 32) names its planted cause per setup: Lightning's
 loggers, logging intervals, bf16-mixed and accumulation, the Trainer's `cosine_with_min_lr` and
 a run preempted twice, and a nanoGPT loop writing a CSV with its own column names.
+A third block (`THIRD_BLOCK`, indices 50–69) is held out: built only by
+`build_ood_specs(blocks=(..., 3))` and trained/scored only by `run.py --blocks 3`, to be scored
+once as an honest out-of-distribution number. Its 10 setups plant each cause of spec.ALL_CAUSES
+once: AdamW with betas (0.9, 0.95) and weight decay 0.1, no gradient clipping, dropout 0.1, a
+128-token context, a vocabulary padded to 1024, batch 2, batch 64, a long warm-up with the log
+only in trainer_state.json, a nanoGPT loop logging every 2 iterations, and Lightning with bf16,
+accumulation 2 and `log_every_n_steps=2`.
 
 A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
 a step-decay drop that the schedule itself does is part of the run, not an incident.
@@ -18,7 +25,7 @@ a step-decay drop that the schedule itself does is part of the run, not an incid
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import paths  # noqa: F401  (puts bench/accuracy and fixtures on sys.path)
@@ -26,9 +33,14 @@ from spec import (
     BAD_BATCH,
     CONTROL,
     FIXED_KNOBS,
+    FROZEN_LAYER,
     LR_JUMP_PERSISTENT,
     LR_JUMP_TRANSIENT,
+    LR_RAMP,
+    REPEATED_DATA,
     RESUME_OPTIMIZER_LOST,
+    RESUME_SCHEDULER_LOST,
+    RESUME_WEIGHTS_REINIT,
     WARMUP_TOO_HOT,
     RunSpec,
     _log_uniform,
@@ -63,10 +75,19 @@ class OodSpec(RunSpec):
     lightning_logger: str = ""
     log_format: str = ""
     resumes: int = 0
+    # The third block's knobs (spec.FIXED_KNOBS), left out of the JSON at their defaults too.
+    adam_beta2: float | None = None
+    weight_decay: float | None = None
+    max_grad_norm: float | None = None
+    dropout: float = 0.0
+    block_size: int = 0
+    vocab_size: int = 0
+    logging_first_step: bool = False
+    report_to: str = ""
 
     def to_json(self) -> dict[str, Any]:
         payload = super().to_json()
-        for name in SECOND_BLOCK_KNOBS:
+        for name in SECOND_BLOCK_KNOBS + THIRD_BLOCK_KNOBS:
             if payload[name] == FIXED_KNOBS[name]:
                 del payload[name]
         return payload
@@ -140,6 +161,60 @@ SECOND_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("customcsv", "nanogpt", {"log_format": "custom_csv"}, RESUME_OPTIMIZER_LOST),
     ("resume2x", "trainer_llama", {"resumes": 2}, LR_JUMP_PERSISTENT),
 )
+# The third block: what an outside user brings besides (LLM-pretraining AdamW settings, no
+# gradient clipping, dropout, a longer context, a padded vocabulary, tiny and large batches, a
+# long warm-up, a nanoGPT loop logging every 2 iterations, a log only in trainer_state.json),
+# one run per planted cause of spec.ALL_CAUSES. "warmup_fraction" sets the warm-up as a fraction
+# of the drawn steps; a planted bad batch corrupts at least a quarter of the step's rows.
+THIRD_BLOCK_KNOBS = (
+    "adam_beta2",
+    "weight_decay",
+    "max_grad_norm",
+    "dropout",
+    "block_size",
+    "vocab_size",
+    "logging_first_step",
+    "report_to",
+)
+THIRD_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("llm-adamw", "trainer_gpt2", {"adam_beta2": 0.95, "weight_decay": 0.1}, LR_RAMP),
+    ("noclip", "trainer_llama", {"max_grad_norm": 0.0}, RESUME_WEIGHTS_REINIT),
+    ("dropout", "trainer_gpt2", {"dropout": 0.1}, REPEATED_DATA),
+    ("ctx128", "nanogpt", {"block_size": 128, "log_format": "stdout"}, LR_JUMP_TRANSIENT),
+    (
+        "batch2",
+        "nanogpt",
+        {"batch_size": 2, "grad_accum": 1, "log_format": "csv"},
+        BAD_BATCH,
+    ),
+    ("padvocab", "nanogpt", {"vocab_size": 1024, "log_format": "jsonl"}, RESUME_SCHEDULER_LOST),
+    ("nano-log2", "nanogpt", {"logging_steps": 2, "log_format": "jsonl"}, LR_JUMP_PERSISTENT),
+    (
+        "lt-batch64",
+        "lightning",
+        {"batch_size": 64, "grad_accum": 1, "lightning_logger": "tensorboard"},
+        FROZEN_LAYER,
+    ),
+    (
+        "lt-bf16-accum2-log2",
+        "lightning",
+        {"lightning_logger": "csv", "precision": "bf16", "grad_accum": 2, "logging_steps": 2},
+        WARMUP_TOO_HOT,
+    ),
+    (
+        "longwarmup-nolog",
+        "trainer_llama",
+        {
+            "schedule": "constant",
+            "warmup_fraction": 0.4,
+            "logging_steps": 5,
+            "logging_first_step": True,
+            "report_to": "none",
+        },
+        RESUME_OPTIMIZER_LOST,
+    ),
+)
+THIRD_BLOCK_STEPS = (100, 160)
 SECOND_BLOCK_STEPS = (100, 160)  # shorter than the first block's: each run trains in ≤ ~20 s
 LONG_STEPS = (800, 1500)  # the "long" setup's range (the benchmark draws 100–200)
 SGD_LR = (0.05, 0.3)  # SGD with momentum needs a larger LR than AdamW's 1e-3–4e-3
@@ -202,10 +277,39 @@ def _second_block(first_index: int) -> list[OodSpec]:
     return specs
 
 
+def _third_block(first_index: int) -> list[OodSpec]:
+    specs: list[OodSpec] = []
+    for number, (setup, producer, change, planted) in enumerate(THIRD_BLOCK):
+        for control in (True, False):
+            index = first_index + 2 * number + (0 if control else 1)
+            seed = _seed(producer, f"ood-{setup}-v{OOD_VERSION}", index)
+            rng = random.Random(seed)
+            knobs = {k: v for k, v in change.items() if k != "warmup_fraction"}
+            training = _training(setup, producer, knobs, rng)
+            training["steps"] = rng.randrange(THIRD_BLOCK_STEPS[0], THIRD_BLOCK_STEPS[1] + 1, 10)
+            if "warmup_fraction" in change:
+                training["warmup_steps"] = int(training["steps"] * change["warmup_fraction"])
+            training["save_every"] = training["steps"] // 4
+            _saves_on_logged_steps(training)
+            cause = CONTROL if control else planted
+            spec = _drawn_spec(producer, index, seed, setup, training, cause, rng)
+            if cause == BAD_BATCH:
+                # At least a quarter of the step's rows: one row of many rarely shows in the log.
+                rows = max(int(spec.plant["rows"]), -(-int(spec.plant["of_rows"]) // 4))
+                spec = replace(spec, plant={**spec.plant, "rows": rows})
+            specs.append(spec)
+    return specs
+
+
 def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
-    """The first block (SETUPS, indices 0–31) and the second (SECOND_BLOCK, from 32)."""
+    """The first block (SETUPS, indices 0–31), the second (SECOND_BLOCK, 32–49) and, only when
+    asked for, the third (THIRD_BLOCK, from 50: held out, see the module's docstring)."""
     first = _first_block()
-    return (first if 1 in blocks else []) + (_second_block(len(first)) if 2 in blocks else [])
+    second = _second_block(len(first))
+    specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
+    if 3 in blocks:
+        specs += _third_block(len(first) + len(second))
+    return specs
 
 
 def _first_block() -> list[OodSpec]:

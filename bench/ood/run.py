@@ -1,10 +1,14 @@
 """The out-of-distribution set (ood_spec.py): train what the cache lacks, analyze, score, report.
 
-Both blocks by default: `ood_spec.SETUPS` (ood00–31) and `ood_spec.SECOND_BLOCK` (ood32–49).
+The first two blocks by default: `ood_spec.SETUPS` (ood00–31) and `ood_spec.SECOND_BLOCK`
+(ood32–49). The third, `ood_spec.THIRD_BLOCK` (ood50–69), is held out: only `--blocks` names it.
 
     .venv/bin/python bench/ood/run.py                  # train what is missing (1 job), score all
     .venv/bin/python bench/ood/run.py --no-generate    # score what is cached only
     .venv/bin/python bench/ood/run.py --list           # the runs and whether they are cached
+    .venv/bin/python bench/ood/run.py --blocks 3       # the third block only (train, score)
+    .venv/bin/python bench/ood/run.py --blocks 1,2,3   # all three
+    .venv/bin/python bench/ood/run.py --blocks 3 --train-only   # train, analyze nothing
 
 Runs are trained by the accuracy benchmark's producers (bench/accuracy/generate.py, each phase a
 fresh `nice -n 10` process that this script serves with `--child`) into `~/.cache/tscope-ood`
@@ -101,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=default_cache())
     parser.add_argument("--only", action="append", default=[], help="only these run names")
     parser.add_argument("--no-generate", action="store_true", help="score only what is cached")
+    parser.add_argument(
+        "--blocks",
+        default="1,2",
+        help="comma-separated blocks (1, 2, 3); default 1,2: the third is held out",
+    )
+    parser.add_argument(
+        "--train-only", action="store_true", help="train what is missing; analyze and score none"
+    )
     parser.add_argument("--list", action="store_true", help="list the runs, train nothing")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--results", type=Path, help="default <cache>/results-ood.json")
@@ -111,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = OodSpec.from_json(json.loads(Path(spec_path).read_text(encoding="utf-8")))
         importlib.import_module(module).train_phase(spec, Path(run_dir), phase, Path(record))
         return 0
-    specs = build_ood_specs()
+    blocks = tuple(int(b) for b in options.blocks.split(",") if b.strip())
+    if not blocks or not set(blocks) <= {1, 2, 3}:
+        parser.error(f"--blocks takes 1, 2 and/or 3, not {options.blocks!r}")
+    specs = build_ood_specs(blocks)
     if options.only:
         specs = [s for s in specs if s.name in set(options.only)]
     if options.list:
@@ -126,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         failures = generate.generate(
             options.cache, list(specs), options.jobs, script=Path(__file__)
         )
+    if options.train_only:
+        return 1 if failures else 0
     cached = [s for s in specs if generate.is_done(options.cache, s)]
     runs = [score_one(str(generate.run_folder(options.cache, s))) for s in cached]
     print("\n".join(summary(runs)))
