@@ -94,7 +94,8 @@ def test_a_deep_smooth_fall_over_two_batches_is_repeated_data(
 ) -> None:
     spec = specs[REPEATED_DEEP]
     (found,) = _findings(cache, spec, "repeated_data")
-    assert found.step == spec.planted_step
+    # dated by its first repeat: the plant's batches fed again p steps after their first pass
+    assert found.step == spec.planted_step + int(spec.plant["distinct_batches"])
     assert found.evidence["period_batches"] == spec.plant["distinct_batches"]
     assert found.evidence["last_step"] <= spec.planted_step + int(spec.plant["length"])
     # Rougher than the 0.05 bound for a shallow fall, inside the deep-fall one.
@@ -104,13 +105,13 @@ def test_a_deep_smooth_fall_over_two_batches_is_repeated_data(
     assert scores[REPEATED_DEEP].right
 
 
-def test_two_batches_repeated_read_as_two_from_their_first_step(
+def test_two_batches_repeated_read_as_two_from_their_first_repeat(
     cache: Path, specs: dict[str, RunSpec]
 ) -> None:
     spec = specs[REPEATED_TWO]
     (found,) = _findings(cache, spec, "repeated_data")
     assert found.evidence["period_batches"] == spec.plant["distinct_batches"] == 2
-    assert found.step == spec.planted_step
+    assert found.step == spec.planted_step + 2  # the first step fed one of the two again
 
 
 @pytest.mark.parametrize(
