@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tscope.model import LogRead, MetricTable, Run, TextColumn
-from tscope.model.metric_table import first_seen_codes
+from tscope.model.metric_table import first_seen_codes, sorted_unique
 
 
 def _random_table(rng: np.random.Generator, size: int) -> MetricTable:
@@ -90,3 +91,20 @@ def test_assembly_keeps_a_read_without_rows_out_of_the_way() -> None:
     assert run.metric_names == ["train/loss"]
     assert run.series("train/loss")[1].tolist() == [2.0, 1.9]
     assert assemble_run("r", "/r", [empty], []).metrics.empty
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([], dtype=np.int64),
+        np.array([5, 1, 5, 3, 1, -2], dtype=np.int64),
+        np.repeat(np.arange(0, 300_000, 3, dtype=np.int64), 2)[::-1],
+        np.array([True, False, True]),
+        np.array([1.5, np.nan, -0.0, 0.0, np.nan, 1.5]),  # not integers: np.unique itself
+    ],
+)
+def test_sorted_unique_is_np_unique(values: np.ndarray) -> None:
+    expected = np.unique(values)
+    got = sorted_unique(values)
+    assert got.dtype == expected.dtype
+    assert np.array_equal(got, expected, equal_nan=values.dtype.kind == "f")

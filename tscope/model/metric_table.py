@@ -267,3 +267,15 @@ def first_seen_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty(by_appearance.size, dtype=np.int64)
     rank[by_appearance] = np.arange(by_appearance.size, dtype=np.int64)
     return rank[inverse.reshape(-1)], distinct[by_appearance]
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) (the sorted distinct values), by sorting when they are integers: numpy 2
+    hashes integers first, ~20x slower than a sort on the 10^5 alarm indices of a long run."""
+    if values.dtype.kind not in "iub" or values.ndim != 1:
+        return np.unique(values)
+    ordered = np.sort(values)
+    if ordered.size == 0:
+        return ordered
+    distinct: np.ndarray = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+    return distinct
