@@ -202,17 +202,26 @@ def _decode_run(
     varint_at = HEADER_BYTES + _STEP_VARINT_START
     compared[varint_at : varint_at + step_bytes] = 0x80
     compared[HEADER_BYTES + value_at : HEADER_BYTES + value_end] = 0
-    words = rows.view("<u8")
-    differs = ((words ^ words[0]) & compared.view("<u8")).any(axis=1)
-    kept = int(np.argmax(differs)) if differs.any() else rows_count
+    words = rows.view("<u8")  # (rows' own bytes are overwritten)
+    # In place, and OR-ed column by column: a reduction along the short row axis costs more.
+    np.bitwise_xor(words, words[0].copy(), out=words)
+    np.bitwise_and(words, compared.view("<u8"), out=words)
+    differences = words[:, 0].copy()
+    for word in range(1, words.shape[1]):
+        differences |= words[:, word]
+    kept = int(np.argmax(differences != 0)) if differences.any() else rows_count
     if kept < 2 or (whole and kept < rows_count):
         return None
+
+    def column(offset: int, dtype: str) -> np.ndarray:  # rows' field at `offset`, from the file
+        return np.ndarray(
+            shape=(kept,), dtype=dtype, buffer=buffer, offset=start + offset, strides=(stride,)
+        )
+
     steps = np.zeros(kept, dtype=np.uint64)
     for group in range(step_bytes):
-        seven_bits = (rows[:kept, varint_at + group] & 0x7F).astype(np.uint64)
+        seven_bits = (column(_STEP_VARINT_START + group, "u1") & 0x7F).astype(np.uint64)
         steps |= seven_bits << np.uint64(7 * group)
-    numbers = np.ndarray(
-        shape=(kept,), dtype=dtype, buffer=buffer, offset=start + value_at, strides=(stride,)
-    )
+    numbers = column(value_at, dtype)
     with np.errstate(invalid="ignore"):  # a signalling NaN in the file stays a NaN
         return steps.astype(np.int64), numbers.astype(np.float64)

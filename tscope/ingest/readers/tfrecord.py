@@ -207,7 +207,8 @@ def _walk_headers(buffer: bytes) -> tuple[np.ndarray, int]:
         cycle = _repeating_cycle(lengths)
         guess = _FIRST_GUESS_RECORDS
         while cycle is not None and position <= last_header:
-            predicted_lengths = np.resize(cycle, guess)
+            # np.resize would concatenate guess / cycle.size copies one by one.
+            predicted_lengths = np.tile(cycle, -(-guess // cycle.size))[:guess]
             predicted_offsets = position + np.concatenate(
                 ([0], np.cumsum(predicted_lengths[:-1] + _FRAMING_BYTES))
             )
