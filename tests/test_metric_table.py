@@ -34,6 +34,25 @@ def test_sorted_by_is_a_stable_pandas_sort() -> None:
             pd.testing.assert_frame_equal(got, expected)
 
 
+def test_sorted_by_on_rows_already_in_order_is_the_same_sort() -> None:
+    """sorted_by returns the table itself when its rows already are in order; it must be what
+    sorting gives, with ties on the first key, NaN values and equal steps."""
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 2, 50, 300):
+        table = _random_table(rng, size)
+        table.value[rng.random(size) < 0.1] = np.nan
+        for keys in (["metric", "step"], ["order"], ["source", "value"], ["step"]):
+            ordered = table.sorted_by(*keys)
+            again = ordered.sorted_by(*keys)
+            if not np.isnan(ordered.value).any() or "value" not in keys:
+                assert again is ordered  # already in order: not copied
+            assert again.equals(ordered.take(ordered.sort_order(*keys)))
+            pd.testing.assert_frame_equal(
+                again.to_frame(),
+                ordered.to_frame().sort_values(keys, kind="stable").reset_index(drop=True),
+            )
+
+
 def test_run_series_is_the_pandas_split() -> None:
     rng = np.random.default_rng(1)
     table = _random_table(rng, 500)
