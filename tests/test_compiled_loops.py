@@ -9,7 +9,11 @@ compared with the dict-based merge it replaced, written out here as the referenc
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -300,3 +304,37 @@ def test_ranked_rolling_median_same_as_pandas() -> None:
         got = compiled_ranked_rolling_median(values, window, min_periods)
         assert got is not None
         assert _same_bits(expected.to_numpy(), got), trial
+
+
+_FIRST_KERNEL_CALL = """
+import sys
+import numpy as np
+from tscope.analyzers.detectors.compiled_loops import compiled_cusum
+from tscope.analyzers.detectors.cusum import _CUSUM_CHUNK, _one_sided_cusum
+
+residuals = np.random.default_rng(4).standard_normal(3000).cumsum() / 30
+starts, alarms, sums = compiled_cusum(residuals, 0.5, 4.0, _CUSUM_CHUNK)
+listed = _one_sided_cusum(residuals, 0.5, 4.0)
+assert [tuple(row) for row in zip(starts.tolist(), alarms.tolist(), sums.tolist())] == listed
+assert listed
+print(sorted(name for name in ("cffi", "scipy.linalg") if name in sys.modules))
+import cffi, scipy.linalg  # not importable only while numba's target initialized
+print("imported afterwards")
+"""
+
+
+def test_first_kernel_call_leaves_out_scipy_and_cffi_then_they_import() -> None:
+    """tscope/numba_target.py: the process's first kernel call initializes numba's target
+    without scipy.linalg and cffi, decides as the numpy code, and both import normally after."""
+    root = Path(__file__).resolve().parent.parent
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]))
+    environment.pop("TSCOPE_COMPILED_LOOPS", None)
+    child = subprocess.run(
+        [sys.executable, "-c", _FIRST_KERNEL_CALL],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.splitlines() == ["[]", "imported afterwards"]
