@@ -324,7 +324,7 @@ print("imported afterwards")
 
 
 def test_first_kernel_call_leaves_out_scipy_and_cffi_then_they_import() -> None:
-    """tscope/numba_target.py: the process's first kernel call initializes numba's target
+    """analyzers/detectors/numba_target.py: the process's first kernel call initializes numba's target
     without scipy.linalg and cffi, decides as the numpy code, and both import normally after."""
     root = Path(__file__).resolve().parent.parent
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]))
