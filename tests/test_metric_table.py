@@ -127,3 +127,39 @@ def test_sorted_unique_is_np_unique(values: np.ndarray) -> None:
     got = sorted_unique(values)
     assert got.dtype == expected.dtype
     assert np.array_equal(got, expected, equal_nan=values.dtype.kind == "f")
+
+
+@pytest.mark.parametrize(
+    "parts_steps",
+    [[[0, 1, 2, 5]], [[0, 1, 2], [3, 7]], [[0, 1, 2], [1, 2, 3]], [[0, 2, 2, 4]], [[5]], [[]]],
+)
+def test_resolved_segments_keep_the_latest_row_per_step(parts_steps: list[list[int]]) -> None:
+    """_resolve_segments takes every row as it is when each step comes once and in order (no
+    sort); otherwise the latest row per step: both as the general rule says."""
+    from tscope.ingest.assemble import _resolve_segments
+
+    parts = [
+        MetricTable(
+            np.asarray(steps, dtype=np.int64),
+            "loss",
+            np.arange(len(steps), dtype=np.float64) + 10 * number,
+            f"file{number}",
+            "loss",
+            np.arange(len(steps), dtype=np.int64),
+        )
+        for number, steps in enumerate(parts_steps)
+    ]
+    table, _ = _resolve_segments(parts)
+    rows = [
+        (step, value) for part in parts for step, value in zip(part.step, part.value, strict=True)
+    ]
+    latest = {int(step): float(value) for step, value in rows}  # later rows win
+    kept_in_order = [
+        (step, value)
+        for position, (step, value) in enumerate(rows)
+        if all(int(other) != int(step) for other, _ in rows[position + 1 :])
+    ]
+    assert [(int(s), float(v)) for s, v in zip(table.step, table.value, strict=True)] == [
+        (int(s), float(v)) for s, v in kept_in_order
+    ]
+    assert {int(s): float(v) for s, v in zip(table.step, table.value, strict=True)} == latest

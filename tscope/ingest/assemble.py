@@ -183,6 +183,8 @@ def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEv
                         },
                     )
                 )
+    if bool(np.all(steps[1:] > steps[:-1])):
+        return table, events  # every step once, in order: every row is kept (no sort needed)
     # Last logged value wins per step: unique over the reversed sequence keeps the latest row.
     reversed_steps = steps[::-1]
     _, first_in_reversed = np.unique(reversed_steps, return_index=True)
