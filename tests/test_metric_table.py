@@ -163,3 +163,40 @@ def test_resolved_segments_keep_the_latest_row_per_step(parts_steps: list[list[i
         (int(s), float(v)) for s, v in kept_in_order
     ]
     assert {int(s): float(v) for s, v in zip(table.step, table.value, strict=True)} == latest
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_assembly_in_metric_order_is_the_sorted_table(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """assemble_run concatenates one read's metrics by name so that the (metric, step) sort is
+    usually already done: the same table, labels included, as concatenating in first-appearance
+    order and sorting; with steps out of order, repeated steps, and a second read's labels."""
+    from tscope.ingest import assemble
+
+    rng = np.random.default_rng(seed)
+    names = ["train/loss", "eval/loss", "b", "a", "train/grad_norm", "Z"]
+
+    def read(path: str, size: int, in_order: bool) -> LogRead:
+        steps = np.sort(rng.integers(0, 60, size)) if in_order else rng.integers(0, 60, size)
+        rows = [
+            (int(step), names[int(code)], float(value), f"orig {code}")
+            for step, code, value in zip(
+                steps, rng.integers(0, len(names), size), rng.normal(size=size), strict=True
+            )
+        ]
+        return LogRead(kind="synthetic", path=path, metrics=LogRead.rows_to_table(rows, path))
+
+    for reads in (
+        [read("a.jsonl", 300, True)],
+        [read("a.jsonl", 300, False)],
+        [read("a.jsonl", 200, True), read("b.jsonl", 100, True)],
+    ):
+        ordered = assemble.assemble_run("r", "/r", reads, []).metrics
+        with monkeypatch.context() as patched:
+            patched.setattr(assemble, "_in_metric_order", lambda tables: tables)
+            plain = assemble.assemble_run("r", "/r", reads, []).metrics
+        assert ordered.equals(plain)
+        for column in ("metric", "source", "original_name"):
+            assert getattr(ordered, column).labels == getattr(plain, column).labels
+            assert np.array_equal(getattr(ordered, column).codes, getattr(plain, column).codes)
