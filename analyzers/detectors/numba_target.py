@@ -13,7 +13,9 @@ So, during that first call only, the modules are marked as not importable in sys
 entry, Python's own marker), unless something imported them already; the marks are removed
 right after, so a later `import scipy.linalg` or `import cffi` in the process works as usual.
 Nothing of numba is modified. Should a numba version need one of them after all, the call is
-made again as it comes.
+made again as it comes. The price: in a process where this ran first, numba-compiled code has no
+np.dot / np.linalg (numba found no BLAS) and no cffi functions; no kernel of tscope's uses them
+(checkpoints/stats/array_kernels' np.dot is in its numpy fallbacks only).
 """
 
 from __future__ import annotations
