@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tscope.analyzers.baseline import per_read_only_array
 from tscope.analyzers.signals import last_finite, loss_series, primary_loss
 from tscope.model import Run
 
@@ -112,6 +113,13 @@ class Impact:
 NO_IMPACT = Impact(0.0, 0.0, 0.0, 1.0, 0, 0, 0.0, True, False, False)
 
 
+def _first_finite(values: np.ndarray) -> tuple[int, bool]:
+    """(index of the first finite value, whether there is one; index 0 when there is none)."""
+    finite_values = np.isfinite(values)
+    first_finite = int(finite_values.argmax())  # the first True; 0 when there is none
+    return first_finite, bool(finite_values[first_finite]) if values.size else False
+
+
 def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
     """The impact on the training loss of an event from `onset_step` to `end_step` (None: it never
     recovered, the window runs to the end of the log)."""
@@ -142,13 +150,19 @@ def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
     gaps = np.diff(window_steps.astype(float))
     area = float(np.sum(gaps * (clipped[1:] + clipped[:-1]) / 2)) if window.size > 1 else 0.0
     area = area or float(clipped[0])
-    finite_values = np.isfinite(values)
-    first_finite = int(finite_values.argmax())  # the first True; 0 when there is none
-    any_finite = bool(finite_values[first_finite]) if values.size else False
+    first_finite, any_finite = per_read_only_array(
+        values, "first_finite", 0, lambda: _first_finite(values)
+    )
     initial = float(values[first_finite]) if any_finite else float("nan")
     started_before = any_finite and bool(steps[first_finite] < onset_step)
     returned = started_before and back_at_initial(initial, baseline, finite)
-    interval = float(np.median(np.diff(steps))) if steps.size > 1 else 1.0
+    # Per series, not per event: a pass over the whole series (measure_impact runs per spike).
+    interval = per_read_only_array(
+        steps,
+        "median_step_interval",
+        0,
+        lambda: float(np.median(np.diff(steps))) if steps.size > 1 else 1.0,
+    )
     if nonfinite:
         effective = float("inf")
     elif excess > 0:

@@ -17,7 +17,11 @@ from tscope.cli import app
 from tscope.model.case import Case
 from tscope.model.case_fields import CaseFormatError
 from tscope.render import load_case, render_case
-from tscope.render.json_file import case_json_text, normalized_payload
+from tscope.render.json_file import (
+    case_json_text,
+    normalized_payload,
+    normalized_payload_and_text,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 # Every kind of run the fixtures hold: Trainer logs (spikes, a resume, a partial window), the
@@ -183,3 +187,16 @@ def test_a_summary_key_the_typed_case_does_not_hold_is_a_loud_error() -> None:
     assert analyzed_summary({"status": "healthy", "verdict": "ok"}, partial=True).partial
     with pytest.raises(ValueError, match=r"summary keys \['trend'\] are not in"):
         analyzed_summary({"status": "healthy", "trend": "up"}, partial=False)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [incident_case().to_dict(), healthy_case().to_dict(), partial_payload()],
+    ids=["incident", "healthy", "partial"],
+)
+def test_case_json_is_written_from_its_first_encoding(payload: dict[str, Any]) -> None:
+    """render_case writes case.json from the text it normalized the payload through: encoding
+    the normalized payload again must give the same bytes (rounding and sorting are idempotent)."""
+    normalized, text = normalized_payload_and_text(payload)
+    assert normalized == normalized_payload(payload)
+    assert case_json_text(normalized) == text

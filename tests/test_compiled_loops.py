@@ -9,7 +9,11 @@ compared with the dict-based merge it replaced, written out here as the referenc
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -300,3 +304,91 @@ def test_ranked_rolling_median_same_as_pandas() -> None:
         got = compiled_ranked_rolling_median(values, window, min_periods)
         assert got is not None
         assert _same_bits(expected.to_numpy(), got), trial
+
+
+_FIRST_KERNEL_CALL = """
+import sys
+import numpy as np
+from tscope.analyzers.detectors.compiled_loops import compiled_cusum
+from tscope.analyzers.detectors.cusum import _CUSUM_CHUNK, _one_sided_cusum
+
+residuals = np.random.default_rng(4).standard_normal(3000).cumsum() / 30
+starts, alarms, sums = compiled_cusum(residuals, 0.5, 4.0, _CUSUM_CHUNK)
+listed = _one_sided_cusum(residuals, 0.5, 4.0)
+assert [tuple(row) for row in zip(starts.tolist(), alarms.tolist(), sums.tolist())] == listed
+assert listed
+print(sorted(name for name in ("cffi", "scipy.linalg") if name in sys.modules))
+import cffi, scipy.linalg  # not importable only while numba's target initialized
+print("imported afterwards")
+"""
+
+
+def test_first_kernel_call_leaves_out_scipy_and_cffi_then_they_import() -> None:
+    """analyzers/detectors/numba_target.py: the process's first kernel call initializes numba's
+    target without scipy.linalg and cffi, decides as the numpy code, and both import after."""
+    root = Path(__file__).resolve().parent.parent
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]))
+    environment.pop("TSCOPE_COMPILED_LOOPS", None)
+    child = subprocess.run(
+        [sys.executable, "-c", _FIRST_KERNEL_CALL],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.splitlines() == ["[]", "imported afterwards"]
+
+
+def _change_points_loop(metric: str, steps: np.ndarray, detections: list[Detection]) -> list:
+    """detect._change_points as it was written before the shifts became arrays: the reference."""
+    from tscope.analyzers.detect import SHIFT_MERGE_POINTS, _largest
+    from tscope.model import ChangePoint
+
+    found = []
+    for detection in detections:
+        last_index: dict[bool, int] = {}
+        for shift in sorted(detection.shifts, key=lambda s: s.index):
+            rising = shift.after_mean > shift.before_mean
+            previous = last_index.get(rising)
+            last_index[rising] = shift.index
+            if previous is not None and shift.index - previous <= SHIFT_MERGE_POINTS:
+                continue
+            found.append(
+                ChangePoint(
+                    metric,
+                    int(steps[shift.index]),
+                    detection.detector,
+                    shift.before_mean,
+                    shift.after_mean,
+                )
+            )
+    return _largest(found)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_change_points_from_shift_arrays_match_the_loop(seed: int) -> None:
+    from tscope.analyzers.detect import _change_points
+    from tscope.analyzers.detectors.base import RegimeShift
+
+    rng = np.random.default_rng(seed)
+    n = 5000
+    steps = np.cumsum(rng.integers(1, 4, n))
+    count = int(rng.integers(0, 400))
+    index = rng.integers(0, n, count)  # unsorted, with repeats
+    before = rng.normal(3.0, 1.0, count)
+    after = before + rng.normal(0.0, 1.0, count) * rng.choice([0.0, 1.0], count, p=[0.1, 0.9])
+    after[rng.random(count) < 0.05] = np.nan
+    as_arrays = Detection("cusum", shift_arrays=(index, before, after))
+    as_list = Detection(
+        "pelt",
+        shifts=[
+            RegimeShift(int(i), float(b), float(a))
+            for i, b, a in zip(index[::-1], before[::-1], after[::-1], strict=True)
+        ],
+    )
+    for detections in ([as_arrays], [as_list], [as_arrays, as_list]):
+        got = _change_points("train/loss", steps, detections)
+        expected = _change_points_loop("train/loss", steps, detections)
+        assert [repr(point) for point in got] == [repr(point) for point in expected]  # NaN too
+    assert [shift.index for shift in as_arrays.shifts] == index.tolist()

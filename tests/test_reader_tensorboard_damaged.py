@@ -245,3 +245,17 @@ def test_reads_without_tensorboard_tensorflow_or_the_crc32c_package(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        [],
+        [30, 31, 30, 72, 65535],
+        [65536, 5, 2**63 + 5],  # long (or corrupt) lengths: the np.unique way
+    ],
+)
+def test_expected_length_checksums_by_table_and_by_sort_agree(lengths: list[int]) -> None:
+    as_array = np.asarray(lengths, dtype=np.uint64)
+    one_by_one = [tfrecord.masked_crc32c(struct.pack("<Q", length)) for length in lengths]
+    assert tfrecord._expected_length_checksums(as_array).tolist() == one_by_one

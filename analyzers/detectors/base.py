@@ -33,7 +33,7 @@ class Detection:
     (`alarm_arrays`) and builds the Alarm list only when `alarms` is read.
     """
 
-    __slots__ = ("_alarms", "_index", "_score", "detector", "shifts")
+    __slots__ = ("_alarms", "_index", "_score", "_shift_arrays", "_shifts", "detector")
 
     def __init__(
         self,
@@ -43,10 +43,28 @@ class Detection:
         *,
         index: np.ndarray | None = None,
         score: np.ndarray | None = None,
+        shift_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """Alarms either as `alarms` or as the `index` and `score` arrays, not both."""
+        """Alarms either as `alarms` or as the `index` and `score` arrays, not both; shifts
+        either as `shifts` or as `shift_arrays` (indices, levels before, levels after)."""
         self.detector = detector
-        self.shifts = list(shifts)
+        if shift_arrays is None:
+            self._shifts: list[RegimeShift] | None = list(shifts)
+            self._shift_arrays = (
+                np.asarray([shift.index for shift in shifts], dtype=np.int64),
+                np.asarray([shift.before_mean for shift in shifts], dtype=np.float64),
+                np.asarray([shift.after_mean for shift in shifts], dtype=np.float64),
+            )
+        else:
+            # A smooth series re-arms the CUSUM every few points: ~n/3 shifts, kept as arrays
+            # (detect._change_points reads them so) until `shifts` is read.
+            self._shifts = None
+            shift_index, before, after = shift_arrays
+            self._shift_arrays = (
+                np.asarray(shift_index, dtype=np.int64),
+                np.asarray(before, dtype=np.float64),
+                np.asarray(after, dtype=np.float64),
+            )
         if index is None or score is None:
             self._alarms: list[Alarm] | None = list(alarms)
             self._index = np.asarray([alarm.index for alarm in alarms], dtype=np.int64)
@@ -64,6 +82,21 @@ class Detection:
                 for index, score in zip(self._index.tolist(), self._score.tolist(), strict=True)
             ]
         return self._alarms
+
+    @property
+    def shifts(self) -> list[RegimeShift]:
+        if self._shifts is None:
+            self._shifts = [
+                RegimeShift(index, before, after)
+                for index, before, after in zip(
+                    *(part.tolist() for part in self._shift_arrays), strict=True
+                )
+            ]
+        return self._shifts
+
+    def shift_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(indices, levels before, levels after) of the shifts, in their order; do not modify."""
+        return self._shift_arrays
 
     def alarm_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(indices, scores) of the alarms, in their order; do not modify."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tscope.analyzers.detectors.numba_target import without_unused_optional_modules
 from tscope.analyzers.detectors.rolling_kernels import (
     ranked_rolling_median_loop,
     rolling_mean_std_loop,
@@ -183,7 +184,9 @@ def kernel(name: str = "pelt") -> Kernel | None:
         numba: Any = importlib.import_module("numba")
     except ImportError:  # the optional `fast` extra is not installed
         return None
-    compiled: Kernel = numba.njit(cache=True, nogil=True)(_PYTHON_LOOPS[name])
+    compiled: Kernel = without_unused_optional_modules(
+        numba.njit(cache=True, nogil=True)(_PYTHON_LOOPS[name])
+    )
     return compiled
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, RobustBaseline, window_stats
-from tscope.analyzers.detectors.base import Detection, RegimeShift
+from tscope.analyzers.detectors.base import Detection
 from tscope.analyzers.detectors.compiled_loops import (
     COMPILED_MIN_POINTS,
     compiled_cusum,
@@ -63,9 +63,9 @@ class CusumDetector:
             self.name,
             index=alarm_indices[order],
             score=scores[order],
-            shifts=self._shifts(values, baseline, starts, alarm_indices, signs)
+            shift_arrays=self._shifts(values, baseline, starts, alarm_indices, signs)
             if with_shifts
-            else [],
+            else None,
         )
 
     def _shifts(
@@ -75,12 +75,13 @@ class CusumDetector:
         starts: np.ndarray,
         alarm_indices: np.ndarray,
         signs: np.ndarray,
-    ) -> list[RegimeShift]:
-        """The level change behind each alarm, in the direction the CUSUM detected, where it is
-        big enough to call a new regime, in index order. The "after" window runs from the
-        excursion's start for `after_points` (at least to the alarm) and stops at the next
-        change the other way: a downward excursion followed by a blow-up must not average the
-        blow-up in. All excursions at once: a smooth series re-arms the CUSUM every few points."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The level change behind each alarm (indices, levels before, levels after), in the
+        direction the CUSUM detected, where it is big enough to call a new regime, in index
+        order. The "after" window runs from the excursion's start for `after_points` (at least
+        to the alarm) and stops at the next change the other way: a downward excursion followed
+        by a blow-up must not average the blow-up in. All excursions at once: a smooth series
+        re-arms the CUSUM every few points."""
         # The next excursion start of the other direction, by bisection in its sorted starts.
         next_change = np.full(starts.size, len(values), dtype=np.int64)
         for direction in (1.0, -1.0):
@@ -102,12 +103,7 @@ class CusumDetector:
         # A NaN "after" (no finite point in the window) is not smaller: kept, as it always was.
         kept = np.flatnonzero(measured & ~smaller)
         kept = kept[np.argsort(starts[kept], kind="stable")]
-        return [
-            RegimeShift(index, level_before, level_after)
-            for index, level_before, level_after in zip(
-                starts[kept].tolist(), before[kept].tolist(), after[kept].tolist(), strict=True
-            )
-        ]
+        return starts[kept], before[kept], after[kept]
 
 
 def _excursions(

@@ -9,6 +9,7 @@ import numpy as np
 
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, window_stats
 from tscope.analyzers.detectors.base import Detection
+from tscope.model.metric_table import sorted_unique
 
 # Alarms closer than this many points belong to one incident (a spike and its echo).
 MERGE_GAP_POINTS = 5
@@ -55,7 +56,7 @@ def merge_alarms(values: np.ndarray, detections: list[Detection]) -> list[SpikeC
         order = np.argsort(index, kind="stable")
         index, score = index[order], score[order]
         upward[name] = (index[score > 0], score[score > 0])
-    flagged = np.unique(
+    flagged = sorted_unique(
         np.concatenate([index for index, _ in upward.values()] or [np.empty(0, dtype=np.int64)])
     )
     if flagged.size == 0:
@@ -64,7 +65,7 @@ def merge_alarms(values: np.ndarray, detections: list[Detection]) -> list[SpikeC
     # Alarms closer than MERGE_GAP_POINTS (between consecutive flagged points) are one group.
     group_starts = np.concatenate(([0], np.flatnonzero(np.diff(flagged) > MERGE_GAP_POINTS) + 1))
     group_ends = np.append(group_starts[1:], flagged.size)  # exclusive
-    point_groups = np.unique(
+    point_groups = sorted_unique(
         np.concatenate(
             [
                 np.searchsorted(group_starts, np.searchsorted(flagged, index), side="right") - 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import median_of_finite
 from tscope.analyzers.signals import fmt, last_finite, loss_series, primary_loss
 from tscope.model import Finding
 from tscope.model.categories import Category
@@ -113,7 +114,7 @@ def robust_sigma(values: np.ndarray) -> float:
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return float("nan")
-    return float(1.4826 * np.median(np.abs(finite - np.median(finite))))
+    return float(1.4826 * median_of_finite(np.abs(finite - median_of_finite(finite))))
 
 
 def repetitions(steps: np.ndarray, values: np.ndarray) -> list[Repetition]:
@@ -227,14 +228,15 @@ def _judge(
     noise = robust_sigma(context)
     if not noise > 0:
         return None
-    smoothness = float(np.median(np.abs(change[start:end]))) / noise
+    # The stretch's points are repeat-like, so finite; `before` holds finite values only.
+    smoothness = median_of_finite(np.abs(change[start:end])) / noise
     before = last_finite(values, first, BASELINE_POINTS)
-    level = float(np.median(before))
+    level = median_of_finite(before) if before.size else float("nan")
     lowest = float(np.nanmin(values[first:end]))
     if level <= 0 or lowest > MAX_LOW_TO_LEVEL * level:
         return None
     half = before.size // 2
-    fall_before = float(np.median(before[:half]) - np.median(before[half:])) if half else 0.0
+    fall_before = median_of_finite(before[:half]) - median_of_finite(before[half:]) if half else 0.0
     deep = lowest <= DEEP_LOW_TO_LEVEL * level and fall_before < (1 - DEEP_LOW_TO_LEVEL) * level
     if smoothness > (DEEP_MAX_SMOOTHNESS if deep else MAX_SMOOTHNESS):
         return None

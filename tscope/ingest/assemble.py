@@ -41,7 +41,7 @@ def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[Parti
 
     for read in reads:
         caveats.extend(read.caveats)
-    metrics = MetricTable.concat(chosen_tables).sorted_by("metric", "step")
+    metrics = MetricTable.concat(_in_metric_order(chosen_tables)).sorted_by("metric", "step")
 
     config: dict[str, Any] = {}
     for read in sorted(reads, key=lambda r: (_READER_PRIORITY.get(r.kind, 99), r.path)):
@@ -58,6 +58,22 @@ def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[Parti
         config=config,
         partial=tuple(partial) + tuple(p for read in reads for p in read.partial),
     )
+
+
+def _in_metric_order(tables: list[MetricTable]) -> list[MetricTable]:
+    """One table per metric, by metric name when they share their text labels (one read's rows):
+    concatenated so, the rows usually are in (metric, step) order already and sorted_by keeps
+    them without a sort of every row. Tables with other labels keep their order, since
+    concatenation numbers merged labels in table order."""
+    if len(tables) < 2 or any(table.empty for table in tables):
+        return tables
+    first = tables[0]
+    shared = all(
+        getattr(table, column).labels == getattr(first, column).labels
+        for table in tables[1:]
+        for column in ("metric", "source", "original_name")
+    )
+    return sorted(tables, key=lambda table: table.metric.at(0)) if shared else tables
 
 
 def _source_key(source: Source) -> tuple[str, str]:
@@ -183,6 +199,8 @@ def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEv
                         },
                     )
                 )
+    if bool(np.all(steps[1:] > steps[:-1])):
+        return table, events  # every step once, in order: every row is kept (no sort needed)
     # Last logged value wins per step: unique over the reversed sequence keeps the latest row.
     reversed_steps = steps[::-1]
     _, first_in_reversed = np.unique(reversed_steps, return_index=True)

@@ -20,7 +20,7 @@ from tscope.output_writer import write_texts
 from tscope.render.charts import Chart, incident_chart, incident_zoom_chart, other_metrics_chart
 from tscope.render.heatmap import layers_heatmap
 from tscope.render.html import render_html
-from tscope.render.json_file import case_json_text, normalized_payload
+from tscope.render.json_file import normalized_payload_and_text
 from tscope.render.markdown import render_markdown
 from tscope.render.replay_charts import replay_chart, whatif_chart
 from tscope.render.replay_layers import layer_statistics_chart
@@ -70,14 +70,14 @@ def render_case(
     """Write the requested renderings into out_dir and return the paths written, in order."""
     check_formats(formats)
     raw = case_or_payload.to_dict() if isinstance(case_or_payload, Case) else case_or_payload
-    payload = normalized_payload(raw)
+    payload, payload_text = normalized_payload_and_text(raw)
     case = case_from_payload(payload, "the case payload")  # as `tscope report` reads it back
     directory = output_directory(out_dir, "the case")
     charts = draw_charts(case) if {"html", "md"} & set(formats) else {}
     texts = report_texts(
         formats,
         (CASE_JSON, CASE_HTML, CASE_MD),
-        lambda: case_json_text(payload),
+        lambda: payload_text,
         lambda: render_html(case, charts),
         lambda: render_markdown(case, charts, ALL_CHART_FILES),
         ((ALL_CHART_FILES[name], chart.svg) for name, chart in charts.items()),

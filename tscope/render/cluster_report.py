@@ -27,7 +27,7 @@ from tscope.render.charts import Chart
 from tscope.render.cluster_charts import aligned_chart, overview_chart
 from tscope.render.cluster_view import aligned_chart_name, build_cluster_view
 from tscope.render.html import inline_html
-from tscope.render.json_file import case_json_text, normalized_payload
+from tscope.render.json_file import normalized_payload_and_text
 from tscope.render.markdown import md_cell, md_code, md_text
 from tscope.render.report_files import (
     FORMATS,
@@ -66,7 +66,7 @@ def render_cluster(
         if isinstance(report_or_payload, ClusterReport)
         else report_or_payload
     )
-    payload = normalized_payload(raw)
+    payload, payload_text = normalized_payload_and_text(raw)
     report = cluster_file(payload, "the cluster payload")  # as a re-render reads it back
     directory = output_directory(out_dir, "the cluster report")
     pages = bool({"html", "md"} & set(formats))
@@ -75,7 +75,7 @@ def render_cluster(
     texts = report_texts(
         formats,
         (CLUSTER_JSON, CLUSTER_HTML, CLUSTER_MD),
-        lambda: case_json_text(payload),
+        lambda: payload_text,
         lambda: render_cluster_html(view, charts),
         lambda: render_cluster_markdown(view, charts),
         ((chart_file_name(name), chart.svg) for name, chart in charts.items()),

@@ -20,5 +20,13 @@ def case_json_text(payload: dict[str, Any]) -> str:
 def normalized_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """The payload exactly as it reads back from case.json (sorted keys, rounded floats), so a
     rendering from a fresh Case and a re-rendering by `tscope report` cannot differ."""
-    loaded: dict[str, Any] = json.loads(case_json_text(payload))
-    return loaded
+    return normalized_payload_and_text(payload)[0]
+
+
+def normalized_payload_and_text(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """normalized_payload and the case.json text it was read back from. The text is also
+    case_json_text of the normalized payload (its floats are already rounded, its keys strings
+    and sorted), so the file is written from it instead of encoding the payload twice."""
+    text = case_json_text(payload)
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded, text

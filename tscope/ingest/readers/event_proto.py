@@ -82,6 +82,10 @@ class ScalarRecords:
     value: np.ndarray  # (n,) float64
     tag_start: np.ndarray  # (n,) int64, byte offsets of the tag in the file
     tag_end: np.ndarray  # (n,) int64
+    value_start: np.ndarray  # (n,) int64, byte offset of the number in the file
+    # (n,) int64: the first of these records known to hold the same tag bytes (scalar_runs), else
+    # the record itself; grouping the tags then only compares the distinct ones.
+    tag_like: np.ndarray
 
 
 def decode_scalar_records(buffer: bytes, starts: np.ndarray, lengths: np.ndarray) -> ScalarRecords:
@@ -92,7 +96,9 @@ def decode_scalar_records(buffer: bytes, starts: np.ndarray, lengths: np.ndarray
     candidates = np.flatnonzero(lengths >= _MIN_FAST_RECORD_BYTES)
     if candidates.size == 0:
         empty = np.empty(0, dtype=np.int64)
-        return ScalarRecords(empty, empty, np.empty(0, dtype=np.float64), empty, empty)
+        return ScalarRecords(
+            empty, empty, np.empty(0, dtype=np.float64), empty, empty, empty, empty
+        )
     bytes_at = np.frombuffer(buffer, dtype=np.uint8)
     words_at = byte_offset_view(buffer, "<u8")
     start = starts[candidates]
@@ -116,6 +122,7 @@ def decode_scalar_records(buffer: bytes, starts: np.ndarray, lengths: np.ndarray
     tag_end = tag_start + tag_length[kept]
 
     value = np.full(candidates.shape, np.nan, dtype=np.float64)
+    value_start = np.zeros(candidates.shape, dtype=np.int64)
     matched = np.zeros(candidates.shape, dtype=bool)
     for tail in _VALUE_TAILS:
         width = np.dtype(tail.dtype).itemsize
@@ -128,6 +135,7 @@ def decode_scalar_records(buffer: bytes, starts: np.ndarray, lengths: np.ndarray
         pending, number_at = pending[fits], number_at[fits]
         with np.errstate(invalid="ignore"):  # a signalling NaN in the file stays a NaN
             value[pending] = byte_offset_view(buffer, tail.dtype)[number_at]
+        value_start[pending] = number_at
         matched[pending] = True
 
     chosen = np.flatnonzero(matched)
@@ -137,7 +145,22 @@ def decode_scalar_records(buffer: bytes, starts: np.ndarray, lengths: np.ndarray
         value=value[chosen],
         tag_start=tag_start[chosen],
         tag_end=tag_end[chosen],
+        value_start=value_start[chosen],
+        tag_like=np.arange(chosen.size, dtype=np.int64),
     )
+
+
+def value_dtype(bytes_before_value: int, bytes_from_value_to_end: int) -> str:
+    """The number's encoding in a record decode_scalar_records accepted, from its geometry (the
+    value tails all differ in size): the bytes between tag and number, and from number to end."""
+    for tail in _VALUE_TAILS:
+        width = np.dtype(tail.dtype).itemsize
+        if (len(tail.before), width + len(tail.after)) == (
+            bytes_before_value,
+            bytes_from_value_to_end,
+        ):
+            return tail.dtype
+    raise ValueError("not the geometry of an accepted scalar record")
 
 
 def _bytes_match(buffer: bytes, offsets: np.ndarray, expected: bytes) -> np.ndarray:

@@ -15,8 +15,9 @@ import numpy as np
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
-from tscope.ingest.readers.event_proto import decode_event, decode_scalar_records
+from tscope.ingest.readers.event_proto import ScalarRecords, decode_event
 from tscope.ingest.readers.protobuf_wire import WireFormatError
+from tscope.ingest.readers.scalar_runs import decode_scalar_runs
 from tscope.ingest.readers.tensorboard_tags import (
     add_hparams_config,
     add_text_config,
@@ -108,13 +109,11 @@ def _decode_records(buffer: bytes, records: Records) -> _Decoded:
     usable = np.ones(records.starts.size, dtype=bool)
     usable[records.bad_checksums] = False
 
-    fast = decode_scalar_records(buffer, records.starts, records.lengths)
+    fast = decode_scalar_runs(buffer, records.starts, records.lengths)
     keep_fast = usable[fast.record_index]
     tags: list[str] = []
     tag_ids: dict[str, int] = {}
-    fast_tag_ids = _fast_tag_ids(
-        buffer, fast.tag_start[keep_fast], fast.tag_end[keep_fast], tags, tag_ids
-    )
+    fast_tag_ids = _fast_tag_ids(buffer, fast, keep_fast, tags, tag_ids)
     # The fast path only takes scalars, so its tags are known scalar series; TF2 writers attach
     # plugin metadata to a tag's first value only, so later values are matched by tag.
     plugin_by_tag = {tag: "scalars" for tag in tags}
@@ -183,13 +182,24 @@ def _decode_records(buffer: bytes, records: Records) -> _Decoded:
 
 def _fast_tag_ids(
     buffer: bytes,
-    tag_starts: np.ndarray,
-    tag_ends: np.ndarray,
+    fast: ScalarRecords,
+    keep: np.ndarray,
     tags: list[str],
     tag_ids: dict[str, int],
 ) -> np.ndarray:
-    """The tag index of each fast-path record, adding new tags to `tags`/`tag_ids`."""
-    codes, distinct = _group_byte_strings(buffer, tag_starts, tag_ends)
+    """The tag index of each kept fast-path record, adding new tags to `tags`/`tag_ids`."""
+    codes: np.ndarray
+    if keep.all():
+        # Only the records that lead a group of known-equal tags are compared. The first record
+        # holding a tag leads its group (a group's leader comes first), so the tags are found in
+        # the same order as when comparing every record.
+        leads = fast.tag_like == np.arange(fast.tag_like.size)
+        leader_codes, distinct = _group_byte_strings(
+            buffer, fast.tag_start[leads], fast.tag_end[leads]
+        )
+        codes = leader_codes[(np.cumsum(leads) - 1)[fast.tag_like]]
+    else:  # a group's leader may have failed its checksum: compare every kept record
+        codes, distinct = _group_byte_strings(buffer, fast.tag_start[keep], fast.tag_end[keep])
     id_of_code = []
     for raw in distinct:
         tag = raw.decode("utf-8", errors="replace")

@@ -122,11 +122,7 @@ def split_records(buffer: bytes, verify_data_checksums: bool = False) -> Records
     else:
         lengths = np.empty(0, dtype=np.uint64)
         stored = np.empty(0, dtype=np.uint32)
-    # A log has few distinct record lengths: checksum each once.
-    distinct_lengths, length_codes = np.unique(lengths, return_inverse=True)
-    length_codes = length_codes.reshape(-1)
-    expected = _masked_crc32c_of_lengths(np.asarray(distinct_lengths, dtype=np.uint64))
-    mismatched = np.flatnonzero(expected[length_codes] != stored)
+    mismatched = np.flatnonzero(_expected_length_checksums(lengths) != stored)
 
     stop_problem: str | None = None
     truncated_tail = False
@@ -171,6 +167,27 @@ def split_records(buffer: bytes, verify_data_checksums: bool = False) -> Records
     )
 
 
+# Record lengths below this are checksummed through a table indexed by length (no sort).
+_LENGTH_TABLE_SIZE = 1 << 16
+
+
+def _expected_length_checksums(lengths: np.ndarray) -> np.ndarray:
+    """The masked CRC-32C each record's length header should carry. A log has few distinct
+    record lengths: each is checksummed once, then looked up by length (a table when they are
+    all short, else through np.unique's sort)."""
+    lengths = np.asarray(lengths, dtype=np.uint64)
+    if lengths.size and int(lengths.max()) < _LENGTH_TABLE_SIZE:
+        distinct = np.flatnonzero(np.bincount(lengths.astype(np.intp)))
+        table = np.zeros(int(distinct[-1]) + 1, dtype=np.uint32)
+        table[distinct] = _masked_crc32c_of_lengths(distinct.astype(np.uint64))
+        expected: np.ndarray = table[lengths.astype(np.intp)]
+        return expected
+    distinct_lengths, length_codes = np.unique(lengths, return_inverse=True)
+    checksums = _masked_crc32c_of_lengths(np.asarray(distinct_lengths, dtype=np.uint64))
+    by_record: np.ndarray = checksums[length_codes.reshape(-1)]
+    return by_record
+
+
 def _walk_headers(buffer: bytes) -> tuple[np.ndarray, int]:
     """Offsets of the record headers, following each length, and the offset after the last record.
 
@@ -190,7 +207,8 @@ def _walk_headers(buffer: bytes) -> tuple[np.ndarray, int]:
         cycle = _repeating_cycle(lengths)
         guess = _FIRST_GUESS_RECORDS
         while cycle is not None and position <= last_header:
-            predicted_lengths = np.resize(cycle, guess)
+            # np.resize would concatenate guess / cycle.size copies one by one.
+            predicted_lengths = np.tile(cycle, -(-guess // cycle.size))[:guess]
             predicted_offsets = position + np.concatenate(
                 ([0], np.cumsum(predicted_lengths[:-1] + _FRAMING_BYTES))
             )
