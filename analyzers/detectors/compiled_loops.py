@@ -39,6 +39,10 @@ from tscope.analyzers.detectors.rolling_kernels import (
 COMPILED_MIN_POINTS = 200
 
 Kernel = Callable[..., float]
+# A float64's bits as an int64, XORed with _MAGNITUDE_BITS when negative, order as the floats do
+# (-0.0 just below 0.0); NaN is never compared this way.
+_MAGNITUDE_BITS = 0x7FFF_FFFF_FFFF_FFFF
+_LARGEST_KEY = 0x7FFF_FFFF_FFFF_FFFF
 
 
 def _search(
@@ -48,6 +52,7 @@ def _search(
     rows s1, s2 (constant) or t, t², y, t·y, y² (linear)."""
     admissible = np.empty(n + 1, dtype=np.int64)
     totals = np.empty(n + 1, dtype=np.float64)
+    bits = totals.view(np.int64)  # the same memory, for the minimum's search below
     admissible[0] = 0
     count = 1
     best[0] = -penalty
@@ -104,26 +109,44 @@ def _search(
                     cost = (data[1, end] - s2[k]) - total * total / length
                     scored[k] = earlier[k] + (0.0 if cost < 0.0 else cost) + penalty
             stretch = stop
-        # np.argmin: the first NaN if there is one, else the first of equal minima.
-        chosen = 0
+        # np.argmin: the first NaN if there is one, else the first of equal minima. The minimum
+        # is found on the totals' bits read as order-preserving integers (a reduction LLVM
+        # vectorizes; a float one it may not reorder), then its first index. Only zeros have
+        # two encodings that compare equal: for a zero minimum the first zero is chosen.
+        missing = 0
+        lowest = _LARGEST_KEY
         for i in range(usable):
-            value = totals[i]
-            if value != value:
-                chosen = i
-                break
-            if value < totals[chosen]:
-                chosen = i
+            missing += totals[i] != totals[i]
+            key = bits[i] ^ ((bits[i] >> 63) & _MAGNITUDE_BITS)
+            lowest = min(lowest, key)
+        chosen = 0
+        if missing:
+            while totals[chosen] == totals[chosen]:
+                chosen += 1
+        else:
+            while bits[chosen] ^ ((bits[chosen] >> 63) & _MAGNITUDE_BITS) != lowest:
+                chosen += 1
+            if totals[chosen] == 0.0:
+                chosen = 0
+                while totals[chosen] != 0.0:
+                    chosen += 1
         best[end] = totals[chosen]
         previous[end] = admissible[chosen]
         threshold = best[end] + penalty
-        kept = 0
+        # Counted first (a vectorized loop): where every start stays, nothing moves.
+        staying = 0
         for i in range(usable):
-            if totals[i] <= threshold:
+            staying += totals[i] <= threshold
+        kept = count
+        if staying < usable:
+            kept = 0
+            for i in range(usable):
+                if totals[i] <= threshold:
+                    admissible[kept] = admissible[i]
+                    kept += 1
+            for i in range(usable, count):  # still too close to `end` to be scored: kept
                 admissible[kept] = admissible[i]
                 kept += 1
-        for i in range(usable, count):  # still too close to `end` to be scored: kept
-            admissible[kept] = admissible[i]
-            kept += 1
         admissible[kept] = end
         count = kept + 1
     return best[n]  # type: ignore[no-any-return]
