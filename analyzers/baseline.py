@@ -29,8 +29,11 @@ BASELINE_WINDOW_POINTS = 50
 MIN_BASELINE_POINTS = 8
 # The compiled rolling median keeps the window as a sorted buffer, O(window) per point: right for
 # the baselines' 50 points, quadratic for the explainers' windows of 10% of a long series (25,000
-# points of a 250,000-point series: 67 s at load 16), which pandas' skiplist does in O(log w).
-COMPILED_MAX_WINDOW = 1000
+# points of a 250,000-point series: 67 s at load 16). Longer windows take the rank-counting loop,
+# O(log n) per point: over 10,000 points (CPU, best of 7, 2026-12-02) the buffer takes 0.6 ms at
+# window 50, 1.5 ms at 200, 2.9 ms at 500 and 4.9 ms at 1,000 (grad_norm's and plateau's windows
+# on a 10,000-step run), the rank loop ~1.6 ms at every window: it wins above ~200.
+SORTED_BUFFER_MAX_WINDOW = 200
 # rolling_median sorts every window at once (points x window floats) up to this many cells:
 # 16 MB, milliseconds; longer series without numba take pandas' skiplist.
 SORTED_WINDOWS_MAX_CELLS = 2_000_000
@@ -111,8 +114,12 @@ def rolling_median(values: np.ndarray, window: int, min_periods: int) -> np.ndar
     at once with numpy on short series (pandas is not imported: a logs-only analyze's startup),
     the compiled rank-counting loop for long windows on long series (grad_norm's window is a
     tenth of the run), pandas' skiplist for the rest (no numba)."""
-    if values.size >= COMPILED_MIN_POINTS and window <= COMPILED_MAX_WINDOW:
-        medians = compiled_rolling_median(values, window, min_periods)
+    if values.size >= COMPILED_MIN_POINTS:
+        medians = (
+            compiled_rolling_median(values, window, min_periods)
+            if window <= SORTED_BUFFER_MAX_WINDOW
+            else compiled_ranked_rolling_median(values, window, min_periods)
+        )
         if medians is not None:
             return medians
     if values.size * window <= SORTED_WINDOWS_MAX_CELLS:

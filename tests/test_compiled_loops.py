@@ -212,7 +212,7 @@ def test_cusum_shift_window_stops_at_the_next_change_the_other_way() -> None:
     assert falling and abs(falling[0].after_mean - 2.0) < 0.1
 
 
-# Short windows take the sorted buffer, long ones the rank-counting loop (COMPILED_MAX_WINDOW); a
+# Short windows take the sorted buffer, long ones the rank-counting loop (SORTED_BUFFER_MAX_WINDOW); a
 # window longer than the series too.
 @pytest.mark.parametrize(
     ("window", "min_periods"),

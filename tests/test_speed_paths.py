@@ -11,8 +11,10 @@ from tscope.analyzers.detect import DETECTORS
 from tscope.analyzers.detectors.base import Alarm, Detection
 from tscope.analyzers.detectors.neighbour_median import neighbour_medians
 from tscope.analyzers.explainers import bad_batch_logs, lr_ramp
-from tscope.model import Run
+from tscope.ingest import assemble
+from tscope.model import LogRead, MetricTable, Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
+from tscope.model.metric_table import TextColumn
 
 
 def test_run_series_is_a_read_only_view_of_one_cached_split():
@@ -164,3 +166,52 @@ def test_the_smoothed_loss_of_a_read_only_series_is_computed_once():
     assert smoothed(values) is first and not first.flags.writeable
     fresh = smoothed(values.copy())  # a writeable array: computed again, the same numbers
     assert fresh is not first and np.array_equal(fresh, first)
+
+
+def _wide_table(order: np.ndarray | None = None) -> MetricTable:
+    """Three metrics column by column, as a wide CSV's reader builds them (`order` = row x 3 +
+    column); the zeta column comes first in the file, so first-appearance is not name order."""
+    rows = np.arange(40)
+    table = MetricTable(
+        np.concatenate([rows * 10, rows[5:] * 10, rows * 10]),
+        TextColumn(np.repeat([0, 1, 2], [40, 35, 40]), ["zeta", "alpha", "mid"]),
+        np.arange(115, dtype=np.float64),
+        "metrics.csv",
+        TextColumn(np.repeat([0, 1, 2], [40, 35, 40]), ["z", "a", "m"]),
+        np.concatenate([rows * 3, rows[5:] * 3 + 1, rows * 3 + 2]) if order is None else order,
+    )
+    return table
+
+
+def _split_the_long_way(table: MetricTable, monkeypatch: pytest.MonkeyPatch) -> dict:
+    monkeypatch.setattr(assemble, "_metric_blocks", lambda _: None)
+    read = LogRead("metrics_table", "metrics.csv", table)
+    split = assemble._split_by_metric([read])[id(read)]
+    monkeypatch.undo()
+    return split
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_split_by_metric_of_a_wide_table_is_that_of_the_sort_by_file_order(shuffle, monkeypatch):
+    table = _wide_table()
+    if shuffle:  # rows out of file order within a metric: the long way decides
+        table = table.take(np.random.default_rng(0).permutation(len(table)))
+    read = LogRead("metrics_table", "metrics.csv", table)
+    fast = assemble._split_by_metric([read])[id(read)]
+    slow = _split_the_long_way(table, monkeypatch)
+    assert list(fast) == list(slow) == ["zeta", "mid", "alpha"]  # by first row in the file
+    assert all(fast[metric].equals(slow[metric]) for metric in slow)
+    assert (assemble._metric_blocks(table) is None) == shuffle
+
+
+def test_take_of_consecutive_rows_is_the_copying_take():
+    table = _wide_table()
+    for rows in (np.arange(3, 50), np.arange(115) >= 100, np.array([7])):
+        indices = np.flatnonzero(rows) if rows.dtype == bool else rows
+        taken = table.take(rows)
+        assert all(
+            np.array_equal(taken[name], table[name][indices])
+            for name in ("step", "metric", "value", "source", "original_name", "order")
+        )
+    with pytest.raises(IndexError):
+        table.take(np.arange(110, 120))  # past the end: numpy's error, not a shorter table

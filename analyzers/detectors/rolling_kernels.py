@@ -24,17 +24,27 @@ def rolling_median_loop(values: Any, window: int, min_periods: int, medians: Any
         value = values[i]
         if np.isfinite(value):
             # After its equals, as pandas' skiplist inserts (and it removes the first equal):
-            # the order of 0.0 and -0.0, hence the sign of a zero median, is pandas' too.
-            at = np.searchsorted(ordered[:count], value, side="right")
-            for k in range(count, at, -1):  # shifted in place: no array per point
-                ordered[k] = ordered[k - 1]
+            # the order of 0.0 and -0.0, hence the sign of a zero median, is pandas' too. One
+            # pass from the end finds the place and shifts the larger ones up (an insertion
+            # sort's step; a third faster than a binary search then a shift over 50 points).
+            at = count
+            while at > 0 and ordered[at - 1] > value:
+                ordered[at] = ordered[at - 1]
+                at -= 1
             ordered[at] = value
             count += 1
         if i >= window:
             leaving = values[i - window]
             if np.isfinite(leaving):
-                at = np.searchsorted(ordered[:count], leaving)
-                for k in range(at, count - 1):
+                # The first point not below it (np.searchsorted's side="left"), by bisection.
+                low, high = 0, count
+                while low < high:
+                    middle = (low + high) // 2
+                    if ordered[middle] < leaving:
+                        low = middle + 1
+                    else:
+                        high = middle
+                for k in range(low, count - 1):
                     ordered[k] = ordered[k + 1]
                 count -= 1
         if count >= min_periods and count > 0:

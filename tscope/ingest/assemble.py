@@ -105,6 +105,10 @@ def _split_by_metric(reads: list[LogRead]) -> dict[int, dict[str, MetricTable]]:
     """
     split: dict[int, dict[str, MetricTable]] = {}
     for read in reads:
+        blocks = _metric_blocks(read.metrics)
+        if blocks is not None:
+            split[id(read)] = blocks
+            continue
         table = read.metrics.sorted_by("order")
         codes = table.metric.codes
         if not codes.size:
@@ -121,6 +125,27 @@ def _split_by_metric(reads: list[LogRead]) -> dict[int, dict[str, MetricTable]]:
             table.metric.at(first): table.take(by_code[start:end]) for first, start, end in groups
         }
     return split
+
+
+def _metric_blocks(table: MetricTable) -> dict[str, MetricTable] | None:
+    """_split_by_metric's answer for a table that a wide log's reader built column by column:
+    each metric's rows one stretch, in file order. Views of those stretches, metrics by their
+    first row in the file; None for any other table (the sort by file order then groups it)."""
+    codes, order = table.metric.codes, table.order
+    if not codes.size:
+        return None
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    if starts.size != np.unique(codes[starts]).size:
+        return None  # a metric in two stretches
+    ends = np.r_[starts[1:], codes.size]
+    within = np.ones(codes.size, dtype=bool)
+    within[starts] = False  # the first row of a stretch has no predecessor in it
+    if np.any((np.diff(order, prepend=order[0]) < 0) & within):
+        return None  # a stretch not in file order
+    # The stable sort by file order puts the stretch with the earliest first row first; with
+    # equal first rows, the stretch that comes first in the table.
+    ranked = sorted(zip(order[starts].tolist(), starts.tolist(), ends.tolist(), strict=True))
+    return {table.metric.at(start): table.rows_between(start, end) for _, start, end in ranked}
 
 
 def _first_step(read: LogRead) -> float:

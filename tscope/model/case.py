@@ -10,6 +10,7 @@ from typing import Any
 from tscope.model.case_fields import CaseFormatError, Fields
 from tscope.model.case_parts import LayerHeatmap, RunHeader, Summary
 from tscope.model.categories import SEVERITIES, SOURCES
+from tscope.model.json_floats import rounded_floats
 from tscope.model.metric_names import MAX_METRIC_NAME_CHARS
 from tscope.model.replay_section import ReplaySection
 from tscope.model.run import Caveat, PartialInput, RunEvent
@@ -338,8 +339,14 @@ def json_safe(value: Any) -> Any:
     if kind is str or kind is int or kind is bool or value is None:
         return value
     if kind is list or kind is tuple:
-        # A finite float item inline (chart lists hold ~10^4 of them): the same rounding as
-        # _json_float without two function calls per item, ~3x faster on a 10,000-step run.
+        # A chart's list of floats (~11,000 of them in a 10,000-step run's case) rounded by
+        # numpy at once, the same numbers (json_floats.py); other lists item by item.
+        if len(value) >= VECTOR_ROUNDING_MIN_ITEMS and all(type(item) is float for item in value):
+            rounded = rounded_floats(list(value))
+            if rounded is not None:
+                return rounded
+        # A finite float item inline: the same rounding as _json_float without two function
+        # calls per item, ~3x faster than calling it.
         return [
             float(f"{item:.6g}") if type(item) is float and -_INF < item < _INF else json_safe(item)
             for item in value
@@ -358,6 +365,9 @@ def json_safe(value: Any) -> Any:
 
 
 _INF = math.inf
+# Below this many items a list is rounded item by item: numpy's fixed cost per call (~20 µs)
+# outweighs the ~0.3 µs it saves per float.
+VECTOR_ROUNDING_MIN_ITEMS = 128
 
 
 def _json_float(number: float) -> float | str:

@@ -107,6 +107,17 @@ class TextColumn:
 TextInput = TextColumn | str | Sequence[str]
 
 
+def _is_consecutive(indices: np.ndarray, size: int) -> bool:
+    """Whether the row indices are first, first + 1, …, last, all within the table's `size`
+    rows (at least one; an index out of range is left to numpy's error)."""
+    if indices.size == 0:
+        return False
+    first, last = int(indices[0]), int(indices[-1])
+    if first < 0 or last >= size or last - first != indices.size - 1:
+        return False
+    return bool(np.all(np.diff(indices) == 1))
+
+
 class MetricTable:
     """METRIC_COLUMNS as numpy arrays, row-aligned. Not modified in place once built."""
 
@@ -198,6 +209,10 @@ class MetricTable:
         """The rows a boolean mask or an index array selects, in that order."""
         rows = np.asarray(rows)
         indices = np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.intp)
+        if _is_consecutive(indices, len(self)):
+            # Most of an assembly's selections are one stretch of rows (a metric's rows of a
+            # wide table, a series with no step logged twice): views, not six copied columns.
+            return self.rows_between(int(indices[0]), int(indices[-1]) + 1)
         return MetricTable(
             self.step[indices],
             self.metric.take(indices),
@@ -205,6 +220,17 @@ class MetricTable:
             self.source.take(indices),
             self.original_name.take(indices),
             self.order[indices],
+        )
+
+    def rows_between(self, first: int, stop: int) -> MetricTable:
+        """Rows first..stop-1 as views of this table's columns (it is never modified in place)."""
+        return MetricTable(
+            self.step[first:stop],
+            TextColumn(self.metric.codes[first:stop], self.metric.labels),
+            self.value[first:stop],
+            TextColumn(self.source.codes[first:stop], self.source.labels),
+            TextColumn(self.original_name.codes[first:stop], self.original_name.labels),
+            self.order[first:stop],
         )
 
     def sorted_by(self, *keys: str) -> MetricTable:
