@@ -144,12 +144,22 @@ class LearningRateExplainer:
         steps, lrs = run.series(LEARNING_RATE)
         resume_steps = {event.step for event in run.events_of("resume")}
         jumps = lr_jumps(steps, lrs)
-        findings = [
-            _jump_finding(run, jump, evidence.spikes, restart)
+        judged = [
+            (jump, restart)
             for jump, restart in _with_restarts(steps, lrs, jumps)
             if jump.step not in resume_steps  # reported as resume_discontinuity instead
         ]
-        findings.extend(lr_range_findings(evidence, _too_high(run, steps, lrs, evidence.spikes)))
+        findings = [_jump_finding(run, jump, evidence.spikes, restart) for jump, restart in judged]
+        # A blow-up in the effect window of an upward jump the schedule does not explain is the
+        # jump's (lr_schedule_jump names it): the LR did not climb to it, it stepped.
+        raised_by_jump = [
+            (j.step, effect_end(run, j.step))
+            for j, restart in judged
+            if restart is None and j.factor > 1
+        ]
+        findings.extend(
+            lr_range_findings(evidence, _too_high(run, steps, lrs, evidence.spikes, raised_by_jump))
+        )
         # An instability in the effect window of an upward jump is the jump's, not the warm-up's.
         jump_effects = [(j.step, effect_end(run, j.step)) for j in jumps if j.factor > 1]
         findings.extend(warmup_too_short(run, steps, lrs, evidence.spikes, jump_effects))
@@ -297,8 +307,15 @@ def _restart_finding(jump: LrJump, restart: tuple[int, float]) -> Finding:
     )
 
 
-def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray, spikes: list[Spike]) -> list[Finding]:
-    """The loss blew up (a lasting rise, or a spike that never recovered) at peak or rising LR."""
+def _too_high(
+    run: Run,
+    steps: np.ndarray,
+    lrs: np.ndarray,
+    spikes: list[Spike],
+    raised_by_jump: list[tuple[int, int]],
+) -> list[Finding]:
+    """The loss blew up (a lasting rise, or a spike that never recovered) at peak or rising LR,
+    outside the effect windows `raised_by_jump` of upward LR jumps."""
     loss = primary_loss(run)
     if loss is None:
         return []
@@ -310,6 +327,8 @@ def _too_high(run: Run, steps: np.ndarray, lrs: np.ndarray, spikes: list[Spike])
     elif unrecovered:
         onset_step = min(unrecovered)
     else:
+        return []
+    if any(start <= onset_step <= end for start, end in raised_by_jump):
         return []
     before = lrs[steps <= onset_step]
     if before.size < 2 or not np.isfinite(before).all():

