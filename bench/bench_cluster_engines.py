@@ -14,6 +14,7 @@ the product's engine is the one this bench chose (tscope/cluster_engines.py). No
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import statistics
 import tempfile
@@ -120,6 +121,11 @@ def main() -> None:
         "dask": on_dask,
         "ray": on_ray,
     }
+    # Ray is not a dependency of any extra (the bench chose Dask); measured only where installed.
+    for name, module in (("dask", "distributed"), ("ray", "ray")):
+        if importlib.util.find_spec(module) is None:
+            print(f"{name}: not installed (pip install {module}), not measured")
+            del engines[name]
     work = Path(tempfile.mkdtemp(prefix="tscope-bench-engines-"))
     try:
         runs = work / "runs"
@@ -148,7 +154,7 @@ def main() -> None:
                 f"{name:<12}{statistics.median(r[0] for r in rows):>9.2f}"
                 f"{statistics.median(r[1] for r in rows):>9.2f}{total:>9.2f}{total - local:>12.2f}"
             )
-        for name in ("dask", "ray"):
+        for name in [engine for engine in ("dask", "ray") if engine in engines]:
             same = texts[name] == texts["local pool"]
             print(
                 f"{name}: cluster.json {'identical to' if same else 'DIFFERS from'} the local pool's"
