@@ -4,6 +4,7 @@ torch's SummaryWriter writes, on a file mixing layouts, and on damaged runs."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +13,10 @@ import pytest
 from tscope.ingest.readers.event_proto import ScalarRecords, decode_scalar_records
 from tscope.ingest.readers.scalar_runs import decode_scalar_runs
 from tscope.ingest.readers.tensorboard import TensorBoardReader
-from tscope.ingest.readers.tfrecord import split_records
+from tscope.ingest.readers.tfrecord import masked_crc32c, split_records
 
 pytest.importorskip("torch.utils.tensorboard")
-from tensorboard_events import write_with_summary_writer
+from tensorboard_events import the_event_file, write_with_summary_writer
 
 # Enough steps for runs longer than scalar_runs' shortest, across the step varint's 1- to 2-byte
 # boundary (128), so a run ends and another begins.
@@ -114,3 +115,34 @@ def test_tags_of_one_length_are_told_apart(tmp_path: Path) -> None:
 
     runs = assert_same_records(write_with_summary_writer(tmp_path, log).read_bytes())
     assert np.count_nonzero(runs.tag_like == np.arange(runs.tag_like.size)) == 3
+
+
+def _framed(payload: bytes) -> bytes:
+    length = struct.pack("<Q", len(payload))
+    return (
+        length
+        + struct.pack("<I", masked_crc32c(length))
+        + payload
+        + struct.pack("<I", masked_crc32c(payload))
+    )
+
+
+@pytest.mark.parametrize(
+    "last",
+    [b"", b"\x09" + bytes(8), b"\x09" + bytes(8) + b"\x10\x05"],
+    ids=["empty", "wall", "step"],
+)
+def test_a_shorter_last_record_at_the_runs_stride_is_not_read_past_the_file(
+    tmp_path: Path, last: bytes
+) -> None:
+    """The last record of a file sits at its run's byte stride but is shorter than the run's
+    records: a row as long as the run's first ran past the end of the buffer (ValueError)."""
+
+    def log(writer: object) -> None:
+        for step in range(1000, 1600):
+            writer.add_scalar("train/loss", step / 3, step)
+
+    buffer = write_with_summary_writer(tmp_path, log).read_bytes() + _framed(last)
+    runs = assert_same_records(buffer)
+    assert runs.record_index.size == 600
+    assert TensorBoardReader().read(the_event_file(tmp_path), "events").metrics.step.size == 600

@@ -186,6 +186,13 @@ def _decode_run(
     # The header and payload of each row, copied into whole 8-byte words (zero padded) so that
     # the comparison with the first row runs over contiguous words; the data checksum is left out.
     width = HEADER_BYTES + length
+    # A later row may be a shorter record that ends the file: only rows whose first-row-sized
+    # span lies inside the buffer are compared (the others take decode_scalar_records).
+    fitting = (len(buffer) - (start - HEADER_BYTES) - width) // stride + 1
+    if fitting < rows_count:
+        if whole or fitting < 2:
+            return None
+        rows_count = fitting
     rows = np.zeros((rows_count, -(-width // 8) * 8), dtype=np.uint8)
     rows[:, :width] = np.ndarray(
         shape=(rows_count, width),
