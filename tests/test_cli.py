@@ -63,6 +63,18 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, args, needle):
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in result.output
 
 
+def test_a_log_read_whole_without_points_is_named_not_called_missing(tmp_path):
+    """An event file with no scalar in it (a writer opened and closed) was read, not absent."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    tensorboard.SummaryWriter(log_dir=str(tmp_path)).close()
+    (events,) = tmp_path.glob("events.out.tfevents.*")
+    for target in (tmp_path, events):
+        result = invoke("analyze", str(target))
+        assert result.exit_code == 2
+        (line,) = result.stderr.strip().splitlines()
+        assert f"{events.name} was read but holds no logged points" in line
+
+
 def test_only_unreadable_files_is_exit_2_naming_the_file(tmp_path):
     (tmp_path / "trainer_state.json").write_text('{"log_history": [{"loss": 1.0, "st')
     result = invoke("analyze", str(tmp_path))

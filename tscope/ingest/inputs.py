@@ -113,7 +113,7 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
     )
     if run.metrics.empty and (not checkpoints or no_tensor_read):
         shown = [p if m is None else m.url for p, m in zip(paths, mirrors, strict=True)]
-        raise NothingToAnalyze(_nothing_message(shown, partial, unclaimed))
+        raise NothingToAnalyze(_nothing_message(shown, partial, unclaimed, [r.path for r in reads]))
     return Inputs(run, checkpoints, checkpoint_evidence)
 
 
@@ -151,7 +151,10 @@ def _merge(parts: list[CheckpointEvidence]) -> CheckpointEvidence | None:
 
 
 def _nothing_message(
-    roots: Sequence[str | Path], partial: list[PartialInput], unclaimed: list[str]
+    roots: Sequence[str | Path],
+    partial: list[PartialInput],
+    unclaimed: list[str],
+    read: Sequence[str] = (),
 ) -> str:
     where = ", ".join(str(root) for root in roots)
     if partial:
@@ -164,5 +167,15 @@ def _nothing_message(
             f"No supported log or checkpoint in {where} ({len(unclaimed)} files of unknown format, "
             f"e.g. {unclaimed[0]}). Supported: trainer_state.json, TensorBoard events, W&B "
             "exports and run dirs, CSV/JSONL metrics, nanoGPT/Megatron/Trainer stdout logs."
+        )
+    if read:  # recognized and read whole, but empty (an event file of empty records)
+        files = (
+            f"{read[0]} and {len(read) - 1} more files were read but hold"
+            if len(read) > 1
+            else f"{read[0]} was read but holds"
+        )
+        return (
+            f"{where} holds no metric values: {files} no logged points. Pass the run's log "
+            "files or checkpoints."
         )
     return f"{where} holds no files. Pass a run directory, checkpoint or log file."
