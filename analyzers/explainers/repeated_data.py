@@ -75,6 +75,10 @@ MAX_SMOOTH_CHANCE = 1e-5
 # logs; 23 of the 55 planted repetitions (spent splits' 46, holdout5's 8, ood55) read this way
 # too, each overlapping the falling reading where both found one.
 PERIODIC_FRACTION = 0.2
+# Its chance bound is stricter than MAX_CHANCE_STRETCHES: on 400 synthetic healthy logs (100–3,000
+# points, a decaying trend, noise 0.01–0.2, raw or rounded to 3–4 digits) 0.01 let one chance
+# periodic stretch through, 1e-4 none; holdout5's planted one had 1.2e-5.
+MAX_PERIODIC_CHANCE = 1e-4
 # The fresh-data context the stretch is compared with: up to CONTEXT_POINTS d2 values before it,
 # at least MIN_CONTEXT_POINTS (a run's untrained start has none: its smooth first steps, where
 # every batch scores about the same, are not repetition).
@@ -223,7 +227,7 @@ def _periodic_stretches(steps: np.ndarray, values: np.ndarray, period: int) -> l
             continue
         others = max(valid_points - (end - index), 1)
         rate = max(flagged_points - (end - index), 0.0) / others
-        if chance_stretches(n, rate, end - index) > MAX_CHANCE_STRETCHES:
+        if chance_stretches(n, rate, end - index) > MAX_PERIODIC_CHANCE:
             continue
         repetition = _judge(steps, values, drop, change, period, index, end, first=index - period)
         if repetition is not None:
