@@ -163,14 +163,21 @@ def repetitions(steps: np.ndarray, values: np.ndarray) -> list[Repetition]:
     return kept
 
 
+def _period_differences(values: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """(drop, change): v[t] − v[t−p], and its own p-step change d2[t] = drop[t] − drop[t−p]
+    (NaN where a term is missing)."""
+    drop = np.full(values.size, np.nan)
+    drop[period:] = values[period:] - values[:-period]
+    change = np.full(values.size, np.nan)
+    change[2 * period :] = drop[2 * period :] - drop[period:-period]
+    return drop, change
+
+
 def _stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repetition]:
     n = values.size
     if n < 2 * period + MIN_CONTEXT_POINTS + MIN_REPEAT_POINTS:
         return []
-    drop = np.full(n, np.nan)
-    drop[period:] = values[period:] - values[:-period]
-    change = np.full(n, np.nan)
-    change[2 * period :] = drop[2 * period :] - drop[period:-period]
+    drop, change = _period_differences(values, period)
     scale = robust_sigma(change)
     if not np.isfinite(scale) or scale <= 0:
         return []
@@ -207,10 +214,7 @@ def _periodic_stretches(steps: np.ndarray, values: np.ndarray, period: int) -> l
     n = values.size
     if n < 2 * period + MIN_CONTEXT_POINTS + MIN_REPEAT_POINTS:
         return []
-    drop = np.full(n, np.nan)
-    drop[period:] = values[period:] - values[:-period]
-    change = np.full(n, np.nan)
-    change[2 * period :] = drop[2 * period :] - drop[period:-period]
+    drop, change = _period_differences(values, period)
     spread = robust_sigma(drop)
     if not np.isfinite(spread) or spread <= 0:
         return []
