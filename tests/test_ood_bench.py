@@ -98,3 +98,34 @@ def test_the_third_block_is_held_out_and_plants_every_cause_once():
             assert 4 * spec.plant["rows"] >= spec.plant["of_rows"]
     # a spec at every third-block default writes none of those knobs (the earlier keys hold)
     assert not set(THIRD_BLOCK_KNOBS) & set(build_ood_specs()[0].to_json())
+
+
+def test_the_fourth_block_is_held_out_and_plants_every_cause_once():
+    from ood_spec import FOURTH_BLOCK_KNOBS, THIRD_BLOCK_KNOBS
+    from produce_trainer import FAMILIES
+    from spec import ALL_CAUSES
+
+    assert all(s.index < 70 for s in build_ood_specs(blocks=(1, 2, 3)))  # only asked for by name
+    fourth = build_ood_specs(blocks=(4,))
+    assert [s.index for s in fourth] == list(range(70, 90))
+    assert build_ood_specs(blocks=(3, 4))[-len(fourth) :] == fourth
+    assert sorted(s.cause for s in fourth if s.cause != CONTROL) == sorted(ALL_CAUSES)
+    assert len([s for s in fourth if s.cause == CONTROL]) * 2 == len(fourth)
+    assert all(s.producer.startswith("trainer_") for s in fourth)
+    assert {s.model for s in fourth} - {"gpt2", "llama"} <= set(FAMILIES)
+    assert len({s.model for s in fourth}) >= 8
+    earlier = build_ood_specs(blocks=(1, 2, 3))
+    keys = {s.key for s in earlier} | {s.key for s in build_specs()}
+    assert not {s.key for s in fourth} & keys
+    assert len({s.key for s in fourth}) == len({s.name for s in fourth}) == len(fourth)
+    for spec in fourth:
+        payload = spec.to_json()
+        assert all(payload.get(n, FIXED_KNOBS[n]) == getattr(spec, n) for n in FOURTH_BLOCK_KNOBS)
+        assert OodSpec.from_json(payload) == spec
+        assert spec.heads % (spec.kv_heads or spec.heads) == 0
+        if spec.cause == "bad_batch":
+            assert 4 * spec.plant["rows"] >= spec.plant["of_rows"]
+    # every fourth-block knob differs from its default somewhere, and no earlier spec writes one
+    assert all(any(getattr(s, n) != FIXED_KNOBS[n] for s in fourth) for n in FOURTH_BLOCK_KNOBS)
+    assert all(not set(FOURTH_BLOCK_KNOBS) & set(s.to_json()) for s in earlier)
+    assert not set(FOURTH_BLOCK_KNOBS) & set(THIRD_BLOCK_KNOBS)

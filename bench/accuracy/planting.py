@@ -56,7 +56,15 @@ def frozen_prefix(spec: RunSpec) -> str | None:
     if spec.cause != FROZEN_LAYER:
         return None
     layer = int(spec.plant["layer"])
-    return f"model.layers.{layer}." if spec.model == "llama" else f"transformer.h.{layer}."
+    blocks = {  # bench/ood's fourth block trains other Trainer model families
+        "llama": "model.layers",
+        "qwen2": "model.layers",
+        "mistral": "model.layers",
+        "phi": "model.layers",
+        "gpt_neox": "gpt_neox.layers",
+        "opt": "model.decoder.layers",
+    }
+    return f"{blocks.get(spec.model, 'transformer.h')}.{layer}."
 
 
 def freeze(model: torch.nn.Module, prefix: str) -> list[str]:

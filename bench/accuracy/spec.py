@@ -106,6 +106,16 @@ FIXED_KNOBS: dict[str, Any] = {
     # leaves only the checkpoints' trainer_state.json).
     "logging_first_step": False,
     "report_to": "",
+    # bench/ood's fourth block (Trainer only): key/value heads (0 = `heads`; fewer is GQA, 1 MQA;
+    # Llama-style families), tied input/output embeddings (None = the model family's default),
+    # the Trainer's `gradient_checkpointing`, AdamW's epsilon (None = torch's 1e-8, the Trainer's
+    # too) and `save_total_limit` (None = the producer's 3). The model family itself is the
+    # spec's `model` field (see produce_trainer.build_model).
+    "kv_heads": 0,
+    "tie_word_embeddings": None,
+    "gradient_checkpointing": False,
+    "adam_epsilon": None,
+    "save_total_limit": None,
 }
 
 
@@ -121,7 +131,9 @@ class RunSpec:
     producer: str
     index: int
     seed: int
-    model: str  # "gpt2" | "llama" (Trainer) | "nanogpt" (the plain-torch GPT, also in Lightning)
+    # "gpt2" | "llama" (Trainer) | "nanogpt" (the plain-torch GPT, also in Lightning); bench/ood's
+    # fourth block also trains the Trainer on produce_trainer.FAMILIES ("gpt_neox", "qwen2", ...)
+    model: str
     hidden: int
     layers: int
     heads: int

@@ -17,6 +17,12 @@ once: AdamW with betas (0.9, 0.95) and weight decay 0.1, no gradient clipping, d
 128-token context, a vocabulary padded to 1024, batch 2, batch 64, a long warm-up with the log
 only in trainer_state.json, a nanoGPT loop logging every 2 iterations, and Lightning with bf16,
 accumulation 2 and `log_every_n_steps=2`.
+A fourth block (`FOURTH_BLOCK`, indices 70–89) is held out the same way (`blocks=(..., 4)`,
+`run.py --blocks 4`): model families and Trainer features the benchmark never uses, each family
+built by the Trainer producer from its transformers config with random weights (the spec's
+`model`: GPT-NeoX/Pythia, Qwen2 with GQA, Mistral with MQA and a sliding window, OPT, Phi, BLOOM,
+Falcon, GPT-J) and the Trainer with gradient checkpointing, untied embeddings, AdamW epsilon 1e-6
+with `save_total_limit=2` and a warm-up of a tenth of the run; each cause of spec.ALL_CAUSES once.
 
 A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
 a step-decay drop that the schedule itself does is part of the run, not an incident.
@@ -84,10 +90,16 @@ class OodSpec(RunSpec):
     vocab_size: int = 0
     logging_first_step: bool = False
     report_to: str = ""
+    # The fourth block's knobs (spec.FIXED_KNOBS), left out of the JSON at their defaults too.
+    kv_heads: int = 0
+    tie_word_embeddings: bool | None = None
+    gradient_checkpointing: bool = False
+    adam_epsilon: float | None = None
+    save_total_limit: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         payload = super().to_json()
-        for name in SECOND_BLOCK_KNOBS + THIRD_BLOCK_KNOBS:
+        for name in SECOND_BLOCK_KNOBS + THIRD_BLOCK_KNOBS + FOURTH_BLOCK_KNOBS:
             if payload[name] == FIXED_KNOBS[name]:
                 del payload[name]
         return payload
@@ -214,6 +226,43 @@ THIRD_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         RESUME_OPTIMIZER_LOST,
     ),
 )
+# The fourth block: model families of transformers the benchmark never trains (the spec's `model`,
+# see produce_trainer.FAMILIES; random weights from the config, the producers' byte-level
+# tokenizer) and Trainer features it never uses, one run per planted cause of spec.ALL_CAUSES.
+FOURTH_BLOCK_KNOBS = (
+    "kv_heads",
+    "tie_word_embeddings",
+    "gradient_checkpointing",
+    "adam_epsilon",
+    "save_total_limit",
+)
+FOURTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("pythia", "trainer_llama", {"model": "gpt_neox"}, LR_JUMP_TRANSIENT),
+    (
+        "qwen2-gqa",
+        "trainer_llama",
+        {"model": "qwen2", "heads": 4, "kv_heads": 2},
+        RESUME_OPTIMIZER_LOST,
+    ),
+    ("mistral-mqa-swa", "trainer_llama", {"model": "mistral", "heads": 4, "kv_heads": 1}, LR_RAMP),
+    ("opt", "trainer_gpt2", {"model": "opt"}, BAD_BATCH),
+    ("phi", "trainer_gpt2", {"model": "phi"}, WARMUP_TOO_HOT),
+    ("bloom-alibi", "trainer_gpt2", {"model": "bloom"}, FROZEN_LAYER),
+    ("falcon-mqa", "trainer_gpt2", {"model": "falcon", "heads": 4}, LR_JUMP_PERSISTENT),
+    (
+        "gptj-gradckpt",
+        "trainer_gpt2",
+        {"model": "gptj", "gradient_checkpointing": True},
+        RESUME_WEIGHTS_REINIT,
+    ),
+    ("gpt2-untied", "trainer_gpt2", {"tie_word_embeddings": False}, REPEATED_DATA),
+    (
+        "llama-eps-keep2",
+        "trainer_llama",
+        {"adam_epsilon": 1e-6, "save_total_limit": 2, "warmup_fraction": 0.1},
+        RESUME_SCHEDULER_LOST,
+    ),
+)
 THIRD_BLOCK_STEPS = (100, 160)
 SECOND_BLOCK_STEPS = (100, 160)  # shorter than the first block's: each run trains in ≤ ~20 s
 LONG_STEPS = (800, 1500)  # the "long" setup's range (the benchmark draws 100–200)
@@ -277,9 +326,13 @@ def _second_block(first_index: int) -> list[OodSpec]:
     return specs
 
 
-def _third_block(first_index: int) -> list[OodSpec]:
+def _third_block(
+    first_index: int, table: tuple[tuple[str, str, dict[str, Any], str], ...] = THIRD_BLOCK
+) -> list[OodSpec]:
+    """The third block's draw (100–160 steps, a bad batch of at least a quarter of the rows);
+    the fourth block is drawn the same way from its own table."""
     specs: list[OodSpec] = []
-    for number, (setup, producer, change, planted) in enumerate(THIRD_BLOCK):
+    for number, (setup, producer, change, planted) in enumerate(table):
         for control in (True, False):
             index = first_index + 2 * number + (0 if control else 1)
             seed = _seed(producer, f"ood-{setup}-v{OOD_VERSION}", index)
@@ -303,12 +356,16 @@ def _third_block(first_index: int) -> list[OodSpec]:
 
 def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     """The first block (SETUPS, indices 0–31), the second (SECOND_BLOCK, 32–49) and, only when
-    asked for, the third (THIRD_BLOCK, from 50: held out, see the module's docstring)."""
+    asked for, the third (THIRD_BLOCK, 50–69) and the fourth (FOURTH_BLOCK, 70–89), both held
+    out (see the module's docstring)."""
     first = _first_block()
     second = _second_block(len(first))
     specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
+    third_index = len(first) + len(second)
     if 3 in blocks:
-        specs += _third_block(len(first) + len(second))
+        specs += _third_block(third_index)
+    if 4 in blocks:
+        specs += _third_block(third_index + 2 * len(THIRD_BLOCK), FOURTH_BLOCK)
     return specs
 
 
