@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 #   never_updated_share    float  fraction of coordinates with v exactly 0: no gradient ever
 #                                 (embedding rows of tokens absent from the data)
 #   update_rms             float  RMS of m_hat / (sqrt(v_hat) + eps)
+#   eps_dominated_max      float  the largest sqrt(v_hat) among the eps-dominated coordinates
 #   delta_norm             float  ||W_t - W_prev|| against the previous checkpoint (NaN for the first)
 #   update_ratio_per_step  float  delta_norm / ||W_prev|| / steps between the two checkpoints
 #   norm_growth_rate       float  (||W_t|| / ||W_prev||) ** (1 / steps) - 1, per step
@@ -56,6 +57,7 @@ LAYER_COLUMNS = (
     "eps_dominance",
     "never_updated_share",
     "update_rms",
+    "eps_dominated_max",
     "delta_norm",
     "update_ratio_per_step",
     "norm_growth_rate",

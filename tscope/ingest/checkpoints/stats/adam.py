@@ -37,6 +37,7 @@ class AdamStats:
     adam_step: float = NAN  # the parameter's step counter t
     eps_dominance: float = NAN  # among coordinates with v > 0: fraction with sqrt(v_hat) <= eps
     never_updated_share: float = NAN  # fraction of coordinates with v exactly 0 (no gradient ever)
+    eps_dominated_max: float = NAN  # the largest sqrt(v_hat) among the eps-dominated coordinates
     update_rms: float = NAN  # RMS of m_hat / (sqrt(v_hat) + eps)
 
 
@@ -68,9 +69,9 @@ def _adam_chunk(
     correction1: float,
     correction2: float,
     eps: float,
-) -> tuple[float, float, int, float, int]:
-    """(Σm², Σv², coordinates with v > 0 and √v̂ ≤ ε, Σ update², coordinates with v = 0) over one
-    chunk, in float64."""
+) -> tuple[float, float, int, float, int, float]:
+    """(Σm², Σv², coordinates with v > 0 and √v̂ ≤ ε, Σ update², coordinates with v = 0, the
+    largest √v̂ among the ε-dominated ones or −1) over one chunk, in float64."""
     import torch
 
     moment = workspace.buffer("wide0", torch.float64, exp_avg.numel())
@@ -81,12 +82,14 @@ def _adam_chunk(
     sum_v2 = float(torch.dot(second, second))
     never = int((second == 0).sum())
     if not math.isfinite(correction2):  # no step counter or no betas: norms only
-        return sum_m2, sum_v2, 0, NAN, never
+        return sum_m2, sum_v2, 0, NAN, never, -1.0
     second.div_(correction2).sqrt_()  # √v̂
-    dominated = int(((second <= eps) & (second > 0)).sum())
+    is_dominated = (second <= eps) & (second > 0)
+    dominated = int(is_dominated.sum())
+    largest = float(second[is_dominated].max()) if dominated else -1.0
     second.add_(eps)
     moment.div_(correction1).div_(second)  # m̂ / (√v̂ + ε)
-    return sum_m2, sum_v2, dominated, float(torch.dot(moment, moment)), never
+    return sum_m2, sum_v2, dominated, float(torch.dot(moment, moment)), never, largest
 
 
 def adam_stats(
@@ -112,6 +115,7 @@ def adam_stats(
     usable = step > 0 and math.isfinite(eps) and correction1 > 0 and correction2 > 0
     sum_m2 = sum_v2 = sum_update2 = 0.0
     dominated = never = 0
+    dominated_max = NAN
     for part in runner.map(
         _adam_chunk,
         flat_view(exp_avg.detach()),
@@ -125,6 +129,8 @@ def adam_stats(
         dominated += part[2]
         sum_update2 += part[3]
         never += part[4]
+        if part[5] >= 0 and not dominated_max >= part[5]:  # NaN (none yet) or smaller
+            dominated_max = part[5]
     numel = exp_avg.numel()
     with_gradient = numel - never
     return AdamStats(
@@ -133,5 +139,6 @@ def adam_stats(
         adam_step=step,
         eps_dominance=dominated / with_gradient if usable and with_gradient else NAN,
         never_updated_share=never / numel if numel else NAN,
+        eps_dominated_max=dominated_max if usable and dominated else NAN,
         update_rms=math.sqrt(sum_update2 / numel) if usable and numel else NAN,
     )

@@ -17,7 +17,8 @@ this order (units and definitions as in LAYER_COLUMNS):
     "float32", "bfloat16", …) · numel int64 · l2_norm, rms, mean, std (population), min, max,
     max_abs float64 over finite values · nonfinite_count int64 · zero_fraction float64 ·
     excess_kurtosis float64 · log_histogram list<int64> · exp_avg_norm, exp_avg_sq_norm, adam_step,
-    eps_dominance, never_updated_share, update_rms float64 (NaN without optimizer state) · delta_norm,
+    eps_dominance, never_updated_share, update_rms, eps_dominated_max float64 (NaN without
+    optimizer state) · delta_norm,
     update_ratio_per_step, norm_growth_rate, histogram_kl float64 (NaN for a checkpoint's first
     appearance of a tensor) · delta_source string (null there; else "fp32_master", "weights_fp32",
     "weights_bf16", "weights_fp16")
@@ -75,7 +76,7 @@ LAYERS_VERSION = "1"
 # in name order are kept and the checkpoint's `partial` says how many were left out.
 MAX_TENSORS_PER_CHECKPOINT = 10_000
 # Columns added after layers_version "1" (float, NaN when read from an older table).
-ADDED_COLUMNS = ("never_updated_share",)
+ADDED_COLUMNS = ("never_updated_share", "eps_dominated_max")
 _INT_COLUMNS = ("numel", "nonfinite_count")
 _STRING_COLUMNS = ("checkpoint", "tensor", "dtype", "delta_source")
 _FLOAT_COLUMNS = tuple(
