@@ -16,6 +16,7 @@ import numpy as np
 from tscope.errors import UnreadableInput
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.readers.event_proto import ScalarRecords, decode_event
+from tscope.ingest.readers.keras_running_mean import batch_values_from_running_means
 from tscope.ingest.readers.protobuf_wire import WireFormatError
 from tscope.ingest.readers.scalar_runs import decode_scalar_runs
 from tscope.ingest.readers.tensorboard_tags import (
@@ -293,7 +294,8 @@ def _metric_table(decoded: _Decoded, path: Path, source: str) -> tuple[MetricTab
         TextColumn(tag_id, decoded.tags),
         np.arange(tag_id.size, dtype=np.int64),
     )
-    return table, caveats
+    table, keras_caveats = batch_values_from_running_means(table, source)
+    return table, [*caveats, *keras_caveats]
 
 
 def _problems(records: Records, decoded: _Decoded) -> list[str]:
