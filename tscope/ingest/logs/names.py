@@ -20,7 +20,7 @@ Where each training stack's spellings come from (read in the producers' source, 
 | fairseq (fairseq_cli/train.py, logging/progress_bar.py) | `loss` in `train_inner/` | `loss` in `valid/` | `lr` | `gnorm` | `loss_scale` |
 | Levanter (callbacks/_metrics.py, tracker/helpers.py, analysis/tree_stats.py, eval.py) | `train/loss` | `eval/loss` | `optim/learning_rate` | `grad/norm/total` | `optim/skipped_step` |
 | nanotron (trainer.py) | `lm_loss` | | `lr` | `grad_norm` | |
-| Keras TensorBoard callback (callbacks/tensorboard.py) | `batch_loss`, else `epoch_loss` in `train/` | `epoch_loss` in `validation/` | `epoch_learning_rate` (per epoch) | | |
+| Keras TensorBoard callback (callbacks/tensorboard.py) | `batch_loss` (the epoch's running mean: per-batch values recovered by readers/keras_running_mean.py), else `epoch_loss` in `train/` | `epoch_loss` in `validation/` | `epoch_learning_rate` (per epoch) | | |
 | torchtune, litgpt, TRL, Axolotl, HF Trainer | `loss` | `val_loss`, `eval_loss` | `lr`, `learning_rate` | `grad_norm` | |
 
 The directory-named splits (fairseq, Keras) are resolved by the TensorBoard reader
