@@ -1,4 +1,5 @@
-"""The out-of-distribution set: runs whose setups the accuracy benchmark never draws.
+"""The out-of-distribution set: runs whose setups the accuracy benchmark never draws (the
+setups' tables are in ood_blocks.py; this module draws each run from them).
 
 The benchmark (bench/accuracy/spec.py) trains with AdamW, linear/cosine/constant schedules after a
 linear warm-up, fp32 or bf16, 100–200 steps, a loss logged every step and no evaluation; tscope's
@@ -31,22 +32,27 @@ a step-decay drop that the schedule itself does is part of the run, not an incid
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import paths  # noqa: F401  (puts bench/accuracy and fixtures on sys.path)
+from ood_blocks import (
+    FOURTH_BLOCK,
+    FOURTH_BLOCK_KNOBS,
+    SECOND_BLOCK,
+    SECOND_BLOCK_KNOBS,
+    SETUPS,
+    THIRD_BLOCK,
+    THIRD_BLOCK_KNOBS,
+)
 from spec import (
     BAD_BATCH,
     CONTROL,
     FIXED_KNOBS,
-    FROZEN_LAYER,
     LR_JUMP_PERSISTENT,
     LR_JUMP_TRANSIENT,
-    LR_RAMP,
-    REPEATED_DATA,
     RESUME_OPTIMIZER_LOST,
-    RESUME_SCHEDULER_LOST,
-    RESUME_WEIGHTS_REINIT,
     WARMUP_TOO_HOT,
     RunSpec,
     _log_uniform,
@@ -117,152 +123,6 @@ class OodSpec(RunSpec):
         return OodSpec(**payload)
 
 
-# (setup, producer, what it changes from the benchmark's draw). Each is trained as a control and
-# with one planted cause.
-SETUPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("sgdr", "trainer_gpt2", {"schedule": "cosine_restarts"}),
-    ("sgdr", "nanogpt", {"schedule": "cosine_restarts", "eval_every": 20}),
-    ("wsd", "trainer_llama", {"schedule": "wsd"}),
-    ("wsd", "nanogpt", {"schedule": "wsd"}),
-    ("invsqrt", "nanogpt", {"schedule": "inverse_sqrt"}),
-    ("stepdecay", "nanogpt", {"schedule": "step"}),
-    ("stepdecay", "trainer_llama", {"schedule": "step", "logging_steps": 5}),
-    ("poly", "trainer_gpt2", {"schedule": "polynomial"}),
-    ("log5", "trainer_gpt2", {"logging_steps": 5}),
-    ("log10", "trainer_llama", {"logging_steps": 10}),
-    ("fp16", "nanogpt", {"precision": "fp16"}),
-    ("sgd", "nanogpt", {"optimizer": "sgd"}),
-    ("adafactor", "trainer_llama", {"optimizer": "adafactor"}),
-    ("long", "nanogpt", {"steps": "long"}),
-    ("eval", "trainer_gpt2", {"eval_every": 10}),
-    ("wide", "nanogpt", {"hidden": 128, "layers": 4, "heads": 4}),
-)
-# The second block: what an outside user would bring besides, each with the planted cause named
-# (drawn by `_plant` at its step and strength). Lightning's producer clips gradients at 1.0
-# (`gradient_clip_val`) in every run; its loss is logged per step (`self.log(on_step=True)`),
-# its LR by LearningRateMonitor, both every `log_every_n_steps`.
-SECOND_BLOCK_KNOBS = ("lightning_logger", "log_format", "resumes")
-SECOND_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
-    (
-        "lt-tb-log5",
-        "lightning",
-        {"lightning_logger": "tensorboard", "logging_steps": 5},
-        LR_JUMP_PERSISTENT,
-    ),
-    (
-        "lt-tb-log10",
-        "lightning",
-        {"lightning_logger": "tensorboard", "logging_steps": 10},
-        WARMUP_TOO_HOT,
-    ),
-    ("lt-csv-log5", "lightning", {"lightning_logger": "csv", "logging_steps": 5}, BAD_BATCH),
-    (
-        "lt-bf16",
-        "lightning",
-        {"lightning_logger": "tensorboard", "precision": "bf16"},
-        LR_JUMP_TRANSIENT,
-    ),
-    (
-        "lt-accum4",
-        "lightning",
-        {"lightning_logger": "tensorboard", "grad_accum": 4},
-        LR_JUMP_TRANSIENT,
-    ),
-    ("lt-accum4", "lightning", {"lightning_logger": "csv", "grad_accum": 4}, BAD_BATCH),
-    ("cosminlr", "trainer_gpt2", {"schedule": "cosine_min_lr"}, WARMUP_TOO_HOT),
-    ("customcsv", "nanogpt", {"log_format": "custom_csv"}, RESUME_OPTIMIZER_LOST),
-    ("resume2x", "trainer_llama", {"resumes": 2}, LR_JUMP_PERSISTENT),
-)
-# The third block: what an outside user brings besides (LLM-pretraining AdamW settings, no
-# gradient clipping, dropout, a longer context, a padded vocabulary, tiny and large batches, a
-# long warm-up, a nanoGPT loop logging every 2 iterations, a log only in trainer_state.json),
-# one run per planted cause of spec.ALL_CAUSES. "warmup_fraction" sets the warm-up as a fraction
-# of the drawn steps; a planted bad batch corrupts at least a quarter of the step's rows.
-THIRD_BLOCK_KNOBS = (
-    "adam_beta2",
-    "weight_decay",
-    "max_grad_norm",
-    "dropout",
-    "block_size",
-    "vocab_size",
-    "logging_first_step",
-    "report_to",
-)
-THIRD_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
-    ("llm-adamw", "trainer_gpt2", {"adam_beta2": 0.95, "weight_decay": 0.1}, LR_RAMP),
-    ("noclip", "trainer_llama", {"max_grad_norm": 0.0}, RESUME_WEIGHTS_REINIT),
-    ("dropout", "trainer_gpt2", {"dropout": 0.1}, REPEATED_DATA),
-    ("ctx128", "nanogpt", {"block_size": 128, "log_format": "stdout"}, LR_JUMP_TRANSIENT),
-    (
-        "batch2",
-        "nanogpt",
-        {"batch_size": 2, "grad_accum": 1, "log_format": "csv"},
-        BAD_BATCH,
-    ),
-    ("padvocab", "nanogpt", {"vocab_size": 1024, "log_format": "jsonl"}, RESUME_SCHEDULER_LOST),
-    ("nano-log2", "nanogpt", {"logging_steps": 2, "log_format": "jsonl"}, LR_JUMP_PERSISTENT),
-    (
-        "lt-batch64",
-        "lightning",
-        {"batch_size": 64, "grad_accum": 1, "lightning_logger": "tensorboard"},
-        FROZEN_LAYER,
-    ),
-    (
-        "lt-bf16-accum2-log2",
-        "lightning",
-        {"lightning_logger": "csv", "precision": "bf16", "grad_accum": 2, "logging_steps": 2},
-        WARMUP_TOO_HOT,
-    ),
-    (
-        "longwarmup-nolog",
-        "trainer_llama",
-        {
-            "schedule": "constant",
-            "warmup_fraction": 0.4,
-            "logging_steps": 5,
-            "logging_first_step": True,
-            "report_to": "none",
-        },
-        RESUME_OPTIMIZER_LOST,
-    ),
-)
-# The fourth block: model families of transformers the benchmark never trains (the spec's `model`,
-# see produce_trainer.FAMILIES; random weights from the config, the producers' byte-level
-# tokenizer) and Trainer features it never uses, one run per planted cause of spec.ALL_CAUSES.
-FOURTH_BLOCK_KNOBS = (
-    "kv_heads",
-    "tie_word_embeddings",
-    "gradient_checkpointing",
-    "adam_epsilon",
-    "save_total_limit",
-)
-FOURTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
-    ("pythia", "trainer_llama", {"model": "gpt_neox"}, LR_JUMP_TRANSIENT),
-    (
-        "qwen2-gqa",
-        "trainer_llama",
-        {"model": "qwen2", "heads": 4, "kv_heads": 2},
-        RESUME_OPTIMIZER_LOST,
-    ),
-    ("mistral-mqa-swa", "trainer_llama", {"model": "mistral", "heads": 4, "kv_heads": 1}, LR_RAMP),
-    ("opt", "trainer_gpt2", {"model": "opt"}, BAD_BATCH),
-    ("phi", "trainer_gpt2", {"model": "phi"}, WARMUP_TOO_HOT),
-    ("bloom-alibi", "trainer_gpt2", {"model": "bloom"}, FROZEN_LAYER),
-    ("falcon-mqa", "trainer_gpt2", {"model": "falcon", "heads": 4}, LR_JUMP_PERSISTENT),
-    (
-        "gptj-gradckpt",
-        "trainer_gpt2",
-        {"model": "gptj", "gradient_checkpointing": True},
-        RESUME_WEIGHTS_REINIT,
-    ),
-    ("gpt2-untied", "trainer_gpt2", {"tie_word_embeddings": False}, REPEATED_DATA),
-    (
-        "llama-eps-keep2",
-        "trainer_llama",
-        {"adam_epsilon": 1e-6, "save_total_limit": 2, "warmup_fraction": 0.1},
-        RESUME_SCHEDULER_LOST,
-    ),
-)
 THIRD_BLOCK_STEPS = (100, 160)
 SECOND_BLOCK_STEPS = (100, 160)  # shorter than the first block's: each run trains in ≤ ~20 s
 LONG_STEPS = (800, 1500)  # the "long" setup's range (the benchmark draws 100–200)
@@ -308,21 +168,31 @@ def _saves_on_logged_steps(training: dict[str, Any]) -> None:
         training["save_every"] = max(every, training["save_every"] // every * every)
 
 
-def _second_block(first_index: int) -> list[OodSpec]:
-    specs: list[OodSpec] = []
-    for number, (setup, producer, change, planted) in enumerate(SECOND_BLOCK):
+def _paired_draws(
+    first_index: int, table: tuple[tuple[str, str, dict[str, Any], str], ...]
+) -> Iterator[tuple[int, int, random.Random, str, str, dict[str, Any], str]]:
+    """(index, seed, rng, setup, producer, change, cause) of each setup's control, then its run
+    with the planted cause, at consecutive indices from `first_index`."""
+    for number, (setup, producer, change, planted) in enumerate(table):
         for control in (True, False):
             index = first_index + 2 * number + (0 if control else 1)
             seed = _seed(producer, f"ood-{setup}-v{OOD_VERSION}", index)
-            rng = random.Random(seed)
-            training = _training(setup, producer, change, rng)
-            training["steps"] = rng.randrange(SECOND_BLOCK_STEPS[0], SECOND_BLOCK_STEPS[1] + 1, 10)
-            if training["grad_accum"] == 4:
-                training["batch_size"] = 4
-            training["save_every"] = training["steps"] // 4
-            _saves_on_logged_steps(training)
             cause = CONTROL if control else planted
-            specs.append(_drawn_spec(producer, index, seed, setup, training, cause, rng))
+            yield index, seed, random.Random(seed), setup, producer, change, cause
+
+
+def _second_block(first_index: int) -> list[OodSpec]:
+    specs: list[OodSpec] = []
+    for index, seed, rng, setup, producer, change, cause in _paired_draws(
+        first_index, SECOND_BLOCK
+    ):
+        training = _training(setup, producer, change, rng)
+        training["steps"] = rng.randrange(SECOND_BLOCK_STEPS[0], SECOND_BLOCK_STEPS[1] + 1, 10)
+        if training["grad_accum"] == 4:
+            training["batch_size"] = 4
+        training["save_every"] = training["steps"] // 4
+        _saves_on_logged_steps(training)
+        specs.append(_drawn_spec(producer, index, seed, setup, training, cause, rng))
     return specs
 
 
@@ -332,25 +202,20 @@ def _third_block(
     """The third block's draw (100–160 steps, a bad batch of at least a quarter of the rows);
     the fourth block is drawn the same way from its own table."""
     specs: list[OodSpec] = []
-    for number, (setup, producer, change, planted) in enumerate(table):
-        for control in (True, False):
-            index = first_index + 2 * number + (0 if control else 1)
-            seed = _seed(producer, f"ood-{setup}-v{OOD_VERSION}", index)
-            rng = random.Random(seed)
-            knobs = {k: v for k, v in change.items() if k != "warmup_fraction"}
-            training = _training(setup, producer, knobs, rng)
-            training["steps"] = rng.randrange(THIRD_BLOCK_STEPS[0], THIRD_BLOCK_STEPS[1] + 1, 10)
-            if "warmup_fraction" in change:
-                training["warmup_steps"] = int(training["steps"] * change["warmup_fraction"])
-            training["save_every"] = training["steps"] // 4
-            _saves_on_logged_steps(training)
-            cause = CONTROL if control else planted
-            spec = _drawn_spec(producer, index, seed, setup, training, cause, rng)
-            if cause == BAD_BATCH:
-                # At least a quarter of the step's rows: one row of many rarely shows in the log.
-                rows = max(int(spec.plant["rows"]), -(-int(spec.plant["of_rows"]) // 4))
-                spec = replace(spec, plant={**spec.plant, "rows": rows})
-            specs.append(spec)
+    for index, seed, rng, setup, producer, change, cause in _paired_draws(first_index, table):
+        knobs = {k: v for k, v in change.items() if k != "warmup_fraction"}
+        training = _training(setup, producer, knobs, rng)
+        training["steps"] = rng.randrange(THIRD_BLOCK_STEPS[0], THIRD_BLOCK_STEPS[1] + 1, 10)
+        if "warmup_fraction" in change:
+            training["warmup_steps"] = int(training["steps"] * change["warmup_fraction"])
+        training["save_every"] = training["steps"] // 4
+        _saves_on_logged_steps(training)
+        spec = _drawn_spec(producer, index, seed, setup, training, cause, rng)
+        if cause == BAD_BATCH:
+            # At least a quarter of the step's rows: one row of many rarely shows in the log.
+            rows = max(int(spec.plant["rows"]), -(-int(spec.plant["of_rows"]) // 4))
+            spec = replace(spec, plant={**spec.plant, "rows": rows})
+        specs.append(spec)
     return specs
 
 
