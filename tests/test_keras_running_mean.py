@@ -136,3 +136,14 @@ def test_a_restarted_batch_count_is_left_as_logged() -> None:
     kept, caveats = batch_values_from_running_means(_table(rows), "events")
     np.testing.assert_array_equal(kept.value, _table(rows).value)
     assert "restarts" in caveats[0].message
+
+
+def test_a_crafted_far_step_is_refused_quickly() -> None:
+    """One batch point declared at step 10**12 beside two epochs: the candidate epoch lengths
+    would number 5·10**11; the layout is refused instead of searched."""
+    from tscope.ingest.readers.keras_running_mean import _epoch_layout
+
+    layout, why = _epoch_layout(
+        np.array([10**12]), np.array([1.0]), np.array([0, 1]), np.array([1.0, 1.0])
+    )
+    assert layout is None and "too sparse" in why

@@ -32,6 +32,12 @@ _EPOCH_PREFIX = "epoch_"
 _MEAN_METRIC_SUFFIXES = ("loss", "accuracy")
 
 
+# Candidate epoch lengths × logged epochs tried at most: Keras' own logs need a few hundred
+# (update_freq / epochs candidates); a file declaring one batch point at step 10**12 would ask for
+# ~10**12 and hang the read.
+MAX_LAYOUT_CHECKS = 1_000_000
+
+
 def batch_values_from_running_means(
     table: MetricTable, source: str
 ) -> tuple[MetricTable, list[Caveat]]:
@@ -105,6 +111,8 @@ def _epoch_layout(
     last = int(batch_steps[-1])
     # The last epoch ends at or after the last logged step, before the next multiple of N.
     lengths = range(-(-last // epochs), (last + every - 1) // epochs + 1)
+    if len(lengths) * epochs > MAX_LAYOUT_CHECKS:  # a crafted file: one point at step 10**12
+        return None, "its steps are too sparse to place the epochs"
     fitting = [
         length
         for length in lengths
