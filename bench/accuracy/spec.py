@@ -66,7 +66,14 @@ SMOKE_INDEX = 90
 # Held-out splits added after the test split had been scored once, each a block of indices
 # (below SMOKE_INDEX) created by the session that scores it, so none of its runs existed while
 # the rules were tuned. Each is scored once, for that session's closing note, and is spent after.
-HELD_OUT_SPLITS = {"holdout": 50, "holdout2": 55, "holdout3": 60, "holdout4": 65, "holdout5": 70}
+HELD_OUT_SPLITS = {
+    "holdout": 50,
+    "holdout2": 55,
+    "holdout3": 60,
+    "holdout4": 65,
+    "holdout5": 70,
+    "holdout6": 75,
+}
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
 HOLDOUT_PLANTED_PER_CAUSE = 2
