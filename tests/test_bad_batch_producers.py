@@ -29,6 +29,7 @@ from spec import BAD_BATCH, CONTROL, SMOKE_SETTINGS, RunSpec  # noqa: E402
 import tscope  # noqa: E402
 from tscope.analyzers.calibration import finding_confidence  # noqa: E402
 from tscope.analyzers.explainers import bad_batch_logs  # noqa: E402
+from tscope.analyzers.one_step_breaks import one_step_breaks  # noqa: E402
 from tscope.ingest import ReadOptions, read_inputs  # noqa: E402
 
 pytest.importorskip("torch")
@@ -156,9 +157,9 @@ def test_the_former_false_alarm_pattern_is_there_and_does_not_stand_out(cache: P
     ).run
     former = [
         b
-        for b in bad_batch_logs.one_step_breaks(run, 1.2)
+        for b in one_step_breaks(run, 1.2)
         if b.before <= 0.35 and b.after <= 0.35 and (b.grad_ratio or 0.0) >= 2.5
     ]
     assert former, "the control no longer shows the pattern the former rule fired on"
     assert all(b.dominance < bad_batch_logs.DOMINANCE_WITH_GRADIENT for b in former)
-    assert not any(b.stands_out for b in former)
+    assert not any(bad_batch_logs.stands_out(b) for b in former)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tscope.analyzers import one_step_breaks
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detectors.robust_z import ROBUST_Z_ALARM_SIGMA, RobustZDetector
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_SIGMA, SpikeScoreDetector
@@ -60,20 +61,20 @@ def _spike_score(run, spike, spikes, unit: str) -> float:  # type: ignore[no-unt
 
 
 def _break_sigma(run, step: int) -> float:  # type: ignore[no-untyped-def]
-    """bad_batch_logs' σ recomputed from its definition: the point's excess over the median of
+    """bad_batch_logs' σ (one_step_breaks.py) recomputed from its definition: the point's excess over the median of
     TREND_POINTS points each side, over 1.4826 × the MAD of the other points' excesses within
     NOISE_POINTS (its own neighbours left out)."""
     steps, values = loss_series(run, "train/loss")
     keep = np.isfinite(values)
     steps, values = steps[keep], values[keep]
-    half = bad_batch_logs.TREND_POINTS
+    half = one_step_breaks.TREND_POINTS
 
     def excess(j: int) -> float:
         around = np.r_[values[max(0, j - half) : j], values[j + 1 : j + 1 + half]]
         return float(values[j] - np.median(around))
 
     i = int(np.searchsorted(steps, step))
-    window = bad_batch_logs.NOISE_POINTS
+    window = one_step_breaks.NOISE_POINTS
     others = [
         excess(j)
         for j in range(max(0, i - window), min(values.size, i + 1 + window))

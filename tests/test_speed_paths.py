@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from tests.synthetic import bad_batch_run, grad_norms, loss_curve, make_run, stable_run
+from tscope.analyzers import one_step_breaks
 from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detect import DETECTORS
 from tscope.analyzers.detectors.base import Alarm, Detection
 from tscope.analyzers.detectors.neighbour_median import neighbour_medians
-from tscope.analyzers.explainers import bad_batch_logs, lr_ramp
+from tscope.analyzers.explainers import lr_ramp
 from tscope.ingest import assemble
 from tscope.model import LogRead, MetricTable, Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
@@ -75,18 +76,18 @@ def _bumpy_run(seed: int) -> Run:
 @pytest.mark.parametrize("min_ratio", [1.0, 1.1])
 def test_one_step_breaks_are_those_of_the_loop_over_every_point(seed, min_ratio, monkeypatch):
     run = _bumpy_run(seed)
-    fast = bad_batch_logs.one_step_breaks(run, min_ratio)
+    fast = one_step_breaks.one_step_breaks(run, min_ratio)
     monkeypatch.setattr(
-        bad_batch_logs,
+        one_step_breaks,
         "_break_candidates",
         lambda values, excess, first, ratio: range(first, values.size - 1),
     )
-    every_point = bad_batch_logs.one_step_breaks(run, min_ratio)
+    every_point = one_step_breaks.one_step_breaks(run, min_ratio)
     assert len(fast) > 3 and any(b.grad_ratio is not None for b in fast)
     assert fast == every_point
     # Each break's gradient ratio is the one the whole series' neighbour medians give.
     steps, grads = run.series(GRAD_NORM)
-    typical = neighbour_medians(grads, bad_batch_logs.GRAD_NEIGHBOURS, partial_ends=True)
+    typical = neighbour_medians(grads, one_step_breaks.GRAD_NEIGHBOURS, partial_ends=True)
     for found in fast:
         index = int(np.flatnonzero(steps == found.step)[0])
         assert found.grad_ratio == float(grads[index] / typical[index])

@@ -6,7 +6,8 @@ random tokens. The step's loss is the batch's mean, so it rises by the corrupted
 gap between random text's loss and the model's; the next batch is ordinary again, and the loss is
 back on its trend the next step (or nearly: an update pushed by random text costs the next step a
 little, see AFTER_FRACTION). That shape — one point above the local trend, the points either
-side on it — is the signature this rule reads, on every producer. What tells one bad batch from a
+side on it — is the signature this rule reads, on every producer (measured for every point by
+analyzers/one_step_breaks.py; this module judges). What tells one bad batch from a
 run's own texture is that it stands out: its excess over the trend is many robust σ of the run's
 noise (MIN_SIGMA) and a multiple of every other excursion of the run (DOMINANCE_*). Healthy runs
 bump too — sequential data changes text, small batches are noisy, real logs have their own
@@ -33,34 +34,24 @@ seeds (nanoGPT ×1, Trainer GPT-2 ×4) the rule finds nothing either."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.detectors.neighbour_median import neighbour_medians
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.explainers.resume import RESUME_CHECK_POINTS
 from tscope.analyzers.explainers.spikes import TEXTURE_SPIKES_PER_1000, is_notable, is_texture
-from tscope.analyzers.signals import fmt, loss_series, primary_loss
+from tscope.analyzers.one_step_breaks import (
+    AFTER_FRACTION,
+    EARLY_FRACTION,
+    ONE_STEP_FRACTION,
+    TREND_POINTS,
+    OneStepBreak,
+    one_step_breaks,
+)
+from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
-# The local trend at a point: the median of this many loss points on each side (the point itself
-# left out), so that a one-point break cannot move it.
-TREND_POINTS = 5
-# One step: the point just before is within this fraction of the break's excess from the trend
-# (planted breaks named: −0.04 to +0.15; a healthy sequential-data bump climbs over 2–5 points).
-ONE_STEP_FRACTION = 0.35
-# ... and the point just after within this fraction. An update pushed by random rows leaves the
-# next loss a little raised: planted −0.05 to +0.18 without accumulation, +0.42 for Lightning with
-# 4-way accumulation (holdout lightning-bad_batch-51: half of 16 rows random), up from 0.35, which
-# missed it. A healthy bump that stays up longer fails the dominance instead (its next point is
-# left out of the comparison, not of the run).
-AFTER_FRACTION = 0.5
-# The run's noise at a point: robust σ (1.4826·MAD) of the excess over the trend of up to
-# NOISE_POINTS points either side, the break and its neighbours left out.
-NOISE_POINTS = 50
 # The break must be visible: its excess ≥ MIN_SIGMA robust σ (the benchmark's "visible", bench/
 # accuracy/score.py VISIBLE_SIGMA). Measured: planted breaks that this rule names 7.8–52σ; the
 # healthy candidates with the gradient spike ≥ MIN_GRAD_RATIO ≤ 6.2σ (nanogpt-control-00).
@@ -90,22 +81,15 @@ DOMINANCE_WITH_GRADIENT = 1.7
 # 15.7 (nanogpt-bad_batch-02). 3.0 keeps 1.3× above the healthy maximum.
 DOMINANCE_LOSS_ONLY = 3.0
 # The gradient norm of the same step against the median of GRAD_NEIGHBOURS logged values on each
-# side. Measured: planted bad batches 3.4–11× where the loss broke visibly and the norm was
-# logged per optimizer step; healthy one-step bumps ≥ +10% after the early phase come with at
+# side (one_step_breaks.py). Measured: planted bad batches 3.4–11× where the loss broke visibly
+# and the norm was logged per optimizer step; healthy one-step bumps ≥ +10% after the early phase come with at
 # most 2.1× except trainer_gpt2-control-51 (18.8×, not dominant, see above).
-GRAD_NEIGHBOURS = 10
 MIN_GRAD_RATIO = 2.5
 # The break's size: the loss ≥ this × its local trend. The dominance and σ decide; this floor
 # only keeps breaks a reader can see. Planted breaks named: 1.16–2.32× (1.16: holdout
 # lightning-bad_batch-50, gradient 3.6×, which the former 1.2× floor missed); one corrupted row of
 # 16 gives 1.03–1.09×, below the floor and in the runs' noise.
 MIN_BREAK_RATIO = 1.1
-# The early phase: the first EARLY_FRACTION of the logged points. Right after warm-up, healthy
-# runs break for one step with a gradient norm 18–76× its neighbours and the loss 1.05–1.51×
-# (dev split: steps 17–35 of runs of 100–190 steps, at most 29% into the run): an optimization
-# instability at the peak LR that the logs cannot tell from a bad batch, so no rule here speaks
-# for that phase (the planted bad batches sit at 35–80% of their runs).
-EARLY_FRACTION = 0.3
 # A break within this many logged points after a logged LR jump is the jump's (the LR explainer
 # names it), and so is a break while the LR climbs: ≥ LR_RISE_FACTOR × its lowest value over the
 # LR_RISE_LOOKBACK_POINTS logged LR points before. After the early phase a healthy schedule
@@ -130,135 +114,15 @@ LOGS_CONFIDENCE = 0.9
 LOSS_ONLY_CONFIDENCE = 0.8
 
 
-@dataclass(frozen=True)
-class OneStepBreak:
-    step: int
-    loss: float
-    trend: float
-    ratio: float  # loss / trend
-    before: float  # (previous loss − trend) / excess
-    after: float  # (next loss − trend) / excess
-    sigma: float  # excess / the run's robust σ around it
-    dominance: float  # excess / the largest excess elsewhere in the run
-    grad_norm: float | None  # None: no gradient norm logged at this step
-    grad_ratio: float | None  # the step's gradient norm / its neighbours' median
-
-    @property
-    def corroborated(self) -> bool:
-        return self.grad_ratio is not None and self.grad_ratio >= MIN_GRAD_RATIO
-
-    @property
-    def stands_out(self) -> bool:
-        """Visible and dominant enough for the evidence at hand (see DOMINANCE_*)."""
-        needed = DOMINANCE_WITH_GRADIENT if self.corroborated else DOMINANCE_LOSS_ONLY
-        return (
-            self.ratio >= MIN_BREAK_RATIO and self.sigma >= MIN_SIGMA and self.dominance >= needed
-        )
+def corroborated(b: OneStepBreak) -> bool:
+    """The gradient norm logged for the break's step spiked with it (MIN_GRAD_RATIO)."""
+    return b.grad_ratio is not None and b.grad_ratio >= MIN_GRAD_RATIO
 
 
-def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
-    """Every one-point loss break ≥ min_ratio × its trend after the early phase, with how far it
-    stands out and the gradient norm of the same step where that is logged."""
-    loss = primary_loss(run)
-    if loss is None:
-        return []
-    steps, values = loss_series(run, loss)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
-    if values.size < 2 * TREND_POINTS + 2:
-        return []
-    excess = values - _trend(values)
-    grads = _GradRatios(run)
-    first = max(int(EARLY_FRACTION * values.size), TREND_POINTS)
-    # The largest excesses of the run, to compare each break with the largest one elsewhere:
-    # after the early phase only (DOMINANCE_PHASE), the phase this rule judges.
-    usable = excess.copy()
-    usable[:first] = -np.inf
-    top = np.argsort(usable)[::-1][:4]
-    found = []
-    for i in _break_candidates(values, excess, first, min_ratio):
-        trend = float(values[i] - excess[i])
-        if excess[i] <= 0 or trend <= 0:
-            continue
-        if values[i] < min_ratio * trend:
-            continue
-        # The neighbours against this point's own trend (a rise over several points has its
-        # previous point high above it, however small that point's own excess is).
-        before = float((values[i - 1] - trend) / excess[i])
-        after = float((values[i + 1] - trend) / excess[i])
-        if before > ONE_STEP_FRACTION or after > AFTER_FRACTION:
-            continue
-        elsewhere = next((float(usable[j]) for j in top if abs(int(j) - i) > 1), -np.inf)
-        dominance = float(excess[i]) / elsewhere if elsewhere > 0 else float("inf")
-        noise = _robust_sigma(
-            np.r_[excess[max(0, i - NOISE_POINTS) : i - 1], excess[i + 2 : i + 1 + NOISE_POINTS]]
-        )
-        grad = grads.get(int(steps[i]))
-        found.append(
-            OneStepBreak(
-                step=int(steps[i]),
-                loss=float(values[i]),
-                trend=trend,
-                ratio=float(values[i]) / trend,
-                before=before,
-                after=after,
-                sigma=float(excess[i]) / noise if noise > 0 else float("inf"),
-                dominance=dominance,
-                grad_norm=None if grad is None else grad[0],
-                grad_ratio=None if grad is None else grad[1],
-            )
-        )
-    return found
-
-
-def _trend(values: np.ndarray) -> np.ndarray:
-    """The median of up to TREND_POINTS points on each side, the point itself left out (fewer
-    within TREND_POINTS of either end)."""
-    return neighbour_medians(values, TREND_POINTS, partial_ends=True)
-
-
-def _robust_sigma(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    if finite.size < 10:
-        return float("nan")
-    return float(1.4826 * np.median(np.abs(finite - np.median(finite))))
-
-
-def _break_candidates(
-    values: np.ndarray, excess: np.ndarray, first: int, min_ratio: float
-) -> list[int]:
-    """The points from `first` to the last but one that pass one_step_breaks' first three tests,
-    computed for every point at once with the same float64 operations (a NaN passes, as it does
-    there), so the loop visits only the candidates: a 250,000-point loss has a few hundred."""
-    trends = values - excess
-    candidates = ~(excess <= 0) & ~(trends <= 0) & ~(values < min_ratio * trends)
-    candidates[:first] = False
-    candidates[values.size - 1 :] = False
-    return [int(i) for i in np.flatnonzero(candidates)]
-
-
-class _GradRatios:
-    """step → (gradient norm, its ratio to the median of GRAD_NEIGHBOURS values each side), for
-    the few steps asked: a dict of every step cost 0.2-0.3 s on a 250,000-point log for the
-    handful of breaks that look one up."""
-
-    def __init__(self, run: Run) -> None:
-        self.steps = np.empty(0, dtype=np.int64)
-        self.grads = self.ratios = np.empty(0, dtype=np.float64)
-        if not run.has(GRAD_NORM):
-            return
-        grad_steps, grads = run.series(GRAD_NORM)
-        keep = np.isfinite(grads)
-        self.steps, self.grads = grad_steps[keep], grads[keep]  # sorted, one value per step
-        typical = neighbour_medians(self.grads, GRAD_NEIGHBOURS, partial_ends=True)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self.ratios = np.where(typical > 0, self.grads / typical, np.inf)
-
-    def get(self, step: int) -> tuple[float, float] | None:
-        at = int(np.searchsorted(self.steps, step))
-        if at == self.steps.size or int(self.steps[at]) != step:
-            return None
-        return float(self.grads[at]), float(self.ratios[at])
+def stands_out(b: OneStepBreak) -> bool:
+    """Visible and dominant enough for the evidence at hand (see DOMINANCE_*)."""
+    needed = DOMINANCE_WITH_GRADIENT if corroborated(b) else DOMINANCE_LOSS_ONLY
+    return b.ratio >= MIN_BREAK_RATIO and b.sigma >= MIN_SIGMA and b.dominance >= needed
 
 
 class BadBatchLogsExplainer:
@@ -274,7 +138,7 @@ class BadBatchLogsExplainer:
         breaks = [
             b
             for b in one_step_breaks(evidence.run, MIN_BREAK_RATIO)
-            if b.stands_out and (b.corroborated or loss_only_allowed)
+            if stands_out(b) and (corroborated(b) or loss_only_allowed)
         ]
         if loss is not None and is_texture(evidence.run, loss, evidence.spikes):
             breaks = [b for b in breaks if b.step in _standout_steps(evidence, loss)]
@@ -341,7 +205,7 @@ def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool
         f"trend of {fmt(b.trend)} ({fmt(b.sigma)} robust σ), with the points either side near "
         f"the trend and {fmt(b.dominance)}× any other excursion of the run"
     )
-    if b.corroborated:
+    if corroborated(b):
         gradient = (
             f"; the gradient norm of the same step was {fmt(b.grad_norm)} "
             f"({fmt(b.grad_ratio)}× its neighbours): the shape of one bad batch."
@@ -365,7 +229,7 @@ def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool
     return Finding(
         category="bad_batch",
         severity="warning",
-        confidence=LOGS_CONFIDENCE if b.corroborated else LOSS_ONLY_CONFIDENCE,
+        confidence=LOGS_CONFIDENCE if corroborated(b) else LOSS_ONLY_CONFIDENCE,
         step=b.step,
         layer=None,
         message=(
@@ -386,7 +250,7 @@ def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool
             "dominance": b.dominance,
             "grad_norm": b.grad_norm,
             "grad_norm_ratio": b.grad_ratio,
-            "grad_norm_corroborates": b.corroborated,
+            "grad_norm_corroborates": corroborated(b),
             # For the cause competition: a bad batch acts at its own step (lead 0: the loss and
             # the gradient norm logged for a step come from the same batch), one-step shape.
             "onset_lead_steps": 0,
