@@ -55,15 +55,23 @@ SHORT_BUMP_POINTS = 4.5
 UNTRAINED_LOST_FRACTION = 0.8
 UNTRAINED_MIN_GAIN = 0.1
 UNTRAINED_MIN_POINTS = 3
+# ...and it gets there at once: within the first UNTRAINED_ABRUPT_POINTS logged points of the
+# event. Lost weights put the loss back at the untrained level on the first step they are used; a
+# divergence climbs through that level over several points (and often settles there: a diverged
+# LM predicts about uniformly), which is the divergence's story, not lost weights. Found on
+# synthetic logs (bench/synthetic_logs.py): exponential climbs over 10–30 points were told "as if
+# the weights were lost".
+UNTRAINED_ABRUPT_POINTS = 2
 
 
 def back_at_initial(initial: float, level: float, after: np.ndarray) -> bool:
-    """Whether `after` (finite losses) sits at the untrained level `initial` (see above)."""
+    """Whether `after` (finite losses from the event on) sits at the untrained level `initial`
+    and got there at once (see above)."""
     gain = initial - level
     if not (np.isfinite(initial) and initial > 0 and gain >= UNTRAINED_MIN_GAIN * initial):
         return False
-    lost = (after - level) / gain
-    return int((lost >= UNTRAINED_LOST_FRACTION).sum()) >= UNTRAINED_MIN_POINTS
+    lost = (after - level) / gain >= UNTRAINED_LOST_FRACTION
+    return bool(lost[:UNTRAINED_ABRUPT_POINTS].any()) and int(lost.sum()) >= UNTRAINED_MIN_POINTS
 
 
 @dataclass(frozen=True)

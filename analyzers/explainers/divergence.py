@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.baseline import per_read_only_array, rolling_median
+from tscope.analyzers.baseline import MAD_TO_SIGMA, per_read_only_array, rolling_median
 from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
@@ -27,6 +27,18 @@ ELEVATED_RATIO = 1.15
 ELEVATED_MIN_FRACTION = 0.10
 # Smoothing before comparing with the best level, so one noisy point cannot set the best.
 SMOOTHING_POINTS = 5
+# The excursion is found where the (trailing-median) smoothed loss crosses the ratio, but it began
+# earlier: its onset is the first point of the climb that leads there, walking back from the
+# crossing while the raw loss stays above its best by more than RISE_MARGIN_FRACTION of the
+# ratio's margin (10% of the best for a divergence, 3% for a settled rise) and by more than
+# RISE_NOISE_SIGMAS robust σ of the run's step-to-step noise before it. Found on synthetic logs
+# (bench/synthetic_logs.py, a loss that climbs exponentially from a known step): the crossing sat
+# 5–150 logged points after the climb began (a trailing median lags by half its window, and a
+# slow climb takes a while to reach 1.5×), so every explainer that times a cause against the
+# onset (an LR jump, the warm-up's end) measured its lead from the crossing instead.
+RISE_MARGIN_FRACTION = 0.1
+RISE_NOISE_SIGMAS = 2.0
+RISE_NOISE_POINTS = 50
 # Eval loss: a rise of 10% over its best, on at least two consecutive evals at the end of the run.
 EVAL_RISE_RATIO = 1.10
 EVAL_MIN_RISING_POINTS = 2
@@ -135,7 +147,27 @@ def divergence_onset(
         return None
     if span_steps < min_fraction * total_steps:
         return None
-    return onset, float(best[onset - 1])
+    best_before = float(best[onset - 1])
+    start = rise_start(values, onset, best_before, ratio)
+    return start, float(best[start - 1]) if start > 0 else best_before
+
+
+def rise_start(values: np.ndarray, crossing: int, best: float, ratio: float) -> int:
+    """The first index of the climb that reaches the ratio at `crossing`: walking back while the
+    raw loss stays above `best` by the margin RISE_MARGIN_FRACTION / RISE_NOISE_SIGMAS say (a
+    non-finite point is above), never to index 0 (the run's first point has no level before)."""
+    before = values[max(0, crossing - RISE_NOISE_POINTS) : crossing]
+    before = before[np.isfinite(before)]
+    noise = (
+        MAD_TO_SIGMA * float(np.median(np.abs(np.diff(before)))) / np.sqrt(2.0)
+        if before.size > 2
+        else 0.0
+    )
+    threshold = best + max(RISE_MARGIN_FRACTION * (ratio - 1.0) * best, RISE_NOISE_SIGMAS * noise)
+    start = crossing
+    while start > 1 and not values[start - 1] <= threshold:
+        start -= 1
+    return start
 
 
 def _divergence(
@@ -158,10 +190,19 @@ def _divergence(
         and (s.end_step is None or s.end_step >= int(steps[onset]))
     ]
     verb = "diverged" if severe else "rose and did not come back"
+    above = np.flatnonzero(smoothed(values)[onset:] > ratio * best)
+    crossing = onset + int(above[0]) if above.size else onset
+    crossed = (
+        f": it began climbing there, went above {ratio}× its best level ({fmt(best)}) at step "
+        f"{int(steps[crossing])},"
+        if crossing > onset
+        else f": it went above {ratio}× its best level ({fmt(best)})"
+    )
     message = (
-        f"{loss} {verb} from step {int(steps[onset])}: it went above {ratio}× its "
-        f"best level ({fmt(best)}) and stayed there for the remaining {tail.size} logged points "
-        f"(last value {fmt(final)}" + (f"; {nonfinite} non-finite" if nonfinite else "") + ")."
+        f"{loss} {verb} from step {int(steps[onset])}{crossed} and stayed there for the "
+        f"remaining {values.size - crossing} logged points (last value {fmt(final)}"
+        + (f"; {nonfinite} non-finite" if nonfinite else "")
+        + ")."
     )
     min_fraction = DIVERGENCE_MIN_FRACTION if severe else ELEVATED_MIN_FRACTION
     return Finding(
@@ -174,7 +215,8 @@ def _divergence(
         evidence={
             "best_smoothed_loss": best,
             "onset_step": int(steps[onset]),
-            "points_above": int(tail.size),
+            "crossing_step": int(steps[crossing]),
+            "points_above": int(values.size - crossing),
             "median_after_onset": float(np.median(finite_tail)) if finite_tail.size else None,
             "max_after_onset": float(finite_tail.max()) if finite_tail.size else None,
             "final_value": final,

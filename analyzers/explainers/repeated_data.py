@@ -79,6 +79,16 @@ PERIODIC_FRACTION = 0.2
 # points, a decaying trend, noise 0.01–0.2, raw or rounded to 3–4 digits) 0.01 let one chance
 # periodic stretch through, 1e-4 none; holdout5's planted one had 1.2e-5.
 MAX_PERIODIC_CHANCE = 1e-4
+# The chance of a stretch assumes fresh batches are independent; where the run's own repeat-like
+# points come in runs (autocorrelated noise: sequential data, a smoothed log), a flagged point's
+# chance of following a flagged one (its persistence, `_flag_rates`) replaces the rate for every
+# point after the first. Measured in blocks of PERSISTENCE_BLOCK_POINTS (the median of at least
+# PERSISTENCE_MIN_BLOCKS), each shrunk toward the rate by PERSISTENCE_PSEUDO_COUNTS: on 4,400-point
+# healthy synthetic logs with AR(1) noise the persistence was 0.15–0.20 against a rate of
+# 0.10–0.13, enough to turn two 7-point chance stretches (chance 0.002–0.01) into 0.03–0.14.
+PERSISTENCE_BLOCK_POINTS = 200
+PERSISTENCE_MIN_BLOCKS = 3
+PERSISTENCE_PSEUDO_COUNTS = 5
 # The fresh-data context the stretch is compared with: up to CONTEXT_POINTS d2 values before it,
 # at least MIN_CONTEXT_POINTS (a run's untrained start has none: its smooth first steps, where
 # every batch scores about the same, are not repetition).
@@ -184,7 +194,6 @@ def _stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repet
     with np.errstate(invalid="ignore"):
         flag = (drop < 0) & (np.abs(change) < REPEAT_D2_FRACTION * scale)
     valid = np.isfinite(change)
-    valid_points, flagged_points = int(valid.sum()), float(flag[valid].sum())
     found = []
     # Each stretch of flagged points from 2p on, found at once (a loop per point was most of
     # this rule's time on a 10,000-step log); _judge refuses one shorter than MIN_REPEAT_POINTS.
@@ -195,10 +204,7 @@ def _stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repet
         if end - index < MIN_REPEAT_POINTS:
             continue
         repetition = _judge(steps, values, drop, change, period, index, end)
-        # The run's rate of repeat-like points outside this stretch.
-        others = max(valid_points - (end - index), 1)
-        rate = max(flagged_points - (end - index), 0.0) / others
-        chance = chance_stretches(n, rate, end - index)
+        chance = chance_stretches(n, *_flag_rates(flag, valid, index, end), end - index)
         if repetition is not None and (
             chance <= MAX_CHANCE_STRETCHES
             or _smooth_chance(drop, change, index, end) <= MAX_SMOOTH_CHANCE
@@ -221,7 +227,6 @@ def _periodic_stretches(steps: np.ndarray, values: np.ndarray, period: int) -> l
     with np.errstate(invalid="ignore"):
         flag = (np.abs(drop) <= PERIODIC_FRACTION * spread) & (drop != 0)
     valid = np.isfinite(drop)
-    valid_points, flagged_points = int(valid.sum()), float(flag[valid].sum())
     edges = np.diff(np.r_[0, flag.astype(np.int8), 0])
     found = []
     for index, end in zip(
@@ -229,9 +234,9 @@ def _periodic_stretches(steps: np.ndarray, values: np.ndarray, period: int) -> l
     ):
         if end - index < MIN_REPEAT_POINTS or index < 2 * period:
             continue
-        others = max(valid_points - (end - index), 1)
-        rate = max(flagged_points - (end - index), 0.0) / others
-        if chance_stretches(n, rate, end - index) > MAX_PERIODIC_CHANCE:
+        if chance_stretches(n, *_flag_rates(flag, valid, index, end), end - index) > (
+            MAX_PERIODIC_CHANCE
+        ):
             continue
         repetition = _judge(steps, values, drop, change, period, index, end, first=index - period)
         if repetition is not None:
@@ -244,20 +249,49 @@ def _smooth_chance(drop: np.ndarray, change: np.ndarray, start: int, end: int) -
     """chance_stretches with the repeat-like test at the stretch's own roughness: the run's rate
     (outside the stretch) of points whose p-step drop is negative and whose |d2| is at most the
     stretch's largest, to the stretch's length."""
-    valid = np.isfinite(change)
-    valid[start:end] = False
     roughest = float(np.max(np.abs(change[start:end])))
     with np.errstate(invalid="ignore"):
         as_smooth = (drop < 0) & (np.abs(change) <= roughest)
-    rate = float(as_smooth[valid].sum()) / max(int(valid.sum()), 1)
-    return chance_stretches(change.size, rate, end - start)
+    rates = _flag_rates(as_smooth, np.isfinite(change), start, end)
+    return chance_stretches(change.size, *rates, end - start)
 
 
-def chance_stretches(points_in_run: int, rate: float, length: int) -> float:
+def _flag_rates(flag: np.ndarray, valid: np.ndarray, start: int, end: int) -> tuple[float, float]:
+    """(rate, persistence) of repeat-like points outside the stretch start..end-1: how often a
+    valid point is flagged, and how often one that follows a flagged point is. The persistence
+    is the median over blocks of PERSISTENCE_BLOCK_POINTS points (each block's count shrunk
+    toward the rate by PERSISTENCE_PSEUDO_COUNTS), so that the rest of a repetition broken into
+    several stretches, which sits in one or two blocks, cannot raise it; with fewer than
+    PERSISTENCE_MIN_BLOCKS blocks it is the rate (independence, as for fresh batches). Never below
+    the rate: `chance_stretches` then assumes no less than independence does."""
+    usable = valid.copy()
+    usable[start:end] = False
+    rate = float(flag[usable].sum()) / max(int(usable.sum()), 1)
+    blocks = flag.size // PERSISTENCE_BLOCK_POINTS
+    if blocks < PERSISTENCE_MIN_BLOCKS:
+        return rate, rate
+    follows_flagged = flag[:-1] & usable[:-1] & usable[1:]
+    hits = flag[1:] & follows_flagged
+    per_block = []
+    for block in np.array_split(np.arange(follows_flagged.size), blocks):
+        followed = int(follows_flagged[block].sum())
+        per_block.append(
+            (int(hits[block].sum()) + PERSISTENCE_PSEUDO_COUNTS * rate)
+            / (followed + PERSISTENCE_PSEUDO_COUNTS)
+        )
+    return rate, max(float(np.median(per_block)), rate)
+
+
+def chance_stretches(points_in_run: int, rate: float, persistence: float, length: int) -> float:
     """About how many runs of `length` repeat-like points in a row a run of fresh data shows by
-    chance: a start at each point and period, each point repeat-like at the run's own rate. The
-    smoothness and level tests come on top, as margin: a real log's chance stretch passed them."""
-    return len(PERIODS) * points_in_run * rate**length
+    chance: a start at each point and period, the first point repeat-like at the run's own rate
+    and each next one at its persistence (the run's rate of a flagged point following a flagged
+    one). Fresh batches are independent, so the two are equal; a loss whose noise is
+    autocorrelated (sequential data, a smoothed log) flags points in runs, and so does chance
+    there: counted at the rate alone, 2 of 300 healthy synthetic logs with AR(1) batch noise
+    (bench/synthetic_logs.py, φ 0.5–0.9) got a repeated_data warning. The smoothness and level
+    tests come on top, as margin: a real log's chance stretch passed them."""
+    return len(PERIODS) * points_in_run * rate * persistence ** (length - 1)
 
 
 def _judge(

@@ -1,0 +1,353 @@
+"""False alarms and recall on synthetic training logs that no producer of the benchmark writes.
+
+    .venv/bin/python bench/synthetic_logs.py --seeds 0:200            # tune on these
+    .venv/bin/python bench/synthetic_logs.py --seeds 1000:1200        # score once, after tuning
+    .venv/bin/python bench/synthetic_logs.py --seeds 0:200 --show 3   # the first 3 alarms, in full
+
+bench/accuracy trains real models, so its healthy controls share its producers' noise, schedules
+and logging. Logs from elsewhere differ: longer runs, heavier-tailed or autocorrelated batch noise
+(sequential data), losses averaged over a logging interval, smoothed with an EMA or rounded to a
+few digits, no LR or gradient norm logged, LR schedules with other shapes. Each seed here draws one
+healthy log along those axes (`draw`), writes it as a CSV or JSONL file with names real loops use,
+and runs the whole analysis on it (`tscope.pipeline.analyze_run`, readers included); with
+`--planted` each seed also gets one planted event (a one-step loss break with the gradient norm
+spiking, a divergence, or a logged LR jump the loss answers) to measure recall on the same shapes.
+
+A healthy log may get no warning or critical finding (false alarm otherwise, by category). A
+planted log is right when its summary's headline names the planted kind at its step (±2 logged
+points): the break as `bad_batch`, `loss_spike` or an undetermined cause, the divergence as `loss_divergence` (or a
+cause of it), the LR jump as `lr_schedule_jump`. The exit code is 0 whatever the results: this is a
+measurement, not a test. Seeds are independent: tune on one range, score another once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tscope.pipeline import analyze_run  # noqa: E402
+
+ALERT = ("warning", "critical")
+MAX_NOISE_SD = 5.0
+VISIBLE_SIGMA = 5.0
+PLANTED_KINDS = ("break", "divergence", "lr_jump")
+RIGHT_CATEGORIES = {
+    # "undetermined": the incident found at its step, its cause left open (nothing logged can
+    # tell a bad batch from a one-step LR glitch without the LR).
+    "break": ("bad_batch", "loss_spike", "undetermined"),
+    "divergence": ("loss_divergence", "lr_too_high", "lr_ramp", "grad_norm_spike"),
+    "lr_jump": ("lr_schedule_jump",),
+}
+# (loss, lr, grad norm, step) column names of real loops: Trainer-like, nanoGPT-like, Lightning-
+# like, Megatron-like, the PyTorch tutorial's SummaryWriter tags.
+NAMINGS = (
+    ("loss", "learning_rate", "grad_norm", "step"),
+    ("train/loss", "train/lr", "train/grad_norm", "iter"),
+    ("train_loss", "lr-AdamW", "grad_norm", "global_step"),
+    ("lm loss", "learning rate", "grad norm", "iteration"),
+    ("Loss/train", "LearningRate", "GradNorm", "step"),
+)
+
+
+@dataclass
+class Draw:
+    seed: int
+    points: int
+    log_every: int
+    noise: float
+    noise_kind: str  # gaussian | student_t | ar1
+    smoothing: str  # none | interval_mean | ema | round
+    schedule: str
+    warmup_fraction: float
+    lr_logged: bool
+    grad_logged: bool
+    naming: int
+    fmt: str
+    planted: str | None = None
+    planted_step: int | None = None
+    window_after: int = 0  # steps after planted_step a headline may sit (a divergence's onset)
+    visibility: float | None = None  # a planted break's logged excess in robust σ
+    notes: list[str] = field(default_factory=list)
+
+
+def _schedule(kind: str, steps: np.ndarray, total: int, warmup: int, peak: float) -> np.ndarray:
+    t = steps.astype(float)
+    ramp = np.minimum(t / max(warmup, 1), 1.0)
+    progress = np.clip((t - warmup) / max(total - warmup, 1), 0.0, 1.0)
+    if kind == "cosine":
+        after = 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * progress))
+    elif kind == "linear":
+        after = 1.0 - progress
+    elif kind == "constant":
+        after = np.ones_like(t)
+    elif kind == "inverse_sqrt":
+        after = np.sqrt(max(warmup, 1) / np.maximum(t, max(warmup, 1)))
+    else:  # wsd: stable, then a linear decay over the last fifth
+        after = np.clip((1.0 - progress) / 0.2, 0.0, 1.0)
+    return peak * np.where(t <= warmup, ramp, after)
+
+
+def draw(seed: int, planted: str | None) -> Draw:
+    rng = np.random.default_rng(seed)
+    points = int(math.exp(rng.uniform(math.log(120), math.log(6000))))
+    return Draw(
+        seed=seed,
+        points=points,
+        log_every=int(rng.choice([1, 1, 1, 5, 10, 50])),
+        noise=float(math.exp(rng.uniform(math.log(0.005), math.log(0.08)))),
+        noise_kind=str(rng.choice(["gaussian", "student_t", "ar1"])),
+        smoothing=str(rng.choice(["none", "none", "interval_mean", "ema", "round"])),
+        schedule=str(rng.choice(["cosine", "linear", "constant", "inverse_sqrt", "wsd"])),
+        warmup_fraction=float(rng.choice([0.0, 0.01, 0.03, 0.1])),
+        lr_logged=bool(rng.random() < 0.7) or planted == "lr_jump",
+        grad_logged=bool(rng.random() < 0.6),
+        naming=int(rng.integers(len(NAMINGS))),
+        fmt=str(rng.choice(["csv", "jsonl"])),
+        planted=planted,
+    )
+
+
+def series(d: Draw) -> dict[str, np.ndarray]:
+    """Per-step loss, LR and gradient norm of the drawn run, then logged as the draw says."""
+    rng = np.random.default_rng(d.seed + 10_000)
+    total = d.points * d.log_every
+    steps = np.arange(1, total + 1)
+    floor = rng.uniform(1.5, 4.0)
+    start = math.log(rng.choice([256, 1024, 32_000, 50_257]))
+    alpha = rng.uniform(0.3, 0.8)
+    t0 = rng.uniform(5, 50) * max(1, total // 1000)
+    clean = floor + (start - floor) * (steps / t0 + 1) ** -alpha
+    if d.noise_kind == "gaussian":
+        eps = rng.standard_normal(total)
+    elif d.noise_kind == "student_t":
+        # Heavy tails (t with 4 degrees of freedom, unit variance), cut at MAX_NOISE_SD: a batch
+        # 10 σ off its trend is what a bad batch looks like, not healthy texture.
+        eps = np.clip(rng.standard_t(4, total) / math.sqrt(2.0), -MAX_NOISE_SD, MAX_NOISE_SD)
+    else:  # sequential data: the batch-to-batch level wanders (AR(1), φ 0.5–0.9) plus white noise
+        phi = rng.uniform(0.5, 0.9)
+        white = rng.standard_normal(total)
+        ar = np.empty(total)
+        ar[0] = white[0]
+        for i in range(1, total):
+            ar[i] = phi * ar[i - 1] + math.sqrt(1 - phi * phi) * white[i]
+        eps = 0.7 * ar + 0.7 * rng.standard_normal(total)
+    loss = clean * (1 + d.noise * eps)
+    warmup = int(d.warmup_fraction * total)
+    lr = _schedule(d.schedule, steps, total, warmup, float(10 ** rng.uniform(-4.5, -2.5)))
+    grad = (0.3 + 3.0 * np.exp(-steps / (0.05 * total + 10))) * np.exp(
+        0.15 * rng.standard_normal(total)
+    )
+    if d.planted is not None:
+        _plant(d, rng, steps, loss, lr, grad)
+    return _logged(d, rng, steps, loss, lr, grad)
+
+
+def _plant(
+    d: Draw,
+    rng: np.random.Generator,
+    steps: np.ndarray,
+    loss: np.ndarray,
+    lr: np.ndarray,
+    grad: np.ndarray,
+) -> None:
+    total = steps.size
+    at = int(rng.integers(int(0.4 * total), int(0.85 * total)))
+    # A planted event acts on a logged step (the interval's last) so that "its step" is defined.
+    at = (at // d.log_every + 1) * d.log_every - 1
+    at = min(at, total - 1)
+    d.planted_step = int(steps[at])
+    level = float(np.median(loss[max(0, at - 50) : at]))
+    if d.planted == "break":
+        # ≥ 1.5×: below that, a one-step bump that recovers at once is info by the one severity
+        # rule (analyzers/impact.py: healthy real runs show +21–40% data bumps).
+        loss[at] = level * rng.uniform(1.5, 3.0)
+        grad[at] *= rng.uniform(4, 12)
+    elif d.planted == "divergence":
+        rate = rng.uniform(0.02, 0.1)
+        rise = np.expm1(np.minimum(rate * np.arange(total - at), 3.0))
+        # Scored where the clean rise first reaches 3 noise σ: an exponential has no sharper onset.
+        d.notes.append(f"visible after {math.log1p(3 * d.noise) / rate:.0f} steps")
+        d.window_after = int(math.log1p(3 * d.noise) / rate)
+        loss[at:] += level * np.minimum(rise, 10.0)
+        grad[at:] *= 1 + 3 * np.minimum(rise, 10.0)
+    else:  # lr_jump: ×5–50 from here on; the loss answers within a few steps and stays up
+        factor = float(rng.uniform(5, 50))
+        lr[at:] *= factor
+        k = np.arange(total - at)
+        loss[at:] += level * 0.3 * math.log(factor) * (1 - np.exp(-k / 3.0))
+        grad[at:] *= 1 + math.log(factor)
+        d.notes.append(f"lr ×{factor:.1f}")
+
+
+def _logged(
+    d: Draw,
+    rng: np.random.Generator,
+    steps: np.ndarray,
+    loss: np.ndarray,
+    lr: np.ndarray,
+    grad: np.ndarray,
+) -> dict[str, np.ndarray]:
+    k = d.log_every
+    logged = steps[k - 1 :: k]
+    if d.smoothing == "interval_mean" and k > 1:
+        shown = loss[: logged.size * k].reshape(-1, k).mean(axis=1)
+    else:
+        shown = loss[k - 1 :: k].copy()
+    if d.smoothing == "ema":
+        beta = float(rng.uniform(0.6, 0.98))
+        for i in range(1, shown.size):
+            shown[i] = beta * shown[i - 1] + (1 - beta) * shown[i]
+    elif d.smoothing == "round":
+        shown = np.round(shown, int(rng.choice([2, 3, 4])))
+    if d.planted == "break" and d.planted_step is not None:
+        d.visibility = _visibility(shown, int(np.searchsorted(logged, d.planted_step)))
+    return {"step": logged, "loss": shown, "lr": lr[k - 1 :: k], "grad": grad[k - 1 :: k]}
+
+
+def _visibility(values: np.ndarray, i: int, half: int = 5, window: int = 50) -> float:
+    """The logged point's excess over the median of `half` points each side, in robust σ of the
+    other points' excesses within `window` (bench/accuracy's measure of a visible bad batch)."""
+
+    def excess(j: int) -> float:
+        around = np.r_[values[max(0, j - half) : j], values[j + 1 : j + 1 + half]]
+        return float(values[j] - np.median(around))
+
+    others = [
+        excess(j)
+        for j in range(max(0, i - window), min(values.size, i + 1 + window))
+        if abs(j - i) > 1
+    ]
+    noise = 1.4826 * float(np.median(np.abs(np.asarray(others) - np.median(others))))
+    return excess(i) / noise if noise > 0 else float("inf")
+
+
+def write(d: Draw, logged: dict[str, np.ndarray], folder: Path) -> Path:
+    loss_name, lr_name, grad_name, step_name = NAMINGS[d.naming]
+    columns = {step_name: logged["step"], loss_name: logged["loss"]}
+    if d.lr_logged:
+        columns[lr_name] = logged["lr"]
+    if d.grad_logged:
+        columns[grad_name] = logged["grad"]
+    path = folder / ("metrics.csv" if d.fmt == "csv" else "metrics.jsonl")
+    names = list(columns)
+    rows = zip(*(columns[n] for n in names), strict=True)
+    with path.open("w", newline="") as out:
+        if d.fmt == "csv":
+            writer = csv.writer(out)
+            writer.writerow(names)
+            for row in rows:
+                writer.writerow([int(row[0]), *(repr(float(v)) for v in row[1:])])
+        else:
+            for row in rows:
+                record = {names[0]: int(row[0])}
+                record.update({n: float(v) for n, v in zip(names[1:], row[1:], strict=True)})
+                out.write(json.dumps(record) + "\n")
+    return path
+
+
+@dataclass
+class Outcome:
+    draw: Draw
+    status: str
+    alerts: list[tuple[str, str, int | None, str]]  # (category, severity, step, message)
+    headline: tuple[str, int | None] | None
+    right: bool | None  # planted only
+
+
+def analyze(d: Draw) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="tscope-synthetic-") as tmp:
+        folder = Path(tmp)
+        write(d, series(d), folder)
+        case = analyze_run(folder, read_weights=False).case
+    alerts = [
+        (f.category, f.severity, f.step, f.message) for f in case.findings if f.severity in ALERT
+    ]
+    headline = _headline(case)
+    right = None
+    if d.planted is not None:
+        window = 2 * d.log_every
+        right = bool(
+            headline is not None
+            and headline[0] in RIGHT_CATEGORIES[d.planted]
+            and headline[1] is not None
+            and d.planted_step is not None
+            and d.planted_step - window <= headline[1] <= d.planted_step + d.window_after + window
+        )
+    return Outcome(d, str(case.summary.status), alerts, headline, right)
+
+
+def _headline(case: object) -> tuple[str, int | None] | None:
+    """The cause the verdict names and its finding's step (bench/accuracy/score.py headline_of)."""
+    card = case.summary.card  # type: ignore[attr-defined]
+    if card is None:
+        return None
+    by_id = {f.id: f for f in case.findings}  # type: ignore[attr-defined]
+    finding = by_id.get(card.cause.finding_id)
+    step = finding.step if finding is not None and finding.step is not None else card.step
+    return str(card.cause.category), step
+
+
+def _short(d: Draw) -> str:
+    return (
+        f"{d.points} pts every {d.log_every}, noise {d.noise:.3f} {d.noise_kind}, {d.smoothing}, "
+        f"{d.schedule} warm-up {d.warmup_fraction}, lr {'yes' if d.lr_logged else 'no'}, "
+        f"grad {'yes' if d.grad_logged else 'no'}, {NAMINGS[d.naming][0]!r} {d.fmt}"
+        + (f", visibility {d.visibility:.1f} σ" if d.visibility is not None else "")
+        + (f", {'; '.join(d.notes)}" if d.notes else "")
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0:100", help="FIRST:LAST (LAST excluded)")
+    parser.add_argument("--planted", action="store_true", help="also one planted log per seed")
+    parser.add_argument("--show", type=int, default=0, help="print this many alarms in full")
+    args = parser.parse_args()
+    first, last = (int(x) for x in args.seeds.split(":"))
+    healthy = [analyze(draw(seed, None)) for seed in range(first, last)]
+    alarmed = [o for o in healthy if o.alerts]
+    by_category = Counter(c for o in alarmed for c in {a[0] for a in o.alerts})
+    print(f"healthy synthetic logs, seeds {first}:{last}: {len(alarmed)}/{len(healthy)} warned")
+    for category, count in by_category.most_common():
+        print(f"  {category}: {count}")
+    statuses = Counter(o.status for o in healthy)
+    print("  statuses: " + ", ".join(f"{s} {n}" for s, n in statuses.most_common()))
+    for o in alarmed[: args.show]:
+        print(f"- seed {o.draw.seed}: {_short(o.draw)}")
+        for category, severity, step, message in o.alerts:
+            print(f"    {severity} {category} @ {step}: {message[:300]}")
+    if args.planted:
+        planted = [
+            analyze(draw(seed, PLANTED_KINDS[seed % len(PLANTED_KINDS)]))
+            for seed in range(first, last)
+        ]
+        for kind in PLANTED_KINDS:
+            runs = [o for o in planted if o.draw.planted == kind]
+            if kind == "break":  # only the breaks the log shows (≥ VISIBLE_SIGMA) are scored
+                hidden = [o for o in runs if (o.draw.visibility or 0.0) < VISIBLE_SIGMA]
+                runs = [o for o in runs if o not in hidden]
+                print(f"planted break: {len(hidden)} not visible in the log (< {VISIBLE_SIGMA} σ)")
+            hits = sum(bool(o.right) for o in runs)
+            print(f"planted {kind}: headline right {hits}/{len(runs)}")
+            for o in [o for o in runs if not o.right][: args.show]:
+                print(
+                    f"  miss seed {o.draw.seed} @ {o.draw.planted_step}: headline {o.headline}"
+                    f" | {_short(o.draw)}"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
