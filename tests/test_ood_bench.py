@@ -129,3 +129,40 @@ def test_the_fourth_block_is_held_out_and_plants_every_cause_once():
     assert all(any(getattr(s, n) != FIXED_KNOBS[n] for s in fourth) for n in FOURTH_BLOCK_KNOBS)
     assert all(not set(FOURTH_BLOCK_KNOBS) & set(s.to_json()) for s in earlier)
     assert not set(FOURTH_BLOCK_KNOBS) & set(THIRD_BLOCK_KNOBS)
+
+
+def test_the_fifth_block_is_held_out_and_plants_every_cause_once():
+    from ood_spec import (
+        FIFTH_BLOCK_KNOBS,
+        FOURTH_BLOCK_KNOBS,
+        LATE_FRACTION,
+        THIRD_BLOCK_KNOBS,
+    )
+    from spec import ALL_CAUSES
+
+    assert all(s.index < 90 for s in build_ood_specs(blocks=(1, 2, 3, 4)))  # asked for by name
+    fifth = build_ood_specs(blocks=(5,))
+    assert [s.index for s in fifth] == list(range(90, 110))
+    assert build_ood_specs(blocks=(4, 5))[-len(fifth) :] == fifth
+    assert sorted(s.cause for s in fifth if s.cause != CONTROL) == sorted(ALL_CAUSES)
+    assert len([s for s in fifth if s.cause == CONTROL]) * 2 == len(fifth)
+    earlier = build_ood_specs(blocks=(1, 2, 3, 4))
+    keys = {s.key for s in earlier} | {s.key for s in build_specs()}
+    assert not {s.key for s in fifth} & keys
+    assert len({s.key for s in fifth}) == len({s.name for s in fifth}) == len(fifth)
+    for spec in fifth:
+        payload = spec.to_json()
+        assert all(payload.get(n, FIXED_KNOBS[n]) == getattr(spec, n) for n in FIFTH_BLOCK_KNOBS)
+        assert OodSpec.from_json(payload) == spec
+        if spec.epochs:
+            assert spec.steps % spec.epochs == 0 and spec.producer.startswith("trainer_")
+        if spec.schedule == "reduce_lr_on_plateau":
+            assert spec.eval_every and spec.warmup_steps == 0
+        if spec.cause == "bad_batch":
+            assert 4 * spec.plant["rows"] >= spec.plant["of_rows"]
+    late = next(s for s in fifth if s.setup == "lt-late-weakjump" and s.cause != CONTROL)
+    assert late.plant["step"] > LATE_FRACTION * late.steps and late.plant["factor"] == 3.0
+    # every fifth-block knob differs from its default somewhere, and no earlier spec writes one
+    assert all(any(getattr(s, n) != FIXED_KNOBS[n] for s in fifth) for n in FIFTH_BLOCK_KNOBS)
+    assert all(not set(FIFTH_BLOCK_KNOBS) & set(s.to_json()) for s in earlier)
+    assert not set(FIFTH_BLOCK_KNOBS) & set(THIRD_BLOCK_KNOBS + FOURTH_BLOCK_KNOBS)

@@ -6,7 +6,10 @@ index) and `ModelCheckpoint` files `checkpoints/epoch=E-step=N.ckpt` every `save
 Logged series: `train_loss` (every step), the LR from `LearningRateMonitor` and `grad_norm`
 (computed in `on_before_optimizer_step`, before clipping, as the Trainer logs it). Lightning logs
 at the step count before the update, so optimizer step k is logged as k-1 (spec.LOG_STEP_OFFSET).
-The schedule is a LambdaLR stepped every optimizer step (`interval: "step"`).
+The schedule is a LambdaLR stepped every optimizer step (`interval: "step"`). bench/ood's fifth
+block adds a validation loop (`eval_every`: `val_check_interval` of that many optimizer steps'
+batches, `check_val_every_n_epoch=None`; `val_loss` over the corpus' first blocks, unplanted) and
+the `corpus` knob (text_corpus.CORPORA).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from spec import RunSpec, knob
 WEIGHT_DECAY = 0.1
 BETAS = (0.9, 0.95)
 GRAD_CLIP = 1.0
+EVAL_SAMPLES = 32  # the corpus' first blocks, the validation set of `eval_every` (bench/ood)
 
 
 def phases(spec: RunSpec) -> list[str]:
@@ -49,7 +53,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
 
     torch.set_num_threads(1)
     lightning.seed_everything(spec.seed, verbose=False)
-    dataset, tokenizer, _ = text_corpus.build_dataset()
+    dataset, tokenizer, _ = text_corpus.build_dataset(str(knob(spec, "corpus")))
     batches = PlantedBatches(spec, tokenizer.vocab_size)
 
     def collate(features: list[dict[str, Any]]) -> torch.Tensor:
@@ -96,6 +100,22 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
             }
 
+    class ValidatedModule(Module):
+        def validation_step(self, batch: torch.Tensor, batch_index: int) -> torch.Tensor:
+            _, loss = self.model(batch[:, :-1], batch[:, 1:])
+            self.log("val_loss", loss)
+            return loss
+
+    eval_every = int(knob(spec, "eval_every"))  # bench/ood's fifth block; else no validation
+    validation: dict[str, Any] = {}
+    if eval_every:
+        validation = {
+            "val_dataloaders": torch.utils.data.DataLoader(
+                [dataset[index] for index in range(EVAL_SAMPLES)],
+                batch_size=spec.batch_size,
+                collate_fn=lambda features: torch.stack([f["input_ids"] for f in features]),
+            )
+        }
     shuffle = spec.data_order == "shuffled"
     loader = torch.utils.data.DataLoader(
         dataset,
@@ -129,6 +149,11 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
+        **(
+            {"val_check_interval": eval_every * spec.grad_accum, "check_val_every_n_epoch": None}
+            if eval_every
+            else {}
+        ),
     )
-    trainer.fit(Module(), loader)
+    trainer.fit(ValidatedModule() if eval_every else Module(), loader, **validation)
     record_path.write_text(json.dumps({"global_step": trainer.global_step}), encoding="utf-8")

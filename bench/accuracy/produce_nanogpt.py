@@ -10,7 +10,11 @@ line `iter N: loss X, time Tms, mfu P%` with the `lr` field forks add). The logg
 over the micro-batches of the iteration (stock nanoGPT prints the last micro-batch's: a bad
 micro-batch would then be invisible in the log). bench/ood's knobs: `logging_steps` is nanoGPT's
 `log_interval` (only iterations that are multiples of it are logged), `block_size` the context
-and `vocab_size` a padded vocabulary (the data keeps its 96 characters).
+and `vocab_size` a padded vocabulary (the data keeps its 96 characters); the fifth block's
+`corpus` (the stdlib's source code instead of its docstrings), `optimizer` "adam"
+(`torch.optim.Adam(model.parameters())`, torch's betas, no weight decay), `max_grad_norm` (the
+clipping norm, None = 1.0) and `tie_word_embeddings` (False: the head gets its own copy of the
+token table at initialization).
 
 A resume (phase "resume") loads `ckpt.pt` the way `init_from='resume'` does, except for what the
 cause loses: the optimizer state (fresh AdamW), the schedule (the LR counter restarts at the
@@ -50,7 +54,10 @@ def phases(spec: RunSpec) -> list[str]:
 
 def between_phases(spec: RunSpec, run_dir: Path) -> list[str]:
     return {
-        RESUME_OPTIMIZER_LOST: ["resumed without loading the optimizer state (fresh AdamW)"],
+        RESUME_OPTIMIZER_LOST: [
+            "resumed without loading the optimizer state (fresh "
+            + ("Adam)" if knob(spec, "optimizer") == "adam" else "AdamW)")
+        ],
         RESUME_SCHEDULER_LOST: ["resumed with the LR schedule's counter restarted at the resume"],
         RESUME_WEIGHTS_REINIT: ["resumed without loading the weights (initial weights kept)"],
     }[spec.cause]
@@ -109,11 +116,14 @@ class _Log:
 
 
 def _optimizer(model: object, spec: RunSpec) -> object:
-    """nanoGPT's AdamW, or (bench/ood's `optimizer` knob) SGD with momentum, on the same groups."""
+    """nanoGPT's AdamW, or (bench/ood's `optimizer` knob) SGD with momentum on the same groups,
+    or plain Adam over all parameters as a user's own loop builds it (no weight decay)."""
     import torch
 
     from tscope.demo.tiny_gpt import optimizer_groups
 
+    if knob(spec, "optimizer") == "adam":
+        return torch.optim.Adam(model.parameters(), lr=spec.peak_lr)  # type: ignore[attr-defined]
     groups = optimizer_groups(model, WEIGHT_DECAY)  # type: ignore[arg-type]
     if knob(spec, "optimizer") == "sgd":
         return torch.optim.SGD(groups, lr=spec.peak_lr, momentum=SGD_MOMENTUM)
@@ -131,7 +141,8 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     torch.set_num_threads(1)
     torch.manual_seed(spec.seed)
     tokenizer = text_corpus.CharacterTokenizer()
-    data = torch.tensor(tokenizer.encode(text_corpus.build_text()), dtype=torch.long)
+    text = text_corpus.build_text(str(knob(spec, "corpus")))  # bench/ood's fifth block may set it
+    data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     # bench/ood's third block may set the context length and pad the model's vocabulary.
     block = int(knob(spec, "block_size")) or text_corpus.BLOCK_TOKENS
     config = TinyGPTConfig(
@@ -144,6 +155,10 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
     )
     model_args = {**config.to_model_args(), "dropout": 0.0}  # the keys nanoGPT's ckpt.pt holds
     model = TinyGPT(config)
+    if knob(spec, "tie_word_embeddings") is False:  # bench/ood's fifth block: an untied head
+        model.lm_head.weight = torch.nn.Parameter(model.transformer.wte.weight.detach().clone())
+    clip = knob(spec, "max_grad_norm")  # None: nanoGPT's grad_clip 1.0; 0: no clipping
+    clip = GRAD_CLIP if clip is None else float(clip) or float("inf")
     optimizer: Any = _optimizer(model, spec)
     start, schedule_origin = 0, 0
     if phase == "resume":
@@ -207,7 +222,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
             scaler.scale(loss / spec.grad_accum).backward()
             losses.append(float(loss.detach()))
         scaler.unscale_(optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)

@@ -4,7 +4,11 @@ The run folder is what the Trainer writes: `checkpoint-N/` (weights, optimizer, 
 trainer_state.json) and TensorBoard events from its own TensorBoardCallback under `runs/`. The
 pieces come from fixtures/: the corpus and dataset (`text_corpus`), the recording collator and the
 crash callback (`planted`). The LR schedule is a LambdaLR over `schedules.multiplier`, passed
-through `optimizers=(opt, sched)`, so a planted LR cause is in the scheduler the Trainer steps.
+through `optimizers=(opt, sched)`, so a planted LR cause is in the scheduler the Trainer steps
+(bench/ood's fifth block also trains the Trainer's own `reduce_lr_on_plateau`, which no LR cause
+is planted in). bench/ood's fifth block's knobs: `epochs` (`num_train_epochs` over a dataset of
+the corpus' first steps/epochs optimizer steps' rows, no `max_steps`), `label_smoothing`
+(`label_smoothing_factor`) and `corpus` (text_corpus.CORPORA).
 
 A resume cause is two phases, each in its own process: the first dies after `crash_after` (no
 final save), the checkpoint is damaged as planted, and the second resumes from it with
@@ -19,10 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from spec import (
+    LR_JUMP_PERSISTENT,
+    LR_JUMP_TRANSIENT,
+    LR_RAMP,
     RESUME_CAUSES,
     RESUME_OPTIMIZER_LOST,
     RESUME_SCHEDULER_LOST,
     RESUME_WEIGHTS_REINIT,
+    WARMUP_TOO_HOT,
     RunSpec,
     knob,
 )
@@ -33,6 +41,11 @@ MAX_GRAD_NORM = 1.0
 SAVE_TOTAL_LIMIT = 3
 SGD_MOMENTUM = 0.9
 EVAL_SAMPLES = 32  # the first blocks of the corpus, evaluated every `eval_every` steps (bench/ood)
+# bench/ood's fifth block: the Trainer's own "reduce_lr_on_plateau" scheduler (no warm-up), stepped
+# on the evaluation loss every `eval_every` steps, with these `lr_scheduler_kwargs`.
+PLATEAU = "reduce_lr_on_plateau"
+PLATEAU_KWARGS = {"factor": 0.5, "patience": 2}
+LR_CAUSES = (LR_JUMP_TRANSIENT, LR_JUMP_PERSISTENT, LR_RAMP, WARMUP_TOO_HOT)  # in `multiplier`
 
 
 def phases(spec: RunSpec) -> list[str]:
@@ -213,6 +226,8 @@ def _optimizers(model: Any, spec: RunSpec) -> tuple[Any, Any]:
     ]
     name = knob(spec, "optimizer")
     optimizer: Any
+    if spec.schedule == PLATEAU and (name != "adamw" or spec.cause in LR_CAUSES):
+        raise ValueError(f"{PLATEAU} is drawn with AdamW and no planted LR cause only")
     if name == "adafactor":
         from transformers.optimization import Adafactor
 
@@ -228,6 +243,8 @@ def _optimizers(model: Any, spec: RunSpec) -> tuple[Any, Any]:
         epsilon = knob(spec, "adam_epsilon")  # None: torch's 1e-8 (the Trainer's adam_epsilon)
         eps = {} if epsilon is None else {"eps": float(epsilon)}
         optimizer = torch.optim.AdamW(groups, lr=spec.peak_lr, **betas, **eps)
+    if spec.schedule == PLATEAU:  # the Trainer builds its own (TrainingArguments below)
+        return optimizer, None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: multiplier(spec, i + 1))
     return optimizer, scheduler
 
@@ -262,7 +279,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
 
     torch.set_num_threads(1)
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / TENSORBOARD_SUBDIR)
-    dataset, tokenizer, _ = text_corpus.build_dataset()
+    dataset, tokenizer, _ = text_corpus.build_dataset(str(knob(spec, "corpus")))
     vocab_size = tokenizer.vocab_size
     set_seed(spec.seed)
     model = build_model(spec, vocab_size)
@@ -290,6 +307,14 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
         callbacks.append(_Reinitialize(build_model(spec, vocab_size).state_dict()))
 
     train_dataset: Any = dataset
+    epochs = int(knob(spec, "epochs"))  # bench/ood's fifth block: a small dataset, n epochs
+    length: dict[str, Any] = {"max_steps": spec.steps}
+    if epochs:
+        if spec.steps % epochs:
+            raise ValueError(f"{spec.steps} steps are not {epochs} whole epochs")
+        rows = spec.steps // epochs * spec.batch_size * spec.grad_accum
+        train_dataset = [dataset[index] for index in range(rows)]
+        length = {"num_train_epochs": epochs}
     if spec.data_order == "sequential":
         total = spec.steps * spec.batch_size * spec.grad_accum + spec.batch_size
         train_dataset = _SequentialBlocks(dataset, total).make()
@@ -303,12 +328,17 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
             "eval_steps": eval_every,
             "per_device_eval_batch_size": spec.batch_size,
         }
+    if spec.schedule == PLATEAU:
+        if not eval_every:
+            raise ValueError(f"{PLATEAU} needs an evaluation (eval_every)")
+        evaluation.update(lr_scheduler_type=PLATEAU, lr_scheduler_kwargs=dict(PLATEAU_KWARGS))
     max_grad_norm = knob(spec, "max_grad_norm")  # bench/ood's third block: 0 = no clipping
     report_to = str(knob(spec, "report_to")) or "tensorboard"
     save_limit = knob(spec, "save_total_limit")  # bench/ood's fourth block may keep fewer
+    smoothing = float(knob(spec, "label_smoothing"))  # bench/ood's fifth block
     args = TrainingArguments(
         output_dir=str(run_dir),
-        max_steps=spec.steps,
+        **length,
         per_device_train_batch_size=spec.batch_size,
         gradient_accumulation_steps=spec.grad_accum,
         max_grad_norm=MAX_GRAD_NORM if max_grad_norm is None else float(max_grad_norm),
@@ -318,6 +348,7 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
         save_steps=spec.save_every,
         save_total_limit=SAVE_TOTAL_LIMIT if save_limit is None else int(save_limit),
         gradient_checkpointing=bool(knob(spec, "gradient_checkpointing")),
+        **({"label_smoothing_factor": smoothing} if smoothing else {}),
         report_to=[report_to],
         seed=spec.seed,
         bf16=spec.precision == "bf16",

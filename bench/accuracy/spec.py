@@ -123,6 +123,17 @@ FIXED_KNOBS: dict[str, Any] = {
     "gradient_checkpointing": False,
     "adam_epsilon": None,
     "save_total_limit": None,
+    # bench/ood's fifth block: the Trainer's `num_train_epochs` (0 = `max_steps` over the whole
+    # corpus; n > 0 = n epochs over a dataset of steps/n optimizer steps' rows, so the data
+    # repeats at every epoch boundary), its `label_smoothing_factor`, and the training text
+    # ("" = the stdlib docstrings; "code" = the same modules' source, text_corpus.CORPORA).
+    # The fifth block also gives earlier knobs to other producers: `optimizer` "adam"
+    # (torch.optim.Adam, no weight decay; nanoGPT), `max_grad_norm` and `tie_word_embeddings`
+    # (nanoGPT), `eval_every` (Lightning's `val_check_interval`), and the Trainer a schedule
+    # "reduce_lr_on_plateau" (its own scheduler, stepped on the evaluation loss).
+    "epochs": 0,
+    "label_smoothing": 0.0,
+    "corpus": "",
 }
 
 

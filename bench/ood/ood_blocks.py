@@ -1,7 +1,7 @@
 """The out-of-distribution set's setups: one table per block (ood_spec.py draws the runs).
 
 Each row names a setup, its producer and what it changes from the benchmark's draw (the second
-to fourth blocks also name the planted cause); the *_KNOBS tuples are the spec.FIXED_KNOBS each
+to fifth blocks also name the planted cause); the *_KNOBS tuples are the spec.FIXED_KNOBS each
 block added, left out of an OodSpec's JSON at their defaults.
 """
 
@@ -167,5 +167,54 @@ FOURTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         "trainer_llama",
         {"adam_epsilon": 1e-6, "save_total_limit": 2, "warmup_fraction": 0.1},
         RESUME_SCHEDULER_LOST,
+    ),
+)
+# The fifth block: what outside users' runs look like that no block has covered yet, one run per
+# planted cause of spec.ALL_CAUSES. Besides the knobs (spec.FIXED_KNOBS, the three new ones in
+# FIFTH_BLOCK_KNOBS), a row may name draw settings that are no field of the spec: "steps" (a
+# fixed length), "warmup_fraction" (as the third block), "peak_lr_range" (the peak LR drawn
+# log-uniformly there instead of 1e-3–4e-3), "plant_late" (the planted step drawn in the last
+# 15% of the run) and "plant_weakest" (the planted strength at the weakest `_plant` draws).
+FIFTH_BLOCK_KNOBS = ("epochs", "label_smoothing", "corpus")
+FIFTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("multiepoch-small", "trainer_gpt2", {"epochs": 5}, REPEATED_DATA),
+    ("labelsmooth", "trainer_llama", {"label_smoothing": 0.1}, LR_JUMP_TRANSIENT),
+    ("code-corpus", "nanogpt", {"corpus": "code", "log_format": "jsonl"}, BAD_BATCH),
+    (
+        "highlr",
+        "nanogpt",
+        {"peak_lr_range": (8e-3, 1.6e-2), "log_format": "stdout"},
+        FROZEN_LAYER,
+    ),
+    ("adam-nowd", "nanogpt", {"optimizer": "adam", "log_format": "csv"}, RESUME_OPTIMIZER_LOST),
+    (
+        "plateau-eval",
+        "trainer_llama",
+        {"schedule": "reduce_lr_on_plateau", "eval_every": 10, "warmup_steps": 0},
+        RESUME_WEIGHTS_REINIT,
+    ),
+    (
+        "lt-accum2-val",
+        "lightning",
+        {"lightning_logger": "csv", "grad_accum": 2, "eval_every": 20},
+        WARMUP_TOO_HOT,
+    ),
+    (
+        "nano-clip05-untied",
+        "nanogpt",
+        {"max_grad_norm": 0.5, "tie_word_embeddings": False, "log_format": "jsonl"},
+        RESUME_SCHEDULER_LOST,
+    ),
+    (
+        "short60-log2",
+        "trainer_gpt2",
+        {"steps": 60, "warmup_fraction": 0.1, "logging_steps": 2, "logging_first_step": True},
+        LR_RAMP,
+    ),
+    (
+        "lt-late-weakjump",
+        "lightning",
+        {"lightning_logger": "tensorboard", "plant_late": True, "plant_weakest": True},
+        LR_JUMP_PERSISTENT,
     ),
 )

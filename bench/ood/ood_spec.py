@@ -24,6 +24,16 @@ built by the Trainer producer from its transformers config with random weights (
 `model`: GPT-NeoX/Pythia, Qwen2 with GQA, Mistral with MQA and a sliding window, OPT, Phi, BLOOM,
 Falcon, GPT-J) and the Trainer with gradient checkpointing, untied embeddings, AdamW epsilon 1e-6
 with `save_total_limit=2` and a warm-up of a tenth of the run; each cause of spec.ALL_CAUSES once.
+A fifth block (`FIFTH_BLOCK`, indices 90–109) is held out the same way (`blocks=(..., 5)`,
+`run.py --blocks 5`): what outside users' runs look like that no block covered, each cause of
+spec.ALL_CAUSES once: the Trainer over 5 epochs of a dataset of a few dozen batches (the data
+repeats at each epoch boundary by design), the Trainer with `label_smoothing_factor=0.1`, nanoGPT
+on code (the stdlib modules' source), nanoGPT at a high but stable peak LR (8e-3–1.6e-2), nanoGPT
+with plain `torch.optim.Adam` (no weight decay), the Trainer's own `reduce_lr_on_plateau` on an
+evaluation every 10 steps (no warm-up), Lightning with `accumulate_grad_batches=2` and a
+validation loop (`val_check_interval`), nanoGPT clipping at 0.5 with an untied head, a 60-step
+Trainer run logging every 2 steps with `logging_first_step`, and Lightning with a planted LR jump
+at its weakest (×3) in the run's last 15%.
 
 A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
 a step-decay drop that the schedule itself does is part of the run, not an incident.
@@ -38,6 +48,8 @@ from typing import Any
 
 import paths  # noqa: F401  (puts bench/accuracy and fixtures on sys.path)
 from ood_blocks import (
+    FIFTH_BLOCK,
+    FIFTH_BLOCK_KNOBS,
     FOURTH_BLOCK,
     FOURTH_BLOCK_KNOBS,
     SECOND_BLOCK,
@@ -102,10 +114,15 @@ class OodSpec(RunSpec):
     gradient_checkpointing: bool = False
     adam_epsilon: float | None = None
     save_total_limit: int | None = None
+    # The fifth block's knobs (spec.FIXED_KNOBS), left out of the JSON at their defaults too.
+    epochs: int = 0
+    label_smoothing: float = 0.0
+    corpus: str = ""
 
     def to_json(self) -> dict[str, Any]:
         payload = super().to_json()
-        for name in SECOND_BLOCK_KNOBS + THIRD_BLOCK_KNOBS + FOURTH_BLOCK_KNOBS:
+        knobs = SECOND_BLOCK_KNOBS + THIRD_BLOCK_KNOBS + FOURTH_BLOCK_KNOBS + FIFTH_BLOCK_KNOBS
+        for name in knobs:
             if payload[name] == FIXED_KNOBS[name]:
                 del payload[name]
         return payload
@@ -219,10 +236,51 @@ def _third_block(
     return specs
 
 
+# The fifth block's draw settings that are no spec field (see ood_blocks.FIFTH_BLOCK).
+FIFTH_BLOCK_DRAWS = ("steps", "warmup_fraction", "peak_lr_range", "plant_late", "plant_weakest")
+LATE_FRACTION = 0.85  # "plant_late": the planted step in the last 15% of the run
+# "plant_weakest": each strength at the weakest value `spec._plant` draws.
+WEAKEST = {"factor": 3.0, "window": 1, "growth": 1.04, "lr_factor": 8.0, "length": 10}
+
+
+def _fifth_block(first_index: int) -> list[OodSpec]:
+    """The fifth block's draw: the third block's (100–160 steps unless the row fixes them, a bad
+    batch of at least a quarter of the rows) plus the row's draw settings."""
+    specs: list[OodSpec] = []
+    for index, seed, rng, setup, producer, change, cause in _paired_draws(first_index, FIFTH_BLOCK):
+        knobs = {k: v for k, v in change.items() if k not in FIFTH_BLOCK_DRAWS}
+        training = _training(setup, producer, knobs, rng)
+        steps = int(change.get("steps") or 0)
+        training["steps"] = steps or rng.randrange(
+            THIRD_BLOCK_STEPS[0], THIRD_BLOCK_STEPS[1] + 1, 10
+        )
+        epochs = int(training.get("epochs", 0))
+        if epochs:  # whole epochs of a small dataset
+            training["steps"] -= training["steps"] % epochs
+        if "warmup_fraction" in change:
+            training["warmup_steps"] = int(training["steps"] * change["warmup_fraction"])
+        if "peak_lr_range" in change:
+            training["peak_lr"] = round(_log_uniform(rng, *change["peak_lr_range"]), 6)
+        training["save_every"] = training["steps"] // 4
+        _saves_on_logged_steps(training)
+        spec = _drawn_spec(producer, index, seed, setup, training, cause, rng)
+        if cause == BAD_BATCH:
+            rows = max(int(spec.plant["rows"]), -(-int(spec.plant["of_rows"]) // 4))
+            spec = replace(spec, plant={**spec.plant, "rows": rows})
+        if cause != CONTROL and change.get("plant_late"):
+            late = rng.randrange(int(spec.steps * LATE_FRACTION) + 1, spec.steps - 1)
+            spec = replace(spec, plant={**spec.plant, "step": late})
+        if cause != CONTROL and change.get("plant_weakest"):
+            weakest = {k: v for k, v in WEAKEST.items() if k in spec.plant}
+            spec = replace(spec, plant={**spec.plant, **weakest})
+        specs.append(spec)
+    return specs
+
+
 def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     """The first block (SETUPS, indices 0–31), the second (SECOND_BLOCK, 32–49) and, only when
-    asked for, the third (THIRD_BLOCK, 50–69) and the fourth (FOURTH_BLOCK, 70–89), both held
-    out (see the module's docstring)."""
+    asked for, the third (THIRD_BLOCK, 50–69), the fourth (FOURTH_BLOCK, 70–89) and the fifth
+    (FIFTH_BLOCK, 90–109), all held out (see the module's docstring)."""
     first = _first_block()
     second = _second_block(len(first))
     specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
@@ -231,6 +289,8 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
         specs += _third_block(third_index)
     if 4 in blocks:
         specs += _third_block(third_index + 2 * len(THIRD_BLOCK), FOURTH_BLOCK)
+    if 5 in blocks:
+        specs += _fifth_block(third_index + 2 * (len(THIRD_BLOCK) + len(FOURTH_BLOCK)))
     return specs
 
 
