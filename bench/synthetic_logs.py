@@ -75,6 +75,8 @@ class Draw:
     grad_logged: bool
     naming: int
     fmt: str
+    start_offset: int = 0  # the log is an excerpt: its steps start here
+    rewind: bool = False  # restarted from a checkpoint: a stretch of steps logged twice
     planted: str | None = None
     planted_step: int | None = None
     window_after: int = 0  # steps after planted_step a headline may sit (a divergence's onset)
@@ -116,6 +118,8 @@ def draw(seed: int, planted: str | None) -> Draw:
         naming=int(rng.integers(len(NAMINGS))),
         fmt=str(rng.choice(["csv", "jsonl"])),
         planted=planted,
+        start_offset=int(rng.choice([0, 0, 0, int(rng.integers(1_000, 200_000))])),
+        rewind=bool(rng.random() < 0.2),
     )
 
 
@@ -167,7 +171,7 @@ def _plant(
     # A planted event acts on a logged step (the interval's last) so that "its step" is defined.
     at = (at // d.log_every + 1) * d.log_every - 1
     at = min(at, total - 1)
-    d.planted_step = int(steps[at])
+    d.planted_step = int(steps[at]) + d.start_offset
     level = float(np.median(loss[max(0, at - 50) : at]))
     if d.planted == "break":
         # ≥ 1.5×: below that, a one-step bump that recovers at once is info by the one severity
@@ -212,8 +216,24 @@ def _logged(
     elif d.smoothing == "round":
         shown = np.round(shown, int(rng.choice([2, 3, 4])))
     if d.planted == "break" and d.planted_step is not None:
-        d.visibility = _visibility(shown, int(np.searchsorted(logged, d.planted_step)))
-    return {"step": logged, "loss": shown, "lr": lr[k - 1 :: k], "grad": grad[k - 1 :: k]}
+        d.visibility = _visibility(
+            shown, int(np.searchsorted(logged, d.planted_step - d.start_offset))
+        )
+    columns = {"step": logged, "loss": shown, "lr": lr[k - 1 :: k], "grad": grad[k - 1 :: k]}
+    columns["step"] = columns["step"] + d.start_offset
+    if d.rewind:
+        # A restart from a checkpoint a few dozen points back, the steps between logged again with
+        # fresh noise (the file is appended to), before any planted event.
+        at = int(rng.integers(logged.size // 5, logged.size * 2 // 5))
+        back = int(rng.integers(5, 40))
+        again = {name: values[max(0, at - back) : at].copy() for name, values in columns.items()}
+        # Fresh noise at the log's own scale (a smoothed log's is smaller than the batches').
+        shown_noise = 1.4826 * float(np.median(np.abs(np.diff(columns["loss"])))) / math.sqrt(2)
+        again["loss"] = again["loss"] + shown_noise * rng.standard_normal(again["loss"].size)
+        columns = {
+            name: np.r_[values[:at], again[name], values[at:]] for name, values in columns.items()
+        }
+    return columns
 
 
 def _visibility(values: np.ndarray, i: int, half: int = 5, window: int = 50) -> float:
@@ -251,7 +271,7 @@ def write(d: Draw, logged: dict[str, np.ndarray], folder: Path) -> Path:
                 writer.writerow([int(row[0]), *(repr(float(v)) for v in row[1:])])
         else:
             for row in rows:
-                record = {names[0]: int(row[0])}
+                record: dict[str, float | int] = {names[0]: int(row[0])}
                 record.update({n: float(v) for n, v in zip(names[1:], row[1:], strict=True)})
                 out.write(json.dumps(record) + "\n")
     return path
@@ -304,6 +324,8 @@ def _short(d: Draw) -> str:
         f"{d.points} pts every {d.log_every}, noise {d.noise:.3f} {d.noise_kind}, {d.smoothing}, "
         f"{d.schedule} warm-up {d.warmup_fraction}, lr {'yes' if d.lr_logged else 'no'}, "
         f"grad {'yes' if d.grad_logged else 'no'}, {NAMINGS[d.naming][0]!r} {d.fmt}"
+        + (f", from step {d.start_offset}" if d.start_offset else "")
+        + (", rewound once" if d.rewind else "")
         + (f", visibility {d.visibility:.1f} σ" if d.visibility is not None else "")
         + (f", {'; '.join(d.notes)}" if d.notes else "")
     )
