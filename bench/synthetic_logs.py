@@ -42,13 +42,15 @@ from tscope.pipeline import analyze_run  # noqa: E402
 ALERT = ("warning", "critical")
 MAX_NOISE_SD = 5.0
 VISIBLE_SIGMA = 5.0
-PLANTED_KINDS = ("break", "divergence", "lr_jump")
+PLANTED_KINDS = ("break", "divergence", "lr_jump", "lr_spike", "weights_lost")
 RIGHT_CATEGORIES = {
     # "undetermined": the incident found at its step, its cause left open (nothing logged can
     # tell a bad batch from a one-step LR glitch without the LR).
     "break": ("bad_batch", "loss_spike", "undetermined"),
     "divergence": ("loss_divergence", "lr_too_high", "lr_ramp", "grad_norm_spike"),
     "lr_jump": ("lr_schedule_jump",),
+    "lr_spike": ("lr_schedule_jump",),
+    "weights_lost": ("resume_discontinuity",),
 }
 # (loss, lr, grad norm, step) column names of real loops: Trainer-like, nanoGPT-like, Lightning-
 # like, Megatron-like, the PyTorch tutorial's SummaryWriter tags.
@@ -113,7 +115,7 @@ def draw(seed: int, planted: str | None) -> Draw:
         smoothing=str(rng.choice(["none", "none", "interval_mean", "ema", "round"])),
         schedule=str(rng.choice(["cosine", "linear", "constant", "inverse_sqrt", "wsd"])),
         warmup_fraction=float(rng.choice([0.0, 0.01, 0.03, 0.1])),
-        lr_logged=bool(rng.random() < 0.7) or planted == "lr_jump",
+        lr_logged=bool(rng.random() < 0.7) or planted in ("lr_jump", "lr_spike"),
         grad_logged=bool(rng.random() < 0.6),
         naming=int(rng.integers(len(NAMINGS))),
         fmt=str(rng.choice(["csv", "jsonl"])),
@@ -186,6 +188,20 @@ def _plant(
         d.window_after = int(math.log1p(3 * d.noise) / rate)
         loss[at:] += level * np.minimum(rise, 10.0)
         grad[at:] *= 1 + 3 * np.minimum(rise, 10.0)
+    elif d.planted == "lr_spike":
+        # ×5–50 for 1–5 logged points, then the schedule again; the loss answers the next step
+        # and decays back over the spike's length and a few steps more.
+        factor = float(rng.uniform(5, 50))
+        width = d.log_every * int(rng.integers(1, 6))
+        lr[at : at + width] *= factor
+        k = np.arange(total - at - 1)
+        bump = level * 0.2 * math.log(factor) * np.exp(-np.maximum(k - width, 0) / 5.0)
+        loss[at + 1 :] += np.where(k < width + 60, bump, 0.0)
+        grad[at : at + width] *= 1 + math.log(factor)
+        d.window_after = d.log_every  # the loss answers at the next logged point
+        d.notes.append(f"lr ×{factor:.1f} for {width} steps")
+    elif d.planted == "weights_lost":
+        pass  # planted on the logged series (_logged): a restart from scratch at a checkpoint
     else:  # lr_jump: ×5–50 from here on; the loss answers within a few steps and stays up
         factor = float(rng.uniform(5, 50))
         lr[at:] *= factor
@@ -221,7 +237,20 @@ def _logged(
         )
     columns = {"step": logged, "loss": shown, "lr": lr[k - 1 :: k], "grad": grad[k - 1 :: k]}
     columns["step"] = columns["step"] + d.start_offset
-    if d.rewind:
+    if d.planted == "weights_lost" and d.planted_step is not None:
+        # Resumed from a checkpoint `back` points before the log's end of that attempt, with
+        # the weights re-initialized: from the resumed step on, the loss is the run's own from
+        # its first point again (the LR and gradient norm go on as logged).
+        end = int(np.searchsorted(columns["step"], d.planted_step))
+        back = int(rng.integers(1, 30))
+        resume = max(1, end - back)
+        d.planted_step = int(columns["step"][resume])
+        tail = columns["loss"][: columns["loss"].size - resume]
+        again = {name: values[resume:] for name, values in columns.items()}
+        again["loss"] = tail
+        columns = {name: np.r_[values[:end], again[name]] for name, values in columns.items()}
+        d.notes.append(f"resumed at {d.planted_step}, {end - resume} points re-logged")
+    if d.rewind and d.planted != "weights_lost":
         # A restart from a checkpoint a few dozen points back, the steps between logged again with
         # fresh noise (the file is appended to), before any planted event.
         at = int(rng.integers(logged.size // 5, logged.size * 2 // 5))

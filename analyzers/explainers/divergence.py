@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.baseline import MAD_TO_SIGMA, per_read_only_array, rolling_median
+from tscope.analyzers.baseline import difference_sigma, per_read_only_array, rolling_median
 from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
@@ -156,13 +156,8 @@ def rise_start(values: np.ndarray, crossing: int, best: float, ratio: float) -> 
     """The first index of the climb that reaches the ratio at `crossing`: walking back while the
     raw loss stays above `best` by the margin RISE_MARGIN_FRACTION / RISE_NOISE_SIGMAS say (a
     non-finite point is above), never to index 0 (the run's first point has no level before)."""
-    before = values[max(0, crossing - RISE_NOISE_POINTS) : crossing]
-    before = before[np.isfinite(before)]
-    noise = (
-        MAD_TO_SIGMA * float(np.median(np.abs(np.diff(before)))) / np.sqrt(2.0)
-        if before.size > 2
-        else 0.0
-    )
+    noise = difference_sigma(values[max(0, crossing - RISE_NOISE_POINTS) : crossing])
+    noise = noise if np.isfinite(noise) else 0.0
     threshold = best + max(RISE_MARGIN_FRACTION * (ratio - 1.0) * best, RISE_NOISE_SIGMAS * noise)
     start = crossing
     while start > 1 and not values[start - 1] <= threshold:

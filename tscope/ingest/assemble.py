@@ -183,6 +183,10 @@ def _file_order(reads: list[LogRead], first_steps: dict[int, float]) -> list[Log
     return sorted(reads, key=key)
 
 
+# At most one isolated repeated step per this many rows reads as resumes (see _resolve_segments).
+ISOLATED_REPEAT_RATE = 1000
+
+
 def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEvent]]:
     """Concatenate one metric's rows from each file in write order; a step that goes backwards
     starts a new segment.
@@ -207,6 +211,25 @@ def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEv
                     {"from_step": float(running_max[index - 1]), "to_step": float(steps[index])},
                 )
             )
+        # A step logged twice in a row with another value, where the log otherwise never repeats
+        # a step: resumed from the checkpoint just before it, the first step after it re-logged
+        # (checkpoint at 1000, 1001 logged, a crash, 1001 logged again). A loop that logs every
+        # micro-batch under the optimizer step repeats steps all through the log, not once.
+        repeats = np.flatnonzero(steps[1:] == steps[:-1]) + 1
+        if 0 < repeats.size <= max(1, len(steps) // ISOLATED_REPEAT_RATE):
+            for index in repeats:
+                if table.value[index] == table.value[index - 1]:
+                    continue  # the same line twice: nothing was re-run
+                events.append(
+                    RunEvent(
+                        "resume",
+                        int(steps[index]),
+                        f"step {int(steps[index])} is logged twice with different values: the "
+                        "run was resumed from the step before it and re-logged it",
+                        table.source.at(int(index)),
+                        {"from_step": float(steps[index]), "to_step": float(steps[index])},
+                    )
+                )
         # A later file that starts after the previous one ends is a resume with no overlap.
         sizes = np.cumsum([len(part) for part in parts])[:-1]
         for boundary in sizes:
