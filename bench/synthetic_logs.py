@@ -18,6 +18,10 @@ planted log is right when its summary's headline names the planted kind at its s
 points): the break as `bad_batch`, `loss_spike` or an undetermined cause, the divergence as `loss_divergence` (or a
 cause of it), the LR jump as `lr_schedule_jump`. The exit code is 0 whatever the results: this is a
 measurement, not a test. Seeds are independent: tune on one range, score another once.
+
+tests/planted_logs.py with scripts/measure_rules.py measures single rules (plateau, gradient-norm
+growth, overfitting, LR configuration) on in-memory series; this one runs the whole analysis,
+readers included, on files, and scores the verdict.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from tscope.pipeline import analyze_run  # noqa: E402
 ALERT = ("warning", "critical")
 MAX_NOISE_SD = 5.0
 VISIBLE_SIGMA = 5.0
-PLANTED_KINDS = ("break", "divergence", "lr_jump", "lr_spike", "weights_lost")
+PLANTED_KINDS = ("break", "divergence", "lr_jump", "lr_spike", "weights_lost", "nan")
 RIGHT_CATEGORIES = {
     # "undetermined": the incident found at its step, its cause left open (nothing logged can
     # tell a bad batch from a one-step LR glitch without the LR).
@@ -51,6 +55,7 @@ RIGHT_CATEGORIES = {
     "lr_jump": ("lr_schedule_jump",),
     "lr_spike": ("lr_schedule_jump",),
     "weights_lost": ("resume_discontinuity",),
+    "nan": ("nan_loss", "loss_divergence"),
 }
 # (loss, lr, grad norm, step) column names of real loops: Trainer-like, nanoGPT-like, Lightning-
 # like, Megatron-like, the PyTorch tutorial's SummaryWriter tags.
@@ -200,6 +205,10 @@ def _plant(
         grad[at : at + width] *= 1 + math.log(factor)
         d.window_after = d.log_every  # the loss answers at the next logged point
         d.notes.append(f"lr ×{factor:.1f} for {width} steps")
+    elif d.planted == "nan":
+        # The loss goes non-finite and stays so (an fp32 overflow the loop did not stop at).
+        loss[at:] = np.nan if rng.random() < 0.5 else np.inf
+        grad[at:] = np.nan
     elif d.planted == "weights_lost":
         pass  # planted on the logged series (_logged): a restart from scratch at a checkpoint
     else:  # lr_jump: ×5–50 from here on; the loss answers within a few steps and stays up
@@ -257,7 +266,9 @@ def _logged(
         back = int(rng.integers(5, 40))
         again = {name: values[max(0, at - back) : at].copy() for name, values in columns.items()}
         # Fresh noise at the log's own scale (a smoothed log's is smaller than the batches').
-        shown_noise = 1.4826 * float(np.median(np.abs(np.diff(columns["loss"])))) / math.sqrt(2)
+        steps_apart = np.diff(columns["loss"])
+        steps_apart = steps_apart[np.isfinite(steps_apart)]
+        shown_noise = 1.4826 * float(np.median(np.abs(steps_apart))) / math.sqrt(2)
         again["loss"] = again["loss"] + shown_noise * rng.standard_normal(again["loss"].size)
         columns = {
             name: np.r_[values[:at], again[name], values[at:]] for name, values in columns.items()
