@@ -110,7 +110,7 @@ def _schedule(kind: str, steps: np.ndarray, total: int, warmup: int, peak: float
 
 def draw(seed: int, planted: str | None) -> Draw:
     rng = np.random.default_rng(seed)
-    points = int(math.exp(rng.uniform(math.log(120), math.log(6000))))
+    points = int(math.exp(rng.uniform(math.log(20), math.log(6000))))
     return Draw(
         seed=seed,
         points=points,
@@ -251,7 +251,9 @@ def _logged(
         # the weights re-initialized: from the resumed step on, the loss is the run's own from
         # its first point again (the LR and gradient norm go on as logged).
         end = int(np.searchsorted(columns["step"], d.planted_step))
-        back = int(rng.integers(1, 30))
+        # Never back into the first tenth: weights lost before the model learned anything leave
+        # nothing to see.
+        back = int(rng.integers(1, max(2, min(30, end // 3))))
         resume = max(1, end - back)
         d.planted_step = int(columns["step"][resume])
         tail = columns["loss"][: columns["loss"].size - resume]

@@ -149,7 +149,7 @@ def test_resolved_segments_keep_the_latest_row_per_step(parts_steps: list[list[i
         )
         for number, steps in enumerate(parts_steps)
     ]
-    table, _ = _resolve_segments(parts)
+    table, _ = _resolve_segments(parts, "loss")
     rows = [
         (step, value) for part in parts for step, value in zip(part.step, part.value, strict=True)
     ]

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.baseline import difference_sigma, per_read_only_array, rolling_median
+from tscope.analyzers.baseline import (
+    MAD_TO_SIGMA,
+    difference_sigma,
+    per_read_only_array,
+    rolling_median,
+)
 from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
@@ -31,11 +36,15 @@ SMOOTHING_POINTS = 5
 # earlier: its onset is the first point of the climb that leads there, walking back from the
 # crossing while the raw loss stays above its best by more than RISE_MARGIN_FRACTION of the
 # ratio's margin (10% of the best for a divergence, 3% for a settled rise) and by more than
-# RISE_NOISE_SIGMAS robust σ of the run's step-to-step noise before it. Found on synthetic logs
+# RISE_NOISE_SIGMAS robust σ of the run's noise before it. Found on synthetic logs
 # (bench/synthetic_logs.py, a loss that climbs exponentially from a known step): the crossing sat
 # 5–150 logged points after the climb began (a trailing median lags by half its window, and a
 # slow climb takes a while to reach 1.5×), so every explainer that times a cause against the
-# onset (an LR jump, the warm-up's end) measured its lead from the crossing instead.
+# onset (an LR jump, the warm-up's end) measured its lead from the crossing instead. The noise is
+# the larger of the step-to-step σ and the level's wander around its trend (`_settled_trend`, the
+# window's last fifth left out as possibly the climb's): with autocorrelated noise the level sits
+# above its best for stretches, and with the first one alone the walk back crossed them, 15–18
+# steps early on 2 of 50 synthetic logs gone non-finite.
 RISE_MARGIN_FRACTION = 0.1
 RISE_NOISE_SIGMAS = 2.0
 RISE_NOISE_POINTS = 50
@@ -156,13 +165,32 @@ def rise_start(values: np.ndarray, crossing: int, best: float, ratio: float) -> 
     """The first index of the climb that reaches the ratio at `crossing`: walking back while the
     raw loss stays above `best` by the margin RISE_MARGIN_FRACTION / RISE_NOISE_SIGMAS say (a
     non-finite point is above), never to index 0 (the run's first point has no level before)."""
-    noise = difference_sigma(values[max(0, crossing - RISE_NOISE_POINTS) : crossing])
+    window = values[max(0, crossing - RISE_NOISE_POINTS) : crossing]
+    trend_level, wander = _settled_trend(window[: -RISE_NOISE_POINTS // 5])
+    noise = max(difference_sigma(window), wander)
     noise = noise if np.isfinite(noise) else 0.0
-    threshold = best + max(RISE_MARGIN_FRACTION * (ratio - 1.0) * best, RISE_NOISE_SIGMAS * noise)
+    # From the level the loss held before the climb where that sits above the best so far (the
+    # lowest smoothed point of a noisy run lies below the level its loss holds later).
+    level = max(best, trend_level) if np.isfinite(trend_level) else best
+    threshold = level + max(RISE_MARGIN_FRACTION * (ratio - 1.0) * best, RISE_NOISE_SIGMAS * noise)
     start = crossing
     while start > 1 and not values[start - 1] <= threshold:
         start -= 1
     return start
+
+
+def _settled_trend(values: np.ndarray) -> tuple[float, float]:
+    """(the straight-line trend's value at the window's last point, robust σ of the points around
+    it): the level the loss held before a climb, and how far it wanders (autocorrelated noise,
+    sequential data) where first differences see only the step-to-step noise. NaN, NaN with
+    fewer than 10 finite points."""
+    finite = np.flatnonzero(np.isfinite(values))
+    if finite.size < 10:
+        return float("nan"), float("nan")
+    slope, intercept = np.polyfit(finite.astype(float), values[finite], 1)
+    residual = values[finite] - (slope * finite + intercept)
+    wander = float(MAD_TO_SIGMA * np.median(np.abs(residual - np.median(residual))))
+    return float(slope * (values.size - 1) + intercept), wander
 
 
 def _divergence(

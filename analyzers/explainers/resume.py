@@ -12,6 +12,7 @@ from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run, RunEvent
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
+from tscope.model.run import RELOGGED_KEY
 
 # The loss right after a resume is compared with the points before it; the same bar as a spike.
 RESUME_LOSS_SIGMA = 6.0
@@ -50,13 +51,32 @@ class ResumeExplainer:
         return [_check(evidence.run, event) for event in evidence.run.events_of("resume")]
 
 
-def _lr_change(run: Run, step: int) -> tuple[float, float] | None:
+def _lr_change(run: Run, event: RunEvent) -> tuple[float, float, float] | None:
+    """(LR last logged before the resume, first after it, what it should have been there).
+    What it should have been: the LR the earlier attempt logged at that same step, where the log
+    was rewound over it (the resume event's RELOGGED_KEY number: a restored scheduler logs it
+    again); else the last two LRs before the resume extrapolated linearly to that step, so that a
+    resume inside a warm-up (the LR ×2 per logged point at its start) is not a jump, or the last
+    LR before when fewer than two were logged or the extrapolation is not above 0."""
     steps, lrs = run.series(LEARNING_RATE)
-    before = lrs[steps < step]
-    after = lrs[steps >= step]
+    finite = np.isfinite(lrs)
+    steps, lrs = steps[finite], lrs[finite]
+    step = event.step
+    before = np.flatnonzero(steps < step)
+    after = np.flatnonzero(steps >= step)
     if before.size == 0 or after.size == 0:
         return None
-    return float(before[-1]), float(after[0])
+    last, first_after = int(before[-1]), int(after[0])
+    logged_before = event.numbers.get(RELOGGED_KEY + LEARNING_RATE)
+    if logged_before is not None and int(steps[first_after]) == step:
+        return float(lrs[last]), float(lrs[first_after]), float(logged_before)
+    expected = float(lrs[last])
+    if before.size >= 2:
+        previous = int(before[-2])
+        slope = (lrs[last] - lrs[previous]) / float(steps[last] - steps[previous])
+        trend = float(lrs[last] + slope * float(steps[first_after] - steps[last]))
+        expected = trend if trend > 0 else expected
+    return float(lrs[last]), float(lrs[first_after]), expected
 
 
 def level_before(before: np.ndarray) -> float:
@@ -105,16 +125,27 @@ def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
 
 
 def _check(run: Run, event: RunEvent) -> Finding:
-    lr = _lr_change(run, event.step)
+    lr = _lr_change(run, event)
     loss = _loss_jump(run, event.step)
     problems = []
     evidence: dict[str, object] = {"resume_step": event.step, **event.numbers}
     if lr is not None:
-        evidence.update(lr_before=lr[0], lr_after=lr[1])
-        if lr[0] > 0 and abs(lr[1] / lr[0] - 1.0) >= LR_JUMP_MIN_RELATIVE:
+        evidence.update(lr_before=lr[0], lr_after=lr[1], lr_expected=lr[2])
+        if lr[2] > 0 and abs(lr[1] / lr[2] - 1.0) >= LR_JUMP_MIN_RELATIVE:
+            trend = (
+                f", where it should have been {fmt(lr[2])}"
+                + (
+                    " (the LR the run logged at that step before the rewind)"
+                    if RELOGGED_KEY + LEARNING_RATE in event.numbers
+                    else " (its trend before the resume)"
+                )
+                if lr[2] != lr[0]
+                else ""
+            )
             problems.append(
-                f"the learning rate changes from {fmt(lr[0])} to {fmt(lr[1])} (×{fmt(lr[1] / lr[0])})"
-                " across the resume — the scheduler state was probably not restored"
+                f"the learning rate changes from {fmt(lr[0])} to {fmt(lr[1])}"
+                + (f" (×{fmt(lr[1] / lr[0])})" if lr[0] > 0 else "")
+                + f" across the resume{trend} — the scheduler state was probably not restored"
             )
     if loss is not None:
         evidence.update(loss_baseline=loss[0], loss_after=loss[1], loss_jump_sigma=loss[2])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from tscope.ingest.logs.series_cap import cap_series
 from tscope.ingest.registry import READERS
 from tscope.model import Caveat, LogRead, MetricTable, PartialInput, Run, RunEvent, Source
+from tscope.model.run import RELOGGED_KEY
 
 _READER_PRIORITY = {reader.name: rank for rank, reader in enumerate(READERS)}
 
@@ -25,7 +27,9 @@ def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[Parti
     for metric, candidates in _reads_by_metric(reads, by_metric).items():
         kind = _preferred_kind(metric, candidates, by_metric)
         ordered = _file_order([read for read in candidates if read.kind == kind], first_steps)
-        table, resume_events = _resolve_segments([by_metric[id(read)][metric] for read in ordered])
+        table, resume_events = _resolve_segments(
+            [by_metric[id(read)][metric] for read in ordered], metric
+        )
         chosen_tables.append(table)
         events.extend(resume_events)
         if any(read.kind != kind for read in candidates):
@@ -183,16 +187,21 @@ def _file_order(reads: list[LogRead], first_steps: dict[int, float]) -> list[Log
     return sorted(reads, key=key)
 
 
+# An isolated repeated step whose value did not change: merged into a resume at that step that
+# another metric shows, dropped otherwise (`_unique_events`).
+RELOGGED_ONLY = "relogged_unchanged"
 # At most one isolated repeated step per this many rows reads as resumes (see _resolve_segments).
 ISOLATED_REPEAT_RATE = 1000
 
 
-def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEvent]]:
+def _resolve_segments(parts: list[MetricTable], metric: str) -> tuple[MetricTable, list[RunEvent]]:
     """Concatenate one metric's rows from each file in write order; a step that goes backwards
     starts a new segment.
 
     The latest segment wins for every step it covers (a resumed run re-logs the steps after its
-    checkpoint), and each rewind becomes a `resume` event.
+    checkpoint), and each rewind becomes a `resume` event. Its numbers hold, per metric, the
+    value the earlier attempt logged at the first re-logged step (`relogged_numbers`): what the
+    resumed run should have logged there had it restored everything.
     """
     table = MetricTable.concat(parts)
     steps = table.step
@@ -208,7 +217,11 @@ def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEv
                     f"steps go back from {int(running_max[index - 1])} to {int(steps[index])}: "
                     "the run was resumed from an earlier point and re-logged these steps",
                     table.source.at(int(index)),
-                    {"from_step": float(running_max[index - 1]), "to_step": float(steps[index])},
+                    {
+                        "from_step": float(running_max[index - 1]),
+                        "to_step": float(steps[index]),
+                        **relogged_numbers(metric, steps, table.value, int(index)),
+                    },
                 )
             )
         # A step logged twice in a row with another value, where the log otherwise never repeats
@@ -218,16 +231,21 @@ def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEv
         repeats = np.flatnonzero(steps[1:] == steps[:-1]) + 1
         if 0 < repeats.size <= max(1, len(steps) // ISOLATED_REPEAT_RATE):
             for index in repeats:
-                if table.value[index] == table.value[index - 1]:
-                    continue  # the same line twice: nothing was re-run
+                # The same value twice is no resume by itself (the same line written twice), but
+                # says what this metric was at a resume that another metric shows.
+                same = bool(table.value[index] == table.value[index - 1])
                 events.append(
                     RunEvent(
-                        "resume",
+                        RELOGGED_ONLY if same else "resume",
                         int(steps[index]),
                         f"step {int(steps[index])} is logged twice with different values: the "
                         "run was resumed from the step before it and re-logged it",
                         table.source.at(int(index)),
-                        {"from_step": float(steps[index]), "to_step": float(steps[index])},
+                        {
+                            "from_step": float(steps[index]),
+                            "to_step": float(steps[index]),
+                            **relogged_numbers(metric, steps, table.value, int(index)),
+                        },
                     )
                 )
         # A later file that starts after the previous one ends is a resume with no overlap.
@@ -256,15 +274,39 @@ def _resolve_segments(parts: list[MetricTable]) -> tuple[MetricTable, list[RunEv
     return table.take(keep), events
 
 
+def relogged_numbers(
+    metric: str, steps: np.ndarray, values: np.ndarray, index: int
+) -> dict[str, float]:
+    """{RELOGGED_KEY + metric: the value logged before the rewind at `index` for the step logged
+    at `index`} when the earlier attempt logged that step (finite); else {}."""
+    step = steps[index]
+    earlier = np.flatnonzero(steps[:index] == step)
+    if earlier.size == 0 or not np.isfinite(values[earlier[-1]]):
+        return {}
+    return {RELOGGED_KEY + metric: float(values[earlier[-1]])}
+
+
 def _unique_events(events: list[RunEvent]) -> list[RunEvent]:
-    seen: set[tuple[str, int]] = set()
-    unique = []
+    """One event per (kind, step); the numbers of the duplicates (one per metric for a resume)
+    are merged into the first's."""
+    unique: dict[tuple[str, int], RunEvent] = {}
     for event in sorted(events, key=lambda e: (e.step, e.kind, e.source)):
-        if (event.kind, event.step) in seen:
+        if event.kind == RELOGGED_ONLY:
             continue
-        seen.add((event.kind, event.step))
-        unique.append(event)
-    return unique
+        kept = unique.get((event.kind, event.step))
+        if kept is None:
+            unique[(event.kind, event.step)] = event
+        elif any(key not in kept.numbers for key in event.numbers):
+            unique[(event.kind, event.step)] = replace(
+                kept, numbers={**event.numbers, **kept.numbers}
+            )
+    for event in events:
+        kept = unique.get(("resume", event.step))
+        if event.kind == RELOGGED_ONLY and kept is not None:
+            unique[("resume", event.step)] = replace(
+                kept, numbers={**event.numbers, **kept.numbers}
+            )
+    return list(unique.values())
 
 
 def _unique_caveats(caveats: list[Caveat]) -> list[Caveat]:

@@ -31,6 +31,11 @@ class PartialInput:
     problem: str
 
 
+# A resume event's number holding what the earlier attempt logged for a metric at the first
+# re-logged step (ingest/assemble.py `relogged_numbers`), followed by the metric's name.
+RELOGGED_KEY = "logged_before_rewind:"
+
+
 @dataclass(frozen=True)
 class RunEvent:
     """Something that happened to the run rather than to a metric: a resume, a skipped step."""
