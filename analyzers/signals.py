@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from tscope.model import Run, Spike
 from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS, is_loss_like
 
+# Words that name an evaluation split in a loss series' name (`test_loss`, `Loss/test`,
+# `dev_loss`, `holdout/loss`): such a series is the training loss only when nothing else is.
+_EVALUATION_WORDS = re.compile(
+    r"(?:^|[^a-z])(?:val|valid|validation|eval|test|dev|holdout)(?:[^a-z]|$)"
+)
+
 
 def primary_loss(run: Run) -> str | None:
-    """The training loss series: train/loss when logged, else the first other loss-like series."""
+    """The training loss series: train/loss when logged, else the first other loss-like series
+    whose name names no evaluation split, else the first other, else the eval loss."""
     if run.has(LOSS):
         return LOSS
     candidates = [m for m in run.metric_names if is_loss_like(m) and m != EVAL_LOSS]
+    candidates.sort(key=lambda name: bool(_EVALUATION_WORDS.search(name.lower())))
     return candidates[0] if candidates else (EVAL_LOSS if run.has(EVAL_LOSS) else None)
 
 

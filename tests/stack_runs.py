@@ -142,6 +142,30 @@ STACKS = [
         {"params-norm": lambda series: np.linspace(300.0, 320.0, STEPS)},
     ),
     Stack(
+        "megatron-deepspeed",
+        "tensorboard",
+        {
+            "loss": "lm-loss-training/lm loss",
+            "lr": "learning-rate/learning-rate",
+            "grad_norm": "grad-norm/grad-norm",
+            "eval_loss": "lm-loss-validation/lm loss validation",
+            "loss_scale": "loss-scale/loss-scale",
+        },
+        {"batch-size/batch-size": lambda series: np.full(STEPS, 512.0)},
+    ),
+    Stack(
+        # The same keys in a W&B history dump (AuroraGPT's Megatron-DeepSpeed runs log them so).
+        "megatron-deepspeed-wandb",
+        "wandb_history",
+        {
+            "loss": "lm-loss-training/lm loss",
+            "lr": "learning-rate/learning-rate",
+            "grad_norm": "grad-norm/grad-norm",
+            "eval_loss": "lm-loss-validation/lm loss validation",
+        },
+        {"lm-loss-training/lm loss vs samples": _times("loss", 1.0)},
+    ),
+    Stack(
         "torchtune",
         "tensorboard",
         {"loss": "loss", "lr": "lr", "grad_norm": "grad_norm"},

@@ -33,6 +33,7 @@ from tests.stack_runs import (
     write_run,
     write_summary_writer,
 )
+from tscope.analyzers.signals import primary_loss
 from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.pipeline import analyze_run
 
@@ -253,3 +254,18 @@ def test_a_second_choice_loses_in_any_spelling(columns: list[str], winner: str) 
 
     named = dict(canonical_column_names(columns))
     assert [column for column, name in named.items() if name in (LOSS, GRAD_NORM)] == [winner]
+
+
+def test_a_loss_named_after_an_evaluation_split_is_not_the_training_loss(tmp_path: Path) -> None:
+    """With no canonical training loss, the loss-like series that names no evaluation split is
+    the run's loss (`test_loss` sorts before `total_loss` in no order that matters); fairseq's
+    `valid_loss` is the eval loss."""
+    rows = [
+        {"step": step, "test_loss": 3.0, "total_loss": 4.0 - step / 100, "valid_loss": 3.5}
+        for step in range(1, 101)
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    analysis = analyze_run(path)
+    assert _originals(analysis.run, EVAL_LOSS) == {"valid_loss"}
+    assert primary_loss(analysis.run) == "total_loss"

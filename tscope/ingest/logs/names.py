@@ -16,6 +16,7 @@ Where each training stack's spellings come from (read in the producers' source, 
 | MaxText (trainers/pre_train/train.py, common/metric_logger.py) | `learning/loss` | `eval/avg_loss` | `learning/current_learning_rate` | `learning/raw_grad_norm` (before clipping), `learning/grad_norm` (after) | |
 | NeMo 1/2 (megatron_gpt_model.py, lightning/megatron_strategy.py, optim/base.py) | `reduced_train_loss` | `val_loss` | `lr` | `grad_norm` | `loss_scale` |
 | Megatron-LM TensorBoard (training/training.py) | `lm loss` | `lm loss validation` | `learning-rate` | `grad-norm` | `loss-scale` |
+| Megatron-DeepSpeed TensorBoard and W&B (BigScience, AuroraGPT; megatron/training.py) | `lm-loss-training/lm loss` | `lm-loss-validation/lm loss validation` | `learning-rate/learning-rate` | `grad-norm/grad-norm` | `loss-scale/loss-scale` |
 | DeepSpeed monitor (runtime/engine.py; x-axis: samples; TensorBoard only) | `Train/Samples/train_loss` | | `Train/Samples/lr` | | `Train/Samples/loss_scale` |
 | fairseq (fairseq_cli/train.py, logging/progress_bar.py) | `loss` in `train_inner/` | `loss` in `valid/` | `lr` | `gnorm` | `loss_scale` |
 | Levanter (callbacks/_metrics.py, tracker/helpers.py, analysis/tree_stats.py, eval.py) | `train/loss` | `eval/loss` | `optim/learning_rate` | `grad/norm/total` | `optim/skipped_step` |
@@ -59,6 +60,7 @@ _CANONICAL = {
     "lr_adamw": LEARNING_RATE,
     "eval_loss": EVAL_LOSS,
     "val_loss": EVAL_LOSS,
+    "valid_loss": EVAL_LOSS,  # fairseq's JSON log prefixes a validation key with its subset
     "validation_loss": EVAL_LOSS,
     "eval/loss": EVAL_LOSS,
     "val/loss": EVAL_LOSS,
@@ -178,8 +180,26 @@ _PER_BATCH_LOSS = "batch_loss"
 _PER_EPOCH_PREFIX = "epoch_"
 
 
+# Megatron-DeepSpeed (BigScience, AuroraGPT) groups its series as "<group>/<series>"
+# ("lm-loss-training/lm loss", "grad-norm/grad-norm"; megatron/training.py training_log,
+# evaluate_and_print_results), in TensorBoard and under the same keys in W&B exports.
+MEGATRON_GROUPS = (
+    "lm-loss-training/",
+    "lm-loss-validation/",
+    "learning-rate/",
+    "grad-norm/",
+    "loss-scale/",
+)
+
+
 def canonical_metric(name: str) -> str:
     """The canonical name for a producer's metric name; unknown names keep a cleaned-up form."""
+    for group in MEGATRON_GROUPS:
+        if name.startswith(group):
+            series = name[len(group) :]
+            canonical = canonical_metric(series)
+            if canonical != series.strip():
+                return canonical
     key = _normalize_key(name)
     if key in _CANONICAL:
         return _CANONICAL[key]

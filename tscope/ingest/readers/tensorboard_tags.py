@@ -30,15 +30,6 @@ _TEXT_TAG_SUFFIX = "/text_summary"
 _CONFIG_TEXT_TAGS = {"args": "", "model_config": "model_config."}
 # Nested configuration deeper than this stays one value instead of more dotted keys.
 _MAX_CONFIG_DEPTH = 6
-# Megatron-DeepSpeed (BigScience) groups its tags as "<group>/<series>", e.g. "lm-loss-training/lm
-# loss", "grad-norm/grad-norm" (megatron/training.py training_log, evaluate_and_print_results).
-_MEGATRON_TAG_GROUPS = (
-    "lm-loss-training/",
-    "lm-loss-validation/",
-    "learning-rate/",
-    "grad-norm/",
-    "loss-scale/",
-)
 # Megatron logs each series a second time against consumed samples or tokens instead of the
 # iteration ("lm loss vs samples", "steps-vs-tokens/..."). Those points have no optimizer-step
 # axis, so they are left out rather than mixed into step-indexed series.
@@ -93,13 +84,7 @@ def metric_name(tag: str) -> str | None:
 def _tag_metric(tag: str) -> str:
     if tag in DEEPSPEED_SAMPLES_SERIES:
         return DEEPSPEED_SAMPLES_SERIES[tag]
-    for group in _MEGATRON_TAG_GROUPS:
-        if tag.startswith(group):
-            series = tag[len(group) :]
-            canonical = canonical_metric(series)
-            if canonical != series.strip():
-                return canonical
-    return canonical_metric(tag)
+    return canonical_metric(tag)  # Megatron-DeepSpeed's "<group>/<series>" tags included
 
 
 def metric_names(tags: list[str], path: Path, display_path: str) -> list[str | None]:
