@@ -349,11 +349,31 @@ def _undecided(evidence: Evidence, incident: Incident | None, best: Candidate) -
 
 
 def _no_candidate_reason(evidence: Evidence, incident: Incident | None) -> str:
-    if incident is None or incident.kind != "spike" or incident.end_step is None:
-        return ""  # a divergence or a NaN with no cause in reach is its own description
-    if not evidence.run.has(LEARNING_RATE):
-        return no_lr_reasons(incident, rise_points(evidence, incident))
+    """Why no cause is named for an incident no candidate reaches, and what would decide. A
+    divergence or a loss gone non-finite is no cause of itself: naming it as the verdict's cause
+    (as before) told the reader "the loss diverging, confidence 0.99"."""
+    if incident is None:
+        return ""
+    if incident.kind == "spike" and incident.end_step is not None:
+        if not evidence.run.has(LEARNING_RATE):
+            return no_lr_reasons(incident, rise_points(evidence, incident))
+        return (
+            "no logged cause acts where the incident starts; a replay of the steps around "
+            f"{incident.peak_step} (`tscope replay --around {incident.peak_step}`) would decide"
+        )
+    onset = incident.onset_step
+    logged = (
+        "no logged cause acts where it starts (no LR jump, climb or warm-up end, no resume)"
+        if evidence.run.has(LEARNING_RATE)
+        else "the learning rate was not logged, so a schedule jump, ramp or warm-up end cannot "
+        "be ruled in or out (log the LR)"
+    )
+    checkpoints = (
+        "the checkpoints read show no cause either"
+        if evidence.checkpoints is not None
+        else f"checkpoints from before step {onset} would show which layers moved first"
+    )
     return (
-        "no logged cause acts where the incident starts; a replay of the steps around "
-        f"{incident.peak_step} (`tscope replay --around {incident.peak_step}`) would decide"
+        f"{logged}; {checkpoints}, and `tscope replay --around {onset}` whether the data alone "
+        "breaks the loss"
     )

@@ -138,3 +138,15 @@ def test_weights_lost_while_the_loss_still_fell_fast() -> None:
     (resume,) = [f for f in case.findings if f.category == "resume_discontinuity"]
     assert resume.severity == "critical" and resume.step == 100
     assert resume.evidence["weights_lost"] is True
+
+
+def test_a_divergence_with_no_cause_in_reach_is_undetermined_not_its_own_cause() -> None:
+    loss = loss_curve(600, seed=3, noise=0.01)
+    loss[400:] *= 1 + np.expm1(np.minimum(0.05 * np.arange(200), 3.0))
+    case = build_case(make_run({LOSS: loss, LEARNING_RATE: np.full(600, 3e-4)}), [])
+    card = case.summary.card
+    assert card is not None and card.severity == "critical"
+    assert card.cause.category == "undetermined" and card.cause.confidence == 0.0
+    verdict = case.summary.verdict
+    assert "no logged cause acts where it starts" in verdict
+    assert "tscope replay --around" in verdict
