@@ -17,7 +17,7 @@ import numpy as np
 
 from tscope.analyzers.baseline import MAD_TO_SIGMA
 from tscope.analyzers.detectors.neighbour_median import neighbour_medians
-from tscope.analyzers.signals import loss_series, primary_loss
+from tscope.analyzers.signals import finite_loss_series
 from tscope.model import Run
 from tscope.model.metric_names import GRAD_NORM
 
@@ -64,12 +64,10 @@ class OneStepBreak:
 def one_step_breaks(run: Run, min_ratio: float = 1.0) -> list[OneStepBreak]:
     """Every one-point loss break ≥ min_ratio × its trend after the early phase, with how far it
     stands out and the gradient norm of the same step where that is logged."""
-    loss = primary_loss(run)
-    if loss is None:
+    series = finite_loss_series(run)
+    if series is None:
         return []
-    steps, values = loss_series(run, loss)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    _, steps, values = series
     if values.size < 2 * TREND_POINTS + 2:
         return []
     excess = values - _trend(values)

@@ -26,6 +26,17 @@ def primary_loss(run: Run) -> str | None:
     return candidates[0] if candidates else (EVAL_LOSS if run.has(EVAL_LOSS) else None)
 
 
+def finite_loss_series(run: Run) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """(the primary loss's name, its steps, its values) at its finite points only; None without
+    a loss series."""
+    loss = primary_loss(run)
+    if loss is None:
+        return None
+    steps, values = loss_series(run, loss)
+    finite = np.isfinite(values)
+    return loss, steps[finite], values[finite]
+
+
 def window(run: Run, metric: str, first_step: int, last_step: int) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) with first_step <= step <= last_step."""
     steps, values = run.series(metric)

@@ -13,7 +13,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import MAD_TO_SIGMA, rolling_median
-from tscope.analyzers.signals import fmt, loss_series, primary_loss
+from tscope.analyzers.signals import finite_loss_series, fmt
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
@@ -68,12 +68,10 @@ class PlateauExplainer:
 
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run
-        loss = primary_loss(run)
-        if loss is None:
+        series = finite_loss_series(run)
+        if series is None:
             return []
-        steps, values = loss_series(run, loss)
-        finite = np.isfinite(values)
-        steps, values = steps[finite], values[finite]
+        _, steps, values = series
         n = values.size
         if n < PLATEAU_MIN_POINTS:
             return []

@@ -24,7 +24,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import median_of_finite
-from tscope.analyzers.signals import fmt, last_finite, loss_series, primary_loss
+from tscope.analyzers.signals import finite_loss_series, fmt, last_finite
 from tscope.model import Finding
 from tscope.model.categories import Category
 
@@ -366,12 +366,11 @@ class RepeatedDataExplainer:
     )
 
     def run(self, evidence: Evidence) -> list[Finding]:
-        loss = primary_loss(evidence.run)
-        if loss is None:
+        series = finite_loss_series(evidence.run)
+        if series is None:
             return []
-        steps, values = loss_series(evidence.run, loss)
-        finite = np.isfinite(values)
-        return [_finding(loss, r) for r in repetitions(steps[finite], values[finite])]
+        loss, steps, values = series
+        return [_finding(loss, r) for r in repetitions(steps, values)]
 
 
 def _batches_text(period: int) -> str:

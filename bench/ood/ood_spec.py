@@ -223,17 +223,27 @@ def _third_block(
         knobs = {k: v for k, v in change.items() if k != "warmup_fraction"}
         training = _training(setup, producer, knobs, rng)
         training["steps"] = rng.randrange(THIRD_BLOCK_STEPS[0], THIRD_BLOCK_STEPS[1] + 1, 10)
-        if "warmup_fraction" in change:
-            training["warmup_steps"] = int(training["steps"] * change["warmup_fraction"])
-        training["save_every"] = training["steps"] // 4
-        _saves_on_logged_steps(training)
+        _warm_up_and_saves(training, change)
         spec = _drawn_spec(producer, index, seed, setup, training, cause, rng)
-        if cause == BAD_BATCH:
-            # At least a quarter of the step's rows: one row of many rarely shows in the log.
-            rows = max(int(spec.plant["rows"]), -(-int(spec.plant["of_rows"]) // 4))
-            spec = replace(spec, plant={**spec.plant, "rows": rows})
-        specs.append(spec)
+        specs.append(_quarter_of_the_rows(spec))
     return specs
+
+
+def _warm_up_and_saves(training: dict[str, Any], change: dict[str, Any]) -> None:
+    """The row's warm-up fraction of the drawn steps, and four saves on logged steps."""
+    if "warmup_fraction" in change:
+        training["warmup_steps"] = int(training["steps"] * change["warmup_fraction"])
+    training["save_every"] = training["steps"] // 4
+    _saves_on_logged_steps(training)
+
+
+def _quarter_of_the_rows(spec: OodSpec) -> OodSpec:
+    """A planted bad batch corrupts at least a quarter of the step's rows: one row of many rarely
+    shows in the log."""
+    if spec.cause != BAD_BATCH:
+        return spec
+    rows = max(int(spec.plant["rows"]), -(-int(spec.plant["of_rows"]) // 4))
+    return replace(spec, plant={**spec.plant, "rows": rows})
 
 
 # The fifth block's draw settings that are no spec field (see ood_blocks.FIFTH_BLOCK).
@@ -257,16 +267,10 @@ def _fifth_block(first_index: int) -> list[OodSpec]:
         epochs = int(training.get("epochs", 0))
         if epochs:  # whole epochs of a small dataset
             training["steps"] -= training["steps"] % epochs
-        if "warmup_fraction" in change:
-            training["warmup_steps"] = int(training["steps"] * change["warmup_fraction"])
         if "peak_lr_range" in change:
             training["peak_lr"] = round(_log_uniform(rng, *change["peak_lr_range"]), 6)
-        training["save_every"] = training["steps"] // 4
-        _saves_on_logged_steps(training)
-        spec = _drawn_spec(producer, index, seed, setup, training, cause, rng)
-        if cause == BAD_BATCH:
-            rows = max(int(spec.plant["rows"]), -(-int(spec.plant["of_rows"]) // 4))
-            spec = replace(spec, plant={**spec.plant, "rows": rows})
+        _warm_up_and_saves(training, change)
+        spec = _quarter_of_the_rows(_drawn_spec(producer, index, seed, setup, training, cause, rng))
         if cause != CONTROL and change.get("plant_late"):
             late = rng.randrange(int(spec.steps * LATE_FRACTION) + 1, spec.steps - 1)
             spec = replace(spec, plant={**spec.plant, "step": late})
