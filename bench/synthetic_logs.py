@@ -162,19 +162,24 @@ def series(d: Draw) -> dict[str, np.ndarray]:
     grad = (0.3 + 3.0 * np.exp(-steps / (0.05 * total + 10))) * np.exp(
         0.15 * rng.standard_normal(total)
     )
+    per_step = PerStep(steps, loss, lr, grad)
     if d.planted is not None:
-        _plant(d, rng, steps, loss, lr, grad)
-    return _logged(d, rng, steps, loss, lr, grad)
+        _plant(d, rng, per_step)
+    return _logged(d, rng, per_step)
 
 
-def _plant(
-    d: Draw,
-    rng: np.random.Generator,
-    steps: np.ndarray,
-    loss: np.ndarray,
-    lr: np.ndarray,
-    grad: np.ndarray,
-) -> None:
+@dataclass
+class PerStep:
+    """The drawn run's optimizer steps and, at each, its loss, LR and gradient norm."""
+
+    steps: np.ndarray
+    loss: np.ndarray
+    lr: np.ndarray
+    grad: np.ndarray
+
+
+def _plant(d: Draw, rng: np.random.Generator, per_step: PerStep) -> None:
+    steps, loss, lr, grad = per_step.steps, per_step.loss, per_step.lr, per_step.grad
     total = steps.size
     at = int(rng.integers(int(0.4 * total), int(0.85 * total)))
     # A planted event acts on a logged step (the interval's last) so that "its step" is defined.
@@ -222,14 +227,8 @@ def _plant(
         d.notes.append(f"lr ×{factor:.1f}")
 
 
-def _logged(
-    d: Draw,
-    rng: np.random.Generator,
-    steps: np.ndarray,
-    loss: np.ndarray,
-    lr: np.ndarray,
-    grad: np.ndarray,
-) -> dict[str, np.ndarray]:
+def _logged(d: Draw, rng: np.random.Generator, per_step: PerStep) -> dict[str, np.ndarray]:
+    steps, loss, lr, grad = per_step.steps, per_step.loss, per_step.lr, per_step.grad
     k = d.log_every
     logged = steps[k - 1 :: k]
     if d.smoothing == "interval_mean" and k > 1:
