@@ -10,6 +10,7 @@ import numpy as np
 from tscope.ingest.logs.series_cap import cap_series
 from tscope.ingest.registry import READERS
 from tscope.model import Caveat, LogRead, MetricTable, PartialInput, Run, RunEvent, Source
+from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.model.run import RELOGGED_KEY
 
 _READER_PRIORITY = {reader.name: rank for rank, reader in enumerate(READERS)}
@@ -187,6 +188,7 @@ def _file_order(reads: list[LogRead], first_steps: dict[int, float]) -> list[Log
     return sorted(reads, key=key)
 
 
+RELOGGED_METRICS = frozenset({LOSS, LEARNING_RATE, GRAD_NORM})
 # An isolated repeated step whose value did not change: merged into a resume at that step that
 # another metric shows, dropped otherwise (`_unique_events`).
 RELOGGED_ONLY = "relogged_unchanged"
@@ -278,7 +280,11 @@ def relogged_numbers(
     metric: str, steps: np.ndarray, values: np.ndarray, index: int
 ) -> dict[str, float]:
     """{RELOGGED_KEY + metric: the value logged before the rewind at `index` for the step logged
-    at `index`} when the earlier attempt logged that step (finite); else {}."""
+    at `index`} when the earlier attempt logged that step (finite); else {}. Only for the
+    canonical series a resume is judged by: a run's own metric names come from its files, and
+    evidence keys are the analyzer's vocabulary, not the input's."""
+    if metric not in RELOGGED_METRICS:
+        return {}
     step = steps[index]
     earlier = np.flatnonzero(steps[:index] == step)
     if earlier.size == 0 or not np.isfinite(values[earlier[-1]]):
