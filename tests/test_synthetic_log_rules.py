@@ -16,7 +16,13 @@ import numpy as np
 
 from tests.synthetic import grad_norms, loss_curve, make_run, warmup_cosine
 from tscope.analyzers.explainers.divergence import divergence_onset
-from tscope.analyzers.explainers.repeated_data import repetitions
+from tscope.analyzers.explainers.repeated_data import (
+    PERSISTENCE_BLOCK_POINTS,
+    PERSISTENCE_MIN_BLOCKS,
+    PERSISTENCE_PSEUDO_COUNTS,
+    FlagCounts,
+    repetitions,
+)
 from tscope.analyzers.impact import back_at_initial
 from tscope.ingest.assemble import assemble_run
 from tscope.model import LogRead, Run
@@ -150,3 +156,37 @@ def test_a_divergence_with_no_cause_in_reach_is_undetermined_not_its_own_cause()
     verdict = case.summary.verdict
     assert "no logged cause acts where it starts" in verdict
     assert "tscope replay --around" in verdict
+
+
+def _counted_rates(
+    flag: np.ndarray, valid: np.ndarray, start: int, end: int
+) -> tuple[float, float]:
+    """The rates by a direct count over every point (FlagCounts keeps running sums instead)."""
+    usable = valid.copy()
+    usable[start:end] = False
+    rate = float(flag[usable].sum()) / max(int(usable.sum()), 1)
+    blocks = flag.size // PERSISTENCE_BLOCK_POINTS
+    if blocks < PERSISTENCE_MIN_BLOCKS:
+        return rate, rate
+    follows_flagged = flag[:-1] & usable[:-1] & usable[1:]
+    hits = flag[1:] & follows_flagged
+    per_block = [
+        (int(hits[block].sum()) + PERSISTENCE_PSEUDO_COUNTS * rate)
+        / (int(follows_flagged[block].sum()) + PERSISTENCE_PSEUDO_COUNTS)
+        for block in np.array_split(np.arange(follows_flagged.size), blocks)
+    ]
+    return rate, max(float(np.median(per_block)), rate)
+
+
+def test_flag_rates_from_running_sums_equal_a_direct_count() -> None:
+    rng = np.random.default_rng(7)
+    for points in (50, 599, 600, 601, 1_234, 5_000):
+        flag = rng.random(points) < rng.uniform(0.05, 0.6)
+        valid = rng.random(points) > 0.05
+        counts = FlagCounts(flag, valid)
+        edges = [0, 1, 2, points // 3, points - 2, points - 1, points]
+        edges += rng.integers(0, points + 1, 20).tolist()
+        for start in edges:
+            for end in (start, start + 1, start + 7, start + 250, points):
+                end = min(end, points)
+                assert counts.rates(start, end) == _counted_rates(flag, valid, start, end)
