@@ -36,6 +36,12 @@ LR_JUMP_MIN_RELATIVE = 0.25
 # 16 planted dev LR jumps land at 1.117–34× it (none inside the band), so their recall is unchanged.
 RESTART_PEAK_BAND = (0.95, 1.02)
 RESTART_FROM = 0.5
+# A peak held without trouble for most of the run before the blow-up is not implicated either,
+# however short the log: the run trained there for PEAK_HELD_FRACTION of its logged points (and
+# at least PEAK_HELD_MIN_POINTS) with the loss falling, and nothing in the LR changed at the onset.
+PEAK_HELD_FRACTION = 0.5
+PEAK_HELD_MIN_POINTS = 10
+RECENT_RISE_POINTS = LR_EFFECT_WINDOW_POINTS // 4
 
 
 @dataclass(frozen=True)
@@ -336,13 +342,20 @@ def _too_high(
     lr_at_onset = float(before[-1])
     peak_so_far = float(before.max())
     lookback = before[-min(LR_EFFECT_WINDOW_POINTS, before.size)]
-    climbing = lr_at_onset > lookback * (1 + 1e-9)
+    # Still climbing: higher than RECENT_RISE_POINTS back, not only than the effect window's
+    # start (in a short log that start is inside the warm-up, long finished at the onset).
+    recent = before[-min(RECENT_RISE_POINTS + 1, before.size)]
+    climbing = lr_at_onset > lookback * (1 + 1e-9) and lr_at_onset > recent * (1 + 1e-9)
     if lr_at_onset < 0.95 * peak_so_far:
         return []
     # An LR that sat at its peak for a long time without trouble is not implicated: the peak
     # must have been reached recently (or still be climbing).
     reached_peak = int(np.flatnonzero(before >= 0.95 * peak_so_far)[0])
-    if not climbing and before.size - 1 - reached_peak > 2 * LR_EFFECT_WINDOW_POINTS:
+    held = before.size - 1 - reached_peak
+    if not climbing and (
+        held > 2 * LR_EFFECT_WINDOW_POINTS
+        or (held >= PEAK_HELD_MIN_POINTS and held >= PEAK_HELD_FRACTION * (before.size - 1))
+    ):
         return []
     state = "still climbing" if climbing else "at its peak"
     return [
@@ -374,7 +387,11 @@ def _too_high(
                 "Lower the peak learning rate (e.g. halve it) or cap the schedule; restart from a "
                 "checkpoint before the onset."
             ),
-            threshold="divergence while the LR is ≥ 95% of its maximum so far",
+            threshold=(
+                "divergence while the LR is ≥ 95% of its maximum so far and still climbing, or "
+                f"there for at most {2 * LR_EFFECT_WINDOW_POINTS} logged points and less than "
+                f"{PEAK_HELD_FRACTION:.0%} of the log before the onset"
+            ),
         )
     ]
 

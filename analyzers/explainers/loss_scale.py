@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.signals import fmt
+from tscope.analyzers.explainers.divergence import loss_rise
+from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
 from tscope.model.categories import Category
 from tscope.model.metric_names import LOSS_SCALE
@@ -61,24 +62,39 @@ class LossScaleExplainer:
             return []
         first_skip = min((event.step for event in skipped), default=None)
         step = int(steps[streak_end]) if longest else first_skip
+        # Where the collapse began: the streak's first reduction or the first skipped step.
+        began = [int(steps[streak_end - longest + 1])] if longest else []
+        began += [first_skip] if first_skip is not None else []
+        began_step = min(began) if began else step
+        broke_at = _loss_broke_before(evidence, began_step)
+        message = (
+            f"The fp16 loss scale fell {longest} times in a row (to {fmt(minimum)})"
+            f" and {len(skipped)} steps were skipped for overflow: gradients overflow fp16 "
+            "persistently."
+        )
+        if broke_at is not None:
+            message += (
+                f" It began at step {began_step}, when the loss had already broken (from step "
+                f"{broke_at}): the "
+                "overflows follow the blow-up (a model whose loss has broken sends gradients "
+                "past fp16's range), so they do not explain it."
+            )
         return [
             Finding(
                 category="loss_scale_collapse",
-                severity="critical" if collapsed else "warning",
+                severity="info" if broke_at is not None else "critical" if collapsed else "warning",
                 confidence=0.85 if collapsed else 0.7,
                 step=step,
                 layer=None,
-                message=(
-                    f"The fp16 loss scale fell {longest} times in a row (to {fmt(minimum)})"
-                    f" and {len(skipped)} steps were skipped for overflow: gradients overflow fp16 "
-                    "persistently."
-                ),
+                message=message,
                 evidence={
                     "consecutive_reductions": longest,
                     "min_loss_scale": minimum,
                     "max_loss_scale": float(scales.max()) if scales.size else None,
                     "skipped_or_overflow_steps": len(skipped),
                     "first_skipped_step": first_skip,
+                    "began_step": began_step,
+                    "loss_broke_at_step": broke_at,
                 },
                 suggestion=(
                     "Switch to bf16 if the hardware allows (BLOOM-176B did after failed fp16 runs), "
@@ -90,3 +106,26 @@ class LossScaleExplainer:
                 ),
             )
         ]
+
+
+def _loss_broke_before(evidence: Evidence, began_step: int | None) -> int | None:
+    """The onset of a loss incident (a spike that had not recovered yet, or the rise that lasts
+    to the end of the log) at or before `began_step`; None when the collapse came first. The loss
+    at a step is measured before that step's backward pass, so an overflow at the onset step
+    itself already follows the broken loss (BLOOM tr8b-104B's chronicles, ../shared/realdata:
+    the loss jumped 2.67 -> 4.37 at step 17062, that step overflowed and the halvings followed)."""
+    loss = primary_loss(evidence.run)
+    if loss is None or began_step is None:
+        return None
+    onsets = [
+        spike.onset_step
+        for spike in evidence.spikes
+        if spike.metric == loss
+        and spike.onset_step <= began_step
+        and (spike.end_step is None or spike.end_step >= began_step)
+    ]
+    steps, values = loss_series(evidence.run, loss)
+    rise = loss_rise(steps, values)
+    if rise is not None and int(steps[rise[0]]) <= began_step:
+        onsets.append(int(steps[rise[0]]))
+    return min(onsets) if onsets else None

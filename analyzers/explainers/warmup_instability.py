@@ -29,6 +29,17 @@ NO_WARMUP_EARLY_FRACTION = 0.1
 NO_WARMUP_EARLY_STEPS = 40
 
 
+def _covers_training_start(steps: np.ndarray) -> bool:
+    """Whether the LR log begins within the steps a warm-up would span (NO_WARMUP_EARLY_STEPS,
+    plus one logging interval for a log whose first point is its first interval's last step).
+    A log that starts at step 78,085 (a resumed run, or one whose early log was not kept) cannot
+    show that the run had no warm-up."""
+    if steps.size < 2:
+        return False
+    interval = float(np.median(np.diff(steps)))
+    return float(steps[0]) <= NO_WARMUP_EARLY_STEPS + interval
+
+
 def warmup_end(steps: np.ndarray, lrs: np.ndarray) -> int | None:
     """Index where an initial LR ramp stops rising; None if the LR does not start with a ramp.
 
@@ -75,6 +86,8 @@ def warmup_too_short(
     if end_index is None:
         if lrs.size and np.isfinite(lrs).all() and lrs[0] < lrs.max() * 0.99:
             return []  # the LR rises without a finished warm-up: lr_too_high's case, not this
+        if not _covers_training_start(steps):
+            return []  # a warm-up would lie before the log's first step: nothing says "none"
         warmup_steps = 0
         horizon = first_step + max(
             NO_WARMUP_EARLY_FRACTION * (int(loss_steps[-1]) - first_step), NO_WARMUP_EARLY_STEPS
