@@ -52,5 +52,8 @@ def test_bloom_176b_spike_is_a_warning():
 
 def test_bloom_104b_overflow_cascade():
     case = tscope.analyze(REALDATA / "megatron_logs" / "tr8b-104B__chronicles.log")
-    categories = {f.category for f in case.findings if f.severity == "warning"}
-    assert {"loss_spike", "loss_scale_collapse"} <= categories
+    by_category = {f.category: f for f in case.findings}
+    assert by_category["loss_spike"].severity == "warning"
+    # The halvings began at the loss jump (17062): the cascade follows the blow-up, as context.
+    collapse = by_category["loss_scale_collapse"]
+    assert collapse.severity == "info" and collapse.evidence["loss_broke_at_step"] == 17062

@@ -36,7 +36,9 @@ def assert_nan_steps_logged_as_zero_agree(result: Any) -> None:
     assert not {c.step for c in hidden} & set(fidelity.mismatched_steps)
     first = result.comparisons[0]
     assert first.step == 181 and first.rel_diff is not None and first.rel_diff <= REL_TOL
-    assert fidelity.reproduced or fidelity.reasons[0].code == "numerical_drift"
+    # Among the reasons, not necessarily first: a machine with another transformers release than
+    # the fixture's (5.24.0) lists "software_versions" before it.
+    assert fidelity.reproduced or "numerical_drift" in {r.code for r in fidelity.reasons}
 
 
 def test_nan_steps_the_trainer_logged_as_zero_are_not_mismatches(monkeypatch):
