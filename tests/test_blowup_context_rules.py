@@ -99,3 +99,17 @@ def test_bloom_104b_chronicles_blow_up_is_not_blamed_on_its_loss_scale() -> None
     assert categories["loss_scale_collapse"].severity == "info"
     assert "lr_too_high" not in categories  # the LR sat at 6e-5 from step 6,503 to 17,062
     assert case.summary.card is None or case.summary.card.cause.category != "loss_scale_collapse"
+
+
+def test_a_short_noisy_log_that_falls_steadily_is_no_plateau() -> None:
+    # 100 points falling 10.8 -> 8.8 under 8% noise: inside the window medians' noise band (~3
+    # nats), but the least-squares slope is ~7 standard errors below zero.
+    steps = np.arange(1, 101)
+    trend = 10.8 - 2.0 * (steps - 1) / 99
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        falling = trend * (1 + 0.08 * rng.standard_normal(100))
+        assert "loss_plateau" not in _alerts(_run({LOSS: falling}, steps)), seed
+        # The same noise around a level that does not move is a plateau.
+        flat = 10.8 * (1 + 0.08 * rng.standard_normal(100))
+        assert "loss_plateau" in _alerts(_run({LOSS: flat}, steps)), seed
