@@ -16,14 +16,14 @@ import numpy as np
 
 from tests.synthetic import grad_norms, loss_curve, make_run, warmup_cosine
 from tscope.analyzers.explainers.divergence import divergence_onset
-from tscope.analyzers.explainers.repeated_data import (
+from tscope.analyzers.explainers.repeated_data import repetitions
+from tscope.analyzers.impact import back_at_initial
+from tscope.analyzers.repetition_chance import (
     PERSISTENCE_BLOCK_POINTS,
     PERSISTENCE_MIN_BLOCKS,
     PERSISTENCE_PSEUDO_COUNTS,
     FlagCounts,
-    repetitions,
 )
-from tscope.analyzers.impact import back_at_initial
 from tscope.ingest.assemble import assemble_run
 from tscope.model import LogRead, Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS

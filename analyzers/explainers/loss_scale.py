@@ -75,9 +75,8 @@ class LossScaleExplainer:
         if broke_at is not None:
             message += (
                 f" It began at step {began_step}, when the loss had already broken (from step "
-                f"{broke_at}): the "
-                "overflows follow the blow-up (a model whose loss has broken sends gradients "
-                "past fp16's range), so they do not explain it."
+                f"{broke_at}): the overflows follow the blow-up (a model whose loss has broken "
+                "sends gradients past fp16's range), so they do not explain it."
             )
         return [
             Finding(

@@ -24,6 +24,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import median_of_finite
+from tscope.analyzers.repetition_chance import FlagCounts
 from tscope.analyzers.signals import finite_loss_series, fmt, last_finite
 from tscope.model import Finding
 from tscope.model.categories import Category
@@ -79,16 +80,6 @@ PERIODIC_FRACTION = 0.2
 # points, a decaying trend, noise 0.01–0.2, raw or rounded to 3–4 digits) 0.01 let one chance
 # periodic stretch through, 1e-4 none; holdout5's planted one had 1.2e-5.
 MAX_PERIODIC_CHANCE = 1e-4
-# The chance of a stretch assumes fresh batches are independent; where the run's own repeat-like
-# points come in runs (autocorrelated noise: sequential data, a smoothed log), a flagged point's
-# chance of following a flagged one (its persistence, `_flag_rates`) replaces the rate for every
-# point after the first. Measured in blocks of PERSISTENCE_BLOCK_POINTS (the median of at least
-# PERSISTENCE_MIN_BLOCKS), each shrunk toward the rate by PERSISTENCE_PSEUDO_COUNTS: on 4,400-point
-# healthy synthetic logs with AR(1) noise the persistence was 0.15–0.20 against a rate of
-# 0.10–0.13, enough to turn two 7-point chance stretches (chance 0.002–0.01) into 0.03–0.14.
-PERSISTENCE_BLOCK_POINTS = 200
-PERSISTENCE_MIN_BLOCKS = 3
-PERSISTENCE_PSEUDO_COUNTS = 5
 # The fresh-data context the stretch is compared with: up to CONTEXT_POINTS d2 values before it,
 # at least MIN_CONTEXT_POINTS (a run's untrained start has none: its smooth first steps, where
 # every batch scores about the same, are not repetition).
@@ -250,80 +241,8 @@ def _smooth_chance(drop: np.ndarray, change: np.ndarray, start: int, end: int) -
     roughest = float(np.max(np.abs(change[start:end])))
     with np.errstate(invalid="ignore"):
         as_smooth = (drop < 0) & (np.abs(change) <= roughest)
-    rates = _flag_rates(as_smooth, np.isfinite(change), start, end)
+    rates = FlagCounts(as_smooth, np.isfinite(change)).rates(start, end)
     return chance_stretches(change.size, *rates, end - start)
-
-
-def _flag_rates(flag: np.ndarray, valid: np.ndarray, start: int, end: int) -> tuple[float, float]:
-    """(rate, persistence) of repeat-like points outside the stretch start..end-1 (FlagCounts)."""
-    return FlagCounts(flag, valid).rates(start, end)
-
-
-class FlagCounts:
-    """Counts of one flag series, kept as running sums so that the rates outside each of a
-    run's stretches cost O(blocks), not O(points): a 250,000-point log has ~1,000 stretches, and
-    recounting every point per stretch was 8.6 of a 10.4 s analyze."""
-
-    def __init__(self, flag: np.ndarray, valid: np.ndarray) -> None:
-        self.points = flag.size
-        self.flagged_valid = _running_sum(flag & valid)
-        self.valid = _running_sum(valid)
-        # Pairs (i, i+1) with both points valid: i flagged (followed), and i+1 flagged too (hit).
-        follows_flagged = flag[:-1] & valid[:-1] & valid[1:]
-        self.followed = _running_sum(follows_flagged)
-        self.hits = _running_sum(flag[1:] & follows_flagged)
-        self.blocks = self.points // PERSISTENCE_BLOCK_POINTS
-        if self.blocks >= PERSISTENCE_MIN_BLOCKS:
-            # np.array_split's blocks of the pairs: the first (pairs % blocks) one longer.
-            pairs = follows_flagged.size
-            size, longer = divmod(pairs, self.blocks)
-            lengths = np.full(self.blocks, size, dtype=np.int64)
-            lengths[:longer] += 1
-            self.block_ends = np.cumsum(lengths)
-            self.block_starts = self.block_ends - lengths
-
-    def rates(self, start: int, end: int) -> tuple[float, float]:
-        """(rate, persistence) of repeat-like points outside the stretch start..end-1: how often
-        a valid point is flagged, and how often one that follows a flagged point is. The
-        persistence is the median over blocks of PERSISTENCE_BLOCK_POINTS points (each block's
-        count shrunk toward the rate by PERSISTENCE_PSEUDO_COUNTS), so that the rest of a
-        repetition broken into several stretches, which sits in one or two blocks, cannot raise
-        it; with fewer than PERSISTENCE_MIN_BLOCKS blocks it is the rate (independence, as for
-        fresh batches). Never below the rate: `chance_stretches` then assumes no less than
-        independence does."""
-        flagged = int(
-            self.flagged_valid[-1] - (self.flagged_valid[end] - self.flagged_valid[start])
-        )
-        usable = int(self.valid[-1] - (self.valid[end] - self.valid[start]))
-        rate = flagged / max(usable, 1)
-        if self.blocks < PERSISTENCE_MIN_BLOCKS:
-            return rate, rate
-        # The pairs touching the stretch (i or i+1 inside it) are not counted.
-        excluded_from = max(start - 1, 0) if end > start else start
-        excluded_to = max(min(end, self.points - 1), excluded_from)
-        followed = self._per_block(self.followed, excluded_from, excluded_to)
-        hits = self._per_block(self.hits, excluded_from, excluded_to)
-        per_block = (hits + PERSISTENCE_PSEUDO_COUNTS * rate) / (
-            followed + PERSISTENCE_PSEUDO_COUNTS
-        )
-        return rate, max(float(np.median(per_block)), rate)
-
-    def _per_block(self, running: np.ndarray, excluded_from: int, excluded_to: int) -> np.ndarray:
-        """Each block's count, less the pairs excluded_from..excluded_to-1 that fall in it."""
-        lows, highs = self.block_starts, self.block_ends
-        cut_low = np.clip(excluded_from, lows, highs)
-        cut_high = np.clip(excluded_to, lows, highs)
-        counts: np.ndarray = (running[highs] - running[lows]) - (
-            running[cut_high] - running[cut_low]
-        )
-        return counts
-
-
-def _running_sum(mask: np.ndarray) -> np.ndarray:
-    """counts[i] = how many of mask[:i] are set (counts[0] = 0)."""
-    counts = np.zeros(mask.size + 1, dtype=np.int64)
-    np.cumsum(mask, out=counts[1:])
-    return counts
 
 
 def chance_stretches(points_in_run: int, rate: float, persistence: float, length: int) -> float:
