@@ -9,7 +9,8 @@ at the step count before the update, so optimizer step k is logged as k-1 (spec.
 The schedule is a LambdaLR stepped every optimizer step (`interval: "step"`). bench/ood's fifth
 block adds a validation loop (`eval_every`: `val_check_interval` of that many optimizer steps'
 batches, `check_val_every_n_epoch=None`; `val_loss` over the corpus' first blocks, unplanted) and
-the `corpus` knob (text_corpus.CORPORA).
+the `corpus` knob (text_corpus.CORPORA); its sixth block the `max_grad_norm` knob (None: clipping
+at GRAD_CLIP; 0: none, Lightning's own default `gradient_clip_val=None`).
 """
 
 from __future__ import annotations
@@ -129,13 +130,14 @@ def train_phase(spec: RunSpec, run_dir: Path, phase: str, record_path: Path) -> 
         logger: Any = CSVLogger(str(run_dir), name="lightning_logs")
     else:
         logger = TensorBoardLogger(str(run_dir), name="lightning_logs")
+    clip = knob(spec, "max_grad_norm")  # bench/ood's sixth block: 0 = no clipping
     trainer = lightning.Trainer(
         max_steps=spec.steps,
         accelerator="cpu",
         devices=1,
         precision="bf16-mixed" if spec.precision == "bf16" else "32-true",
         accumulate_grad_batches=spec.grad_accum,
-        gradient_clip_val=GRAD_CLIP,
+        gradient_clip_val=GRAD_CLIP if clip is None else float(clip) or None,
         logger=logger,
         log_every_n_steps=int(knob(spec, "logging_steps")),
         callbacks=[

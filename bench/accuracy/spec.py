@@ -73,6 +73,7 @@ HELD_OUT_SPLITS = {
     "holdout4": 65,
     "holdout5": 70,
     "holdout6": 75,
+    "holdout7": 80,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
@@ -99,7 +100,8 @@ FIXED_KNOBS: dict[str, Any] = {
     "resumes": 0,
     # bench/ood's third block. None keeps the producer's own value: AdamW's second-moment beta
     # (Trainer 0.999, nanoGPT/Lightning 0.95), weight decay (Trainer 0.01, nanoGPT/Lightning 0.1)
-    # and the gradient-clipping norm (1.0 everywhere; 0 turns clipping off in the Trainer).
+    # and the gradient-clipping norm (1.0 everywhere; 0 turns clipping off in the Trainer, and in
+    # nanoGPT and Lightning, which the fifth and sixth blocks give it).
     "adam_beta2": None,
     "weight_decay": None,
     "max_grad_norm": None,

@@ -218,3 +218,67 @@ FIFTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         LR_JUMP_PERSISTENT,
     ),
 )
+# The sixth block: what outside users' runs look like that no block has covered yet, one run per
+# planted cause of spec.ALL_CAUSES. It adds no knob (Lightning now honours `max_grad_norm`: 0 is
+# no clipping, Lightning's own default); besides the fifth block's draw settings a row may name
+# "steps_range" (the length drawn in that range, in tens), "plant_range" (the planted step drawn
+# in those fractions of the run: early, during or right after the warm-up, or in its very last
+# steps; a repetition is cut to end with the run) and "plant_rows" (a bad batch of exactly that
+# many rows).
+SIXTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    (
+        "early-persistent",
+        "nanogpt",
+        {"plant_range": (0.1, 0.2), "log_format": "jsonl"},
+        LR_JUMP_PERSISTENT,
+    ),
+    (
+        "batch2-weakjump",
+        "trainer_gpt2",
+        {"batch_size": 2, "grad_accum": 1, "plant_weakest": True},
+        LR_JUMP_TRANSIENT,
+    ),
+    (
+        "lt-batch32-onerow",
+        "lightning",
+        {"lightning_logger": "csv", "batch_size": 32, "grad_accum": 1, "plant_rows": 1},
+        BAD_BATCH,
+    ),
+    ("accum8", "trainer_llama", {"batch_size": 2, "grad_accum": 8}, RESUME_OPTIMIZER_LOST),
+    (
+        "log20",
+        "trainer_gpt2",
+        {"steps_range": (200, 300), "logging_steps": 20},
+        RESUME_WEIGHTS_REINIT,
+    ),
+    (
+        "lt-noclip",
+        "lightning",
+        {"lightning_logger": "tensorboard", "max_grad_norm": 0.0},
+        WARMUP_TOO_HOT,
+    ),
+    (
+        "nano-long-last",
+        "nanogpt",
+        {"steps_range": (400, 600), "plant_range": (0.92, 0.95), "log_format": "csv"},
+        REPEATED_DATA,
+    ),
+    ("deep-llama", "trainer_llama", {"layers": 6, "hidden": 64, "heads": 4}, FROZEN_LAYER),
+    (
+        "sgdr-schedlost",
+        "trainer_gpt2",
+        {"schedule": "cosine_restarts", "warmup_fraction": 0.05},
+        RESUME_SCHEDULER_LOST,
+    ),
+    (
+        "lt-poly-early-ramp",
+        "lightning",
+        {
+            "lightning_logger": "csv",
+            "schedule": "polynomial",
+            "warmup_fraction": 0.05,
+            "plant_range": (0.1, 0.2),
+        },
+        LR_RAMP,
+    ),
+)

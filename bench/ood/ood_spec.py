@@ -34,6 +34,15 @@ evaluation every 10 steps (no warm-up), Lightning with `accumulate_grad_batches=
 validation loop (`val_check_interval`), nanoGPT clipping at 0.5 with an untied head, a 60-step
 Trainer run logging every 2 steps with `logging_first_step`, and Lightning with a planted LR jump
 at its weakest (×3) in the run's last 15%.
+A sixth block (`SIXTH_BLOCK`, indices 110–129) is held out the same way (`blocks=(..., 6)`,
+`run.py --blocks 6`) and not yet scored, each cause of spec.ALL_CAUSES once, on setups no block
+covered: a persistent LR jump early (10–20% of the run, during or right after the warm-up;
+nanoGPT), the weakest transient LR jump (×3, one step) at batch 2 (Trainer), a bad batch of
+exactly one row of 32 (Lightning), the Trainer with accumulation 8 at batch 2, the Trainer logging
+every 20 steps of a 200–300-step run, Lightning without gradient clipping (its own default),
+repeated data in the last 5–8% of a 400–600-step nanoGPT run, a 6-layer Llama of width 64, the
+Trainer's cosine with hard restarts after a 5% warm-up losing its scheduler at a resume, and
+Lightning's polynomial decay after a 5% warm-up with an LR ramp from 10–20% of the run.
 
 A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
 a step-decay drop that the schedule itself does is part of the run, not an incident.
@@ -55,6 +64,7 @@ from ood_blocks import (
     SECOND_BLOCK,
     SECOND_BLOCK_KNOBS,
     SETUPS,
+    SIXTH_BLOCK,
     THIRD_BLOCK,
     THIRD_BLOCK_KNOBS,
 )
@@ -64,6 +74,8 @@ from spec import (
     FIXED_KNOBS,
     LR_JUMP_PERSISTENT,
     LR_JUMP_TRANSIENT,
+    LR_RAMP,
+    REPEATED_DATA,
     RESUME_OPTIMIZER_LOST,
     WARMUP_TOO_HOT,
     RunSpec,
@@ -246,21 +258,34 @@ def _quarter_of_the_rows(spec: OodSpec) -> OodSpec:
     return replace(spec, plant={**spec.plant, "rows": rows})
 
 
-# The fifth block's draw settings that are no spec field (see ood_blocks.FIFTH_BLOCK).
+# The fifth block's draw settings that are no spec field (see ood_blocks.FIFTH_BLOCK), and the
+# sixth block's besides (ood_blocks.SIXTH_BLOCK).
 FIFTH_BLOCK_DRAWS = ("steps", "warmup_fraction", "peak_lr_range", "plant_late", "plant_weakest")
+SIXTH_BLOCK_DRAWS = ("steps_range", "plant_range", "plant_rows")
 LATE_FRACTION = 0.85  # "plant_late": the planted step in the last 15% of the run
 # "plant_weakest": each strength at the weakest value `spec._plant` draws.
 WEAKEST = {"factor": 3.0, "window": 1, "growth": 1.04, "lr_factor": 8.0, "length": 10}
+# "plant_range" moves the step of the causes that act at a step of their own choosing.
+MOVABLE_CAUSES = frozenset(
+    {BAD_BATCH, LR_JUMP_TRANSIENT, LR_JUMP_PERSISTENT, LR_RAMP, REPEATED_DATA}
+)
 
 
-def _fifth_block(first_index: int) -> list[OodSpec]:
+def _fifth_block(
+    first_index: int, table: tuple[tuple[str, str, dict[str, Any], str], ...] = FIFTH_BLOCK
+) -> list[OodSpec]:
     """The fifth block's draw: the third block's (100–160 steps unless the row fixes them, a bad
-    batch of at least a quarter of the rows) plus the row's draw settings."""
+    batch of at least a quarter of the rows) plus the row's draw settings; the sixth block is
+    drawn the same way from its own table (its settings draw nothing in a row that lacks them)."""
     specs: list[OodSpec] = []
-    for index, seed, rng, setup, producer, change, cause in _paired_draws(first_index, FIFTH_BLOCK):
-        knobs = {k: v for k, v in change.items() if k not in FIFTH_BLOCK_DRAWS}
+    draws = FIFTH_BLOCK_DRAWS + SIXTH_BLOCK_DRAWS
+    for index, seed, rng, setup, producer, change, cause in _paired_draws(first_index, table):
+        knobs = {k: v for k, v in change.items() if k not in draws}
         training = _training(setup, producer, knobs, rng)
         steps = int(change.get("steps") or 0)
+        if "steps_range" in change:
+            low, high = change["steps_range"]
+            steps = rng.randrange(int(low), int(high) + 1, 10)
         training["steps"] = steps or rng.randrange(
             THIRD_BLOCK_STEPS[0], THIRD_BLOCK_STEPS[1] + 1, 10
         )
@@ -274,17 +299,34 @@ def _fifth_block(first_index: int) -> list[OodSpec]:
         if cause != CONTROL and change.get("plant_late"):
             late = rng.randrange(int(spec.steps * LATE_FRACTION) + 1, spec.steps - 1)
             spec = replace(spec, plant={**spec.plant, "step": late})
+        if cause != CONTROL and "plant_range" in change:
+            spec = _planted_in_range(spec, change["plant_range"], rng)
         if cause != CONTROL and change.get("plant_weakest"):
             weakest = {k: v for k, v in WEAKEST.items() if k in spec.plant}
             spec = replace(spec, plant={**spec.plant, **weakest})
+        if cause == BAD_BATCH and "plant_rows" in change:
+            spec = replace(spec, plant={**spec.plant, "rows": int(change["plant_rows"])})
         specs.append(spec)
     return specs
 
 
+def _planted_in_range(spec: OodSpec, fractions: tuple[float, float], rng: random.Random) -> OodSpec:
+    """The planted step drawn in those fractions of the run ("plant_range"); a repetition that
+    would outlast the run is cut to end with it."""
+    if spec.cause not in MOVABLE_CAUSES:
+        raise ValueError(f"{spec.cause} is planted at a step of its own (no plant_range)")
+    step = rng.randrange(int(spec.steps * fractions[0]), int(spec.steps * fractions[1]))
+    plant = {**spec.plant, "step": step}
+    if "length" in plant:
+        plant["length"] = min(int(plant["length"]), spec.steps - step + 1)
+    return replace(spec, plant=plant)
+
+
 def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     """The first block (SETUPS, indices 0–31), the second (SECOND_BLOCK, 32–49) and, only when
-    asked for, the third (THIRD_BLOCK, 50–69), the fourth (FOURTH_BLOCK, 70–89) and the fifth
-    (FIFTH_BLOCK, 90–109), all held out (see the module's docstring)."""
+    asked for, the third (THIRD_BLOCK, 50–69), the fourth (FOURTH_BLOCK, 70–89), the fifth
+    (FIFTH_BLOCK, 90–109) and the sixth (SIXTH_BLOCK, 110–129), all held out (see the module's
+    docstring)."""
     first = _first_block()
     second = _second_block(len(first))
     specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
@@ -295,6 +337,9 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
         specs += _third_block(third_index + 2 * len(THIRD_BLOCK), FOURTH_BLOCK)
     if 5 in blocks:
         specs += _fifth_block(third_index + 2 * (len(THIRD_BLOCK) + len(FOURTH_BLOCK)))
+    if 6 in blocks:
+        earlier = len(THIRD_BLOCK) + len(FOURTH_BLOCK) + len(FIFTH_BLOCK)
+        specs += _fifth_block(third_index + 2 * earlier, SIXTH_BLOCK)
     return specs
 
 
