@@ -166,3 +166,35 @@ def test_the_fifth_block_is_held_out_and_plants_every_cause_once():
     assert all(any(getattr(s, n) != FIXED_KNOBS[n] for s in fifth) for n in FIFTH_BLOCK_KNOBS)
     assert all(not set(FIFTH_BLOCK_KNOBS) & set(s.to_json()) for s in earlier)
     assert not set(FIFTH_BLOCK_KNOBS) & set(THIRD_BLOCK_KNOBS + FOURTH_BLOCK_KNOBS)
+
+
+def test_the_sixth_block_is_held_out_and_plants_every_cause_once():
+    from spec import ALL_CAUSES, smoke_specs
+
+    assert all(s.index < 110 for s in build_ood_specs(blocks=(1, 2, 3, 4, 5)))
+    sixth = build_ood_specs(blocks=(6,))
+    assert [s.index for s in sixth] == list(range(110, 130))
+    assert build_ood_specs(blocks=(5, 6))[-len(sixth) :] == sixth
+    assert sorted(s.cause for s in sixth if s.cause != CONTROL) == sorted(ALL_CAUSES)
+    earlier = build_ood_specs(blocks=(1, 2, 3, 4, 5))
+    keys = {s.key for s in earlier} | {s.key for s in build_specs() + smoke_specs()}
+    assert not {s.key for s in sixth} & keys
+    assert len({s.key for s in sixth}) == len({s.name for s in sixth}) == len(sixth)
+    for spec in sixth:
+        assert OodSpec.from_json(spec.to_json()) == spec
+    planted = {s.setup: s for s in sixth if s.cause != CONTROL}
+    # The draw settings the rows name: an early plant, a late one, one row, the weakest jump.
+    early = planted["early-persistent"]
+    assert 0.1 * early.steps <= early.plant["step"] < 0.2 * early.steps
+    ramp = planted["lt-poly-early-ramp"]
+    assert 0.1 * ramp.steps <= ramp.plant["step"] < 0.2 * ramp.steps
+    last = planted["nano-long-last"]
+    assert 0.92 * last.steps <= last.plant["step"] < 0.95 * last.steps
+    assert last.plant["step"] + last.plant["length"] - 1 <= last.steps
+    assert (
+        planted["lt-batch32-onerow"].plant["rows"],
+        planted["lt-batch32-onerow"].plant["of_rows"],
+    ) == (1, 32)
+    assert planted["batch2-weakjump"].plant["factor"] == 3.0
+    assert all(200 <= s.steps <= 300 for s in sixth if s.setup == "log20")
+    assert all(400 <= s.steps <= 600 for s in sixth if s.setup == "nano-long-last")
