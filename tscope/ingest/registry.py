@@ -7,6 +7,7 @@ from tscope.ingest.readers.megatron_log import MegatronLogReader
 from tscope.ingest.readers.metrics_table import MetricsTableReader
 from tscope.ingest.readers.nanogpt_log import ModdedNanoGPTLogReader, NanoGPTLogReader
 from tscope.ingest.readers.tensorboard import TensorBoardReader
+from tscope.ingest.readers.tensorboard_csv import TensorBoardCsvReader
 from tscope.ingest.readers.trainer_state import TrainerStateReader
 from tscope.ingest.readers.trainer_stdout import TrainerStdoutReader
 from tscope.ingest.readers.trainscope_run import TrainscopeRunReader
@@ -25,6 +26,7 @@ READERS: tuple[Reader, ...] = (
     ModdedNanoGPTLogReader(),
     NanoGPTLogReader(),
     TrainerStdoutReader(),
+    TensorBoardCsvReader(),
     # Last: it claims any table with a step column, so every specific reader asks first.
     MetricsTableReader(),
 )

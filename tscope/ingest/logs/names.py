@@ -247,3 +247,12 @@ def metric_preference(name: str) -> int:
     if key in _SECOND_CHOICE_KEYS or _squeezed(key) in _SECOND_CHOICE_SQUEEZED:
         return SECOND_CHOICE
     return CANONICAL_SPELLING if name.strip() == canonical_metric(name) else ORDINARY
+
+
+# Every canonical series a spelling can map to (an unknown name keeps its own spelling).
+_KNOWN_SERIES = frozenset(_CANONICAL.values()) | frozenset(_SQUEEZED.values()) | {LEARNING_RATE}
+
+
+def names_a_known_series(name: str) -> bool:
+    """Whether `name` maps to one of tscope's canonical series rather than keeping its own."""
+    return canonical_metric(name) in _KNOWN_SERIES
