@@ -222,3 +222,31 @@ def test_a_damaged_cached_case_is_rebuilt(tmp_path):
         assert not rebuilt.reused_case and rebuilt.status == "unstable", key
     (reused,) = cluster(runs, out, jobs=1).profiles
     assert reused.reused_case
+
+
+def test_a_forged_cache_that_came_with_the_output_folder_is_not_reused(tmp_path, monkeypatch):
+    """A diverged run's cached case swapped for a stable run's (its fingerprint, names, sizes and
+    times, kept: a tarball carries them) is analyzed again, not reported stable; so is a whole
+    cache sealed with another user's key (cluster_cache_seal.py)."""
+    runs = tmp_path / "runs"
+    for name in ("lr0.001_seed1234", "lr5_seed7"):
+        shutil.copytree(SWEEP / name, runs / name)
+    out = tmp_path / "out"
+    monkeypatch.setenv("TSCOPE_CACHE_DIR", str(tmp_path / "my-cache"))
+    first = {p.name: p.status for p in cluster(runs, out, jobs=1).profiles}
+    assert first == {"lr0.001_seed1234": "stable", "lr5_seed7": "unstable"}
+    for file in ("case.json", "series.npz"):
+        shutil.copy2(out / "runs" / "lr0.001_seed1234" / file, out / "runs" / "lr5_seed7" / file)
+    again = {p.name: p for p in cluster(runs, out, jobs=1).profiles}
+    assert again["lr0.001_seed1234"].reused_case
+    assert not again["lr5_seed7"].reused_case and again["lr5_seed7"].status == "unstable"
+    monkeypatch.setenv("TSCOPE_CACHE_DIR", str(tmp_path / "another-users-cache"))
+    assert not any(p.reused_case for p in cluster(runs, out, jobs=1).profiles)
+
+
+def test_run_folder_names_never_collide():
+    from tscope.cluster_pipeline import _unique_names
+
+    names = _unique_names(["a b", "a_b", "a_b-2", "A_B", "x/y", ""])
+    assert len({name.casefold() for name in names}) == len(names)
+    assert names[:3] == ["a_b", "a_b-2", "a_b-2-2"]

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from tscope import __version__
+from tscope.cluster_cache_seal import is_sealed, seal, seal_key
 from tscope.cluster_engines import check_engine, run_on_engine
 from tscope.errors import TscopeError, UnreadableInput, UsageError
 from tscope.ingest import safe_json
@@ -57,6 +58,9 @@ RUN_LINK_OUTSIDE = (
 # What tscope writes into OUT and into each run's case folder OUT/runs/<run>/ (see output_files).
 CLUSTER_FOLDER_FILES = ("cluster.json", "cluster.html", "cluster.md", "cluster-*.svg", CASES_DIR)
 RUN_CASE_FILES = ("case.json", "case.html", "layers.parquet", SERIES_FILE, FINGERPRINT_FILE)
+# The cached files a reused run is read from, sealed in the fingerprint file (cluster_cache_seal).
+SEALED_FILES = ("case.json", SERIES_FILE)
+SEAL_FIELD = "seal"
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ def cluster(
     prepare_folder(Path(out_dir), "the cluster report", CLUSTER_FOLDER_FILES, clear=True)
     cases_root = make_subfolder(Path(out_dir), CASES_DIR)
     names = _unique_names([run.name for run in runs])
+    seal_key(create=True)  # made here once, before the workers that read it start
     tasks = [
         RunTask(name, str(run), str(cases_root / name), read_weights, trust_pickle)
         for name, run in zip(names, runs, strict=True)
@@ -295,8 +300,11 @@ def _analyze_and_cache(
     )
     if case.layers_table is not None:
         write_layers_parquet(case.layers_table, case_dir / "layers.parquet")
-    # Written last: its presence means the rest of the folder is complete.
-    write_json(case_dir / FINGERPRINT_FILE, fingerprint, round_floats=False, compact=True)
+    # Written last: its presence means the rest of the folder is complete. Sealed with this
+    # user's key (cluster_cache_seal.py): a cache that came with the input is not reused.
+    contents = [read_bytes_bounded(case_dir / name, name) for name in SEALED_FILES]
+    sealed = {**fingerprint, SEAL_FIELD: seal(fingerprint, *contents)}
+    write_json(case_dir / FINGERPRINT_FILE, sealed, round_floats=False, compact=True)
     # Read back from its payload, as a cached one is: the profile sees the same case either way.
     return Case.from_dict(payload), LossCurve(steps, values), _max_finite(lrs)
 
@@ -311,23 +319,30 @@ def _load_cached(
     try:
         # Bounded in size and nesting too: a crafted case.json here is analyzed again, not trusted.
         stored = safe_json.load_file(case_dir / FINGERPRINT_FILE, FINGERPRINT_FILE, CACHE_MAX_BYTES)
+        if not isinstance(stored, dict):
+            return None
+        stored_seal = stored.pop(SEAL_FIELD, None)
         if stored != fingerprint:
             return None
-        payload = safe_json.load_file(
-            case_dir / "case.json", "case.json", CACHE_MAX_BYTES, refuse_huge_ints=True
+        case_bytes, series_bytes = (
+            read_bytes_bounded(case_dir / name, name, CACHE_MAX_BYTES) for name in SEALED_FILES
         )
+        # Only what this user's tscope wrote is read further (a forged case, a deflated npz
+        # that expands to gigabytes: analyzed again instead).
+        if not is_sealed(fingerprint, stored_seal, case_bytes, series_bytes):
+            return None
+        payload = safe_json.loads(case_bytes, "case.json", refuse_huge_ints=True)
         if not isinstance(payload, dict):
             return None
         # Another schema version, or a field of the wrong type (CaseFormatError, a ValueError):
         # the cached case is not one this tscope reads, so the run is analyzed again.
         case = Case.from_dict(payload)
-        series_bytes = read_bytes_bounded(case_dir / SERIES_FILE, SERIES_FILE)
         with np.load(io.BytesIO(series_bytes), allow_pickle=False) as series:
             curve = LossCurve(
                 series["loss_steps"].astype(np.int64), series["loss_values"].astype(np.float64)
             )
             lrs = series["lr_values"].astype(np.float64)
-    except (OSError, ValueError, KeyError, UnreadableInput):
+    except (OSError, ValueError, KeyError, UnreadableInput, MemoryError):
         return None  # missing or damaged cache: analyze again
     return case, curve, _max_finite(lrs)
 
@@ -375,14 +390,22 @@ def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
 
 
 def _unique_names(names: list[str]) -> list[str]:
-    """Folder-safe, unique names for the per-run case folders (and the report)."""
-    seen: dict[str, int] = {}
+    """Folder-safe, unique names for the per-run case folders (and the report).
+
+    A numbered name is checked against every name taken, a real run's included ("a b" and "a_b"
+    are `a_b` and `a_b-2`; a run named `a_b-2` then gets `a_b-2-2`), case-insensitively (two
+    folders differing in case are one folder on macOS and Windows): two runs never share a case
+    folder, where one would overwrite the other's case."""
+    taken: set[str] = set()
     unique = []
     for name in names:
         safe = _UNSAFE_NAME.sub("_", name) or "run"
-        count = seen.get(safe, 0)
-        seen[safe] = count + 1
-        unique.append(safe if count == 0 else f"{safe}-{count + 1}")
+        candidate, number = safe, 1
+        while candidate.casefold() in taken:
+            number += 1
+            candidate = f"{safe}-{number}"
+        taken.add(candidate.casefold())
+        unique.append(candidate)
     return unique
 
 
