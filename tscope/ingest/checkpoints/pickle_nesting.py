@@ -33,28 +33,52 @@ class _Malformed(Exception):
     """The stream is not a pickle this walk follows; the loader that follows reports it."""
 
 
+class UnreadableZip(Exception):
+    """zipfile cannot read the zip in full. Not answered False: torch's reader is looser than
+    zipfile (no CRC-32 check, corrupt extra fields read), so it would load the very pickle this
+    walk could not see."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def torch_pickles_nest_too_deep(handle: BinaryIO, size: int) -> bool:
     """Whether a torch file's pickles nest tuples past MAX_TUPLE_NESTING: every `*data.pkl`
     record of a zip (torch reads the one under the archive's first folder; an attacker chooses
     the order), else the first LEGACY_PICKLES pickles of the legacy format, streamed from the
-    file. Any other failure answers False: torch.load reports it."""
+    file. A zip zipfile cannot read raises UnreadableZip; any other failure answers False:
+    torch.load reports it."""
     try:
-        if handle.read(4) == b"PK\x03\x04":
-            with zipfile.ZipFile(handle) as archive:
-                for info in archive.infolist():
-                    if info.filename.endswith("data.pkl"):
-                        # Read whole (stored, and at most the file's size, as the records were
-                        # checked): genops reads byte by byte, 2x slower from a zip stream.
-                        record = archive.read(info)
-                        if _could_nest_too_deep(record) and _nests_too_deep(
-                            io.BytesIO(record), 1, info.file_size + 1
-                        ):
-                            return True
-            return False
+        zipped = handle.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+    if zipped:
+        try:
+            return _zip_nests_too_deep(handle)
+        except Exception as error:  # zipfile raises more than BadZipFile on a crafted zip
+            reason = " ".join(str(error).split())[:160] or type(error).__name__
+            raise UnreadableZip(reason) from error
+    try:
         handle.seek(0)
         return _nests_too_deep(handle, LEGACY_PICKLES, size + 1)
-    except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError, EOFError):
+    except (OSError, ValueError, NotImplementedError, EOFError):
         return False
+
+
+def _zip_nests_too_deep(handle: BinaryIO) -> bool:
+    handle.seek(0)
+    with zipfile.ZipFile(handle) as archive:
+        for info in archive.infolist():
+            if info.filename.endswith("data.pkl"):
+                # Read whole (stored, and at most the file's size, as the records were
+                # checked): genops reads byte by byte, 2x slower from a zip stream.
+                record = archive.read(info)
+                if _could_nest_too_deep(record) and _nests_too_deep(
+                    io.BytesIO(record), 1, info.file_size + 1
+                ):
+                    return True
+    return False
 
 
 def _could_nest_too_deep(record: bytes) -> bool:
