@@ -222,10 +222,13 @@ def xray(
     case, result, written = outcome.case, outcome.audit, outcome.written
     if not quiet:
         section = case.xray
+        # visible(): the intended rule can come from the user's --entry file.
         typer.echo(
-            f"Token audit: weights match {section and section.matched_rule} "
-            f"(intended {section and section.intended}); max leak {section and section.leak_max}; "
-            f"{len(result.findings)} finding(s).",
+            visible(
+                f"Token audit: weights match {section and section.matched_rule} "
+                f"(intended {section and section.intended}); max leak "
+                f"{section and section.leak_max}; {len(result.findings)} finding(s)."
+            ),
             err=True,
         )
     typer.echo(visible(main_file(written)))

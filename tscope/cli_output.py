@@ -30,9 +30,11 @@ def progress_enabled(quiet: bool) -> bool:
 def say_where_it_goes(target: Path, prefix: str, quiet: bool) -> None:
     """The default moved beside the run (the working directory is inside an input): say so."""
     if not quiet and target.parent != Path("."):
+        # visible(): the target is named after the run folder, whose name may hold a terminal
+        # escape or a bidi override (docs/security.md).
         typer.echo(
-            f"tscope: writing to {target} (./{prefix}-… would be inside the input; --out DIR to "
-            "choose)",
+            f"tscope: writing to {visible(target)} (./{prefix}-… would be inside the input; "
+            "--out DIR to choose)",
             err=True,
         )
 

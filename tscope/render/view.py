@@ -314,7 +314,8 @@ def _other_metrics(case: Case) -> list[dict[str, str]]:
         finite = [value for value in values if value is not None and math.isfinite(value)]
         rows.append(
             {
-                "name": name,
+                # one_line: a logged metric name may hold a newline; a cell stays on one line.
+                "name": one_line(name),
                 "points": str(len(values)) if series else "not charted",
                 "low": format_number(min(finite)) if finite else MISSING,
                 "high": format_number(max(finite)) if finite else MISSING,

@@ -188,10 +188,10 @@ def _model_class(config_file: Path | None, notes: list[str]) -> tuple[str, bool]
     name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
     import transformers
 
-    model_class = getattr(transformers, name, None) if name.isidentifier() else None
+    model_class = _transformers_model(transformers, name)
     if model_class is None:
         notes.append(
-            f"Model class {name or '(none)'} is not in transformers: assumed to accept "
+            f"Model class {name or '(none)'} is not a transformers model: assumed to accept "
             "num_items_in_batch."
         )
         return name, True
@@ -206,6 +206,23 @@ def _model_class(config_file: Path | None, notes: list[str]) -> tuple[str, bool]
         + " num_items_in_batch; the tracer's step follows it."
     )
     return name, accepts
+
+
+def _transformers_model(transformers: Any, name: str) -> type[Any] | None:
+    """transformers' model class `name`, or None for anything else the name reaches.
+
+    config.json comes from the run's author: `["__version__"]` or `["Trainer"]` reaches a string
+    or a class with no model forward, so only PreTrainedModel subclasses count (as
+    param_order._architecture_names checks)."""
+    if not name.isidentifier():
+        return None
+    try:
+        found = getattr(transformers, name, None)
+    except Exception:  # transformers' lazy import of that name failed (a missing backend)
+        return None
+    if isinstance(found, type) and issubclass(found, transformers.PreTrainedModel):
+        return found
+    return None
 
 
 def _padding_side(folder: Path, notes: list[str]) -> str:
