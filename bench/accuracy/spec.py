@@ -74,6 +74,7 @@ HELD_OUT_SPLITS = {
     "holdout5": 70,
     "holdout6": 75,
     "holdout7": 80,
+    "holdout8": 85,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
