@@ -8,6 +8,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
+from tscope.analyzers.one_step_breaks import EARLY_FRACTION
 from tscope.analyzers.signals import fmt, window
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
@@ -51,6 +52,26 @@ def slow_rise_reasons(evidence: Evidence, incident: Incident, rise: int) -> str:
     if lr_note is not None:
         text += f"; {lr_note}, so the schedule did not drive it"
     return text + f"; a replay of the steps around {incident.peak_step} would decide"
+
+
+def in_early_phase(evidence: Evidence, incident: Incident) -> bool:
+    """The incident peaks in the first EARLY_FRACTION of the logged loss points, where healthy
+    runs break for one step at the peak LR (one_step_breaks.EARLY_FRACTION)."""
+    steps, _ = evidence.run.series(incident.metric)
+    before = int((steps < incident.peak_step).sum())
+    return before < EARLY_FRACTION * steps.size
+
+
+def early_phase_reasons(evidence: Evidence, incident: Incident) -> str:
+    """Why a one-step break early in the run is not named a bad batch, and what would decide."""
+    steps, _ = evidence.run.series(incident.metric)
+    return (
+        f"the loss broke at step {incident.peak_step}, in the first {EARLY_FRACTION:.0%} of the "
+        f"logged run (steps {int(steps[0])}–{int(steps[-1])}), where healthy runs break for one "
+        "step at the peak learning rate with the gradient norm many times its neighbours: an "
+        "optimization instability the logs cannot tell from a bad batch; a replay of the steps "
+        f"around {incident.peak_step} (`tscope replay --around {incident.peak_step}`) would decide"
+    )
 
 
 def bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:

@@ -33,6 +33,8 @@ from tscope.analyzers.categories import CAUSES
 from tscope.analyzers.cause_evidence import (
     BAD_BATCH_MAX_RISE_POINTS,
     bad_batch_reasons,
+    early_phase_reasons,
+    in_early_phase,
     no_lr_reasons,
     rise_points,
     slow_rise_reasons,
@@ -345,6 +347,12 @@ def _undecided(evidence: Evidence, incident: Incident | None, best: Candidate) -
         return no_lr_reasons(incident, rise)
     if rise > BAD_BATCH_MAX_RISE_POINTS:
         return slow_rise_reasons(evidence, incident, rise)
+    if in_early_phase(evidence, incident):
+        # The bad-batch rule does not speak for the early phase (one_step_breaks.EARLY_FRACTION:
+        # healthy runs break like a bad batch right after the warm-up), and neither does naming
+        # it by elimination: holdout7's trainer_llama-control-82, a natural break at step 42 of
+        # 170 (gradient norm 36×), was "most likely a bad batch (confidence 0.96)".
+        return early_phase_reasons(evidence, incident)
     return ""
 
 
