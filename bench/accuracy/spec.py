@@ -75,7 +75,7 @@ HELD_OUT_SPLITS = {
     "holdout6": 75,
     "holdout7": 80,
     "holdout8": 85,
-    "holdout9": 90,
+    "holdout9": 45,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
