@@ -142,8 +142,12 @@ class DemoOutcome:
 def demo(out: Path, on_progress: Callable[[int, int], None] | None = None) -> DemoOutcome:
     """A tiny GPT trained on CPU with a planted LR jump (out/run), and its case (out/case)."""
     from tscope.demo.train import make_demo_run
+    from tscope.output_files import prepare_folder
     from tscope.pipeline import analyze_run
 
+    # `--out LINK` is refused as `analyze --out LINK` is: run/ and case/ would be made through
+    # the link, in a folder the user did not name.
+    prepare_folder(out, "the demo")
     demo_run = make_demo_run(out / "run", progress=on_progress)
     case = analyze_run(demo_run.run_dir).case
     return DemoOutcome(demo_run, case, write_case(case, out / "case", FORMATS))

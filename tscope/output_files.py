@@ -154,8 +154,13 @@ def write_bytes(path: Path, data: bytes) -> Path:
 
 
 def write_text(path: Path, text: str) -> Path:
-    """UTF-8 with "\\n" line endings on every platform, so reports are byte-identical."""
-    return write_bytes(path, text.encode("utf-8"))
+    """UTF-8 with "\\n" line endings on every platform, so reports are byte-identical.
+
+    A lone surrogate (a byte of a non-UTF-8 file name, which Python decodes with surrogateescape)
+    has no UTF-8 form: the renderers escape them (`visible`, json_text), and any that still gets
+    here is written as its `\\udcff` escape rather than ending the command in a traceback.
+    """
+    return write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def write_with(path: Path, writer: Callable[[BinaryIO], object]) -> Path:

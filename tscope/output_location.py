@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tscope.errors import UsageError
+from tscope.model.visible_text import SURROGATES
 
 # Default output folders: ./tscope-case-<run>, ./tscope-cluster-<dir>, ./tscope-xray-<name>.
 CASE_PREFIX = "tscope-case"
@@ -44,7 +45,7 @@ def default_output(prefix: str, name: str, inputs: Sequence[Path]) -> Path:
     """`./<prefix>-<name>`, or, when that lies inside an input directory, the same folder name
     beside the outermost input directory that holds it (relative to the working directory
     when it can be, so the printed path stays short)."""
-    candidate = Path(f"{prefix}-{name}")
+    candidate = Path(f"{prefix}-{folder_name(name)}")
     directories = [p.resolve() for p in inputs if p.resolve().is_dir()]
     holding = [d for d in directories if _protected_by(candidate, d)]
     if holding:
@@ -57,6 +58,14 @@ def default_output(prefix: str, name: str, inputs: Sequence[Path]) -> Path:
         candidate = _shortest(outermost.parent / candidate.name)
     check_outside_inputs(candidate, inputs)  # a file input may still sit in the way
     return candidate
+
+
+def folder_name(name: str) -> str:
+    """A run's name as part of a default folder name, with each byte of a name that is not UTF-8
+    (a lone surrogate) as `_`: a run folder named `$'\\xffrun'` once gave `tscope-case-\\xffrun/`,
+    a name no report or UTF-8 terminal could print. Other characters stay (they are shown
+    escaped by `visible()` where the path is printed)."""
+    return SURROGATES.sub("_", name) or "run"
 
 
 def _shortest(path: Path) -> Path:

@@ -70,7 +70,19 @@ def json_text(payload: Any, *, round_floats: bool = True, compact: bool = False)
         default=_jsonable,
         **({"separators": (",", ":")} if compact else {"indent": 2}),
     )
-    return text + "\n"
+    return _without_surrogates(text) + "\n"
+
+
+def _without_surrogates(text: str) -> str:
+    """JSON text with each lone surrogate (a non-UTF-8 file name's byte, surrogateescape'd, or a
+    `"\\ud800"` read from a stranger's JSON) as its visible escape, `\\xff`, inside the string it
+    sits in: UTF-8 cannot encode one, and ensure_ascii=False leaves them raw. The text is JSON,
+    so the escape's backslash is written escaped."""
+    if text.isascii():
+        return text
+    from tscope.model.visible_text import SURROGATES, escape_character
+
+    return SURROGATES.sub(lambda match: escape_character(match.group()).replace("\\", "\\\\"), text)
 
 
 def write_texts(folder: Path, texts: Iterable[tuple[str, str]]) -> list[Path]:

@@ -27,7 +27,7 @@ from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.registry import find_checkpoints
 from tscope.ingest.checkpoints.state_dict_files import step_from_name
 from tscope.output_files import write_text
-from tscope.replay.select import CheckpointChoice, first_replay_step
+from tscope.replay.select import CheckpointChoice, check_window_end, first_replay_step
 from tscope.torchrun import last_error_line, run_ranks
 
 if TYPE_CHECKING:
@@ -105,11 +105,11 @@ def prepare(
     if first_wanted > last or first_wanted < 0:
         raise UsageError(f"--window {window[0]}:{window[1]} around {around} is empty or negative.")
     loaded = load_entry(entry)
-    choice = choose_dcp_checkpoint(root, first_wanted)
     if run is None:
         from tscope.replay_pipeline import logs_of
 
         run = logs_of(root)
+    choice = choose_dcp_checkpoint(root, first_wanted, last, run)
     logs = logged_series(run, choice.facts, {})
     metadata = read_folder_metadata(choice.path, choice.shown)
     group_lrs = saved_group_lrs(choice.path, choice.shown, metadata)
@@ -134,8 +134,11 @@ def prepare(
     return Prepared(run, choice, spec, plan.source, plan.notes, plan.caveats)
 
 
-def choose_dcp_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
-    """The newest DCP folder whose next update is at or before the window's first step."""
+def choose_dcp_checkpoint(
+    run_dir: Path, window_start: int, window_end: int | None = None, run: Run | None = None
+) -> CheckpointChoice:
+    """The newest DCP folder whose next update is at or before the window's first step; with
+    `window_end`, refused when that step lies past the run's end (check_window_end)."""
     available = []
     for reader, path, shown in find_checkpoints(run_dir):
         facts = reader.replay_facts
@@ -158,6 +161,8 @@ def choose_dcp_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
             f"No DCP checkpoint in {run_dir}: a sharded replay (--nproc) restores "
             "torch.distributed.checkpoint folders (.metadata + __R_I.distcp)."
         )
+    if window_end is not None:
+        check_window_end(run_dir, window_end, available, run)
     usable = [c for c in available if c.first_step <= window_start]
     if not usable:
         steps = ", ".join(str(c.step) for c in sorted(available, key=lambda c: c.step))

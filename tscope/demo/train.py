@@ -35,6 +35,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -46,7 +49,8 @@ import torch
 from tscope.demo.corpus import BatchStream, Corpus, load_corpus
 from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig, optimizer_groups
 from tscope.errors import UsageError
-from tscope.output_files import prepare_folder
+from tscope.model.visible_text import visible
+from tscope.output_files import prepare_folder, write_text
 
 DEFAULT_STEPS = 300
 MIN_STEPS = 100  # below this, warmup, a pre-spike baseline and the recovery do not all fit
@@ -149,6 +153,13 @@ def checkpoint_name(iter_num: int) -> str:
     return f"ckpt_{iter_num:06d}.pt"
 
 
+# Everything the demo writes into its run folder (make_demo_run): the marker, the two logs and
+# checkpoint_name's files. prepare_run_dir removes these names and no others.
+_DEMO_FILE_NAMES = frozenset({MARKER_NAME, LOG_NAME, METRICS_NAME})
+_CHECKPOINT_NAME = re.compile(r"ckpt_[0-9]{6,}\.pt")
+_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
 def make_demo_run(
     out_dir: Path,
     *,
@@ -190,7 +201,7 @@ def make_demo_run(
         },
         "files": written,
     }
-    (out_dir / MARKER_NAME).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+    write_text(out_dir / MARKER_NAME, json.dumps(marker, indent=2, sort_keys=True) + "\n")
     corpus = load_corpus()
     # One thread: on 64-wide matrices a second thread buys little, and on a busy 2-core machine
     # it made steps 5-10x slower (measured 65 ms vs 320-650 ms a step under load).
@@ -219,39 +230,48 @@ def _checkpoint_iters(config: TrainConfig, demo: DemoRun) -> list[int]:
 
 
 def prepare_run_dir(out_dir: Path) -> None:
-    """Create out_dir, or clear an earlier demo run from it; refuse anything else."""
+    """Create out_dir, or clear an earlier demo run from it; refuse anything else.
+
+    Only names the demo itself writes are ever removed (`is_demo_file`), and only when an earlier
+    demo's marker is there too: the marker's own list of files is not trusted, since anyone can
+    write one (a planted `{"files": ["thesis.tex"]}` once had the demo delete thesis.tex). Every
+    entry is judged by lstat relative to the opened folder, so a link is never followed: a link,
+    a folder or any other name makes the folder foreign, and it is left untouched.
+    """
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"Cannot write the demo run to {out_dir}: it is a file. Pass a folder.")
     prepare_folder(out_dir, "the demo run")  # created; refused when it is a link
-    entries = sorted(p.name for p in out_dir.iterdir())
-    if not entries:
-        return
-    earlier_files = _files_of_earlier_demo(out_dir) or set()
-    foreign = [
-        name
-        for name in entries
-        if name not in earlier_files | {MARKER_NAME} or not (out_dir / name).is_file()
-    ]
-    if not earlier_files or foreign:
-        shown = ", ".join((foreign or entries)[:5])
-        raise UsageError(
-            f"Cannot write the demo run to {out_dir}: it holds files the demo did not write "
-            f"({shown}). Pass a new or empty folder with --out."
-        )
-    for name in entries:
-        (out_dir / name).unlink()
-
-
-def _files_of_earlier_demo(out_dir: Path) -> set[str] | None:
-    """The file names an earlier demo recorded in its marker, or None when there is none."""
+    folder = os.open(out_dir, _FOLDER_FLAGS)  # O_NOFOLLOW: the folder checked above, not a link
     try:
-        marker = json.loads((out_dir / MARKER_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    files = marker.get("files") if isinstance(marker, dict) else None
-    if not isinstance(files, list) or not all(isinstance(f, str) and "/" not in f for f in files):
-        return None
-    return set(files)
+        entries = sorted(os.listdir(folder))
+        if not entries:
+            return
+        foreign = [name for name in entries if not _is_demo_regular_file(name, folder)]
+        if foreign or MARKER_NAME not in entries:
+            shown = ", ".join(visible(name) for name in (foreign or entries)[:5])
+            raise UsageError(
+                f"Cannot write the demo run to {visible(out_dir)}: it holds files the demo did "
+                f"not write ({shown}). Pass a new or empty folder with --out."
+            )
+        for name in entries:
+            os.unlink(name, dir_fd=folder)  # a regular file (lstat above), never a link's target
+    finally:
+        os.close(folder)
+
+
+def is_demo_file(name: str) -> bool:
+    """Whether `name` is one the demo writes into its run folder: its fixed set, nothing else."""
+    return name in _DEMO_FILE_NAMES or _CHECKPOINT_NAME.fullmatch(name) is not None
+
+
+def _is_demo_regular_file(name: str, folder: int) -> bool:
+    """A demo file name holding a regular file (lstat: a link at the name is not one)."""
+    if not is_demo_file(name):
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(name, dir_fd=folder).st_mode)
+    except OSError:
+        return False
 
 
 def _train(

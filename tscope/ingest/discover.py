@@ -105,6 +105,16 @@ def discover(
             found.reads.append(reader.read(file, shown))
         except UnreadableInput as error:
             found.partial.append(PartialInput(error.path, _problem_text(error)))
+        except MemoryError:
+            # Whatever the reader held is released with its frames; the file's bounds (see
+            # docs/security.md) keep real logs far below this, so one line, not a traceback.
+            found.partial.append(
+                PartialInput(
+                    shown,
+                    "ran out of memory reading it (the file is much larger than a training log "
+                    "of its kind, or crafted); it was left out",
+                )
+            )
     return found
 
 

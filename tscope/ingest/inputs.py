@@ -113,7 +113,15 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
     )
     if run.metrics.empty and (not checkpoints or no_tensor_read):
         shown = [p if m is None else m.url for p, m in zip(paths, mirrors, strict=True)]
-        raise NothingToAnalyze(_nothing_message(shown, partial, unclaimed, [r.path for r in reads]))
+        raise NothingToAnalyze(
+            _nothing_message(
+                shown,
+                partial,
+                unclaimed,
+                [r.path for r in reads],
+                [n for r in reads for n in r.partial],
+            )
+        )
     return Inputs(run, checkpoints, checkpoint_evidence)
 
 
@@ -155,7 +163,10 @@ def _nothing_message(
     partial: list[PartialInput],
     unclaimed: list[str],
     read: Sequence[str] = (),
+    notes: Sequence[PartialInput] = (),
 ) -> str:
+    """The one line for an input with nothing to analyze; `notes`: what the readers of `read`
+    skipped (a step beyond 2**53 on every point), the likely reason it holds nothing."""
     where = ", ".join(str(root) for root in roots)
     if partial:
         first = partial[0]
@@ -174,8 +185,9 @@ def _nothing_message(
             if len(read) > 1
             else f"{read[0]} was read but holds"
         )
+        why = f" ({notes[0].path}: {notes[0].problem})" if notes else ""
         return (
-            f"{where} holds no metric values: {files} no logged points. Pass the run's log "
+            f"{where} holds no metric values: {files} no logged points{why}. Pass the run's log "
             "files or checkpoints."
         )
     return f"{where} holds no files. Pass a run directory, checkpoint or log file."

@@ -27,10 +27,20 @@ SYMLINK_NOT_FOLLOWED = (
 OUTSIDE_INPUT = "outside the input folder; tscope reads only files inside the input it is given"
 
 
+# What the OS layer raises for a path it cannot even ask about: OSError, and ValueError for a
+# NUL byte in the name (a DCP `relative_path` of "__0_0.distcp\x00../x" once ended the analysis
+# in a traceback from os.path.realpath). Such a path is "not a usable path", never an error.
+UNUSABLE_PATH = (OSError, ValueError)
+
+
 def is_inside(root: Path, candidate: Path) -> bool:
-    """Whether `candidate`, once resolved, lies inside `root` resolved (or is root itself)."""
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(candidate)
+    """Whether `candidate`, once resolved, lies inside `root` resolved (or is root itself); a
+    path the OS cannot resolve (a NUL byte in it) is not."""
+    try:
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(candidate)
+    except UNUSABLE_PATH:
+        return False
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
@@ -38,7 +48,7 @@ def is_regular_file(path: Path) -> bool:
     """A regular file that is not itself a symlink (lstat: the link is judged, not its target)."""
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
+    except UNUSABLE_PATH:
         return False
 
 
@@ -49,7 +59,7 @@ def is_real_folder(path: Path) -> bool:
     linked `zero/` once had every optimizer file under it read from outside the input."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
+    except UNUSABLE_PATH:
         return False
 
 
@@ -63,6 +73,10 @@ def open_regular(path: Path, display_path: str) -> BinaryIO:
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         descriptor = os.open(path, flags)
+    except ValueError as error:  # a NUL byte in the name: no file can have it
+        raise UnreadableInput(
+            display_path, "cannot open the file (a NUL byte in its name)"
+        ) from error
     except OSError as error:
         if os.path.islink(path):
             raise UnreadableInput(display_path, SYMLINK_REFUSED) from error

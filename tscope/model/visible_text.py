@@ -14,16 +14,24 @@ import re
 from collections.abc import Iterable
 
 # C0 controls (newline and tab included), DEL and the C1 controls (U+0080–U+009F, where 0x9B is a
-# one-byte CSI), the Unicode line and paragraph separators, and every bidi control: the embeddings
-# and overrides U+202A–U+202E, the isolates U+2066–U+2069, and the marks LRM, RLM and ALM.
+# one-byte CSI), the Unicode line and paragraph separators, every bidi control (the embeddings
+# and overrides U+202A–U+202E, the isolates U+2066–U+2069, and the marks LRM, RLM and ALM), and
+# lone surrogates: Python decodes a file name that is not UTF-8 with surrogateescape (byte 0xff
+# becomes U+DCFF), and no UTF-8 writer or terminal can encode one (a `metrics\xff.csv` once
+# ended the analysis in a UnicodeEncodeError while writing case.html).
 CONTROL_CHARACTERS = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]"
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\ud800-\udfff]"
 )
 # The same, except the two characters that lay text out in a multi-line document (a template's own
 # newlines and indentation); used where tscope renders a document rather than a single name.
 CONTROL_CHARACTERS_BUT_LAYOUT = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c"
+    "\ud800-\udfff]"
 )
+# Lone surrogates alone: what case.json, which keeps every other character raw, must escape.
+SURROGATES = re.compile("[\ud800-\udfff]")
+# surrogateescape's range: U+DC80–U+DCFF stand for the undecodable bytes 0x80–0xFF.
+_ESCAPED_BYTES = range(0xDC80, 0xDD00)
 # Python's own short escapes read best for the common ones.
 _SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -33,12 +41,22 @@ def escape_character(char: str) -> str:
     if char in _SHORT_ESCAPES:
         return _SHORT_ESCAPES[char]
     code = ord(char)
+    if code in _ESCAPED_BYTES:  # a byte of a non-UTF-8 name: shown as the byte, as bash's $'\xff'
+        return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def visible(text: object) -> str:
     """`text` on one line with every control character shown as its escape."""
     return CONTROL_CHARACTERS.sub(lambda match: escape_character(match.group()), str(text))
+
+
+def without_surrogates(text: str) -> str:
+    """`text` with each lone surrogate as its escape (`\\xff` for a non-UTF-8 name's byte) and
+    every other character kept: for text that is written as UTF-8 but not shown escaped."""
+    if text.isascii() or SURROGATES.search(text) is None:
+        return text
+    return SURROGATES.sub(lambda match: escape_character(match.group()), text)
 
 
 def visible_keeping_layout(text: str) -> str:

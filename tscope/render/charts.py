@@ -40,7 +40,7 @@ from tscope.render.chart_style import (
     Chart,
 )
 from tscope.render.formatting import format_step, parse_number
-from tscope.render.series import nice_ticks, read_series
+from tscope.render.series import axis_range, nice_ticks, read_series
 from tscope.render.svg import svg_document, text
 
 __all__ = [
@@ -167,9 +167,7 @@ def _stacked_chart(
     x_range: tuple[float, float] | None = None,
 ) -> Chart:
     all_steps = [step for panel in panels for series in panel.series for step in series.steps]
-    x_low, x_high = x_range if x_range else (min(all_steps), max(all_steps))
-    if x_high == x_low:
-        x_low, x_high = x_low - 1, x_high + 1
+    x_low, x_high = axis_range(*(x_range or (min(all_steps), max(all_steps))))
 
     def x_of(step: float) -> float:
         return PLOT_LEFT + (step - x_low) / (x_high - x_low) * (PLOT_RIGHT - PLOT_LEFT)

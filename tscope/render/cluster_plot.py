@@ -17,6 +17,7 @@ from tscope.render.series import (
     LOG_PADDING,
     OUTLIER_RATIO,
     Scale,
+    axis_range,
     choose_scale,
     finite_runs,
     is_finite,
@@ -204,7 +205,7 @@ def span_of(values: Sequence[float]) -> tuple[float, float] | None:
 
 
 def widened(low: float, high: float) -> tuple[float, float]:
-    return (low - 1, high + 1) if high == low else (low, high)
+    return axis_range(low, high)  # a width above 0.0 in float, as the step axis needs
 
 
 def _nonfinite(value: float | None) -> bool:

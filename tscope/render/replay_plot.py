@@ -16,6 +16,7 @@ from tscope.render.formatting import format_number, format_step
 from tscope.render.series import (
     LOG_PADDING,
     Scale,
+    axis_range,
     choose_scale,
     finite_runs,
     is_finite,
@@ -63,8 +64,8 @@ class Box:
 def step_range(steps: Sequence[float]) -> tuple[float, float]:
     """The x range: half a step of room either side, so end points and bands are not cut."""
     low, high = min(steps), max(steps)
-    if low == high:
-        return low - 1, high + 1
+    if not high - low > 0:  # one step (or steps no float tells apart): a width above 0.0
+        return axis_range(low, high)
     margin = 0.5 if high - low <= DOT_ROOM_STEPS else 0.0
     return low - margin, high + margin
 

@@ -140,6 +140,20 @@ def ticks_for(scale: Scale) -> list[float]:
     ]
 
 
+def axis_range(low: float, high: float) -> tuple[float, float]:
+    """[low, high] as floats with a width above 0.0, widened by a step each side when empty.
+
+    The width is checked in float, where it is used: two steps near 2**63 (or any two above
+    2**53 a unit apart) are different integers but the same float, and `high - low` was 0.0 (a
+    ZeroDivisionError that ended the analysis). Such a range is widened by its own magnitude.
+    """
+    low, high = float(low), float(high)
+    if high - low > 0:
+        return low, high
+    pad = max(1.0, abs(low) * 1e-9)
+    return low - pad, high + pad
+
+
 def nice_ticks(low: float, high: float, target: int, integer: bool = False) -> list[float]:
     """About `target` round ticks (1, 2, 5 x 10^k apart) covering [low, high]."""
     low, high = (min(max(bound, -AXIS_LIMIT), AXIS_LIMIT) for bound in (low, high))

@@ -79,8 +79,14 @@ def replay(
     if first_wanted > last or first_wanted < 0:
         raise UsageError(f"--window {window[0]}:{window[1]} around {around} is empty or negative.")
     loaded_entry = load_entry(entry)
+    if run is None:
+        from tscope.ingest.inputs import ReadOptions, read_inputs
+
+        run = read_inputs([root], ReadOptions(read_weights=False)).run
+    # The window must end near the run's own steps (its logs and checkpoints), or every step up
+    # to `last` would be replayed.
     choice = (
-        choose_checkpoint(root, first_wanted)
+        choose_checkpoint(root, first_wanted, last, run)
         if state_from is None
         else checkpoint_at_or_before(root, state_from)
     )
@@ -89,10 +95,6 @@ def replay(
     # the run's state and schedule, not to its batches).
     lr_offset = first - choice.first_step
     torch_device = resolve_device(device)
-    if run is None:
-        from tscope.ingest.inputs import ReadOptions, read_inputs
-
-        run = read_inputs([root], ReadOptions(read_weights=False)).run
     files = CheckpointFiles(choice)
     try:
         producer = files.producer_version

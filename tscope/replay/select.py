@@ -9,6 +9,12 @@ from tscope.errors import UsageError
 from tscope.ingest.checkpoints.base import LoadOptions, ReplayFacts
 from tscope.ingest.checkpoints.registry import find_checkpoints
 from tscope.ingest.checkpoints.state_dict_files import step_from_name
+from tscope.model import Run
+
+# How far past the run's last logged or checkpointed step a replay may reach: the default window
+# ends 5 steps after --around, and a log written every few steps stops before the last update.
+# Beyond that there is nothing to compare with, and `--around 2**63` replayed (and looped) forever.
+STEPS_PAST_RUN_END = 50
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,11 @@ def replayable_checkpoints(run_dir: Path) -> list[CheckpointChoice]:
     return sorted(choices, key=lambda c: (c.step, c.shown))
 
 
-def choose_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
-    """The newest checkpoint from which step `window_start` can be replayed."""
+def choose_checkpoint(
+    run_dir: Path, window_start: int, window_end: int | None = None, run: Run | None = None
+) -> CheckpointChoice:
+    """The newest checkpoint from which step `window_start` can be replayed; with `window_end`,
+    refused when that step lies past the run's end (check_window_end)."""
     available = replayable_checkpoints(run_dir)
     if not available:
         raise UsageError(
@@ -64,6 +73,8 @@ def choose_checkpoint(run_dir: Path, window_start: int) -> CheckpointChoice:
             "checkpoint-N/ folders, nanoGPT ckpt*.pt files or Lightning .ckpt files "
             "(an FSDP2 run saved with torch DCP replays sharded: add --nproc N)."
         )
+    if window_end is not None:
+        check_window_end(run_dir, window_end, available, run)
     usable = [c for c in available if c.first_step <= window_start]
     if not usable:
         steps = ", ".join(str(c.step) for c in available)
@@ -87,3 +98,23 @@ def checkpoint_at_or_before(run_dir: Path, step: int) -> CheckpointChoice:
             f"{step} (checkpoints at steps {steps})."
         )
     return max(usable, key=lambda c: (c.step, c.shown))
+
+
+def check_window_end(
+    run_dir: Path, window_end: int, checkpoints: list[CheckpointChoice], run: Run | None
+) -> None:
+    """Refuse a window ending more than STEPS_PAST_RUN_END steps after the last step the run
+    logged or checkpointed: the replay would run every step up to it (one line, the last step)."""
+    known = [c.first_step for c in checkpoints]
+    last_logged = run.last_step if run is not None else None
+    if last_logged is not None:
+        known.append(last_logged)
+    if not known:
+        return
+    last = max(known)
+    if window_end > last + STEPS_PAST_RUN_END:
+        raise UsageError(
+            f"Step {window_end} is past the end of {run_dir}: its last logged or checkpointed "
+            f"step is {last}. Choose --around and --window so the window ends by step "
+            f"{last + STEPS_PAST_RUN_END}."
+        )

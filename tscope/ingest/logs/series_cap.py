@@ -93,7 +93,13 @@ def cap_series(reads: list[LogRead], limit: int = MAX_SERIES) -> tuple[list[LogR
         kept_code = np.asarray([label in kept for label in column.labels], dtype=bool)
         keep = kept_code[column.codes] if column.codes.size else np.ones(0, dtype=bool)
         whole = bool(keep.all())
-        capped.append(read if whole else replace(read, metrics=read.metrics.take(keep)))
+        # The left-out names are dropped from the labels too: each later slice of the table
+        # would otherwise carry (and each lookup of names scan) every name of the file.
+        capped.append(
+            read
+            if whole
+            else replace(read, metrics=read.metrics.take(keep).without_unused_labels())
+        )
     if left_out:
         caveats.append(
             Caveat(

@@ -12,8 +12,8 @@ Cell rules, the same for every format:
 
 from __future__ import annotations
 
-import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,13 @@ MISSING_MARKERS = ("", "NA", "N/A", "n/a", "null", "NULL", "None", "none", "<NA>
 _MISSING_SET = frozenset(MISSING_MARKERS)
 # Spellings of a logged NaN (Python's str(float("nan")), numpy, C printf, JSON extensions).
 _NAN_SPELLINGS = frozenset({"nan", "-nan", "+nan"})
+# Longest JSON Lines line parsed. A metrics line holds tens to a few thousand keys (a W&B history
+# row of 10,000 keys is ~300 KB); parsing one holds ~10x its bytes (the bytes, the decoded text,
+# the objects), and a 500 MB line held 2.1 GB and ended in a MemoryError. A longer line is
+# skipped and counted in `partial`, as text logs cut theirs (text_logs.MAX_LINE_BYTES).
+MAX_JSON_LINE_BYTES = 8 * 1024 * 1024
+# A string value longer than this is not a number (float() would copy and scan all of it).
+_LONGEST_NUMBER_TEXT = 100
 # A column is a metric when more than this share of its non-empty cells are numbers; below it the
 # column is text (run ids, dates) and a stray number in it is not a measurement.
 NUMERIC_COLUMN_MIN_SHARE = 0.5
@@ -191,7 +198,11 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
     # Arrow recurses on nesting and crashes the process (SIGSEGV) on a 50,000-deep array, so it
     # only sees files whose every line nests at most MAX_JSON_DEPTH deep (a C-speed pre-scan).
     # It also builds a dense column per key: a sparse, wide file goes the stdlib way instead.
-    if safe_json.depth_over_limit(data) is None and arrow_table_is_bounded(data):
+    if (
+        _lines_are_short(data)
+        and safe_json.depth_over_limit(data) is None
+        and arrow_table_is_bounded(data)
+    ):
         import pyarrow as pa
         import pyarrow.json as pa_json
 
@@ -200,15 +211,21 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
         except (pa.ArrowException, OSError, UnicodeDecodeError):
             pass  # UnicodeDecodeError: a key that is not UTF-8; Python's json replaces the bytes
     columns = _RecordColumns()
-    malformed = 0
+    malformed = long_lines = 0
     first_malformed = ""
-    for line_number, line in enumerate(io.BytesIO(data), start=1):
+    for line_number, line in enumerate(_json_lines(data), start=1):
+        if line is None:  # skipped as a malformed line is: no row
+            long_lines += 1
+            continue
         record = _parse_line(line)
         if isinstance(record, dict):
             columns.add(record)
         elif record is not _BLANK:
             malformed += 1
             first_malformed = first_malformed or f"line {line_number}"
+    del data  # the file's bytes: the columns hold what was read
+    if not columns.n_rows and long_lines:
+        raise UnreadableInput(display_path, _long_lines_problem(long_lines))
     if not columns.n_rows and malformed:
         raise UnreadableInput(display_path, "no line is a JSON object", "Is it JSON Lines?")
     table = columns.finish()
@@ -218,10 +235,39 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
             f"{malformed} line(s) that are not a JSON object skipped (first at {first_malformed}; "
             "a cut-off last line or one nested too deep means it was damaged)",
         )
+    if long_lines:
+        table.problems.insert(0, _long_lines_problem(long_lines))
     return table
 
 
+def _long_lines_problem(count: int) -> str:
+    return (
+        f"{count} line(s) longer than {MAX_JSON_LINE_BYTES // (1024 * 1024)} MiB skipped (no "
+        "metrics logger writes such lines; the file is damaged or crafted)"
+    )
+
+
 _BLANK = object()  # an empty line: neither a record nor a malformed line
+
+
+def _lines_are_short(data: bytes) -> bool:
+    """Whether every aligned MAX_JSON_LINE_BYTES window of the file holds a line break, so that
+    no line is longer than twice that: pyarrow gets no file with a huge line. C-speed finds."""
+    return all(
+        data.find(b"\n", start, start + MAX_JSON_LINE_BYTES) >= 0
+        for start in range(0, len(data) - MAX_JSON_LINE_BYTES + 1, MAX_JSON_LINE_BYTES)
+    )
+
+
+def _json_lines(data: bytes) -> Iterator[bytes | None]:
+    """The lines of the file (with their line break), None for one longer than
+    MAX_JSON_LINE_BYTES: such a line is never copied out of the file's bytes."""
+    start, size = 0, len(data)
+    while start < size:
+        end = data.find(b"\n", start)
+        stop = size if end < 0 else end + 1
+        yield data[start:stop] if stop - start <= MAX_JSON_LINE_BYTES else None
+        start = stop
 
 
 def _parse_line(line: bytes) -> Any:
@@ -325,7 +371,8 @@ class _RecordColumns:
                 cell[1].append(number)
             elif not _is_missing(value):
                 cell[2].append(row)
-                self.bad_examples.setdefault(str(key), repr(value)[:40])
+                shown = value[:40] if isinstance(value, str) else value  # no copy of a long text
+                self.bad_examples.setdefault(str(key), repr(shown)[:40])
 
     def finish(self) -> ParsedTable:
         table = ParsedTable(n_rows=self.n_rows)
@@ -370,7 +417,7 @@ def _json_number(value: Any) -> float | None:
             return float(value)
         except OverflowError:  # an integer beyond float range
             return None
-    if isinstance(value, str) and value.strip() not in _MISSING_SET:
+    if isinstance(value, str) and len(value) <= _LONGEST_NUMBER_TEXT:
         try:
             return float(value)
         except ValueError:
@@ -379,4 +426,8 @@ def _json_number(value: Any) -> float | None:
 
 
 def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip() in _MISSING_SET)
+    return value is None or (
+        isinstance(value, str)
+        and len(value) <= _LONGEST_NUMBER_TEXT
+        and value.strip() in _MISSING_SET
+    )

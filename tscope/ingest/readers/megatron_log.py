@@ -29,6 +29,7 @@ from tscope.ingest.readers.text_logs import (
 )
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 from tscope.model.metric_names import EVAL_LOSS, SKIPPED_STEPS
+from tscope.model.metric_rows import MetricRows
 
 _RECORD_START = re.compile(r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|")
 # "valid loss at" is the BigScience fork's spelling; newer Megatron adds "on validation set".
@@ -83,8 +84,6 @@ _FIELDS: dict[str, tuple[str, str, float]] = {
 _VALUE_SUFFIX = "value"
 _MAIN_LOSS_KEYS = ("lmloss", "loss")
 
-Row = tuple[int, str, float, str]
-
 
 class MegatronLogReader:
     name = "megatron_log"
@@ -107,7 +106,7 @@ class _PendingOverflow:
 @dataclass
 class _MegatronParser:
     source: str
-    rows: list[Row] = field(default_factory=list)
+    rows: MetricRows = field(default_factory=MetricRows)
     events: list[RunEvent] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
     partial: list[PartialInput] = field(default_factory=list)
@@ -120,6 +119,8 @@ class _MegatronParser:
     def parse(self, lines: _Lookahead) -> None:
         in_arguments = False
         for raw in lines:
+            if self.rows.full:
+                break
             line = strip_launcher_prefix(raw)
             if in_arguments:
                 in_arguments = not _ARGS_END.match(line)
@@ -159,7 +160,7 @@ class _MegatronParser:
             if known is None:
                 continue
             metric, spelling, factor = known
-            self.rows.append((step, metric, value * factor, spelling))
+            self.rows.add(step, metric, value * factor, spelling)
             if metric == SKIPPED_STEPS and value > 0:
                 self.events.append(_skipped_event(step, value, self.source))
 
@@ -187,7 +188,7 @@ class _MegatronParser:
                 metric = EVAL_LOSS if split == "eval" else "test/loss"
             else:
                 metric = f"{split}/{base}"
-            self.rows.append((step, metric, value, " ".join(raw_key.split())))
+            self.rows.add(step, metric, value, " ".join(raw_key.split()))
 
     def _fields(self, body: str) -> Iterator[tuple[str, float]]:
         """(name, value) of each `name: value |` field; an unterminated last field is cut off."""
@@ -249,6 +250,7 @@ class _MegatronParser:
             self.partial.append(
                 PartialInput(self.source, "only the arguments block: no iteration was logged")
             )
+        self.partial.extend(PartialInput(self.source, problem) for problem in self.rows.problems())
         if self.cut_records:
             self.partial.append(
                 PartialInput(
@@ -260,7 +262,7 @@ class _MegatronParser:
         return LogRead(
             kind=kind,
             path=self.source,
-            metrics=LogRead.rows_to_table(self.rows, self.source),
+            metrics=self.rows.to_table(self.source),
             events=self.events,
             caveats=self._caveats(),
             config=self.config,

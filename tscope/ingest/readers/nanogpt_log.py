@@ -24,10 +24,9 @@ from tscope.ingest.readers.text_logs import (
     parse_number,
     sniff_matches,
 )
-from tscope.model import Caveat, LogRead
+from tscope.model import Caveat, LogRead, PartialInput
 from tscope.model.metric_names import EVAL_LOSS, LEARNING_RATE, LOSS
-
-Row = tuple[int, str, float, str]
+from tscope.model.metric_rows import MetricRows
 
 # ---- nanoGPT -------------------------------------------------------------------------------------
 _NANOGPT_ITER = re.compile(r"^\s*iter (?P<step>\d+): loss (?P<loss>[^,\s]+)(?P<rest>.*)$")
@@ -82,10 +81,12 @@ class NanoGPTLogReader:
         return sniff_matches(path, _NANOGPT_SNIFF)
 
     def read(self, path: Path, display_path: str) -> LogRead:
-        rows: list[Row] = []
+        rows = MetricRows()
         config: dict[str, Any] = {}
         echo_lines_left = 0  # > 0 while inside a config file echoed by the configurator
         for line in iter_lines(path, display_path):
+            if rows.full:
+                break
             if echo_lines_left and not _AFTER_CONFIG_ECHO.match(line):
                 echo_lines_left -= 1
                 assignment = _CONFIG_ASSIGNMENT.match(line)
@@ -100,17 +101,18 @@ class NanoGPTLogReader:
             elif tokens := _TOKENS_PER_ITER.match(line):
                 config["tokens_per_iter"] = parse_int(tokens["value"])
             elif iteration := _NANOGPT_ITER.match(line):
-                rows.extend(_iteration_rows(iteration))
+                _add_iteration(iteration, rows)
             elif evaluation := _NANOGPT_EVAL.match(line):
-                rows.extend(_evaluation_rows(evaluation))
+                _add_evaluation(evaluation, rows)
         if not rows and not config:
             raise no_records_error(display_path, "nanoGPT")
         return LogRead(
             kind=self.name,
             path=display_path,
-            metrics=LogRead.rows_to_table(rows, display_path),
+            metrics=rows.to_table(display_path),
             caveats=_nanogpt_caveats(config, display_path),
             config=config,
+            partial=[PartialInput(display_path, problem) for problem in rows.problems()],
         )
 
 
@@ -121,9 +123,11 @@ class ModdedNanoGPTLogReader:
         return sniff_matches(path, _MODDED_SNIFF)
 
     def read(self, path: Path, display_path: str) -> LogRead:
-        rows: list[Row] = []
+        rows = MetricRows()
         config: dict[str, Any] = {}
         for line in iter_lines(path, display_path):
+            if rows.full:
+                break
             match = _MODDED_STEP.match(line)
             if match is None:
                 continue
@@ -135,45 +139,42 @@ class ModdedNanoGPTLogReader:
                 metric = _MODDED_METRICS.get(field_match["key"])
                 value = parse_number(field_match["value"])
                 if metric is not None and value is not None:
-                    rows.append((step, metric, value, field_match["key"]))
+                    rows.add(step, metric, value, field_match["key"])
         if not rows:
             raise no_records_error(display_path, "modded-nanogpt")
         return LogRead(
             kind=self.name,
             path=display_path,
-            metrics=LogRead.rows_to_table(rows, display_path),
+            metrics=rows.to_table(display_path),
             caveats=_modded_caveats(rows, display_path),
             config=config,
+            partial=[PartialInput(display_path, problem) for problem in rows.problems()],
         )
 
 
-def _iteration_rows(match: re.Match[str]) -> list[Row]:
+def _add_iteration(match: re.Match[str], rows: MetricRows) -> None:
     step = int(match["step"])
-    rows: list[Row] = []
     loss = parse_number(match["loss"])
     if loss is not None:
-        rows.append((step, LOSS, loss, "loss"))
+        rows.add(step, LOSS, loss, "loss")
     rest = match["rest"]
     if (time := _NANOGPT_TIME.search(rest)) and (ms := parse_number(time["value"])) is not None:
-        rows.append((step, STEP_TIME_MS, ms, "time"))
+        rows.add(step, STEP_TIME_MS, ms, "time")
     mfu = _NANOGPT_MFU.search(rest)
     percent = parse_number(mfu["value"]) if mfu else None
     if percent is not None and percent != _MFU_NOT_YET_MEASURED:
-        rows.append((step, MFU_PERCENT, percent, "mfu"))
+        rows.add(step, MFU_PERCENT, percent, "mfu")
     if (lr := _NANOGPT_LR.search(rest)) and (rate := parse_number(lr["value"])) is not None:
-        rows.append((step, LEARNING_RATE, rate, "lr"))
-    return rows
+        rows.add(step, LEARNING_RATE, rate, "lr")
 
 
-def _evaluation_rows(match: re.Match[str]) -> list[Row]:
+def _add_evaluation(match: re.Match[str], rows: MetricRows) -> None:
     step = int(match["step"])
-    rows: list[Row] = []
     train, val = parse_number(match["train"]), parse_number(match["val"])
     if train is not None:
-        rows.append((step, EVAL_TRAIN_LOSS, train, "train loss"))
+        rows.add(step, EVAL_TRAIN_LOSS, train, "train loss")
     if val is not None:
-        rows.append((step, EVAL_LOSS, val, "val loss"))
-    return rows
+        rows.add(step, EVAL_LOSS, val, "val loss")
 
 
 def _config_value(text: str) -> int | float | bool | str | None:
@@ -217,8 +218,8 @@ def _nanogpt_caveats(config: dict[str, Any], source: str) -> list[Caveat]:
     return caveats
 
 
-def _modded_caveats(rows: list[Row], source: str) -> list[Caveat]:
-    if not any(metric == LOSS for _, metric, _, _ in rows):
+def _modded_caveats(rows: MetricRows, source: str) -> list[Caveat]:
+    if not rows.has_metric(LOSS):
         return [
             Caveat(
                 "no_train_loss",

@@ -15,6 +15,7 @@ import numpy as np
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
+from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS, columns_to_read
 from tscope.ingest.readers.event_proto import ScalarRecords, decode_event
 from tscope.ingest.readers.keras_running_mean import batch_values_from_running_means
 from tscope.ingest.readers.protobuf_wire import WireFormatError
@@ -34,6 +35,9 @@ from tscope.model.metric_table import first_seen_codes
 _FILE_NAME_MARKER = "tfevents"
 # How many leading records to try for the wall time that orders resumed runs' files.
 _STARTED_AT_PROBE_RECORDS = 16
+# The largest |step| kept, as the CSV, JSON and trainer_state readers keep: 2**53, past which
+# integers have no exact float (table_columns.usable_steps).
+MAX_STEP = 2**53
 
 
 class TensorBoardReader:
@@ -71,7 +75,7 @@ class TensorBoardReader:
                 display_path,
                 "not a TensorBoard event file: no record decodes as an Event",
             )
-        metrics, caveats = _metric_table(decoded, path, display_path)
+        metrics, caveats, step_problems = _metric_table(decoded, path, display_path)
         return LogRead(
             kind=self.name,
             path=display_path,
@@ -79,7 +83,8 @@ class TensorBoardReader:
             caveats=caveats,
             config=decoded.config,
             partial=[
-                PartialInput(display_path, problem) for problem in _problems(records, decoded)
+                PartialInput(display_path, problem)
+                for problem in [*_problems(records, decoded), *step_problems]
             ],
             started_at=decoded.started_at,
         )
@@ -278,12 +283,25 @@ def _first_wall_time(buffer: bytes, records: Records, usable: np.ndarray) -> flo
     return None
 
 
-def _metric_table(decoded: _Decoded, path: Path, source: str) -> tuple[MetricTable, list[Caveat]]:
-    names = metric_names(decoded.tags, path, source)
+def _metric_table(
+    decoded: _Decoded, path: Path, source: str
+) -> tuple[MetricTable, list[Caveat], list[str]]:
+    """The metric table, its caveats, and the problems with its points (for `partial`)."""
+    names, cap_problems = _capped_metric_names(decoded.tags, path, source)
     kept_tag = np.asarray([name is not None for name in names], dtype=bool)
     keep = kept_tag[decoded.tag_id] if decoded.tag_id.size else np.zeros(0, dtype=bool)
+    # Steps as the table readers take them (|step| < 2**53): an Event's int64 step near 2**63
+    # has no exact float, and a chart spanning it had a width of 0.0 (ZeroDivisionError).
+    absurd = keep & ((decoded.step >= MAX_STEP) | (decoded.step <= -MAX_STEP))
+    problems = cap_problems
+    if absurd.any():
+        keep &= ~absurd
+        problems.append(
+            f"{int(absurd.sum())} scalar points skipped: their step is beyond 2**53 "
+            f"(the first: {int(decoded.step[np.argmax(absurd)])}); no training run gets there"
+        )
     if not keep.any():
-        return MetricTable.no_rows(), []
+        return MetricTable.no_rows(), [], problems
     tag_id = decoded.tag_id[keep]
     steps, caveats = samples_axis_to_steps(decoded.step[keep], tag_id, decoded.tags, source)
     table = MetricTable(
@@ -295,7 +313,24 @@ def _metric_table(decoded: _Decoded, path: Path, source: str) -> tuple[MetricTab
         np.arange(tag_id.size, dtype=np.int64),
     )
     table, keras_caveats = batch_values_from_running_means(table, source)
-    return table, [*caveats, *keras_caveats]
+    return table, [*caveats, *keras_caveats], problems
+
+
+def _capped_metric_names(
+    tags: list[str], path: Path, source: str
+) -> tuple[list[str | None], list[str]]:
+    """metric_names for at most MAX_TABLE_COLUMNS tags (the step and loss-like ones first), None
+    for the others, and a problem saying how many were not read. The series cap applied before
+    naming: naming costs ~30 us a tag, and 300,000 tags took 35 s (the decoding ~2 s)."""
+    if len(tags) <= MAX_TABLE_COLUMNS:
+        return metric_names(tags, path, source), []
+    read_tags = columns_to_read(tags)
+    by_tag = dict(zip(read_tags, metric_names(read_tags, path, source), strict=True))
+    problem = (
+        f"{len(tags) - len(read_tags)} of its {len(tags)} tags not read: tscope reads at most "
+        f"{len(read_tags)} tags of a log (the step and loss-like ones first)"
+    )
+    return [by_tag.get(tag) for tag in tags], [problem]
 
 
 def _problems(records: Records, decoded: _Decoded) -> list[str]:

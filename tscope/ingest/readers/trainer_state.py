@@ -11,10 +11,16 @@ from tscope.ingest import safe_json
 from tscope.ingest.base import read_head
 from tscope.ingest.logs.names import canonical_metric
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
+from tscope.model.metric_rows import MetricRows
 
-# A Trainer logging every step of a 1M-step run writes ~150 MB; beyond this the file is not one
-# the Trainer wrote, and its parsed form (~5x the bytes) would crowd the machine.
-MAX_TRAINER_STATE_BYTES = 512 * 1024 * 1024
+# Real files are KB to tens of MB (the Trainer writes ~150 bytes per logged step, indent=2, so a
+# run logging every one of 1M steps has ~150 MB). The whole document is parsed into Python
+# objects, ~7x its bytes (1 KB-key rows: 52 MB held 360 MB): at 512 MiB a crafted file held
+# 3.6 GB; 256 MiB bounds the parse near 1.8 GB.
+MAX_TRAINER_STATE_BYTES = 256 * 1024 * 1024
+# Keys of one log_history row that are read. The Trainer's rows hold 4-10 keys, an evaluation's a
+# few dozen (several eval datasets); a row of 1,000 keys made 1,000 points per ~13 KB.
+MAX_KEYS_PER_ENTRY = 256
 # Steps are integers a float64 holds exactly (the long-form table is int64, charts are float).
 MAX_STEP = 2**53
 
@@ -66,24 +72,36 @@ class TrainerStateReader:
         if not isinstance(history, list):
             raise UnreadableInput(display_path, "no log_history list in trainer_state.json")
 
-        rows: list[tuple[int, str, float, str]] = []
+        rows = MetricRows()
+        names: dict[str, str] = {}  # key -> canonical name: every row repeats the same keys
+        wide_entries = 0
         events: list[RunEvent] = []
         last_epoch_index: int | None = None
         bad_steps: list[Any] = []
         for entry in history:
+            if rows.full:
+                break
             if not isinstance(entry, dict) or SUMMARY_ROW_MARKER in entry:
                 continue
             step = _as_step(entry.get("step"))
             if step is None:
                 bad_steps.append(entry.get("step"))
                 continue
+            keys_read = 0
             for key, value in entry.items():
                 if key in _NON_METRIC_KEYS or key in IGNORED_KEYS:
                     continue
                 number = _as_float(value)
                 if number is None:
                     continue
-                rows.append((step, canonical_metric(key), number, key))
+                if keys_read == MAX_KEYS_PER_ENTRY:
+                    wide_entries += 1
+                    break
+                keys_read += 1
+                name = names.get(key)
+                if name is None:
+                    name = names[key] = canonical_metric(key)
+                rows.add(step, name, number, key)
             epoch = entry.get("epoch")
             if (
                 isinstance(epoch, (int, float))
@@ -115,13 +133,25 @@ class TrainerStateReader:
                     "The other rows are analyzed; a file edited or damaged by hand can cause this",
                 )
             )
+        if wide_entries:
+            partial.append(
+                PartialInput(
+                    display_path,
+                    f"{wide_entries} log_history row(s) hold more than {MAX_KEYS_PER_ENTRY} "
+                    f"numeric keys: only their first {MAX_KEYS_PER_ENTRY} were read (the Trainer "
+                    "logs a few dozen at most)",
+                )
+            )
+        partial.extend(PartialInput(display_path, problem) for problem in rows.problems())
         global_step = _as_step(state.get("global_step"))
+        caveats = trainer_logging_caveats(_logging_steps(state), display_path)
+        del state, history  # the parsed document (~7x the file) is not needed past here
         return LogRead(
             kind=self.name,
             path=display_path,
-            metrics=LogRead.rows_to_table(rows, display_path),
+            metrics=rows.to_table(display_path),
             events=events,
-            caveats=trainer_logging_caveats(_logging_steps(state), display_path),
+            caveats=caveats,
             config=config,
             partial=partial,
             started_at=float(global_step or 0),

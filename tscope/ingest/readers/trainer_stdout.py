@@ -35,7 +35,8 @@ from tscope.ingest.readers.trainer_state import (
     SUMMARY_ROW_MARKER,
     trainer_logging_caveats,
 )
-from tscope.model import Caveat, LogRead
+from tscope.model import Caveat, LogRead, PartialInput
+from tscope.model.metric_rows import MetricRows
 
 # A printed row ends with the epoch (Trainer adds it last) or starts with a loss. The scan
 # towards 'epoch' stops at the next "{'", where another start takes over: with `[^\n]*` each of
@@ -72,6 +73,12 @@ _WRAPPED_SCALAR = re.compile(r"(?:np|numpy)\.\w+\((?P<inner>[^()]*)\)|tensor\((?
 _OPENERS, _CLOSERS = "([{", ")]}"
 
 
+# Printed metric dicts read from one log. The step of each is resolved only once all are read
+# (from the bars after them), so each is held as an object (~0.7 KB); the Trainer prints one per
+# logging_steps, and a million is every step of a million-step run.
+MAX_PRINTED_ROWS = 1_000_000
+
+
 @dataclass
 class _PrintedRow:
     values: dict[str, float]
@@ -95,6 +102,8 @@ class TrainerStdoutReader:
         bar_moves: Counter[int] = Counter()
         in_banner = False
         for line in iter_lines(path, display_path):
+            if len(rows) >= MAX_PRINTED_ROWS:
+                break
             if _BANNER_START in line:
                 in_banner = True
                 continue
@@ -110,18 +119,28 @@ class TrainerStdoutReader:
         if not rows:
             raise no_records_error(display_path, "Hugging Face Trainer")
         steps, caveats = _resolve_steps(rows, banner, bar_moves, display_path)
-        table_rows = [
-            (step, canonical_metric(key), value, key)
-            for row, step in zip(rows, steps, strict=True)
-            for key, value in row.values.items()
-        ]
+        points = MetricRows()
+        names: dict[str, str] = {}  # key -> canonical name: a log repeats a few keys
+        for row, step in zip(rows, steps, strict=True):
+            for key, number in row.values.items():
+                name = names.get(key)
+                if name is None:
+                    name = names[key] = canonical_metric(key)
+                points.add(step, name, number, key)
         caveats.extend(_trainer_caveats(rows, steps, display_path))
+        problems = points.problems()
+        if len(rows) >= MAX_PRINTED_ROWS:
+            problems.append(
+                f"only the first {MAX_PRINTED_ROWS:,} printed rows were read: tscope reads at "
+                "most that many from one log (no training run prints more); the rest is left out"
+            )
         return LogRead(
             kind=self.name,
             path=display_path,
-            metrics=LogRead.rows_to_table(table_rows, display_path),
+            metrics=points.to_table(display_path),
             caveats=caveats,
             config=dict(banner),
+            partial=[PartialInput(display_path, problem) for problem in problems],
         )
 
 

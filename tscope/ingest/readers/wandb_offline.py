@@ -28,6 +28,7 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
 from tscope.ingest.base import read_head
+from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS, columns_to_read
 from tscope.ingest.logs.table_columns import canonical_column_names, is_bookkeeping_column
 from tscope.ingest.readers.protobuf_wire import (
     FIXED64,
@@ -193,7 +194,7 @@ class _RunLog:
                 resumed = bool(value)
             elif number == RUN_STARTING_STEP and isinstance(value, int):
                 starting_step = signed64(value)
-        if resumed:
+        if resumed and abs(starting_step) < MAX_STEP:  # a step, as history rows' (see below)
             self.resumed_at = starting_step
 
     def settle(self) -> int:
@@ -278,28 +279,44 @@ def _metric_rows(
     logged_keys = {key.lower() for _, items in history for key, _ in items}
     global_key = next((key for key in GLOBAL_STEP_KEYS if key in logged_keys), None)
     rows: list[tuple[int, str, float, str]] = []
-    metric_keys = dict.fromkeys(
-        key
-        for _, items in history
-        for key, _ in items
-        if is_wandb_metric_key(key) and not is_bookkeeping_column(key)
-    )
-    names = dict(canonical_column_names(list(metric_keys)))
-    skipped = 0
+    # The series cap, applied before any name is canonicalized: naming costs ~30 us a key, and
+    # one history row of 1,000,000 distinct keys (19 MB) took over a minute.
+    logged = list(dict.fromkeys(key for _, items in history for key, _ in items))
+    read_keys = columns_to_read(logged) if len(logged) > MAX_TABLE_COLUMNS else logged
+    metric_keys = [
+        key for key in read_keys if is_wandb_metric_key(key) and not is_bookkeeping_column(key)
+    ]
+    names = dict(canonical_column_names(metric_keys))
+    skipped = beyond = 0
     for wandb_step, items in history:
         step = wandb_step
         if global_key is not None or step is None:
             wanted = global_key or WANDB_STEP_KEY
             found = [v for k, v in items if k.lower() == wanted]
             step = _as_step(found[0]) if found else None
+        elif abs(step) >= MAX_STEP:
+            # history.step.num is an int64: near 2**63 it has no exact float, and a chart over
+            # such steps had a width of 0.0 (ZeroDivisionError). Dropped as the tables drop it.
+            beyond += any(is_wandb_metric_key(key) for key, _ in items)
+            continue
         if step is None:
             skipped += any(is_wandb_metric_key(key) for key, _ in items)
             continue
         rows.extend((step, names[key], value, key) for key, value in items if key in names)
-    problem = ""
+    problems = []
+    if len(read_keys) < len(logged):
+        problems.append(
+            f"{len(logged) - len(read_keys)} of its {len(logged)} history keys not read: tscope "
+            f"reads at most {len(read_keys)} keys of a log (the step and loss-like ones first)"
+        )
     if skipped:
-        problem = f"{skipped} history row(s) without {global_key or 'a step'} skipped"
-    return rows, problem
+        problems.append(f"{skipped} history row(s) without {global_key or 'a step'} skipped")
+    if beyond:
+        problems.append(
+            f"{beyond} history row(s) skipped: their step is beyond 2**53, which no training "
+            "run reaches"
+        )
+    return rows, "; ".join(problems)
 
 
 def _as_step(value: float) -> int | None:
