@@ -19,7 +19,12 @@ import pytest
 import torch
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoints.base import CheckpointHandle, CheckpointReader, LoadOptions
+from tscope.ingest.checkpoints.base import (
+    CheckpointHandle,
+    CheckpointReader,
+    ConfinableReader,
+    LoadOptions,
+)
 from tscope.ingest.checkpoints.dcp import DcpReader
 from tscope.ingest.checkpoints.deepspeed import DeepSpeedReader
 from tscope.ingest.checkpoints.lightning import LightningReader
@@ -80,8 +85,15 @@ def manifest(case: Case) -> dict[str, Any]:
     return loaded["checkpoints"][case.manifest_step]
 
 
+def bound(case: Case) -> CheckpointReader:
+    """The case's reader with the layouts folder as the input (as `tscope analyze` of it reads
+    them): the run folder around each checkpoint, with `latest` and its siblings, is inside it."""
+    reader = case.reader
+    return reader.confined_to(LAYOUTS) if isinstance(reader, ConfinableReader) else reader
+
+
 def open_case(case: Case) -> CheckpointHandle:
-    return case.reader.open(LAYOUTS / case.path, case.path, OPTIONS)
+    return bound(case).open(LAYOUTS / case.path, case.path, OPTIONS)
 
 
 def assert_matches(tensor: torch.Tensor, expected: dict[str, Any], what: str) -> None:
@@ -94,7 +106,7 @@ def assert_matches(tensor: torch.Tensor, expected: dict[str, Any], what: str) ->
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.path)
 def test_weights_steps_and_names_are_what_the_producer_saved(case):
     truth = manifest(case)
-    assert case.reader.can_open(LAYOUTS / case.path) is case.claimed
+    assert bound(case).can_open(LAYOUTS / case.path) is case.claimed
     handle = open_case(case)
     try:
         assert handle.info.step == truth["step"]
@@ -226,7 +238,7 @@ def test_dcp_in_a_trainer_folder_takes_the_step_and_rng_files_from_its_siblings(
 
 def test_deepspeed_audit_says_when_latest_names_another_tag(tmp_path):
     run = copy_layout("deepspeed_zero1_2ranks", tmp_path)
-    reader = DeepSpeedReader()
+    reader = DeepSpeedReader(run)  # the run folder, holding `latest`, is the input
     assert not any(
         "latest" in n for n in reader.open(run / "global_step2", "t", OPTIONS).audit().notes
     )

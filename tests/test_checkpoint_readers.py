@@ -216,7 +216,7 @@ def test_audit_counts_rng_files_per_rank_and_expects_a_scaler_when_fp16_shows(tm
     shutil.copy(folder / "rng_state_0.pth", folder / "rng_state_2.pth")
     torch.save({"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5,
                 "growth_interval": 2000, "_growth_tracker": 7}, run / "checkpoint-180" / "scaler.pt")  # fmt: skip
-    audit = open_hf(folder).audit()
+    audit = HfTrainerReader(run).open(folder, "ckpt", OPTIONS).audit()  # run/ is the input
     assert audit.rng_ranks == (0, 2) and audit.expected_ranks == 3
     assert "RNG state for 1 of 3 ranks" in audit.missing()
     assert audit.has_scaler is False and "GradScaler state" in audit.missing()

@@ -78,8 +78,13 @@ def chart_series(run: Run, metric: str) -> dict[str, list[object]]:
 HEATMAP_MAX_LAYERS = 40
 
 
-def layer_heatmap(layers: Any) -> LayerHeatmap:
-    """names × checkpoint steps matrices of the update ratio and norm growth, for the report."""
+def layer_heatmap(layers: Any) -> LayerHeatmap | None:
+    """names × checkpoint steps matrices of the update ratio and norm growth, for the report;
+    None when no checkpoint has a known step (its columns are steps). A checkpoint without one
+    (`weights/` saved by hand) is left out of the map, not placed at a made-up step."""
+    layers = layers[layers["step"].notna()]
+    if layers.empty:
+        return None
     steps = sorted(int(s) for s in layers["step"].unique())
     ratio = layers.pivot_table(index="tensor", columns="step", values="update_ratio_per_step")
     growth = layers.pivot_table(index="tensor", columns="step", values="norm_growth_rate")

@@ -96,7 +96,8 @@ class OptimizerStateExplainer:
 
 def _eps_dominance(evidence: Evidence) -> list[Finding]:
     assert evidence.checkpoints is not None
-    layers = evidence.checkpoints.layers
+    # "The latest checkpoint" needs steps: one without a known step cannot be placed.
+    layers = evidence.checkpoints.timed_layers()
     if layers.empty or layers["eps_dominance"].isna().all():
         return []
     latest = layers[layers["step"] == layers["step"].max()]

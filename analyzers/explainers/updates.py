@@ -89,7 +89,8 @@ class UpdatesExplainer:
         if evidence.checkpoints is None or evidence.checkpoints.layers.empty:
             return []
         # Biases start at zero and stay small, so their ratios to their own norm are noise.
-        layers = evidence.checkpoints.layers
+        # Windows run between checkpoints at known steps: one without a step has no window.
+        layers = evidence.checkpoints.timed_layers()
         layers = layers[~layers["tensor"].str.endswith("bias")]
         if layers.empty:
             return []

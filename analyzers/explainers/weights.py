@@ -96,7 +96,14 @@ class WeightsExplainer:
         findings = []
         assert evidence.checkpoints is not None
         rates = evidence.checkpoints.lr_by_step()
-        for finding in (_nonfinite(layers), _norm_growth(layers, rates), _frozen(layers)):
+        # Growth and frozen tensors compare checkpoints across steps: a checkpoint without a
+        # known step has no window. NaN/Inf is judged in every checkpoint.
+        timed = evidence.checkpoints.timed_layers()
+        for finding in (
+            _nonfinite(layers),
+            _norm_growth(timed, rates) if not timed.empty else None,
+            _frozen(timed) if not timed.empty else None,
+        ):
             if finding is not None:
                 findings.append(finding)
         return findings
@@ -106,11 +113,21 @@ def _nonfinite(layers: pd.DataFrame) -> Finding | None:
     bad = layers[layers["nonfinite_count"] > 0]
     if bad.empty:
         return None
-    first_step = int(bad["step"].min())
-    first = bad[bad["step"] == first_step].sort_values("nonfinite_count", ascending=False)
-    clean_before = layers[(layers["step"] < first_step)]["step"]
-    last_clean = int(clean_before.max()) if not clean_before.empty else None
+    timed = bad[bad["step"].notna()]
+    first_step: int | None = None
+    last_clean: int | None = None
+    if not timed.empty:
+        first_step = int(timed["step"].min())
+        first = timed[timed["step"] == first_step]
+        clean_before = layers[layers["step"] < first_step]["step"].dropna()
+        last_clean = int(clean_before.max()) if not clean_before.empty else None
+    else:
+        # Only checkpoints without a known step hold NaN/Inf: the first in the table's order
+        # (by name), with no step to place it or a finite one before it.
+        first = bad[bad["checkpoint"] == bad["checkpoint"].iloc[0]]
+    first = first.sort_values("nonfinite_count", ascending=False)
     worst = first.iloc[0]
+    at = f"step {first_step}" if first_step is not None else "step unknown"
     names = first["tensor"].tolist()
     return Finding(
         category="nonfinite_weights",
@@ -119,7 +136,7 @@ def _nonfinite(layers: pd.DataFrame) -> Finding | None:
         step=first_step,
         layer=str(worst["tensor"]),
         message=(
-            f"Checkpoint {worst['checkpoint']} (step {first_step}) holds NaN/Inf in {len(names)} "
+            f"Checkpoint {worst['checkpoint']} ({at}) holds NaN/Inf in {len(names)} "
             f"tensor(s), most in {worst['tensor']} ({int(worst['nonfinite_count'])} of "
             f"{int(worst['numel'])} values)"
             + (

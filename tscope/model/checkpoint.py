@@ -124,6 +124,15 @@ class CheckpointEvidence:
     def steps(self) -> list[int]:
         return [s.info.step for s in self.snapshots if s.info.step is not None]
 
+    def timed_layers(self) -> pd.DataFrame:
+        """The layer rows of the checkpoints whose step is known. A checkpoint without one (a
+        DCP folder saved by hand as `weights/`) has no place on a step axis: the rules and charts
+        that compare checkpoints across steps use these rows; its own rows stay in `layers`
+        (layers.parquet, the NaN/Inf rule)."""
+        if self.layers.empty:
+            return self.layers
+        return self.layers[self.layers["step"].notna()]
+
     def lr_by_step(self) -> dict[int, float]:
         """The learning rate each checkpoint's optimizer state holds (its first param group)."""
         rates = {}

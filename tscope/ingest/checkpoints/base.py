@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from tscope.ingest.safe_fs import is_inside
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -123,3 +125,26 @@ class CheckpointReader(Protocol):
         """Step, format and whether optimizer and RNG state are present, from names and the
         pickle's keys only (`--no-weights`: no tensor and no large file is read)."""
         ...
+
+
+@runtime_checkable
+class ConfinableReader(Protocol):
+    """A reader that looks beside the path it opens (a sibling checkpoint, DeepSpeed's `latest`,
+    accelerate's optimizer folder) and so must be told the input root it may not step above."""
+
+    def confined_to(self, root: Path) -> CheckpointReader: ...
+
+
+def parent_inside(input_root: Path | None, path: Path) -> Path | None:
+    """`path`'s folder when it lies inside the input, else None (it must be neither read nor
+    listed). `input_root` None: `path` itself is the input, so its folder never is."""
+    parent = path.parent
+    root = path if input_root is None else input_root
+    return parent if is_inside(root, parent) else None
+
+
+def parent_place(path: Path) -> str:
+    """How a partial entry names the folder above the input: `run/`, from the text of the path
+    the user gave (nothing there is opened)."""
+    name = Path(os.path.abspath(path)).parent.name
+    return f"{name}/" if name else "the parent folder"

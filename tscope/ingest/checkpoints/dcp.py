@@ -15,6 +15,7 @@ Every tensor is read alone, in this process, without a process group (dcp_storag
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -39,6 +40,7 @@ from tscope.ingest.checkpoints.state_dict_files import (
     step_from_name,
     step_value,
 )
+from tscope.ingest.safe_fs import is_inside
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -54,6 +56,16 @@ class DcpReader:
     name = "torch_dcp"
     replay_facts = ReplayFacts(next_update_offset=1, sharded=True)  # step N: N updates done
 
+    def __init__(self, input_root: Path | None = None) -> None:
+        # The input the user named. accelerate keeps a DCP folder's optimizer, step and RNG files
+        # beside it, in the Trainer's checkpoint-N/; they are read only when that folder lies
+        # inside this root. None: the opened folder is the root (nothing above it is read).
+        self._input_root = input_root
+
+    def confined_to(self, root: Path) -> DcpReader:
+        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
+        return DcpReader(root)
+
     def can_open(self, path: Path) -> bool:
         """A folder holding `.metadata`, or a Trainer folder holding accelerate's
         `pytorch_model_fsdp_0/` DCP folder and no consolidated weights."""
@@ -68,21 +80,29 @@ class DcpReader:
         return not holds_weights and (path / "pytorch_model_fsdp_0" / ".metadata").is_file()
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> DcpCheckpoint:
-        return DcpCheckpoint(path, display_path, options)
+        return DcpCheckpoint(path, display_path, options, self._input_root)
 
     def describe(self, path: Path, display_path: str) -> CheckpointInfo:
         # Opening reads only `.metadata` (no tensor): which keys are model and which moments
         # is the description.
-        checkpoint = DcpCheckpoint(path, display_path, LoadOptions())
+        checkpoint = DcpCheckpoint(path, display_path, LoadOptions(), self._input_root)
         checkpoint.close()
         return checkpoint.info
 
 
 class DcpCheckpoint:
-    def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
+    def __init__(
+        self,
+        path: Path,
+        display_path: str,
+        options: LoadOptions,
+        input_root: Path | None = None,
+    ) -> None:
         self.partial: list[PartialInput] = []
         self._options = options
+        self._input_root = path if input_root is None else input_root
         self._trainer_dir: Path | None = None  # the accelerate/Trainer checkpoint-N/, if any
+        self._unread_siblings = False  # that folder lies outside the input: never looked at
         self._folders = self._open_folders(path, display_path, options)
         layout = KeyLayout()
         for folder in self._folders:
@@ -109,11 +129,17 @@ class DcpCheckpoint:
             model_dir, model_shown = path / "pytorch_model_fsdp_0", f"{shown}/pytorch_model_fsdp_0"
         folders = [load_folder(model_dir, model_shown, options, self.partial)]
         if ACCELERATE_OPTIMIZER_ONLY.match(path.name):  # optimizer_0/ opened alone
-            self._trainer_dir = path.parent
+            self._trainer_dir = self._beside(
+                path, shown, "the model (pytorch_model_fsdp_0/), trainer_state.json (the step)"
+            )
         match = ACCELERATE_MODEL_DIR.match(model_dir.name)
         if match:  # accelerate writes the optimizer into a sibling DCP folder
-            self._trainer_dir = model_dir.parent
             name = ACCELERATE_OPTIMIZER_DIR.format(index=match.group(1))
+            self._trainer_dir = self._beside(
+                model_dir, model_shown, f"the optimizer ({name}/), trainer_state.json (the step)"
+            )
+            if self._trainer_dir is None:
+                return folders
             parent_shown = model_shown.rpartition("/")[0]
             optimizer_shown = f"{parent_shown}/{name}" if parent_shown else name
             if (model_dir.parent / name / dcp_storage.METADATA_FILE).is_file():
@@ -124,6 +150,27 @@ class DcpCheckpoint:
                 except UnreadableInput as error:  # the weights still count without it
                     self.partial.append(PartialInput(error.path, _problem(error)))
         return folders
+
+    def _beside(self, folder: Path, shown: str, siblings: str) -> Path | None:
+        """The Trainer's checkpoint-N/ holding accelerate's DCP `folder`, or None when it lies
+        outside the input: given `checkpoint-5/pytorch_model_fsdp_0` alone, its parent's
+        trainer_state.json and optimizer_0/ were read (a step and an Adam counter from files the
+        user never named). The siblings are only named here, never looked at."""
+        parent = folder.parent
+        if is_inside(self._input_root, parent):
+            return parent
+        self._unread_siblings = True
+        where = Path(os.path.abspath(folder)).parent.name
+        place = f"{where}/" if where else "the parent folder"
+        self.partial.append(
+            PartialInput(
+                shown,
+                f"{siblings} and the RNG files that accelerate keeps beside this folder in "
+                f"{place} are not read: they lie outside the input. Point tscope at {place} "
+                "to read them",
+            )
+        )
+        return None
 
     def _step(self, path: Path) -> int | None:
         for folder in self._folders:
@@ -142,8 +189,13 @@ class DcpCheckpoint:
             if step is not None:
                 self._step_source = "trainer_state.json"
                 return step
-        named = self._trainer_dir or path  # pytorch_model_fsdp_0's number is not a step
-        step = step_from_name(named.name)
+        # pytorch_model_fsdp_0's or optimizer_0's number is not a step: the Trainer folder's
+        # name is, and outside the input it is still known from the path the user gave (its
+        # text only: nothing there is opened).
+        name = self._trainer_dir.name if self._trainer_dir else path.name
+        if self._unread_siblings:
+            name = Path(os.path.abspath(path)).parent.name
+        step = step_from_name(name)
         if step is not None:
             self._step_source = "folder name"
         return step
@@ -281,7 +333,12 @@ class DcpCheckpoint:
         if self._step_source:
             notes.append(f"step from the {self._step_source}")
         rng = self._rng_ranks()
-        if not rng:
+        if self._unread_siblings:
+            notes.append(
+                "the Trainer folder around this DCP folder lies outside the input: its "
+                "RNG, scheduler and step files were not read"
+            )
+        elif not rng:
             notes.append("no RNG state is saved with this DCP checkpoint")
         has_scaler = (
             True if "scaler.pt" in sibling or self._loop_roots & {"scaler", "grad_scaler"} else None

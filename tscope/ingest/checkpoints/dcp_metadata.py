@@ -226,14 +226,24 @@ def _tensor_entry(entry: PickledObject) -> TensorEntry | None:
     if dtype is None or size is None or not isinstance(chunks_raw, list):
         return None
     chunks = []
+    # A chunk repeated by memo references (4 bytes each) is one object: converted once, so a
+    # list of 300,000 copies costs lookups, not conversions. The copies stay in the list for
+    # dcp_storage to refuse the tensor with its reason (chunks that overlap).
+    converted: dict[int, Chunk] = {}
     for raw in chunks_raw:
-        if not isinstance(raw, PickledObject) or raw.global_name != _DCP + "ChunkStorageMetadata":
-            return None
-        chunk_state = _state_dict(raw)
-        offsets, sizes = _size(chunk_state.get("offsets")), _size(chunk_state.get("sizes"))
-        if offsets is None or sizes is None:
-            return None
-        chunks.append(Chunk(offsets, sizes))
+        chunk = converted.get(id(raw))
+        if chunk is None:
+            if (
+                not isinstance(raw, PickledObject)
+                or raw.global_name != _DCP + "ChunkStorageMetadata"
+            ):
+                return None
+            chunk_state = _state_dict(raw)
+            offsets, sizes = _size(chunk_state.get("offsets")), _size(chunk_state.get("sizes"))
+            if offsets is None or sizes is None:
+                return None
+            chunk = converted[id(raw)] = Chunk(offsets, sizes)
+        chunks.append(chunk)
     return TensorEntry(dtype, size, tuple(chunks))
 
 

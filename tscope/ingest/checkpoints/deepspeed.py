@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.base import (
+    LoadOptions,
+    OptimizerState,
+    parent_inside,
+    parent_place,
+)
 from tscope.ingest.checkpoints.deepspeed_zero import (
     ZeroState,
     load_deepspeed_file,
@@ -48,6 +53,17 @@ class DeepSpeedReader:
     name = "deepspeed"
     replay_facts = None
 
+    def __init__(self, input_root: Path | None = None) -> None:
+        # The input the user named. The run folder around a tag folder holds `latest` and the
+        # original of a `<tag>_universal/` conversion; they are looked at only inside this root.
+        # None: the opened folder is the input (nothing above it is looked at, and with no
+        # input named there is no one to tell; find_checkpoints always names it).
+        self._input_root = input_root
+
+    def confined_to(self, root: Path) -> DeepSpeedReader:
+        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
+        return DeepSpeedReader(root)
+
     def can_open(self, path: Path) -> bool:
         """A tag folder with model states, or a universal folder (`zero/<param>/fp32.pt`).
 
@@ -57,14 +73,21 @@ class DeepSpeedReader:
         if not path.is_dir():
             return False
         if any(MODEL_STATES.match(p.name) for p in path.iterdir() if p.is_file()):
-            if path.name.endswith(UNIVERSAL_SUFFIX) and is_real_folder(path / UNIVERSAL_DIR):
+            if (
+                path.name.endswith(UNIVERSAL_SUFFIX)
+                and is_real_folder(path / UNIVERSAL_DIR)
+                # Given the universal folder alone, its original lies outside the input: it is
+                # not looked at (nor analyzed), so this folder is the checkpoint.
+                and parent_inside(self._input_root, path) is not None
+            ):
                 original = path.with_name(path.name.removesuffix(UNIVERSAL_SUFFIX))
-                return not (original.is_dir() and self.can_open(original))
+                # lstat: a linked original inside the input is not followed (nor listed).
+                return not (is_real_folder(original) and self.can_open(original))
             return True
         return _is_universal(path)
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> DeepSpeedCheckpoint:
-        return DeepSpeedCheckpoint(path, display_path, options)
+        return DeepSpeedCheckpoint(path, display_path, options, self._input_root)
 
     def describe(self, path: Path, display_path: str) -> CheckpointInfo:
         universal = _is_universal(path)
@@ -96,10 +119,29 @@ def _is_universal(path: Path) -> bool:
 
 
 class DeepSpeedCheckpoint:
-    def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
+    def __init__(
+        self,
+        path: Path,
+        display_path: str,
+        options: LoadOptions,
+        input_root: Path | None = None,
+    ) -> None:
         self.partial: list[PartialInput] = []
         self._dir, self._shown, self._options = path, display_path, options
         self._universal = _is_universal(path)
+        # The run folder holding `latest`; None when it lies outside the input (given
+        # `run/global_step2` alone, `run/latest` is never opened).
+        self._run_dir = parent_inside(input_root, path)
+        if self._run_dir is None and input_root is not None:
+            place = parent_place(path)
+            self.partial.append(
+                PartialInput(
+                    display_path,
+                    f"`{self._latest_name()}` (the tag a resume without a tag loads) beside this "
+                    f"folder in {place} is not read: it lies outside the input. Point tscope at "
+                    f"{place} to read it",
+                )
+            )
         self._states: Mapping[str, Any] = self._model_states()
         module = self._states.get("module")
         buffers = set(self._states.get("buffer_names") or [])
@@ -331,7 +373,9 @@ class DeepSpeedCheckpoint:
     def _latest_note(self) -> list[str]:
         """`load_checkpoint(dir)` without a tag resumes from the tag named in `latest`
         (`latest_universal` with universal loading): say when that is another checkpoint."""
-        marker = self._dir.parent / ("latest_universal" if self._universal else "latest")
+        if self._run_dir is None:  # outside the input: listed in partial, never opened
+            return []
+        marker = self._run_dir / self._latest_name()
         try:
             # Through safe_fs: a `latest` linked to ~/.ssh/id_rsa once had its first 80
             # characters quoted in the case, and a FIFO named `latest` blocked the read forever.
@@ -342,6 +386,9 @@ class DeepSpeedCheckpoint:
         if not latest or latest == self._dir.name:
             return []
         return [f"`{marker.name}` names {latest[:80]}: a resume without a tag loads that one"]
+
+    def _latest_name(self) -> str:
+        return "latest_universal" if self._universal else "latest"
 
     def close(self) -> None:
         self._states = {}

@@ -18,6 +18,8 @@ from tscope.ingest.checkpoints.base import (
     LoadOptions,
     OptimizerState,
     ReplayFacts,
+    parent_inside,
+    parent_place,
 )
 from tscope.ingest.checkpoints.hf_trainer_resume import TrainerResumeFiles, trainer_resume_audit
 from tscope.ingest.checkpoints.optimizer_mapping import TRAINER_RULES, map_optimizer_state
@@ -73,6 +75,17 @@ class HfTrainerReader:
         trainer_logging=True,
     )
 
+    def __init__(self, input_root: Path | None = None) -> None:
+        # The input the user named. A checkpoint's audit looks at the checkpoint-*/ folders
+        # beside it (did an earlier one save scaler.pt?) only when they lie inside this root.
+        # None: the opened folder is the input (nothing above it is looked at, and with no
+        # input named there is no one to tell; find_checkpoints always names it).
+        self._input_root = input_root
+
+    def confined_to(self, root: Path) -> HfTrainerReader:
+        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
+        return HfTrainerReader(root)
+
     def can_open(self, path: Path) -> bool:
         """A `checkpoint-N/` folder (or one with trainer_state.json) holding weights or optimizer.
 
@@ -89,7 +102,7 @@ class HfTrainerReader:
         return not any(HF_CHECKPOINT_DIR.match(p.name) for p in path.iterdir() if p.is_dir())
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> CheckpointHandle:
-        return HfTrainerCheckpoint(path, display_path, options)
+        return HfTrainerCheckpoint(path, display_path, options, self._input_root)
 
     def describe(self, path: Path, display_path: str) -> CheckpointInfo:
         return CheckpointInfo(
@@ -116,9 +129,18 @@ def rng_files(folder: Path) -> dict[int, Path]:
 
 
 class HfTrainerCheckpoint:
-    def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
+    def __init__(
+        self,
+        path: Path,
+        display_path: str,
+        options: LoadOptions,
+        input_root: Path | None = None,
+    ) -> None:
         self.partial: list[PartialInput] = []
         self._dir, self._shown, self._options = path, display_path, options
+        # The run folder holding the sibling checkpoint-*/ folders; None when it lies outside
+        # the input (given `run/checkpoint-5` alone, `run/` is never listed).
+        self._run_dir = parent_inside(input_root, path)
         self._source = TensorSource()
         self._notes: list[str] = []
         self.config = self._json("config.json") or {}
@@ -138,6 +160,17 @@ class HfTrainerCheckpoint:
         # (the optimizer, the one large file, adds to it when optimizer_state() first reads it).
         self._has_scheduler = self._loads("scheduler.pt")
         self._has_scaler_file = self._loads("scaler.pt")
+        if self._run_dir is None and input_root is not None and not self._has_scaler_file:
+            # Only a folder without scaler.pt consults its siblings: say what was not looked at.
+            place = parent_place(path)
+            self.partial.append(
+                PartialInput(
+                    display_path,
+                    f"the checkpoint-*/ folders beside this one in {place} (whether an earlier "
+                    "checkpoint saved scaler.pt, the GradScaler state this one lacks) are not "
+                    f"read: they lie outside the input. Point tscope at {place} to read them",
+                )
+            )
         self._rng_ranks = tuple(
             rank for rank, file in self._rng_files().items() if self._loads(file.name, rng=True)
         )
@@ -276,6 +309,7 @@ class HfTrainerCheckpoint:
         return trainer_resume_audit(
             TrainerResumeFiles(
                 folder=self._dir,
+                run_dir=self._run_dir,
                 training_args=self.training_args or {},
                 optimizer_raw=raw,
                 has_optimizer_file=self._optimizer_file() is not None,

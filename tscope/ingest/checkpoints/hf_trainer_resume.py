@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tscope.ingest.checkpoints.optimizer_mapping import summarize_optimizer
+from tscope.ingest.safe_fs import is_real_folder, is_regular_file
 from tscope.model.checkpoint import ResumeAudit
 
 
@@ -22,6 +23,9 @@ class TrainerResumeFiles:
     """What HfTrainerCheckpoint found in the folder, passed in whole."""
 
     folder: Path
+    # The folder holding the sibling checkpoint-*/ folders; None when it lies outside the input
+    # (then it is neither listed nor read).
+    run_dir: Path | None
     training_args: Mapping[str, Any]  # {} when training_args.bin held none
     optimizer_raw: Any  # the loaded optimizer.pt, None when absent or refused
     has_optimizer_file: bool
@@ -75,13 +79,31 @@ def _scaler(files: TrainerResumeFiles, notes: list[str]) -> bool | None:
         evidence.append("training_args fp16=True")
     if any(dtype == "F16" or dtype == "float16" for dtype in files.weight_dtypes):
         evidence.append("fp16 weights")
-    siblings = sorted(files.folder.parent.glob("checkpoint-*/scaler.pt"))
-    if siblings:
-        evidence.append(f"{siblings[0].parent.name} has scaler.pt")
-    if not evidence:
+    sibling = _sibling_with_scaler(files.run_dir) if files.run_dir is not None else None
+    if sibling is not None:
+        evidence.append(f"{sibling} has scaler.pt")
+    if not evidence:  # the siblings not looked at are listed in partial (HfTrainerCheckpoint)
         return None
     notes.append("GradScaler state expected (" + ", ".join(evidence) + ") but scaler.pt is missing")
     return False
+
+
+def _sibling_with_scaler(run_dir: Path) -> str | None:
+    """The first checkpoint-*/ folder in run_dir holding scaler.pt. lstat only: a linked folder
+    or file is not followed (it may lead outside the input), as discovery does not."""
+    try:
+        names = sorted(entry.name for entry in run_dir.iterdir())
+    except OSError:
+        return None
+    for name in names:
+        folder = run_dir / name
+        if (
+            name.startswith("checkpoint-")
+            and is_real_folder(folder)
+            and is_regular_file(folder / "scaler.pt")
+        ):
+            return name
+    return None
 
 
 def _expected_ranks(files: TrainerResumeFiles) -> int | None:

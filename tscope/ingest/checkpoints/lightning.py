@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState, ReplayFacts, TorchFileKeys
+from tscope.ingest.checkpoints.base import (
+    LoadOptions,
+    OptimizerState,
+    ReplayFacts,
+    TorchFileKeys,
+    parent_inside,
+)
 from tscope.ingest.checkpoints.optimizer_mapping import (
     GroupingRule,
     map_optimizer_state,
@@ -72,6 +78,15 @@ class LightningReader:
         ),
     )
 
+    def __init__(self, input_root: Path | None = None) -> None:
+        # The input the user named: a last.ckpt is compared with the .ckpt files beside it only
+        # when they lie inside this root. None: the opened file is the input.
+        self._input_root = input_root
+
+    def confined_to(self, root: Path) -> LightningReader:
+        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
+        return LightningReader(root)
+
     def can_open(self, path: Path) -> bool:
         """A `.ckpt` file in torch's zip format (Lightning's FSDP/DeepSpeed `.ckpt/` folders are
         other layouts), except a `last.ckpt` that repeats a sibling `...step=N.ckpt`."""
@@ -83,7 +98,10 @@ class LightningReader:
                     return False
         except OSError:
             return False
-        return not _repeats_a_sibling(path)
+        # Named alone, a last.ckpt is the whole input: the files beside it are not listed (they
+        # lie outside it), and nothing there can repeat it in this analysis.
+        folder = parent_inside(self._input_root, path)
+        return folder is None or not _repeats_a_sibling(path, folder)
 
     def open(self, path: Path, display_path: str, options: LoadOptions) -> LightningCheckpoint:
         return LightningCheckpoint(path, display_path, options)
@@ -220,7 +238,7 @@ class LightningCheckpoint:
         self._mapped = None
 
 
-def _repeats_a_sibling(path: Path) -> bool:
+def _repeats_a_sibling(path: Path, folder: Path) -> bool:
     """`save_last=True` writes last.ckpt (or last-v1.ckpt) at the same step as the newest
     `epoch=E-step=S.ckpt`: one checkpoint twice, which would read as zero movement between
     them. Its step is read from the pickle's literals (decoded, never executed; a few kB, the
@@ -234,7 +252,7 @@ def _repeats_a_sibling(path: Path) -> bool:
         return False
     return any(
         sibling != path and step_from_name(sibling.name) == step
-        for sibling in path.parent.glob("*.ckpt")
+        for sibling in folder.glob("*.ckpt")
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tscope.ingest.checkpoints.base import CheckpointReader
+from tscope.ingest.checkpoints.base import CheckpointReader, ConfinableReader
 from tscope.ingest.checkpoints.dcp import DcpReader
 from tscope.ingest.checkpoints.deepspeed import DeepSpeedReader
 from tscope.ingest.checkpoints.hf_trainer import HfTrainerReader
@@ -41,6 +41,9 @@ def find_checkpoints(
     display path is relative to root; root itself is shown by its own name.
     """
     root = Path(root)
+    # Bound to root before any can_open: a reader that looks beside a path (Lightning's sibling
+    # .ckpt files, DeepSpeed's original of a universal folder) must not look above the input.
+    readers = tuple(_confined(reader, root) for reader in readers)
     claimed: dict[Path, CheckpointReader | None] = {}
     found: dict[Path, tuple[CheckpointReader, str]] = {}
     for file in iter_files(root):
@@ -54,6 +57,13 @@ def find_checkpoints(
             found[file] = (reader, _shown(file, root))
     ordered = sorted(found.items(), key=lambda item: _order_key(item[0], item[1][1]))
     return [(reader, path, shown) for path, (reader, shown) in ordered]
+
+
+def _confined(reader: CheckpointReader, root: Path) -> CheckpointReader:
+    """The reader told the input root, where it may read beside the path it opens (a DCP
+    folder's accelerate siblings, a Trainer checkpoint's sibling checkpoints, DeepSpeed's
+    `latest`, Lightning's sibling .ckpt files): it reads there only inside root, never above."""
+    return reader.confined_to(root) if isinstance(reader, ConfinableReader) else reader
 
 
 def _claiming_folder(
