@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Protocol
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.safe_fs import open_regular
+from tscope.ingest.safe_fs import is_inside, open_regular
 from tscope.model import LogRead
 
 
@@ -33,3 +36,29 @@ def read_head(path: Path, size: int = 4096) -> bytes:
             return handle.read(size)
     except (OSError, UnreadableInput):
         return b""
+
+
+# The input discovery is reading (a folder, or one file): a reader that looks beside the file it
+# was handed (a W&B run's files/, a trainscope run's meta.json) asks `inside_input` first, so a
+# file named alone never lends its neighbours (the input is the file, not its folder).
+_INPUT_ROOT: ContextVar[Path | None] = ContextVar("tscope_input_root", default=None)
+
+
+@contextmanager
+def reading_input(root: Path) -> Iterator[None]:
+    token = _INPUT_ROOT.set(root)
+    try:
+        yield
+    finally:
+        _INPUT_ROOT.reset(token)
+
+
+def inside_input(path: Path) -> bool:
+    """Whether `path` lies inside the input being read; True when no input is set (a reader
+    called directly, as in tests). A file input holds nothing but itself."""
+    root = _INPUT_ROOT.get()
+    if root is None:
+        return True
+    if root.is_file():
+        return path == root
+    return is_inside(root, path)

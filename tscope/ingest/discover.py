@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.base import Reader
+from tscope.ingest.base import Reader, reading_input
 from tscope.ingest.registry import READERS
 from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_NOT_FOLLOWED
 from tscope.model import LogRead, PartialInput
@@ -93,29 +93,40 @@ def discover(
     def skipped(path: Path, problem: str) -> None:
         found.partial.append(PartialInput(display_path(path, root), problem))
 
-    for file in iter_files(root, on_skipped=skipped):
-        shown = display_path(file, root)
-        reader = next((r for r in readers if r.can_read(file)), None)
-        if reader is None:
-            found.unclaimed.append(shown)
-            continue
-        if on_file is not None:
-            on_file(shown)
-        try:
-            found.reads.append(reader.read(file, shown))
-        except UnreadableInput as error:
-            found.partial.append(PartialInput(error.path, _problem_text(error)))
-        except MemoryError:
-            # Whatever the reader held is released with its frames; the file's bounds (see
-            # docs/security.md) keep real logs far below this, so one line, not a traceback.
-            found.partial.append(
-                PartialInput(
-                    shown,
-                    "ran out of memory reading it (the file is much larger than a training log "
-                    "of its kind, or crafted); it was left out",
-                )
-            )
+    with reading_input(root):
+        for file in iter_files(root, on_skipped=skipped):
+            _read_one(file, root, readers, found, on_file)
     return found
+
+
+def _read_one(
+    file: Path,
+    root: Path,
+    readers: tuple[Reader, ...],
+    found: Discovery,
+    on_file: Callable[[str], None] | None,
+) -> None:
+    shown = display_path(file, root)
+    reader = next((r for r in readers if r.can_read(file)), None)
+    if reader is None:
+        found.unclaimed.append(shown)
+        return
+    if on_file is not None:
+        on_file(shown)
+    try:
+        found.reads.append(reader.read(file, shown))
+    except UnreadableInput as error:
+        found.partial.append(PartialInput(error.path, _problem_text(error)))
+    except MemoryError:
+        # Whatever the reader held is released with its frames; the file's bounds (see
+        # docs/security.md) keep real logs far below this, so one line, not a traceback.
+        found.partial.append(
+            PartialInput(
+                shown,
+                "ran out of memory reading it (the file is much larger than a training log "
+                "of its kind, or crafted); it was left out",
+            )
+        )
 
 
 def _problem_text(error: UnreadableInput) -> str:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.base import read_head
+from tscope.ingest.base import inside_input, read_head
 from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
 from tscope.model import Caveat, LogRead, MetricTable, PartialInput, RunEvent
 from tscope.model.layer_metrics import (
@@ -84,6 +84,10 @@ class TrainscopeRunReader:
         if path.name != "global.arrow":
             return False
         folder = path.parent
+        if not inside_input(folder / "meta.json"):
+            # A global.arrow named alone: its meta.json and layer files are outside the input,
+            # and without them the file is not known to be a trainscope recording.
+            return False
         if not (is_regular_file(folder / "meta.json") or is_regular_file(folder / "manifest.json")):
             return False
         head = read_head(path, 8)

@@ -27,7 +27,7 @@ from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
-from tscope.ingest.base import read_head
+from tscope.ingest.base import inside_input, read_head
 from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS, columns_to_read
 from tscope.ingest.logs.table_columns import canonical_column_names, is_bookkeeping_column
 from tscope.ingest.readers.protobuf_wire import (
@@ -109,7 +109,14 @@ class WandbOfflineReader:
             problems.append(
                 f"{undecodable} record(s) that are not valid protobuf skipped{first_problem}"
             )
-        problems.extend(_read_siblings(path.parent / "files", log))
+        siblings = path.parent / "files"
+        if inside_input(siblings):
+            problems.extend(_read_siblings(siblings, log))
+        else:
+            problems.append(
+                "the run's files/ folder beside it (config, summary) is not read: it lies outside "
+                "the input; point tscope at the run's folder to read it"
+            )
         return log.to_log_read(WandbOfflineReader.name, display_path, problems)
 
 
