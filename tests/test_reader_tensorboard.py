@@ -309,15 +309,12 @@ def test_several_values_per_event_and_negative_or_huge_steps(tmp_path: Path) -> 
     ]
     read = READER.read(write_events(tmp_path, events), "e.tfevents")
     table = read.metrics.sort_values("order")
-    assert table["original_name"].tolist() == [
-        "train/loss",
-        "train/loss",
-        "train/grad_norm",
-        "x",
-        "train/loss",
-    ]
-    assert table["step"].tolist() == [-1, 3, 3, 3, 2**60]
-    assert table["value"].tolist() == [9.0, 1.0, 2.0, 3.0, 4.0]
+    # A step at or beyond 2**53 is dropped and counted (float axes cannot tell such steps apart:
+    # the chart divided by zero), as the CSV and trainer_state readers already did.
+    assert table["original_name"].tolist() == ["train/loss", "train/loss", "train/grad_norm", "x"]
+    assert table["step"].tolist() == [-1, 3, 3, 3]
+    assert table["value"].tolist() == [9.0, 1.0, 2.0, 3.0]
+    assert any("2**53" in problem.problem for problem in read.partial)
 
 
 def test_hf_trainer_tensorboard_callback(tmp_path: Path) -> None:
