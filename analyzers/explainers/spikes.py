@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from tscope.analyzers.base import Evidence
@@ -110,8 +113,56 @@ def is_transient(run: Run, spike: Spike) -> bool:
     return spike_points(run, spike) <= TRANSIENT_MAX_POINTS
 
 
+@dataclass
+class _SpikeIndex:
+    """What the rules below ask of a run's spike list again and again, computed once per list:
+    per-series spikes, their median size, each spike's notability, and the loss spikes by onset.
+    Asked per spike over the whole list, these made a 100,000-point log with a spike every 50
+    steps take 11 s and a 500,000-point one over a minute (red-team round 3)."""
+
+    run: Run
+    spikes: list[Spike]
+    size: int
+    by_metric: dict[str, list[Spike]]
+    typical: dict[str, float] = field(default_factory=dict)
+    notable: dict[int, bool] = field(default_factory=dict)
+    loss_onsets: list[int] = field(default_factory=list)
+    loss_by_onset: list[Spike] = field(default_factory=list)
+
+
+# One entry: the list the rules are reading now. It holds the run and the list, so an identity
+# match cannot be a recycled id; the size check catches a list grown in place.
+_INDEX: list[_SpikeIndex] = []
+
+
+def _index(run: Run, spikes: list[Spike]) -> _SpikeIndex:
+    cached = _INDEX[0] if _INDEX else None
+    if cached and cached.run is run and cached.spikes is spikes and cached.size == len(spikes):
+        return cached
+    by_metric: dict[str, list[Spike]] = {}
+    for spike in spikes:
+        by_metric.setdefault(spike.metric, []).append(spike)
+    index = _SpikeIndex(run, spikes, len(spikes), by_metric)
+    loss = primary_loss(run)
+    index.loss_by_onset = sorted(
+        by_metric.get(loss, []) if loss else [], key=lambda s: s.onset_step
+    )
+    index.loss_onsets = [s.onset_step for s in index.loss_by_onset]
+    _INDEX[:] = [index]
+    return index
+
+
 def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
     """Worth a warning: not a small bump, and not one of this run's routine bumps."""
+    index = _index(run, spikes)
+    known = index.notable.get(id(spike))
+    if known is None:
+        known = _is_notable(run, spike, spikes, index)
+        index.notable[id(spike)] = known
+    return known
+
+
+def _is_notable(run: Run, spike: Spike, spikes: list[Spike], index: _SpikeIndex) -> bool:
     if spike.nonfinite:
         return True
     ratio = spike.peak_value / spike.baseline if spike.baseline > 0 else float("inf")
@@ -122,9 +173,12 @@ def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
         return False
     if spike.end_step is None:
         return True
-    same_series = [s for s in spikes if s.metric == spike.metric]
     if is_texture(run, spike.metric, spikes):
-        typical = float(np.median([s.magnitude for s in same_series]))
+        typical = index.typical.get(spike.metric)
+        if typical is None:
+            same_series = index.by_metric.get(spike.metric, [])
+            typical = float(np.median([s.magnitude for s in same_series]))
+            index.typical[spike.metric] = typical
         return spike.magnitude >= TEXTURE_OUTLIER_FACTOR * typical
     if is_transient(run, spike):
         return ratio >= TRANSIENT_MAX_RATIO
@@ -184,7 +238,7 @@ def optimizer_ruled_out(run: Run, spike: Spike) -> bool:
 
 def is_texture(run: Run, metric: str, spikes: list[Spike]) -> bool:
     """The series bumps all the time: ≥ 3 spikes, more than TEXTURE_SPIKES_PER_1000 points."""
-    count = sum(1 for s in spikes if s.metric == metric)
+    count = len(_index(run, spikes).by_metric.get(metric, []))
     points = run.series(metric)[0].size
     return count >= 3 and count * 1000 / max(points, 1) > TEXTURE_SPIKES_PER_1000
 
@@ -214,16 +268,18 @@ def _loss_reacts(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
     they say the batch was unusual, not that training was hurt. A healthy benchmark control's
     natural batch at step 60 gave a gradient norm of 24 (30× typical, clipped to 1) and a +19%
     loss bump, back the next step; BLOOM-176B's 960 at step 31219 came with the loss at 2.3×."""
-    loss = primary_loss(run)
-    if any(
-        other.metric == loss
-        and other.onset_step >= spike.onset_step - 1
-        and _points_between(run, other.metric, spike.onset_step, other.onset_step)
-        <= LOSS_REACTION_POINTS
-        and is_notable(run, other, spikes)
-        for other in spikes
-    ):
-        return True
+    index = _index(run, spikes)
+    # The loss spikes by onset, from one step before this one's on, until one starts more than
+    # LOSS_REACTION_POINTS loss points after it (onsets sorted: every later one does too).
+    first = bisect.bisect_left(index.loss_onsets, spike.onset_step - 1)
+    for other in index.loss_by_onset[first:]:
+        if (
+            _points_between(run, other.metric, spike.onset_step, other.onset_step)
+            > LOSS_REACTION_POINTS
+        ):
+            break
+        if is_notable(run, other, spikes):
+            return True
     impact = measure_impact(run, spike.onset_step, reaction_end(run, spike))
     return impact_severity(impact) != "info"
 
