@@ -104,8 +104,21 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
         if isinstance(value, dict) and value:
             rows.extend(flatten(value, prefix=f"{name}."))
         else:
-            rows.append((name, format_value(value)))
+            # A key is a stranger's text like a value: a 1 MB key made one 1 MB table row.
+            rows.append((_truncate(name), format_value(value)))
     return rows
+
+
+# Settings shown in a report's configuration table; case.json keeps them all.
+MAX_CONFIG_ROWS = 500
+
+
+def capped_rows(rows: list[tuple[str, str]], limit: int = MAX_CONFIG_ROWS) -> list[tuple[str, str]]:
+    """The first `limit` rows, then one that counts the rest (150,000 config keys made an 11 MB
+    case.html)."""
+    if len(rows) <= limit:
+        return rows
+    return [*rows[:limit], ("…", f"{len(rows) - limit:,} more, listed in case.json")]
 
 
 def one_line(text: str) -> str:

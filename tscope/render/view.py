@@ -30,6 +30,7 @@ from tscope.render.card_view import card_view
 from tscope.render.charts import main_chart_metrics
 from tscope.render.formatting import (
     MISSING,
+    capped_rows,
     flatten,
     format_number,
     format_step,
@@ -126,7 +127,7 @@ def build_view(case: Case) -> dict[str, Any]:
             _checkpoint_view(item)
             for item in sorted(case.checkpoints, key=lambda checkpoint: _step_key(checkpoint.step))
         ],
-        "config": flatten(case.run.config),
+        "config": capped_rows(flatten(case.run.config)),
         "other_metrics": _other_metrics(case),
         "layer_tables": _layer_tables(case.layers),
         "replay": replay_view(case.replay),
