@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from tscope.ingest.safe_fs import is_inside
 from tscope.model import CheckpointInfo, PartialInput
@@ -133,6 +133,17 @@ class ConfinableReader(Protocol):
     accelerate's optimizer folder) and so must be told the input root it may not step above."""
 
     def confined_to(self, root: Path) -> CheckpointReader: ...
+
+
+class ConfinesToInput:
+    """The `confined_to` of a ConfinableReader whose constructor takes only the input root."""
+
+    def __init__(self, input_root: Path | None = None) -> None:
+        self._input_root = input_root
+
+    def confined_to(self, root: Path) -> Self:
+        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
+        return type(self)(root)
 
 
 def parent_inside(input_root: Path | None, path: Path) -> Path | None:

@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints import dcp_storage
-from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState, ReplayFacts
+from tscope.ingest.checkpoints.base import (
+    ConfinesToInput,
+    LoadOptions,
+    OptimizerState,
+    ReplayFacts,
+)
 from tscope.ingest.checkpoints.dcp_layout import (
     HYPER_KEYS,
     SAMPLER_ROOTS,
@@ -52,7 +57,7 @@ ACCELERATE_OPTIMIZER_DIR = "optimizer_{index}"
 ACCELERATE_OPTIMIZER_ONLY = re.compile(r"^optimizer_\d+$")
 
 
-class DcpReader:
+class DcpReader(ConfinesToInput):
     name = "torch_dcp"
     replay_facts = ReplayFacts(next_update_offset=1, sharded=True)  # step N: N updates done
 
@@ -61,10 +66,6 @@ class DcpReader:
         # beside it, in the Trainer's checkpoint-N/; they are read only when that folder lies
         # inside this root. None: the opened folder is the root (nothing above it is read).
         self._input_root = input_root
-
-    def confined_to(self, root: Path) -> DcpReader:
-        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
-        return DcpReader(root)
 
     def can_open(self, path: Path) -> bool:
         """A folder holding `.metadata`, or a Trainer folder holding accelerate's

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import (
+    ConfinesToInput,
     LoadOptions,
     OptimizerState,
     parent_inside,
@@ -49,7 +50,7 @@ _UNIVERSAL_SLOTS = ("exp_avg", "exp_avg_sq")
 MAX_LATEST_BYTES = 4096  # `latest` holds one tag name ("global_step1200")
 
 
-class DeepSpeedReader:
+class DeepSpeedReader(ConfinesToInput):
     name = "deepspeed"
     replay_facts = None
 
@@ -59,10 +60,6 @@ class DeepSpeedReader:
         # None: the opened folder is the input (nothing above it is looked at, and with no
         # input named there is no one to tell; find_checkpoints always names it).
         self._input_root = input_root
-
-    def confined_to(self, root: Path) -> DeepSpeedReader:
-        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
-        return DeepSpeedReader(root)
 
     def can_open(self, path: Path) -> bool:
         """A tag folder with model states, or a universal folder (`zero/<param>/fp32.pt`).

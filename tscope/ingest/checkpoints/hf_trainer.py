@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import (
     CheckpointHandle,
+    ConfinesToInput,
     LoadOptions,
     OptimizerState,
     ReplayFacts,
@@ -64,7 +65,7 @@ _EMBEDDING_NAMES = (
 )
 
 
-class HfTrainerReader:
+class HfTrainerReader(ConfinesToInput):
     name = "hf_trainer"
     replay_facts = ReplayFacts(
         next_update_offset=1,  # checkpoint-N is saved after update N (global_step)
@@ -81,10 +82,6 @@ class HfTrainerReader:
         # None: the opened folder is the input (nothing above it is looked at, and with no
         # input named there is no one to tell; find_checkpoints always names it).
         self._input_root = input_root
-
-    def confined_to(self, root: Path) -> HfTrainerReader:
-        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
-        return HfTrainerReader(root)
 
     def can_open(self, path: Path) -> bool:
         """A `checkpoint-N/` folder (or one with trainer_state.json) holding weights or optimizer.

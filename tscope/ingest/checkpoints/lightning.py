@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import (
+    ConfinesToInput,
     LoadOptions,
     OptimizerState,
     ReplayFacts,
@@ -63,7 +64,7 @@ NO_SAMPLER_NOTE = (
 )
 
 
-class LightningReader:
+class LightningReader(ConfinesToInput):
     name = "lightning"
     # step=N.ckpt holds N finished updates, and the loggers number the next batch N.
     replay_facts = ReplayFacts(
@@ -82,10 +83,6 @@ class LightningReader:
         # The input the user named: a last.ckpt is compared with the .ckpt files beside it only
         # when they lie inside this root. None: the opened file is the input.
         self._input_root = input_root
-
-    def confined_to(self, root: Path) -> LightningReader:
-        """This reader for checkpoints found under `root` (registry.find_checkpoints)."""
-        return LightningReader(root)
 
     def can_open(self, path: Path) -> bool:
         """A `.ckpt` file in torch's zip format (Lightning's FSDP/DeepSpeed `.ckpt/` folders are
