@@ -76,6 +76,7 @@ HELD_OUT_SPLITS = {
     "holdout7": 80,
     "holdout8": 85,
     "holdout9": 45,
+    "holdout10": 40,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
