@@ -38,7 +38,7 @@ def _inputs(path: Path) -> list[Path]:
 
 
 def measure(path: Path) -> str:
-    from tscope.analyzers.explainers.lr_ramp import lr_ramp, warmup_peak_index
+    from tscope.analyzers.explainers.lr_ramp_shape import lr_ramp, warmup_peak_index
     from tscope.ingest.inputs import ReadOptions, read_inputs
     from tscope.model.metric_names import LEARNING_RATE
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tscope.analyzers.explainers.lr_ramp import RAMP_MIN_FACTOR, lr_ramp
+from tscope.analyzers.explainers.lr_ramp_shape import RAMP_MIN_FACTOR, lr_ramp
 
 torch = pytest.importorskip("torch")
 

@@ -11,7 +11,7 @@ from tscope.analyzers.baseline import robust_baseline
 from tscope.analyzers.detect import DETECTORS
 from tscope.analyzers.detectors.base import Alarm, Detection
 from tscope.analyzers.detectors.neighbour_median import neighbour_medians
-from tscope.analyzers.explainers import lr_ramp
+from tscope.analyzers.explainers import lr_ramp_shape
 from tscope.ingest import assemble
 from tscope.model import LogRead, MetricTable, Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
@@ -94,14 +94,14 @@ def test_one_step_breaks_are_those_of_the_loop_over_every_point(seed, min_ratio,
 
 
 def _warmup_peak_by_loop(lrs: np.ndarray) -> int | None:
-    """lr_ramp.warmup_peak_index as it was written, one index at a time."""
+    """lr_ramp_shape.warmup_peak_index as it was written, one index at a time."""
     running = np.maximum.accumulate(lrs)
     for index in range(1, lrs.size):
-        if lrs[index] < running[index] * (1 - lr_ramp.WARMUP_END_DROP):
+        if lrs[index] < running[index] * (1 - lr_ramp_shape.WARMUP_END_DROP):
             return int(np.argmax(lrs[: index + 1]))
-        held = lrs[max(0, index - lr_ramp.WARMUP_FLAT_POINTS) : index + 1]
+        held = lrs[max(0, index - lr_ramp_shape.WARMUP_FLAT_POINTS) : index + 1]
         if (
-            index >= lr_ramp.WARMUP_FLAT_POINTS
+            index >= lr_ramp_shape.WARMUP_FLAT_POINTS
             and running[index] > 0
             and np.ptp(held) <= 1e-9 * held[-1]
         ):
@@ -122,7 +122,7 @@ def test_the_warmup_peak_is_where_the_loop_over_every_point_finds_it(seed):
             np.cumsum(rng.uniform(0, 1e-4, size)),  # never ends
         ]
     for lrs in schedules:
-        assert lr_ramp.warmup_peak_index(lrs) == _warmup_peak_by_loop(lrs)
+        assert lr_ramp_shape.warmup_peak_index(lrs) == _warmup_peak_by_loop(lrs)
 
 
 def test_a_detection_built_from_arrays_lists_the_same_alarms():
