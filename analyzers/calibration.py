@@ -3,7 +3,7 @@
 **Findings** (`calibrate`, called once in pipeline.build_case before ranking): a rule states a
 prior (a literal in its explainer, `Finding.rule_confidence` keeps it); a warning or critical
 finding's `confidence` is replaced by the measured right-rate of alert findings like it on the
-benchmark's tuning splits, from the generated table `finding_calibration_table.py`. A finding is
+benchmark's spent splits, from the generated table `finding_calibration_table.py`. A finding is
 "right" when it names the planted cause in its window or is a true symptom of it there, and every
 alert on a healthy control is wrong (bench/accuracy/causes.py `finding_is_right`). Like findings:
 same category, severity and evidence band (the rule's prior in 0.1-wide bands, which tells a
@@ -21,12 +21,12 @@ each stated with two decimals and at most 0.99 (no count here supports a certain
 A category the benchmark measured but in an unseen severity/band gets the category's rate; a
 category it never produced (replay, xray and cluster findings, fp16 overflow, ...) and every info
 finding (the benchmark scores alerts only) keep the rule's prior. Regenerate the table, after any
-rule change, with one command (it scores the spent splits, ~20 min, then writes it):
+rule change, with one command (it scores the spent splits, ~5 min, then writes it):
 
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
 **Headline**: the confidence the verdict and the incident card state for the cause is how often a
-headline naming that cause category was right on the spent splits (dev, holdout, holdout2, test)
+headline naming that cause category was right on the spent splits (dev, holdout7, holdout8, holdout9)
 of bench/accuracy (runs from
 transformers.Trainer with GPT-2 and Llama, a plain-torch nanoGPT loop and Lightning, each with
 one planted cause, plus healthy controls), as (right + 1) / (named + 2) — the Laplace estimate,

@@ -2,9 +2,11 @@
 
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
-scores the spent splits (dev, holdout, holdout2 and test, each scored once as held-out data in an
-earlier session; bench/accuracy/run.py --no-generate --skip-realdata, results under /tmp, ~20 min
-on a quiet machine) and rewrites analyzers/finding_calibration_table.py from all of them, with the
+scores the spent splits whose runs the cache keeps (dev, holdout7, holdout8 and holdout9, each
+held-out split scored once in an earlier session; until session 19 the table came from dev,
+holdout, holdout2 and test under that session's rules); bench/accuracy/run.py --no-generate
+--skip-realdata, results under /tmp, ~5 min on a quiet machine) and rewrites
+analyzers/finding_calibration_table.py from all of them, with the
 headline's (right, named) counts per cause category (analyzers/calibration.py
 `calibrated_confidence`). Given results files instead it derives from those:
 
@@ -36,7 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_PATH = ROOT / "analyzers" / "finding_calibration_table.py"
-TUNING_SPLITS = ("dev", "holdout", "holdout2", "test")  # every spent split
+TUNING_SPLITS = ("dev", "holdout7", "holdout8", "holdout9")  # spent splits, all cached
 PSEUDO_COUNTS = 2
 
 Key = tuple[str, str, float]  # (category, severity, evidence band)
@@ -88,12 +90,13 @@ def alerts_of(results: dict[str, Any]) -> list[Scored]:
 
 
 def headline_counts(results: Iterable[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    """(right, named) per cause category the headline names; a control's headline is wrong."""
+    """(right, named) per cause category the headline names; a control's headline is wrong. An
+    undetermined verdict claims no cause (it states no confidence) and is not counted."""
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for data in results:
         for run in data["runs"]:
             category = (run.get("headline") or {}).get("category")  # the cause it names
-            if category is None:
+            if category is None or category == "undetermined":
                 continue
             counts[str(category)][0] += bool(run["right"]) and run["cause"] != "control"
             counts[str(category)][1] += 1

@@ -177,3 +177,25 @@ def test_incomplete_checkpoint_is_info_unless_resumed_from():
         f for f in findings_for(layers_table(), snaps, run) if f.category == "checkpoint_incomplete"
     ]
     assert warned[0].severity == "warning" and warned[0].step == 200
+
+
+def test_a_resume_lacking_only_rng_state_is_context_not_a_warning():
+    """Stock nanoGPT saves no RNG state: a resume from its ckpt.pt replays the batch order but
+    takes the same updates. On the benchmark's spent splits every such warning sat on a run with
+    another cause (weights re-initialised, optimizer or scheduler lost): info, with why."""
+    no_rng = ResumeAudit(True, True, True, True, None, (), 1, None)
+    snaps = snapshots(audits={200: no_rng})
+    run = stable_run()
+    run = type(run)(**{**run.__dict__, "events": (RunEvent("resume", 201, "rewind", "x"),)})
+    found = [
+        f for f in findings_for(layers_table(), snaps, run) if f.category == "checkpoint_incomplete"
+    ]
+    assert found and found[0].severity == "info" and "RNG state" in found[0].message
+    assert "not the updates" in found[0].message
+    # the same checkpoint also lacking the scheduler changes the updates after the resume
+    no_rng_no_scheduler = ResumeAudit(True, True, True, False, None, (), 1, None)
+    snaps = snapshots(audits={200: no_rng_no_scheduler})
+    found = [
+        f for f in findings_for(layers_table(), snaps, run) if f.category == "checkpoint_incomplete"
+    ]
+    assert found[0].severity == "warning"
