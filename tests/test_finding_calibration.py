@@ -252,8 +252,12 @@ def test_headline_counts_are_per_named_cause_and_a_controls_headline_is_wrong():
         "bad_batch": (2, 3),
         "lr_too_high": (0, 1),
     }
-    assert calibrated_confidence("lr_schedule_jump", 0.9) == round(
+    measured = round(
         (HEADLINE_RIGHT_OF_NAMED["lr_schedule_jump"][0] + 1)
         / (HEADLINE_RIGHT_OF_NAMED["lr_schedule_jump"][1] + 2),
         2,
     )
+    assert calibrated_confidence("lr_schedule_jump", 0.99) == measured
+    # never above what the cause finding itself states (a weak branch of a strong category)
+    assert calibrated_confidence("warmup_too_short", 0.22) == 0.22
+    assert calibrated_confidence("undetermined", 0.0) == 0.0
