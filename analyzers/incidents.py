@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
-from tscope.analyzers.explainers.spikes import is_transient, reaction_end
 from tscope.analyzers.impact import Impact, impact_order, impact_severity, measure_impact
 from tscope.analyzers.signals import loss_series, primary_loss
+from tscope.analyzers.spike_judgement import is_transient, reaction_end
 from tscope.model import Spike
 from tscope.model.metric_names import GRAD_NORM
 
 # A gradient-norm spike and a loss spike starting within this many steps are one incident (the
 # loss one describes it). A gradient-only excursion's impact is measured on the loss up to
-# spikes.REACTION_POINTS logged points after its peak (`reaction_end`).
+# spike_judgement.REACTION_POINTS logged points after its peak (`reaction_end`).
 SAME_INCIDENT_STEPS = 20
 
 

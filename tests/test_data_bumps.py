@@ -26,8 +26,8 @@ import paths  # noqa: E402, F401  (puts fixtures/ on sys.path, no bytecode in th
 from generate import generate, run_folder  # noqa: E402
 from spec import RunSpec, build_specs  # noqa: E402
 
-from tscope.analyzers.explainers.spikes import optimizer_ruled_out  # noqa: E402
 from tscope.analyzers.impact import SHORT_BUMP_POINTS  # noqa: E402
+from tscope.analyzers.spike_judgement import optimizer_ruled_out  # noqa: E402
 from tscope.model import Case, Run  # noqa: E402
 from tscope.model.categories import ALERT_SEVERITIES  # noqa: E402
 from tscope.pipeline import analyze_run  # noqa: E402

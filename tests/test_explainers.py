@@ -144,7 +144,7 @@ def test_a_grad_norm_spike_while_the_loss_is_nan_counts_as_the_loss_reacting():
     """Regression: an all-NaN loss window during a grad-norm spike raised a NumPy warning."""
     import warnings
 
-    from tscope.analyzers.explainers.spikes import _loss_reacts
+    from tscope.analyzers.spike_judgement import loss_reacts as _loss_reacts
     from tscope.model import Spike
     from tscope.model.metric_names import GRAD_NORM
 

@@ -1,7 +1,7 @@
 """A log with a spike every 50 steps is judged in time linear in its spikes (red-team round 3: a
 100,000-point CSV with 4,000 spikes took 11 s and a 500,000-point one ran past a minute, because
 every gradient spike walked every loss spike and every notability check re-scanned the list).
-Each spike's notability is now worked out once per analysis (spikes._SpikeIndex)."""
+Each spike's notability is now worked out once per analysis (spike_judgement._SpikeIndex)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tscope
-from tscope.analyzers.explainers import spikes as spike_rules
+from tscope.analyzers import spike_judgement as spike_rules
 
 
 def test_each_spike_is_judged_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

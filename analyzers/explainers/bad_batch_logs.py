@@ -39,7 +39,6 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.explainers.resume import RESUME_CHECK_POINTS
-from tscope.analyzers.explainers.spikes import TEXTURE_SPIKES_PER_1000, is_notable, is_texture
 from tscope.analyzers.one_step_breaks import (
     AFTER_FRACTION,
     EARLY_FRACTION,
@@ -49,6 +48,7 @@ from tscope.analyzers.one_step_breaks import (
     one_step_breaks,
 )
 from tscope.analyzers.signals import fmt, primary_loss
+from tscope.analyzers.spike_judgement import TEXTURE_SPIKES_PER_1000, is_notable, is_texture
 from tscope.model import Finding, Run
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
@@ -101,9 +101,9 @@ LR_RISE_FACTOR = 1.25
 # A break within RESUME_CHECK_POINTS logged points from a resume is the resume's (explainers/
 # resume.py reads those points): a resume that lost the weights breaks the loss for one step and
 # dominates too (dev + holdout resume_weights_reinit runs: 2.4–7.2).
-# A run whose loss bumps all the time (spikes.is_texture: ≥ 3 spikes, more than
+# A run whose loss bumps all the time (spike_judgement.is_texture: ≥ 3 spikes, more than
 # TEXTURE_SPIKES_PER_1000) gets this reading only for a break that stands out from its routine
-# bumps (spikes.is_notable), and none when the rule itself fires that often.
+# bumps (spike_judgement.is_notable), and none when the rule itself fires that often.
 # Confidence: the rule's measured precision as a prior, (right + 1) / (found + 2), on the dev and
 # holdout splits it was tuned on (2026-12-01): with the gradient norm corroborating 8 findings,
 # all 8 at a planted bad batch → 9/10; from the loss alone 3 findings, all 3 at a planted bad
@@ -153,7 +153,7 @@ class BadBatchLogsExplainer:
 
 
 def _standout_steps(evidence: Evidence, loss: str) -> set[int]:
-    """Peaks of the loss spikes that stand out from a bumpy run's routine ones (spikes.py)."""
+    """Peaks of the loss spikes that stand out from a bumpy run's routine ones (spike_judgement.py)."""
     return {
         s.peak_step
         for s in evidence.spikes

@@ -14,10 +14,10 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.lr_config import LR_TOO_LOW, lr_range_findings
-from tscope.analyzers.explainers.spikes import is_notable
 from tscope.analyzers.explainers.warmup_instability import warmup_too_short
 from tscope.analyzers.reach import LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
+from tscope.analyzers.spike_judgement import is_notable
 from tscope.model import Finding, Run, Spike
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE

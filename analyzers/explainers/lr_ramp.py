@@ -34,8 +34,8 @@ from tscope.analyzers.explainers.lr_ramp_shape import (
     LrRamp,
     lr_ramp,
 )
-from tscope.analyzers.explainers.spikes import is_notable
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
+from tscope.analyzers.spike_judgement import is_notable
 from tscope.model import Finding
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE

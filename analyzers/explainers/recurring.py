@@ -1,6 +1,6 @@
 """recurring_loss_spikes: a loss that bumps all the time is one finding, not one note per bump.
 
-The routine bumps of a spiky run (tiny batches, repeated data; spikes.is_texture) are summarised
+The routine bumps of a spiky run (tiny batches, repeated data; spike_judgement.is_texture) are summarised
 by their count, size against the level just before each (analyzers/impact.py) and spacing. The
 finding is a warning only when the bumps are large against that level; bumps that stand out from
 the texture keep their own loss_spike findings.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.spikes import is_notable, is_texture
 from tscope.analyzers.impact import measure_impact
 from tscope.analyzers.signals import fmt, primary_loss
+from tscope.analyzers.spike_judgement import is_notable, is_texture
 from tscope.model import Finding
 from tscope.model.categories import Category
 

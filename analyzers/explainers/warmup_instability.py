@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from tscope.analyzers.explainers.divergence import loss_rise
-from tscope.analyzers.explainers.spikes import is_notable
 from tscope.analyzers.signals import loss_series, primary_loss
+from tscope.analyzers.spike_judgement import is_notable
 from tscope.model import Finding, Run, Spike
 
 # Warm-up is "too short" when an instability starts within this multiple of the warm-up length
