@@ -1,7 +1,8 @@
 """lr_schedule_jump, lr_too_high, warmup_too_short: what the logged learning rate says.
 
 The warm-up rule itself (when an instability counts against the warm-up) is
-explainers/warmup_instability.py.
+explainers/warmup_instability.py; the rule for a blow-up at the LR's peak is
+explainers/lr_peak_instability.py.
 
 lr_too_high / lr_too_low against the kind of training come from lr_config."""
 
@@ -12,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.lr_config import LR_TOO_LOW, lr_range_findings
+from tscope.analyzers.explainers.lr_peak_instability import lr_too_high_at_peak
 from tscope.analyzers.explainers.warmup_instability import warmup_too_short
 from tscope.analyzers.reach import LR_EFFECT_WINDOW_POINTS
-from tscope.analyzers.signals import fmt, loss_series, primary_loss
+from tscope.analyzers.signals import fmt, primary_loss
 from tscope.analyzers.spike_judgement import is_notable
 from tscope.model import Finding, Run, Spike
 from tscope.model.categories import Category
@@ -43,12 +44,6 @@ RESTART_FROM = 0.5
 # restart (info) although it dropped ×0.15 back five points later. A cosine restart has no
 # downward jump in its cycle (its decay is smooth: lr_jumps finds none).
 TRANSIENT_RETURN_FACTOR = 2.0
-# A peak held without trouble for most of the run before the blow-up is not implicated either,
-# however short the log: the run trained there for PEAK_HELD_FRACTION of its logged points (and
-# at least PEAK_HELD_MIN_POINTS) with the loss falling, and nothing in the LR changed at the onset.
-PEAK_HELD_FRACTION = 0.5
-PEAK_HELD_MIN_POINTS = 10
-RECENT_RISE_POINTS = LR_EFFECT_WINDOW_POINTS // 4
 
 
 @dataclass(frozen=True)
@@ -171,7 +166,9 @@ class LearningRateExplainer:
             if restart is None and j.factor > 1
         ]
         findings.extend(
-            lr_range_findings(evidence, _too_high(run, steps, lrs, evidence.spikes, raised_by_jump))
+            lr_range_findings(
+                evidence, lr_too_high_at_peak(run, steps, lrs, evidence.spikes, raised_by_jump)
+            )
         )
         # An instability in the effect window of an upward jump is the jump's, not the warm-up's.
         jump_effects = [(j.step, effect_end(run, j.step)) for j in jumps if j.factor > 1]
@@ -331,89 +328,6 @@ def _restart_finding(jump: LrJump, restart: tuple[int, float]) -> Finding:
             f"{RESTART_PEAK_BAND[0]:g}–{RESTART_PEAK_BAND[1]:g}× that peak is a restart"
         ),
     )
-
-
-def _too_high(
-    run: Run,
-    steps: np.ndarray,
-    lrs: np.ndarray,
-    spikes: list[Spike],
-    raised_by_jump: list[tuple[int, int]],
-) -> list[Finding]:
-    """The loss blew up (a lasting rise, or a spike that never recovered) at peak or rising LR,
-    outside the effect windows `raised_by_jump` of upward LR jumps."""
-    loss = primary_loss(run)
-    if loss is None:
-        return []
-    loss_steps, loss_values = loss_series(run, loss)
-    found = loss_rise(loss_steps, loss_values)
-    unrecovered = [s.onset_step for s in spikes if s.metric == loss and s.end_step is None]
-    if found is not None:
-        onset_step = int(loss_steps[found[0]])
-    elif unrecovered:
-        onset_step = min(unrecovered)
-    else:
-        return []
-    if any(start <= onset_step <= end for start, end in raised_by_jump):
-        return []
-    before = lrs[steps <= onset_step]
-    if before.size < 2 or not np.isfinite(before).all():
-        return []
-    lr_at_onset = float(before[-1])
-    peak_so_far = float(before.max())
-    lookback = before[-min(LR_EFFECT_WINDOW_POINTS, before.size)]
-    # Still climbing: higher than RECENT_RISE_POINTS back, not only than the effect window's
-    # start (in a short log that start is inside the warm-up, long finished at the onset).
-    recent = before[-min(RECENT_RISE_POINTS + 1, before.size)]
-    climbing = lr_at_onset > lookback * (1 + 1e-9) and lr_at_onset > recent * (1 + 1e-9)
-    if lr_at_onset < 0.95 * peak_so_far:
-        return []
-    # An LR that sat at its peak for a long time without trouble is not implicated: the peak
-    # must have been reached recently (or still be climbing).
-    reached_peak = int(np.flatnonzero(before >= 0.95 * peak_so_far)[0])
-    held = before.size - 1 - reached_peak
-    if not climbing and (
-        held > 2 * LR_EFFECT_WINDOW_POINTS
-        or (held >= PEAK_HELD_MIN_POINTS and held >= PEAK_HELD_FRACTION * (before.size - 1))
-    ):
-        return []
-    state = "still climbing" if climbing else "at its peak"
-    return [
-        Finding(
-            category="lr_too_high",
-            severity="warning",
-            confidence=0.75 if climbing else 0.55,
-            step=onset_step,
-            layer=None,
-            message=(
-                f"The loss blew up at step {onset_step} while the learning rate was {state} "
-                f"({fmt(lr_at_onset)}"
-                + (
-                    f", ×{fmt(lr_at_onset / lookback)} over the previous "
-                    f"{min(LR_EFFECT_WINDOW_POINTS, before.size)} logged points"
-                    if climbing and lookback > 0
-                    else ""
-                )
-                + "): the run did not tolerate this LR."
-            ),
-            evidence={
-                "lr_at_divergence": lr_at_onset,
-                "max_lr_before": peak_so_far,
-                "first_lr": float(before[0]),
-                "lr_climbing": bool(climbing),
-                "divergence_step": onset_step,
-            },
-            suggestion=(
-                "Lower the peak learning rate (e.g. halve it) or cap the schedule; restart from a "
-                "checkpoint before the onset."
-            ),
-            threshold=(
-                "divergence while the LR is ≥ 95% of its maximum so far and still climbing, or "
-                f"there for at most {2 * LR_EFFECT_WINDOW_POINTS} logged points and less than "
-                f"{PEAK_HELD_FRACTION:.0%} of the log before the onset"
-            ),
-        )
-    ]
 
 
 def _steps_text(count: int) -> str:
