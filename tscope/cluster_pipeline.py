@@ -6,16 +6,14 @@ Each entry of `runs_dir` (a sub-directory or a single log file) is one run. An e
 symbolic link is read only when it points inside `runs_dir`, or with `follow_run_links=True`
 (the user says they made the links): otherwise it is a read outside the input, and the run is
 skipped with the reason.
-Each run's case is written to `out_dir/runs/<name>/` (case.json, the full-resolution loss and LR in
-series.npz, and inputs.json, the fingerprint of the files it was built from); a later call
-reuses that case when the run's files, the tscope version and the options are unchanged. Runs are
+Each run's case is written to `out_dir/runs/<name>/` and reused by a later call when the run's
+files, the tscope version and the options are unchanged (cluster_case_cache.py). Runs are
 analyzed in worker processes; the cross-run analysis (`tscope.analyzers.cluster`) runs once at the
 end on the profiles.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import sys
@@ -25,42 +23,29 @@ from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from tscope import __version__
-from tscope.cluster_cache_seal import is_sealed, seal, seal_key
+from tscope.cluster_cache_seal import seal_key
+from tscope.cluster_case_cache import analyze_and_store, fingerprint_of, load_cached
 from tscope.cluster_engines import check_engine, run_on_engine
-from tscope.errors import TscopeError, UnreadableInput, UsageError
-from tscope.ingest import safe_json
-from tscope.ingest.discover import iter_files
-from tscope.ingest.safe_fs import NOT_REGULAR, is_inside, is_regular_file, read_bytes_bounded
-from tscope.model.case import Case
-from tscope.model.cluster import ClusterReport, LossCurve, RunProfile
-from tscope.output_files import make_subfolder, prepare_folder, write_with
-from tscope.output_writer import write_json, write_layers_parquet
+from tscope.errors import TscopeError, UsageError
+from tscope.ingest.safe_fs import NOT_REGULAR, is_inside, is_regular_file
+from tscope.model.cluster import ClusterReport, RunProfile
+from tscope.output_files import make_subfolder, prepare_folder
 
 CASES_DIR = "runs"
-SERIES_FILE = "series.npz"
-FINGERPRINT_FILE = "inputs.json"
 # cluster.html links each run's own case.html, stable runs too (a reader compares a blown-up run
 # with its nearest stable one); beyond this many runs only the unstable ones are rendered, and
 # beyond this many unstable runs none (case.json is always written; `tscope report` renders it).
 CASE_HTML_LIMIT = 50
-# A cached case.json or inputs.json larger than this was not written by tscope: analyze again.
-CACHE_MAX_BYTES = 256 * 1024 * 1024
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 RUN_LINK_OUTSIDE = (
     "a symbolic link to outside the runs folder; not followed (a stranger's sweep could point it "
     "at any folder of yours). If you made these links, pass --follow-run-links"
 )
-# What tscope writes into OUT and into each run's case folder OUT/runs/<run>/ (see output_files).
+# What tscope writes into OUT (see output_files; each run's case folder OUT/runs/<run>/ is
+# cluster_case_cache's).
 CLUSTER_FOLDER_FILES = ("cluster.json", "cluster.html", "cluster.md", "cluster-*.svg", CASES_DIR)
-RUN_CASE_FILES = ("case.json", "case.html", "layers.parquet", SERIES_FILE, FINGERPRINT_FILE)
-# The cached files a reused run is read from, sealed in the fingerprint file (cluster_cache_seal).
-SEALED_FILES = ("case.json", SERIES_FILE)
-SEAL_FIELD = "seal"
 
 
 @dataclass(frozen=True)
@@ -252,11 +237,11 @@ def _profile(task: RunTask) -> RunOutcome:
     from tscope.analyzers.cluster import profile_run
 
     case_dir = Path(task.case_dir)
-    fingerprint = _fingerprint(Path(task.path), task)
-    cached = _load_cached(case_dir, fingerprint)
+    fingerprint = fingerprint_of(Path(task.path), task)
+    cached = load_cached(case_dir, fingerprint)
     reused = cached is not None
     if cached is None:
-        cached = _analyze_and_cache(task, case_dir, fingerprint)
+        cached = analyze_and_store(task, case_dir, fingerprint)
     case, loss, lr_max = cached
     extra = {} if lr_max is None else {"logged.max_learning_rate": lr_max}
     profile = profile_run(
@@ -269,107 +254,6 @@ def _profile(task: RunTask) -> RunOutcome:
         extra_config=extra,
     )
     return RunOutcome(task.name, profile, None)
-
-
-def _analyze_and_cache(
-    task: RunTask, case_dir: Path, fingerprint: dict[str, Any]
-) -> tuple[Case, LossCurve, float | None]:
-    from tscope.analyzers.signals import loss_series, primary_loss
-    from tscope.model.metric_names import LEARNING_RATE
-    from tscope.pipeline import analyze_run
-
-    case, run = analyze_run(
-        task.path, trust_pickle=task.trust_pickle, read_weights=task.read_weights
-    )
-    metric = primary_loss(run)
-    steps, values = loss_series(run, metric) if metric else (np.empty(0, np.int64), np.empty(0))
-    lr_steps, lrs = run.series(LEARNING_RATE)
-    # A fresh folder for this run's case: an earlier case's layers.parquet must not stay beside it.
-    make_subfolder(case_dir.parent, case_dir.name)
-    prepare_folder(case_dir, f"the case of run {task.name}", RUN_CASE_FILES, clear=True)
-    payload = case.to_dict()  # already JSON-safe: NaN as strings, floats rounded
-    # Compact, sorted JSON: the C encoder (an indented dump is ~10x slower in pure Python, which
-    # dominates a 1,000-run sweep). `tscope report` reads it; `--format json` rewrites it indented.
-    write_json(case_dir / "case.json", payload, round_floats=False, compact=True)
-    # numpy's own format, read back with allow_pickle=False: arrays only, nothing executes.
-    write_with(
-        case_dir / SERIES_FILE,
-        lambda handle: np.savez(
-            handle, loss_steps=steps, loss_values=values, lr_steps=lr_steps, lr_values=lrs
-        ),
-    )
-    if case.layers_table is not None:
-        write_layers_parquet(case.layers_table, case_dir / "layers.parquet")
-    # Written last: its presence means the rest of the folder is complete. Sealed with this
-    # user's key (cluster_cache_seal.py): a cache that came with the input is not reused.
-    contents = [read_bytes_bounded(case_dir / name, name) for name in SEALED_FILES]
-    sealed = {**fingerprint, SEAL_FIELD: seal(fingerprint, *contents)}
-    write_json(case_dir / FINGERPRINT_FILE, sealed, round_floats=False, compact=True)
-    # Read back from its payload, as a cached one is: the profile sees the same case either way.
-    return Case.from_dict(payload), LossCurve(steps, values), _max_finite(lrs)
-
-
-def _load_cached(
-    case_dir: Path, fingerprint: dict[str, Any]
-) -> tuple[Case, LossCurve, float | None] | None:
-    # Read back like any input (regular files only, no link followed): the cache sits in a
-    # folder that may have been reused.
-    if case_dir.is_symlink():
-        return None
-    try:
-        # Bounded in size and nesting too: a crafted case.json here is analyzed again, not trusted.
-        stored = safe_json.load_file(case_dir / FINGERPRINT_FILE, FINGERPRINT_FILE, CACHE_MAX_BYTES)
-        if not isinstance(stored, dict):
-            return None
-        stored_seal = stored.pop(SEAL_FIELD, None)
-        if stored != fingerprint:
-            return None
-        case_bytes, series_bytes = (
-            read_bytes_bounded(case_dir / name, name, CACHE_MAX_BYTES) for name in SEALED_FILES
-        )
-        # Only what this user's tscope wrote is read further (a forged case, a deflated npz
-        # that expands to gigabytes: analyzed again instead).
-        if not is_sealed(fingerprint, stored_seal, case_bytes, series_bytes):
-            return None
-        payload = safe_json.loads(case_bytes, "case.json", refuse_huge_ints=True)
-        if not isinstance(payload, dict):
-            return None
-        # Another schema version, or a field of the wrong type (CaseFormatError, a ValueError):
-        # the cached case is not one this tscope reads, so the run is analyzed again.
-        case = Case.from_dict(payload)
-        with np.load(io.BytesIO(series_bytes), allow_pickle=False) as series:
-            curve = LossCurve(
-                series["loss_steps"].astype(np.int64), series["loss_values"].astype(np.float64)
-            )
-            lrs = series["lr_values"].astype(np.float64)
-    except (OSError, ValueError, KeyError, UnreadableInput, MemoryError):
-        return None  # missing or damaged cache: analyze again
-    return case, curve, _max_finite(lrs)
-
-
-def _fingerprint(path: Path, task: RunTask) -> dict[str, Any]:
-    """Every input file's size and modification time, plus what else decides the case."""
-    files = []
-    # The files discovery will read: regular files, no link inside the run followed.
-    candidates = [path] if path.is_file() else list(iter_files(path))
-    for file in candidates:
-        try:
-            stat = file.stat()
-        except OSError:
-            continue
-        files.append(
-            [
-                str(file.relative_to(path)) if file != path else file.name,
-                stat.st_size,
-                stat.st_mtime_ns,
-            ]
-        )
-    return {
-        "tool_version": __version__,
-        "read_weights": task.read_weights,
-        "trust_pickle": task.trust_pickle,
-        "files": files,
-    }
 
 
 def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
@@ -407,8 +291,3 @@ def _unique_names(names: list[str]) -> list[str]:
         taken.add(candidate.casefold())
         unique.append(candidate)
     return unique
-
-
-def _max_finite(values: np.ndarray) -> float | None:
-    finite = values[np.isfinite(values)]
-    return float(finite.max()) if finite.size else None
