@@ -83,6 +83,19 @@ def _healthy_schedules() -> dict[str, np.ndarray]:
         "restarts_with_warmup": _logged(
             lambda o: torch.optim.lr_scheduler.LambdaLR(o, _restart_with_warmup)
         ),
+        # ...a triangular cycle after a warm-up of its own, from below the cycle's base...
+        "warmup_then_cyclic": _logged(
+            lambda o: torch.optim.lr_scheduler.SequentialLR(
+                o,
+                [
+                    torch.optim.lr_scheduler.LinearLR(o, start_factor=0.01, total_iters=warm),
+                    torch.optim.lr_scheduler.CyclicLR(
+                        o, base_lr=PEAK / 2, max_lr=PEAK, step_size_up=25, cycle_momentum=False
+                    ),
+                ],
+                milestones=[warm],
+            )
+        ),
         # ...a triangular cycle climbing slower than it falls
         "cyclic_uneven": _logged(
             lambda o: torch.optim.lr_scheduler.CyclicLR(

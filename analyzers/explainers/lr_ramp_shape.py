@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
+
 # The LR must pass this multiple of its warm-up's peak. Measured (scripts/measure_lr_ramp.py):
 # after the warm-up, no healthy run exceeds its warm-up peak beyond float rounding — max ratio
 # 1.000 on the 21 dev controls, on the 7 real logs that hold an LR (3 Trainer states, 4 Megatron
@@ -58,6 +60,12 @@ LINEAR_TURN_FACTOR = 1.5
 #   no rounding and no noise; a jump is lr_schedule_jump's);
 # - its low is above CLIMB_BACK_FLOOR_FACTOR× the first positive LR the warm-up logged (a cycle's
 #   base, a restart's minimum); a run without a warm-up has no such start and is not judged;
+# - the decay led into its low smoothly: an LR that dropped into it by a jump (lr_schedule_jump's
+#   LR_JUMP_MIN_RELATIVE in one interval) starts a new phase there (a cyclic schedule chained
+#   after a warm-up starts at its base);
+# - it happens once: climbs that repeat are a cycle, even one whose base sits above where a
+#   separate warm-up started (a LinearLR warm-up chained before a CyclicLR); the limit: a cyclic
+#   run cut during its first climb back is reported;
 # - it does not ease in and out of its low (`_smooth_bottom`): a cosine's bottom falls and rises
 #   slowly there, under CLIMB_BACK_START_SHARE of its speed a few points away (logged every 10
 #   steps of a 100-step half-cycle: 0.39 and 0.31; logged more coarsely than a fifth of the
@@ -203,7 +211,11 @@ def climb_back(steps: np.ndarray, lrs: np.ndarray, peak_index: int) -> LrRamp | 
         & (lrs[lows] > floor)
         & (lrs[tops] >= CLIMB_BACK_MIN_FACTOR * lrs[lows])
     )
+    if int(large.sum()) > 1:
+        return None  # climbs that repeat are a cycle (a cyclic schedule after its own warm-up)
     for low, top in zip(lows[large].tolist(), tops[large].tolist(), strict=True):
+        if low > 0 and lrs[low - 1] - lrs[low] >= LR_JUMP_MIN_RELATIVE * lrs[low - 1]:
+            continue  # dropped into its low by a jump: a new phase's base, not a decay's middle
         climb = lrs[low : top + 1]
         rises = np.diff(np.log(climb))
         if rises.max() > RAMP_MAX_INTERVAL_SHARE * rises.sum():
