@@ -77,6 +77,7 @@ HELD_OUT_SPLITS = {
     "holdout8": 85,
     "holdout9": 45,
     "holdout10": 40,
+    "holdout11": 35,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
