@@ -198,3 +198,40 @@ def test_the_sixth_block_is_held_out_and_plants_every_cause_once():
     assert planted["batch2-weakjump"].plant["factor"] == 3.0
     assert all(200 <= s.steps <= 300 for s in sixth if s.setup == "log20")
     assert all(400 <= s.steps <= 600 for s in sixth if s.setup == "nano-long-last")
+
+
+def test_the_seventh_block_is_held_out_and_plants_every_cause_once():
+    from ood_blocks import SEVENTH_BLOCK
+    from spec import ALL_CAUSES, smoke_specs
+
+    assert all(s.index < 130 for s in build_ood_specs(blocks=(1, 2, 3, 4, 5, 6)))
+    seventh = build_ood_specs(blocks=(7,))
+    assert [s.index for s in seventh] == list(range(130, 150))
+    assert build_ood_specs(blocks=(6, 7))[-len(seventh) :] == seventh
+    assert sorted(s.cause for s in seventh if s.cause != CONTROL) == sorted(ALL_CAUSES)
+    earlier = build_ood_specs(blocks=(1, 2, 3, 4, 5, 6))
+    keys = {s.key for s in earlier} | {s.key for s in build_specs() + smoke_specs()}
+    assert not {s.key for s in seventh} & keys
+    assert len({s.key for s in seventh}) == len({s.name for s in seventh}) == len(seventh)
+    assert not {row[0] for row in SEVENTH_BLOCK} & {s.setup for s in earlier}
+    for spec in seventh:
+        assert OodSpec.from_json(spec.to_json()) == spec
+    planted = {s.setup: s for s in seventh if s.cause != CONTROL}
+    # The draw settings the rows name: a long repetition ending within the run, a late ramp,
+    # the weakest jump, a low peak LR, long runs logged every 10 or 5 steps.
+    repeat = planted["llama-bf16-longrepeat"]
+    assert 0.25 * repeat.steps <= repeat.plant["step"] < 0.4 * repeat.steps
+    assert repeat.plant["length"] == 60
+    assert repeat.plant["step"] + repeat.plant["length"] - 1 <= repeat.steps
+    ramp = planted["lt-cos-late-ramp"]
+    assert 0.7 * ramp.steps <= ramp.plant["step"] < 0.8 * ramp.steps
+    weak = planted["nano-bf16-weakjump"]
+    assert (weak.plant["factor"], weak.plant["window"], weak.precision) == (3.0, 1, "bf16")
+    assert all(2e-4 <= s.peak_lr <= 5e-4 for s in seventh if s.setup == "lowlr-hot")
+    assert all(
+        200 <= s.steps <= 300 and s.logging_steps == 10
+        for s in seventh
+        if s.setup == "log10-badbatch"
+    )
+    assert all(s.save_every % s.logging_steps == 0 for s in seventh)
+    assert planted["adafactor-optlost"].optimizer == "adafactor"

@@ -282,3 +282,59 @@ SIXTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         LR_RAMP,
     ),
 )
+# The seventh block: what outside users' runs look like that no block has covered yet, one run
+# per planted cause of spec.ALL_CAUSES. It adds no knob; besides the fifth and sixth blocks' draw
+# settings a row may name "plant_length" (a repetition of that many steps, cut to end with the
+# run).
+SEVENTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    (
+        "log10-badbatch",
+        "trainer_gpt2",
+        {"steps_range": (200, 300), "logging_steps": 10},
+        BAD_BATCH,
+    ),
+    (
+        "nano-bf16-weakjump",
+        "nanogpt",
+        {"precision": "bf16", "plant_weakest": True, "log_format": "csv"},
+        LR_JUMP_TRANSIENT,
+    ),
+    ("wsd-persistent", "trainer_llama", {"schedule": "wsd"}, LR_JUMP_PERSISTENT),
+    (
+        "lt-cos-late-ramp",
+        "lightning",
+        {"lightning_logger": "tensorboard", "schedule": "cosine", "plant_range": (0.7, 0.8)},
+        LR_RAMP,
+    ),
+    ("lowlr-hot", "trainer_gpt2", {"peak_lr_range": (2e-4, 5e-4)}, WARMUP_TOO_HOT),
+    ("adafactor-optlost", "trainer_gpt2", {"optimizer": "adafactor"}, RESUME_OPTIMIZER_LOST),
+    (
+        "nano-step-schedlost",
+        "nanogpt",
+        {"schedule": "step", "log_format": "stdout"},
+        RESUME_SCHEDULER_LOST,
+    ),
+    (
+        "nano-log5-reinit",
+        "nanogpt",
+        {"steps_range": (150, 250), "logging_steps": 5, "log_format": "csv"},
+        RESUME_WEIGHTS_REINIT,
+    ),
+    (
+        "llama-bf16-longrepeat",
+        "trainer_llama",
+        {
+            "precision": "bf16",
+            "steps_range": (160, 200),
+            "plant_range": (0.25, 0.4),
+            "plant_length": 60,
+        },
+        REPEATED_DATA,
+    ),
+    (
+        "lt-accum4-csv-frozen",
+        "lightning",
+        {"lightning_logger": "csv", "batch_size": 4, "grad_accum": 4},
+        FROZEN_LAYER,
+    ),
+)

@@ -43,6 +43,16 @@ every 20 steps of a 200–300-step run, Lightning without gradient clipping (its
 repeated data in the last 5–8% of a 400–600-step nanoGPT run, a 6-layer Llama of width 64, the
 Trainer's cosine with hard restarts after a 5% warm-up losing its scheduler at a resume, and
 Lightning's polynomial decay after a 5% warm-up with an LR ramp from 10–20% of the run.
+A seventh block (`SEVENTH_BLOCK`, indices 130–149) is held out the same way (`blocks=(..., 7)`,
+`run.py --blocks 7`) and not yet scored, each cause of spec.ALL_CAUSES once, on setups no block
+covered: a bad batch in a Trainer run logging every 10 steps of 200–300 (the logged loss is the
+interval's mean), the weakest transient LR jump (×3, one step) in a bf16 nanoGPT run, a persistent
+LR jump in the stable phase of a Llama's warm-up–stable–decay schedule, a Lightning cosine run
+with an LR ramp from 70–80% of the run, no warm-up at a low peak LR (2e-4–5e-4; Trainer), the
+Trainer's Adafactor losing its state at a resume, nanoGPT's step decay losing its schedule at a
+resume, nanoGPT logging every 5 iterations with its weights re-initialized at a resume, a 60-step
+repetition in a bf16 Llama from 25–40% of the run, and a frozen layer in Lightning at batch 4 with
+accumulation 4.
 
 A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
 a step-decay drop that the schedule itself does is part of the run, not an incident.
@@ -64,6 +74,7 @@ from ood_blocks import (
     SECOND_BLOCK,
     SECOND_BLOCK_KNOBS,
     SETUPS,
+    SEVENTH_BLOCK,
     SIXTH_BLOCK,
     THIRD_BLOCK,
     THIRD_BLOCK_KNOBS,
@@ -259,9 +270,10 @@ def _quarter_of_the_rows(spec: OodSpec) -> OodSpec:
 
 
 # The fifth block's draw settings that are no spec field (see ood_blocks.FIFTH_BLOCK), and the
-# sixth block's besides (ood_blocks.SIXTH_BLOCK).
+# sixth and seventh blocks' besides (ood_blocks.SIXTH_BLOCK, ood_blocks.SEVENTH_BLOCK).
 FIFTH_BLOCK_DRAWS = ("steps", "warmup_fraction", "peak_lr_range", "plant_late", "plant_weakest")
 SIXTH_BLOCK_DRAWS = ("steps_range", "plant_range", "plant_rows")
+SEVENTH_BLOCK_DRAWS = ("plant_length",)
 LATE_FRACTION = 0.85  # "plant_late": the planted step in the last 15% of the run
 # "plant_weakest": each strength at the weakest value `spec._plant` draws.
 WEAKEST = {"factor": 3.0, "window": 1, "growth": 1.04, "lr_factor": 8.0, "length": 10}
@@ -275,10 +287,11 @@ def _fifth_block(
     first_index: int, table: tuple[tuple[str, str, dict[str, Any], str], ...] = FIFTH_BLOCK
 ) -> list[OodSpec]:
     """The fifth block's draw: the third block's (100–160 steps unless the row fixes them, a bad
-    batch of at least a quarter of the rows) plus the row's draw settings; the sixth block is
-    drawn the same way from its own table (its settings draw nothing in a row that lacks them)."""
+    batch of at least a quarter of the rows) plus the row's draw settings; the sixth and seventh
+    blocks are drawn the same way from their own tables (their settings draw nothing in a row
+    that lacks them)."""
     specs: list[OodSpec] = []
-    draws = FIFTH_BLOCK_DRAWS + SIXTH_BLOCK_DRAWS
+    draws = FIFTH_BLOCK_DRAWS + SIXTH_BLOCK_DRAWS + SEVENTH_BLOCK_DRAWS
     for index, seed, rng, setup, producer, change, cause in _paired_draws(first_index, table):
         knobs = {k: v for k, v in change.items() if k not in draws}
         training = _training(setup, producer, knobs, rng)
@@ -299,8 +312,13 @@ def _fifth_block(
         if cause != CONTROL and change.get("plant_late"):
             late = rng.randrange(int(spec.steps * LATE_FRACTION) + 1, spec.steps - 1)
             spec = replace(spec, plant={**spec.plant, "step": late})
+        if cause == REPEATED_DATA and "plant_length" in change:
+            spec = replace(spec, plant={**spec.plant, "length": int(change["plant_length"])})
         if cause != CONTROL and "plant_range" in change:
             spec = _planted_in_range(spec, change["plant_range"], rng)
+        if cause == REPEATED_DATA and "plant_length" in change:  # ends with the run at the latest
+            length = min(int(spec.plant["length"]), spec.steps - int(spec.plant["step"]) + 1)
+            spec = replace(spec, plant={**spec.plant, "length": length})
         if cause != CONTROL and change.get("plant_weakest"):
             weakest = {k: v for k, v in WEAKEST.items() if k in spec.plant}
             spec = replace(spec, plant={**spec.plant, **weakest})
@@ -325,8 +343,8 @@ def _planted_in_range(spec: OodSpec, fractions: tuple[float, float], rng: random
 def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     """The first block (SETUPS, indices 0–31), the second (SECOND_BLOCK, 32–49) and, only when
     asked for, the third (THIRD_BLOCK, 50–69), the fourth (FOURTH_BLOCK, 70–89), the fifth
-    (FIFTH_BLOCK, 90–109) and the sixth (SIXTH_BLOCK, 110–129), all held out (see the module's
-    docstring)."""
+    (FIFTH_BLOCK, 90–109), the sixth (SIXTH_BLOCK, 110–129) and the seventh (SEVENTH_BLOCK,
+    130–149), all held out (see the module's docstring)."""
     first = _first_block()
     second = _second_block(len(first))
     specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
@@ -340,6 +358,9 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     if 6 in blocks:
         earlier = len(THIRD_BLOCK) + len(FOURTH_BLOCK) + len(FIFTH_BLOCK)
         specs += _fifth_block(third_index + 2 * earlier, SIXTH_BLOCK)
+    if 7 in blocks:
+        earlier = len(THIRD_BLOCK) + len(FOURTH_BLOCK) + len(FIFTH_BLOCK) + len(SIXTH_BLOCK)
+        specs += _fifth_block(third_index + 2 * earlier, SEVENTH_BLOCK)
     return specs
 
 
