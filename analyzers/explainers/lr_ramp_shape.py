@@ -177,11 +177,53 @@ def lr_ramp(steps: np.ndarray, lrs: np.ndarray) -> LrRamp | None:
     rises = np.diff(np.log(lrs[low : judged + 1]))
     if rises.max() > RAMP_MAX_INTERVAL_SHARE * rises.sum():
         return None
-    doubled = np.flatnonzero(lrs[low:] >= 2 * peak)
+    return _ramp(steps, lrs, peak_index, low, cross, top, past_peak=True)
+
+
+def climb_back(steps: np.ndarray, lrs: np.ndarray, peak_index: int) -> LrRamp | None:
+    """The one climb after the warm-up's peak that rises CLIMB_BACK_MIN_FACTOR× from a low in the
+    middle of the decay (the CLIMB_BACK_* constants above); None without one."""
+    positive = lrs[: peak_index + 1][lrs[: peak_index + 1] > 0]
+    if positive.size == 0 or peak_index == 0:
+        return None  # no warm-up: nothing tells the schedule's floor
+    floor = CLIMB_BACK_FLOOR_FACTOR * float(positive[0])
+    # Each run of rising intervals after the peak, as (low, top) indices, found over whole arrays
+    # (a 5M-point log has as many intervals); only the long, large climbs are then judged.
+    rising = np.concatenate(([False], np.diff(lrs[peak_index:]) > 0, [False]))
+    edges = np.flatnonzero(np.diff(rising.astype(np.int8)))
+    lows, tops = peak_index + edges[0::2], peak_index + edges[1::2]
+    large = (
+        (tops - lows >= RAMP_MIN_RISING_POINTS)
+        & (lrs[lows] > floor)
+        & (lrs[tops] >= CLIMB_BACK_MIN_FACTOR * lrs[lows])
+    )
+    if int(large.sum()) != 1:
+        return None  # none, or climbs that repeat: a cycle (a cyclic schedule after a warm-up)
+    low, top = int(lows[large][0]), int(tops[large][0])
+    if low > 0 and lrs[low - 1] - lrs[low] >= LR_JUMP_MIN_RELATIVE * lrs[low - 1]:
+        return None  # dropped into its low by a jump: a new phase's base, not a decay's middle
+    climb = lrs[low : top + 1]
+    rises = np.diff(np.log(climb))
+    if rises.max() > RAMP_MAX_INTERVAL_SHARE * rises.sum() or _smooth_bottom(lrs, low, top):
+        return None  # a jump with a drift around it, or a cosine's bottom
+    cross = low + int(np.flatnonzero(climb >= CLIMB_BACK_MIN_FACTOR * lrs[low])[0])
+    return _ramp(steps, lrs, peak_index, low, cross, top, past_peak=False)
+
+
+def _ramp(
+    steps: np.ndarray,
+    lrs: np.ndarray,
+    peak_index: int,
+    low: int,
+    cross: int,
+    top: int,
+    past_peak: bool,
+) -> LrRamp:
+    doubled = np.flatnonzero(lrs[low:] >= 2 * lrs[peak_index])
     span = max(int(steps[cross] - steps[low]), 1)
     return LrRamp(
         peak_step=int(steps[peak_index]),
-        peak_lr=peak,
+        peak_lr=float(lrs[peak_index]),
         low_step=int(steps[low]),
         low_lr=float(lrs[low]),
         start_step=int(steps[low + 1]),
@@ -191,55 +233,8 @@ def lr_ramp(steps: np.ndarray, lrs: np.ndarray) -> LrRamp | None:
         top_lr=float(lrs[top]),
         rising_points=top - low,
         growth_per_step=float((lrs[cross] / lrs[low]) ** (1 / span)),
+        past_peak=past_peak,
     )
-
-
-def climb_back(steps: np.ndarray, lrs: np.ndarray, peak_index: int) -> LrRamp | None:
-    """The first climb after the warm-up's peak that rises CLIMB_BACK_MIN_FACTOR× from a low in
-    the middle of the decay, at speed (the CLIMB_BACK_* constants above); None without one."""
-    positive = lrs[: peak_index + 1][lrs[: peak_index + 1] > 0]
-    if positive.size == 0 or peak_index == 0:
-        return None  # no warm-up: nothing tells the schedule's floor
-    floor = CLIMB_BACK_FLOOR_FACTOR * float(positive[0])
-    # Each run of rising intervals after the peak, as (low, top) indices, found over whole arrays
-    # (a 5M-point log has as many intervals); only the long, large climbs are then walked.
-    rising = np.concatenate(([False], np.diff(lrs[peak_index:]) > 0, [False]))
-    edges = np.flatnonzero(np.diff(rising.astype(np.int8)))
-    lows, tops = peak_index + edges[0::2], peak_index + edges[1::2]
-    large = (
-        (tops - lows >= RAMP_MIN_RISING_POINTS)
-        & (lrs[lows] > floor)
-        & (lrs[tops] >= CLIMB_BACK_MIN_FACTOR * lrs[lows])
-    )
-    if int(large.sum()) > 1:
-        return None  # climbs that repeat are a cycle (a cyclic schedule after its own warm-up)
-    for low, top in zip(lows[large].tolist(), tops[large].tolist(), strict=True):
-        if low > 0 and lrs[low - 1] - lrs[low] >= LR_JUMP_MIN_RELATIVE * lrs[low - 1]:
-            continue  # dropped into its low by a jump: a new phase's base, not a decay's middle
-        climb = lrs[low : top + 1]
-        rises = np.diff(np.log(climb))
-        if rises.max() > RAMP_MAX_INTERVAL_SHARE * rises.sum():
-            continue  # a jump with a drift around it
-        if _smooth_bottom(lrs, low, top):
-            continue
-        cross = low + int(np.flatnonzero(climb >= CLIMB_BACK_MIN_FACTOR * lrs[low])[0])
-        doubled = np.flatnonzero(lrs[low:] >= 2 * lrs[peak_index])
-        span = max(int(steps[cross] - steps[low]), 1)
-        return LrRamp(
-            peak_step=int(steps[peak_index]),
-            peak_lr=float(lrs[peak_index]),
-            low_step=int(steps[low]),
-            low_lr=float(lrs[low]),
-            start_step=int(steps[low + 1]),
-            cross_step=int(steps[cross]),
-            double_step=int(steps[low + int(doubled[0])]) if doubled.size else None,
-            top_step=int(steps[top]),
-            top_lr=float(lrs[top]),
-            rising_points=top - low,
-            growth_per_step=float((lrs[cross] / lrs[low]) ** (1 / span)),
-            past_peak=False,
-        )
-    return None
 
 
 def _smooth_bottom(lrs: np.ndarray, low: int, top: int) -> bool:
