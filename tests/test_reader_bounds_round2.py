@@ -16,7 +16,7 @@ from text_log_helpers import megatron_record, write
 
 from tscope.ingest import discover as discover_module
 from tscope.ingest.discover import discover
-from tscope.ingest.logs import tabular
+from tscope.ingest.logs import table_cells, tabular
 from tscope.ingest.logs.series_cap import cap_series
 from tscope.ingest.readers import megatron_log, nanogpt_log, trainer_state, trainer_stdout
 from tscope.ingest.readers.megatron_log import MegatronLogReader
@@ -151,9 +151,9 @@ def test_json_lines_with_only_long_lines_is_unreadable(
 
 
 def test_a_long_text_value_is_not_scanned_as_a_number() -> None:
-    assert tabular._json_number("1" * 1000) is None
-    assert tabular._json_number(" 2.5 ") == 2.5
-    assert not tabular._is_missing(" " * 1000)
+    assert table_cells._json_number("1" * 1000) is None
+    assert table_cells._json_number(" 2.5 ") == 2.5
+    assert not table_cells._is_missing(" " * 1000)
 
 
 # ---- F5: trainer_state.json: a smaller byte cap and MAX_KEYS_PER_ENTRY keys a row ---------------

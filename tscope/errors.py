@@ -17,10 +17,12 @@ class UnreadableInput(TscopeError):
         self.path = path
         self.problem = problem
         self.hint = hint
-        message = f"Cannot read {path}: {problem}"
-        if hint:
-            message += f". {hint}"
-        super().__init__(message)
+        super().__init__(f"Cannot read {path}: {self.problem_text}")
+
+    @property
+    def problem_text(self) -> str:
+        """The problem and what to do, as a partial-input note states them (the path aside)."""
+        return f"{self.problem}. {self.hint}" if self.hint else self.problem
 
 
 class NothingToAnalyze(TscopeError):

@@ -116,7 +116,7 @@ def _read_one(
     try:
         found.reads.append(reader.read(file, shown))
     except UnreadableInput as error:
-        found.partial.append(PartialInput(error.path, _problem_text(error)))
+        found.partial.append(PartialInput(error.path, error.problem_text))
     except MemoryError:
         # Whatever the reader held is released with its frames; the file's bounds (see
         # docs/security.md) keep real logs far below this, so one line, not a traceback.
@@ -127,7 +127,3 @@ def _read_one(
                 "of its kind, or crafted); it was left out",
             )
         )
-
-
-def _problem_text(error: UnreadableInput) -> str:
-    return f"{error.problem}. {error.hint}" if error.hint else error.problem

@@ -10,16 +10,16 @@ Layouts read (keys are DCP's flattened names, torch distributed/checkpoint/state
   (`{"model": sd}`) and `optimizer_0/` (`{"optimizer": osd}`), next to `scheduler.pt`,
   `rng_state_{rank}.pth`, `trainer_state.json`;
 - a bare `get_model_state_dict` (top-level FQNs only).
-Every tensor is read alone, in this process, without a process group (dcp_storage).
+Every tensor is read alone, in this process, without a process group (dcp_storage); the
+optimizer's moments and param groups are mapped to parameter names in dcp_optimizer.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints import dcp_storage
@@ -30,7 +30,6 @@ from tscope.ingest.checkpoints.base import (
     ReplayFacts,
 )
 from tscope.ingest.checkpoints.dcp_layout import (
-    HYPER_KEYS,
     SAMPLER_ROOTS,
     SCHEDULER_ROOTS,
     STEP_KEYS,
@@ -39,12 +38,8 @@ from tscope.ingest.checkpoints.dcp_layout import (
     classify,
     load_folder,
 )
-from tscope.ingest.checkpoints.state_dict_files import (
-    normalize_name,
-    read_json,
-    step_from_name,
-    step_value,
-)
+from tscope.ingest.checkpoints.dcp_optimizer import read_optimizer_state
+from tscope.ingest.checkpoints.state_dict_files import read_json, step_from_name, step_value
 from tscope.ingest.safe_fs import is_inside
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
@@ -149,7 +144,7 @@ class DcpCheckpoint:
                         load_folder(model_dir.parent / name, optimizer_shown, options, self.partial)
                     )
                 except UnreadableInput as error:  # the weights still count without it
-                    self.partial.append(PartialInput(error.path, _problem(error)))
+                    self.partial.append(PartialInput(error.path, error.problem_text))
         return folders
 
     def _beside(self, folder: Path, shown: str, siblings: str) -> Path | None:
@@ -210,7 +205,7 @@ class DcpCheckpoint:
                     folder.path, folder.metadata, key, folder.shown, self._options
                 )
         except UnreadableInput as error:
-            self.partial.append(PartialInput(error.path, _problem(error)))
+            self.partial.append(PartialInput(error.path, error.problem_text))
             return None
         return step_value(raw)  # None when not a plausible number: look elsewhere for the step
 
@@ -236,86 +231,10 @@ class DcpCheckpoint:
         if not self._moments:
             return None
         if self._optimizer is None:  # group hyper-parameters are read once
-            self._optimizer = self._read_optimizer()
-        return self._optimizer
-
-    def _read_optimizer(self) -> OptimizerState:
-        state = OptimizerState()
-        for name, slots in sorted(self._moments.items()):
-            model_entry = self._model.get(name)
-            moment = slots.get("exp_avg")
-            if model_entry is not None and moment is not None:
-                shape = _stored_shape(*model_entry)
-                if _stored_shape(*moment) != shape:
-                    state.unmapped.append(
-                        f"{name}: exp_avg has shape {list(_stored_shape(*moment))}, the "
-                        f"parameter has {list(shape)}"
-                    )
-                    continue
-            # Lazy: each moment is read from the shards when asked for, so the whole optimizer
-            # never sits in memory (DCP records cannot be memory-mapped). Consumers only read.
-            step = self._step_counter(slots.get("step"))
-            state.per_param[name] = cast(dict[str, Any], _LazyMoments(slots, step, self.partial))
-        self._read_groups(state)
-        return state
-
-    def _step_counter(self, where: tuple[DcpFolder, str] | None) -> float | None:
-        if where is None:
-            return None
-        folder, key = where
-        try:
-            return float(dcp_storage.load_tensor(folder.path, folder.metadata, key, folder.shown))
-        except UnreadableInput as error:
-            _note_once(self.partial, PartialInput(error.path, _problem(error)))
-            return None
-
-    def _read_groups(self, state: OptimizerState) -> None:
-        """Group hyper-parameters: `param_groups.<i>.<key>` (+ `.params` FQNs) or, flattened,
-        `param_groups.<fqn>.<key>` (one set per parameter; equal sets are merged)."""
-        for folder, _prefix, groups_prefix in self._groups:
-            keys = [
-                k for k in folder.bytes_keys + folder.tensor_keys if k.startswith(groups_prefix)
-            ]
-            by_owner: dict[str, dict[str, Any]] = {}
-            for key in keys:
-                owner, _, hyper = key[len(groups_prefix) :].rpartition(".")
-                if hyper in (*HYPER_KEYS, "params"):
-                    by_owner.setdefault(owner, {})[hyper] = key
-            indexed = all(owner.isdigit() for owner in by_owner)
-            for owner in sorted(
-                by_owner, key=lambda o: (not o.isdigit(), int(o) if o.isdigit() else 0, o)
-            ):
-                values = {
-                    hyper: self._hyper(folder, key)
-                    for hyper, key in by_owner[owner].items()
-                    if hyper != "params"
-                }
-                if indexed:
-                    index = len(state.param_groups)
-                    state.param_groups.append(values)
-                    members = self._hyper(folder, by_owner[owner].get("params", ""))
-                    for fqn in members if isinstance(members, list) else []:
-                        state.group_of[normalize_name(str(fqn))] = index
-                else:
-                    if values not in state.param_groups:
-                        state.param_groups.append(values)
-                    state.group_of[normalize_name(owner)] = state.param_groups.index(values)
-
-    def _hyper(self, folder: DcpFolder, key: str) -> Any:
-        if not key:
-            return None
-        try:
-            if key in folder.tensor_keys:
-                value: Any = dcp_storage.load_tensor(
-                    folder.path, folder.metadata, key, folder.shown
-                )
-                return float(value) if value.numel() == 1 else value
-            return dcp_storage.load_bytes_item(
-                folder.path, folder.metadata, key, folder.shown, self._options
+            self._optimizer = read_optimizer_state(
+                self._model, self._moments, self._groups, self._options, self.partial
             )
-        except UnreadableInput as error:
-            _note_once(self.partial, PartialInput(error.path, _problem(error)))
-            return None
+        return self._optimizer
 
     def _rng_ranks(self) -> tuple[int, ...]:
         """Ranks whose RNG state sits next to the DCP folders (HF Trainer / accelerate files)."""
@@ -365,56 +284,3 @@ class DcpCheckpoint:
         self._folders = []
         self._model = {}
         self._moments = {}
-
-
-class _LazyMoments(Mapping[str, Any]):
-    """{"exp_avg", "exp_avg_sq", "step"} of one parameter; moments read from the shards on access.
-
-    Reads happen inside the consumer's statistics code, which expects plain values: a shard that
-    cannot be read gives None (the moment is absent) and one line in the handle's `partial`.
-    The step counter is a scalar and is read up front.
-    """
-
-    def __init__(
-        self,
-        slots: Mapping[str, tuple[DcpFolder, str]],
-        step: float | None,
-        partial: list[PartialInput],
-    ) -> None:
-        self._slots: dict[str, tuple[DcpFolder, str] | None] = {
-            slot: where for slot, where in slots.items() if slot != "step"
-        }
-        self._step = step
-        self._partial = partial
-
-    def __getitem__(self, slot: str) -> Any:
-        if slot == "step":
-            return self._step
-        where = self._slots[slot]
-        if where is None:
-            return None
-        folder, key = where
-        try:
-            return dcp_storage.load_tensor(folder.path, folder.metadata, key, folder.shown)
-        except UnreadableInput as error:
-            _note_once(self._partial, PartialInput(error.path, _problem(error)))
-            return None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([*self._slots, "step"])
-
-    def __len__(self) -> int:
-        return len(self._slots) + 1
-
-
-def _note_once(partial: list[PartialInput], entry: PartialInput) -> None:
-    if entry not in partial:
-        partial.append(entry)
-
-
-def _stored_shape(folder: DcpFolder, key: str) -> tuple[int, ...]:
-    return folder.metadata.tensors[key].size
-
-
-def _problem(error: UnreadableInput) -> str:
-    return f"{error.problem}. {error.hint}" if error.hint else error.problem

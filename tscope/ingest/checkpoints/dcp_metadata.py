@@ -228,7 +228,7 @@ def _tensor_entry(entry: PickledObject) -> TensorEntry | None:
     chunks = []
     # A chunk repeated by memo references (4 bytes each) is one object: converted once, so a
     # list of 300,000 copies costs lookups, not conversions. The copies stay in the list for
-    # dcp_storage to refuse the tensor with its reason (chunks that overlap).
+    # dcp_chunks to refuse the tensor with its reason (chunks that overlap).
     converted: dict[int, Chunk] = {}
     for raw in chunks_raw:
         chunk = converted.get(id(raw))

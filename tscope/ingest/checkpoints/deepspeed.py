@@ -11,6 +11,8 @@ partitions deepspeed_zero turns back into per-parameter masters and moments (ZeR
 Universal folder: `zero/<param>/{fp32,exp_avg,exp_avg_sq}.pt` (each `{"param": tensor,
 "cat_dim": ...}`), `zero/<param>/step.pt` (a tensor), `zero/optimizer_state.pt` (param groups,
 loss scaler) and usually a copy of the model states file.
+
+Both layouts' optimizer files are read and mapped to parameter names in deepspeed_optimizer.py.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from tscope.ingest.checkpoints.base import (
     parent_inside,
     parent_place,
 )
-from tscope.ingest.checkpoints.deepspeed_zero import (
-    ZeroState,
-    load_deepspeed_file,
-    rebuild_zero_state,
+from tscope.ingest.checkpoints.deepspeed_optimizer import (
+    DeepSpeedOptimizerFiles,
+    optim_files,
+    universal_tensor,
 )
+from tscope.ingest.checkpoints.deepspeed_zero import load_deepspeed_file
 from tscope.ingest.checkpoints.pickle_literals import pickle_strings
 from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
 from tscope.ingest.safe_fs import is_real_folder, is_regular_file, read_bytes_bounded
@@ -43,10 +46,8 @@ if TYPE_CHECKING:
     import torch
 
 MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
-OPTIM_STATES = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
 UNIVERSAL_DIR = "zero"
 UNIVERSAL_SUFFIX = "_universal"
-_UNIVERSAL_SLOTS = ("exp_avg", "exp_avg_sq")
 MAX_LATEST_BYTES = 4096  # `latest` holds one tag name ("global_step1200")
 
 
@@ -100,13 +101,6 @@ class DeepSpeedReader(ConfinesToInput):
         )
 
 
-def optim_files(folder: Path) -> list[Path]:
-    """The ZeRO optimizer partitions of tensor-parallel rank 0, by data-parallel rank."""
-    found = [(OPTIM_STATES.match(p.name), p) for p in folder.iterdir()]
-    tp0 = [(int(m.group(1)), p) for m, p in found if m and int(m.group(2)) == 0]
-    return [p for _, p in sorted(tp0)]
-
-
 def _is_universal(path: Path) -> bool:
     # Linked folders are not stepped into: the files under them lie outside the input.
     zero = path / UNIVERSAL_DIR
@@ -126,6 +120,7 @@ class DeepSpeedCheckpoint:
         self.partial: list[PartialInput] = []
         self._dir, self._shown, self._options = path, display_path, options
         self._universal = _is_universal(path)
+        self._optimizer_files = DeepSpeedOptimizerFiles(path, self._relative, options)
         # The run folder holding `latest`; None when it lies outside the input (given
         # `run/global_step2` alone, `run/latest` is never opened).
         self._run_dir = parent_inside(input_root, path)
@@ -143,7 +138,6 @@ class DeepSpeedCheckpoint:
         module = self._states.get("module")
         buffers = set(self._states.get("buffer_names") or [])
         self._weights: dict[str, tuple[str, Any]] = {}  # name -> (where, key or path)
-        self._loss_scaler: Any = None
         zero3 = self._zero_stage() == 3
         if zero3 and not self._universal:
             self.partial.append(
@@ -173,7 +167,7 @@ class DeepSpeedCheckpoint:
             step=step if step is not None else step_from_name(path.name),
             path=display_path,
             format="deepspeed_universal" if self._universal else "deepspeed",
-            has_optimizer=self._universal or bool(self._optim_files()),
+            has_optimizer=self._universal or bool(optim_files(self._dir)),
             has_rng=bool(self._rng_ranks()),
         )
 
@@ -199,14 +193,11 @@ class DeepSpeedCheckpoint:
         except UnreadableInput as error:
             if not self._universal:
                 raise
-            self.partial.append(PartialInput(error.path, _problem(error)))
+            self.partial.append(PartialInput(error.path, error.problem_text))
             return {}
         if not isinstance(loaded, Mapping):
             raise UnreadableInput(f"{self._shown}/{files[0].name}", "not a DeepSpeed model file")
         return loaded
-
-    def _optim_files(self) -> list[Path]:
-        return optim_files(self._dir)
 
     def _zero_stage(self) -> int | None:
         config = self._states.get("ds_config")
@@ -236,7 +227,7 @@ class DeepSpeedCheckpoint:
         if kind == "module":
             tensor: torch.Tensor = self._states["module"][source]
             return tensor
-        return _universal_tensor(source, self._relative(source), self._options)
+        return universal_tensor(source, self._relative(source), self._options)
 
     def optimizer_state(self) -> OptimizerState | None:
         """Read once; an unreadable optimizer file raises the same UnreadableInput every time."""
@@ -252,74 +243,11 @@ class DeepSpeedCheckpoint:
         return self._optimizer
 
     def _read_zero(self) -> OptimizerState | None:
-        files = self._optim_files()
-        if not files:
-            return None
-        rank_states = []
-        for file in files:
-            loaded = load_deepspeed_file(file, self._relative(file), self._options)
-            inner = loaded.get("optimizer_state_dict") if isinstance(loaded, Mapping) else None
-            if not isinstance(inner, Mapping):
-                raise UnreadableInput(self._relative(file), "holds no optimizer_state_dict")
-            rank_states.append(inner)
-        shapes = self._states.get("param_shapes")
-        if not isinstance(shapes, list):
-            return OptimizerState(unmapped=["the model file has no param_shapes to map by"])
-        rebuilt = rebuild_zero_state(rank_states, shapes)
-        return self._as_optimizer_state(rebuilt)
-
-    def _as_optimizer_state(self, rebuilt: ZeroState) -> OptimizerState:
-        state = OptimizerState(
-            param_groups=rebuilt.param_groups,
-            unmapped=rebuilt.unmapped,
-            master_weights={normalize_name(k): v for k, v in rebuilt.masters.items()} or None,
-        )
-        for name, entry in rebuilt.moments.items():
-            state.per_param[normalize_name(name)] = entry
-        state.group_of = {normalize_name(k): v for k, v in rebuilt.group_of.items()}
-        self._loss_scaler = rebuilt.loss_scaler
-        return state
+        return self._optimizer_files.read_zero(self._states.get("param_shapes"))
 
     def _read_universal(self) -> OptimizerState:
-        state = OptimizerState(master_weights={})
-        common = self._dir / UNIVERSAL_DIR / "optimizer_state.pt"
-        if common.is_file():
-            loaded = load_deepspeed_file(common, self._relative(common), self._options)
-            groups = loaded.get("param_groups") if isinstance(loaded, Mapping) else None
-            state.param_groups = [
-                {k: v for k, v in g.items() if k != "params"}
-                for g in groups or []
-                if isinstance(g, Mapping)
-            ]
-            self._loss_scaler = loaded.get("loss_scaler") if isinstance(loaded, Mapping) else None
         buffers = set(self._states.get("buffer_names") or [])
-        for folder in sorted((self._dir / UNIVERSAL_DIR).iterdir()):
-            if not is_real_folder(folder) or folder.name in buffers:
-                continue
-            name = normalize_name(folder.name)
-            if (folder / "fp32.pt").is_file() and state.master_weights is not None:
-                fp32 = folder / "fp32.pt"
-                state.master_weights[name] = _universal_tensor(
-                    fp32, self._relative(fp32), self._options
-                )
-            if not all((folder / f"{slot}.pt").is_file() for slot in _UNIVERSAL_SLOTS):
-                continue
-            entry: dict[str, Any] = {
-                slot: _universal_tensor(
-                    folder / f"{slot}.pt", self._relative(folder / f"{slot}.pt"), self._options
-                )
-                for slot in _UNIVERSAL_SLOTS
-            }
-            step_file = folder / "step.pt"
-            entry["step"] = (
-                float(_universal_tensor(step_file, self._relative(step_file), self._options))
-                if step_file.is_file()
-                else None
-            )
-            state.per_param[name] = entry
-            if len(state.param_groups) == 1:  # the layout does not say which group otherwise
-                state.group_of[name] = 0
-        return state
+        return self._optimizer_files.read_universal(self._dir / UNIVERSAL_DIR, buffers)
 
     def _relative(self, path: Path) -> str:
         return f"{self._shown}/{path.relative_to(self._dir).as_posix()}"
@@ -350,7 +278,7 @@ class DeepSpeedCheckpoint:
         moments = state.per_param if state is not None else {}
         has_scaler: bool | None = None
         if self._fp16():
-            has_scaler = self._loss_scaler is not None
+            has_scaler = self._optimizer_files.loss_scaler is not None
         dp = _int(self._states.get("dp_world_size"))
         mp = _int(self._states.get("mp_world_size"))
         return ResumeAudit(
@@ -393,22 +321,8 @@ class DeepSpeedCheckpoint:
         self._optimizer = None
 
 
-def _universal_tensor(path: Path, shown: str, options: LoadOptions) -> torch.Tensor:
-    import torch
-
-    loaded = load_deepspeed_file(path, shown, options)
-    tensor = loaded.get("param") if isinstance(loaded, Mapping) else loaded
-    if not isinstance(tensor, torch.Tensor):
-        raise UnreadableInput(shown, "holds no tensor (expected {'param': tensor, ...})")
-    return tensor
-
-
 def _int(value: Any) -> int | None:
     try:
         return int(value) if value is not None else None
     except (TypeError, ValueError, OverflowError):  # inf and NaN floats too
         return None
-
-
-def _problem(error: UnreadableInput) -> str:
-    return f"{error.problem}. {error.hint}" if error.hint else error.problem

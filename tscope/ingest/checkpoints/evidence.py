@@ -26,7 +26,7 @@ def read_checkpoints(
         try:
             handles.append(reader.open(path, shown, options))
         except UnreadableInput as error:
-            partial.append(PartialInput(error.path, _problem(error)))
+            partial.append(PartialInput(error.path, error.problem_text))
     if not handles:
         return None, partial
     handles.sort(key=lambda h: (h.info.step is None, h.info.step or 0, h.info.path))
@@ -52,7 +52,7 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
     try:
         state = handle.optimizer_state()
     except UnreadableInput as error:
-        partial.append(PartialInput(error.path, _problem(error)))
+        partial.append(PartialInput(error.path, error.problem_text))
         state = None
     if state is not None:
         steps = [float(v["step"]) for v in state.per_param.values() if v.get("step") is not None]
@@ -74,7 +74,3 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
         unmapped_optimizer_state=unmapped,
         partial=tuple(dict.fromkeys(partial)),
     )
-
-
-def _problem(error: UnreadableInput) -> str:
-    return f"{error.problem}. {error.hint}" if error.hint else error.problem

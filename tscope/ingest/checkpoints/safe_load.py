@@ -3,7 +3,7 @@
 Beyond `weights_only=True`, a loaded file is held to what it actually contains:
 - it must be a regular file reached without a symlink, and not a Git LFS pointer;
 - a zip-format file must store its records uncompressed (as torch.save does), so the bytes its
-  tensors own are bytes present in the file;
+  tensors own are bytes present in the file (the archive checks live in torch_zip_checks.py);
 - no tensor may be a view larger than its storage (a stride-0 `expand(1 << 33)` of one element
   is 1.7 KB on disk and 32 GiB once statistics touch it). Such a file is refused as a whole,
   naming the tensor: statistics of a broadcast view would describe a tensor nobody trained.
@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import io
 import os
-import struct
 import sys
-import zipfile
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -35,6 +32,11 @@ from tscope.ingest.checkpoints.pickle_literals import (
     zip_pickle,
 )
 from tscope.ingest.checkpoints.pickle_nesting import UnreadableZip, torch_pickles_nest_too_deep
+from tscope.ingest.checkpoints.torch_zip_checks import (
+    DAMAGED_ZIP_HINT,
+    damaged_zip,
+    zip_records_check,
+)
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file, open_regular
 
@@ -81,7 +83,7 @@ def safe_torch_load(
     """
     _check_file(path, display_path)
     size = path.stat().st_size
-    zipped = _zip_records_check(path, size, display_path)
+    zipped = zip_records_check(path, size, display_path)
     if not options.trust_pickle:
         with open_regular(path, display_path) as handle:
             _refuse_deep_nesting(handle, size, display_path)
@@ -90,7 +92,7 @@ def safe_torch_load(
 
 def safe_torch_loads(payload: bytes, display_path: str, options: LoadOptions) -> Any:
     """safe_torch_load of bytes already read (a DCP bytes item): nothing is written to disk."""
-    _zip_records_check(io.BytesIO(payload), len(payload), display_path)
+    zip_records_check(io.BytesIO(payload), len(payload), display_path)
     if not options.trust_pickle:
         _refuse_deep_nesting(io.BytesIO(payload), len(payload), display_path)
     return _load(io.BytesIO(payload), False, display_path, options, False, lambda: payload)
@@ -102,7 +104,7 @@ def _refuse_deep_nesting(handle: BinaryIO, size: int, display_path: str) -> None
     pickles are walked first by the inert decoder."""
     try:
         too_deep = torch_pickles_nest_too_deep(handle, size)
-    except UnreadableZip as error:  # read by _zip_records_check a moment ago: changed since
+    except UnreadableZip as error:  # read by zip_records_check a moment ago: changed since
         raise UnreadableInput(display_path, damaged_zip(error.reason), DAMAGED_ZIP_HINT) from error
     if too_deep:
         raise UnreadableInput(
@@ -157,155 +159,6 @@ def _check_file(path: Path, display_path: str) -> None:
         raise UnreadableInput(
             display_path, SYMLINK_REFUSED if os.path.islink(path) else NOT_REGULAR
         )
-
-
-def _zip_records_check(source: Path | io.BytesIO, size: int, display_path: str) -> bool:
-    """Whether the file is torch's zip format (mmap works for it; legacy files are read whole).
-
-    torch's zip reader (miniz) is looser than Python's zipfile: it skips CRC-32 checks, finds a
-    record's bytes through the local header whatever name that header holds, and reads entries
-    whose extra fields are corrupt. Every check tscope makes on a zip (this one, the nesting walk,
-    the records' sizes) goes through zipfile, so a zip that zipfile cannot read in full is refused
-    here instead of being handed to torch: a million-deep tuple behind a wrong CRC, a renamed
-    local header or a corrupt extra field crashed the process (SIGSEGV), and a deflated data.pkl
-    of 1.17 MB unpacked to 1.2 GB. A zip whose records are compressed, or declare more bytes
-    than the file holds, is refused too: torch.save writes neither.
-    """
-    with (
-        open_regular(source, display_path) if isinstance(source, Path) else nullcontext(source)
-    ) as handle:
-        if handle.read(4) != b"PK\x03\x04":
-            return False  # torch too tells its legacy format by these four bytes
-        handle.seek(0)
-        try:
-            with zipfile.ZipFile(handle) as archive:
-                records = archive.infolist()
-                _refuse_unbounded_records(records, size, display_path)
-                damage = _zip_damage(archive, handle, size)
-        except UnreadableInput:
-            raise
-        except Exception as error:  # a stranger's zip: zipfile raises more than BadZipFile on one
-            damage = _reason(error)
-    if damage:
-        raise UnreadableInput(display_path, damaged_zip(damage), DAMAGED_ZIP_HINT)
-    return True
-
-
-def damaged_zip(reason: str) -> str:
-    """The partial entry of a zip that Python's zipfile cannot read in full."""
-    return (
-        f"not a readable torch file (a damaged or unsupported zip: {reason}); tscope hands torch "
-        "only zips that Python's zipfile reads in full"
-    )
-
-
-DAMAGED_ZIP_HINT = "Copy the file again from where it was written, or re-save it with torch.save"
-# CRC-32 is checked streaming, so a record costs this much memory whatever its size.
-_CRC_CHUNK_BYTES = 1 << 20
-# Local file header: signature, version, flags, method, time, date, CRC-32, compressed and
-# uncompressed sizes, name length, extra field length (30 bytes).
-_LOCAL_HEADER = struct.Struct("<4s5H3I2H")
-# End of central directory (22 bytes, then the comment), the zip64 locator (20 bytes, just
-# before it) and the zip64 end record (56 bytes, just before the locator), as torch.save writes.
-_END_RECORD = struct.Struct("<4s4H2IH")
-_ZIP64_LOCATOR = struct.Struct("<4sIQI")
-_ZIP64_END_RECORD = struct.Struct("<4sQ2H2I4Q")
-
-
-def _refuse_unbounded_records(records: list[zipfile.ZipInfo], size: int, display_path: str) -> None:
-    """torch.save stores every record uncompressed, so what the records unpack to is bytes present
-    in the file; anything else could unpack to far more than the file (a deflate bomb)."""
-    declared = sum(info.file_size for info in records)
-    unbounded = any(
-        info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size
-        for info in records
-    )
-    if unbounded or declared > size:
-        raise UnreadableInput(
-            display_path,
-            "its zip records are compressed or larger than the file; torch.save writes neither "
-            "and tscope reads only bytes present in the file",
-        )
-
-
-def _zip_damage(archive: zipfile.ZipFile, handle: BinaryIO, size: int) -> str:
-    """'' when torch would read the zip as zipfile does, else what differs.
-
-    zipfile's own reads check each local header's name against the central directory and the
-    CRC-32 of what is read. The checks here close what it does not look at but miniz uses: the
-    directory miniz finds from the end records, the local header's method and extra length (the
-    start of the record's bytes), and duplicate names (miniz may pick either entry).
-    """
-    directory = _declared_directory_offset(handle, size)
-    if directory != archive.start_dir:
-        return "its central directory is not where its end record says"
-    names: set[str] = set()
-    for info in archive.infolist():
-        if info.filename in names:
-            return f"two entries are named {info.filename[:80]!r}"
-        names.add(info.filename)
-        if info.flag_bits & 0x1:
-            return f"{info.filename[:80]!r} is encrypted"
-        handle.seek(info.header_offset)
-        header = handle.read(_LOCAL_HEADER.size)
-        if len(header) < _LOCAL_HEADER.size:
-            return f"{info.filename[:80]!r} starts past the end of the file"
-        fields = _LOCAL_HEADER.unpack(header)
-        start = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
-        if fields[3] != zipfile.ZIP_STORED or start + info.compress_size > size:
-            return f"{info.filename[:80]!r} is compressed or runs past the end of the file"
-        with archive.open(info) as record:  # checks the local header's signature and name
-            if _is_tensor_storage(info.filename):
-                continue
-            while record.read(_CRC_CHUNK_BYTES):  # a CRC-32 mismatch raises at the end
-                pass
-    return ""
-
-
-def _is_tensor_storage(name: str) -> bool:
-    """`<archive>/data/<key>`: a tensor's raw bytes, which torch maps as numbers and never parses.
-    Their sizes and local headers are checked like every record; their CRC-32 is not, which
-    would read every byte of a checkpoint of many gigabytes once more. Every other record
-    (data.pkl above all) is a few kilobytes to megabytes and is checked in full."""
-    parts = name.split("/")
-    return len(parts) == 3 and parts[1] == "data" and not name.endswith(".pkl")
-
-
-def _declared_directory_offset(handle: BinaryIO, size: int) -> int | None:
-    """Where the end records (zip64 when present, as torch.save writes) put the central
-    directory, read the way miniz reads them; None if they are not at the end of the file.
-
-    zipfile, given a directory offset that does not match where the directory ends, assumes
-    bytes were prepended and shifts every offset, while miniz reads at the offsets as written:
-    two directories in one file would show each reader a different archive.
-    """
-    if size < _END_RECORD.size:
-        return None
-    handle.seek(size - _END_RECORD.size)
-    end = _END_RECORD.unpack(handle.read(_END_RECORD.size))
-    if end[0] != b"PK\x05\x06" or end[7] != 0:  # torch.save writes no archive comment
-        return None
-    locator_at = size - _END_RECORD.size - _ZIP64_LOCATOR.size
-    if locator_at < _ZIP64_END_RECORD.size:
-        return int(end[6])
-    handle.seek(locator_at)
-    locator = _ZIP64_LOCATOR.unpack(handle.read(_ZIP64_LOCATOR.size))
-    if locator[0] != b"PK\x06\x07":
-        return int(end[6])
-    record_at = locator_at - _ZIP64_END_RECORD.size
-    if locator[2] != record_at:
-        return None  # zipfile reads the zip64 record just before the locator, miniz here
-    handle.seek(record_at)
-    record = _ZIP64_END_RECORD.unpack(handle.read(_ZIP64_END_RECORD.size))
-    if record[0] != b"PK\x06\x06" or end[6] not in (0xFFFFFFFF, record[9]):
-        return None
-    return int(record[9])
-
-
-def _reason(error: Exception) -> str:
-    """zipfile's message, short and on one line; the type name when it has none."""
-    text = " ".join(str(error).split())[:160]
-    return text or type(error).__name__
 
 
 class _Where(NamedTuple):

@@ -4,7 +4,7 @@ pyarrow builds one dense column per distinct key, as long as the file has lines:
 with a new key on every line (100,000 keys × 100,000 lines) asked it for tens of GB. So pyarrow
 only gets files whose dense table is not much larger than the cells the file actually holds;
 sparse or very wide files go through the stdlib path, which stores only the logged cells
-(tabular._RecordColumns) and caps what it densifies.
+(table_cells.RecordColumns) and caps what it densifies.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which column of a metrics table is what: sniff the header, find the step, go long-form.
 
 `sniff_columns` is what the readers' `can_read` use (the first bytes only); `to_long_form` turns
-a `ParsedTable` (see tabular.py) into the long-form metric table every reader returns.
+a `ParsedTable` (see table_cells.py) into the long-form metric table every reader returns.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import numpy as np
 
 from tscope.ingest.base import read_head
 from tscope.ingest.logs.names import canonical_metrics, metric_preference
-from tscope.ingest.logs.tabular import DELIMITERS, ParsedTable, table_format
+from tscope.ingest.logs.table_cells import ParsedTable
+from tscope.ingest.logs.tabular import DELIMITERS, table_format
 from tscope.model import MetricTable, TextColumn
 
 # Enough for the header of any real export (W&B exports of many runs have long headers).

@@ -1,6 +1,6 @@
 """The protobuf wire format, read without generated classes: one decoder for every reader.
 
-TensorBoard `Event`s (event_proto.py) and W&B `Record`s (wandb_offline.py) are both protobuf
+TensorBoard `Event`s (event_proto.py) and W&B `Record`s (wandb_records.py) are both protobuf
 messages read from a stranger's file, so both go through these two loops and fail the same way:
 a `WireFormatError` that says what was wrong, never an IndexError or a hang.
 

@@ -5,7 +5,7 @@ Read without wandb (which has no local reader since 0.31, DOMAIN.md §4):
 * File header: `:W&B`, u16 0xBEE1, u8 version 0. Then leveldb-log framing: 32 KiB blocks of
   records with a 7-byte header `<IHB>` (CRC-32 of the data seeded with the CRC-32 of the type
   byte, length, type FULL/FIRST/MIDDLE/LAST); fewer than 7 bytes left in a block are padding.
-* Each payload is a protobuf `wandb_internal.Record`, decoded by hand here (field numbers below).
+* Each payload is a protobuf `wandb_internal.Record`, decoded by hand (wandb_records.py).
   `history` rows become the series; `config`, `run` and `summary` records, then the sibling
   `files/config.yaml` (`key: {value: ...}`) and `files/wandb-summary.json`, become the config
   (the summary's scalars under `config["wandb_summary"]`; it holds last values, not series).
@@ -20,8 +20,6 @@ Read without wandb (which has no local reader since 0.31, DOMAIN.md §4):
 from __future__ import annotations
 
 import math
-import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +28,7 @@ from tscope.ingest import safe_json
 from tscope.ingest.base import inside_input, read_head
 from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS, columns_to_read
 from tscope.ingest.logs.table_columns import canonical_column_names, is_bookkeeping_column
-from tscope.ingest.readers.protobuf_wire import (
-    FIXED64,
-    LENGTH_DELIMITED,
-    WireFormatError,
-    field_values,
-    signed64,
-    text,
-)
+from tscope.ingest.readers.protobuf_wire import WireFormatError
 from tscope.ingest.readers.wandb_framing import (
     FILE_HEADER,
     FILE_MAGIC,
@@ -50,17 +41,9 @@ from tscope.ingest.readers.wandb_history import (
     WANDB_STEP_KEY,
     is_wandb_metric_key,
 )
+from tscope.ingest.readers.wandb_records import MAX_STEP, RunLog
 from tscope.ingest.safe_fs import is_real_folder, read_bytes_bounded
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
-
-# wandb_internal.Record and the messages it holds (wandb/proto/wandb_internal.proto).
-RECORD_HISTORY, RECORD_SUMMARY, RECORD_CONFIG, RECORD_RUN, RECORD_EXIT = 2, 3, 5, 17, 18
-HISTORY_ITEM, HISTORY_STEP, STEP_NUM = 1, 2, 1
-ITEM_KEY, ITEM_NESTED_KEY, ITEM_INTEGER, ITEM_NUMBER, ITEM_VALUE_JSON = 1, 2, 5, 6, 16
-UPDATE, REMOVE = 1, 2  # ConfigRecord / SummaryRecord: repeated items with the same key fields
-RUN_CONFIG, RUN_STARTING_STEP, RUN_START_TIME, RUN_RESUMED = 4, 14, 17, 18
-TIMESTAMP_SECONDS, TIMESTAMP_NANOS = 1, 2
-EXIT_CODE = 1
 
 # The sibling files are small; a huge one is not what wandb writes and is not worth the memory.
 SIBLING_MAX_BYTES = 16 * 1024 * 1024
@@ -68,8 +51,6 @@ SIBLING_MAX_BYTES = 16 * 1024 * 1024
 # worth, and wandb's own are a few KB (one `key: {value: ...}` per setting).
 CONFIG_YAML_MAX_BYTES = 2 * 1024 * 1024
 CONFIG_INTERNAL_KEYS = frozenset({"_wandb", "wandb_version"})
-# Integral floats above 2**53 lose precision; a step counter never gets there.
-MAX_STEP = 2.0**53
 
 
 class WandbOfflineReader:
@@ -95,7 +76,7 @@ class WandbOfflineReader:
                 "Sync the run and export its history with run.scan_history() instead",
             )
         payloads, problems = split_records(data)
-        log = _RunLog()
+        log = RunLog()
         undecodable = 0
         first_problem = ""
         for payload in payloads:
@@ -117,166 +98,62 @@ class WandbOfflineReader:
                 "the run's files/ folder beside it (config, summary) is not read: it lies outside "
                 "the input; point tscope at the run's folder to read it"
             )
-        return log.to_log_read(WandbOfflineReader.name, display_path, problems)
+        return _log_read(log, WandbOfflineReader.name, display_path, problems)
 
 
-_KeyPath = tuple[str, ...]
-# Raw key fields -> (key path, name as the W&B UI shows it). Keys repeat on every row.
-_KeyNames = dict[tuple[bytes, ...], tuple[_KeyPath, str]]
-
-
-def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | None, bytes]:
-    """(key path, display key, numeric value or None, raw JSON) of a History/Config/SummaryItem."""
-    raw_keys: list[bytes] = []
-    number: float | None = None
-    raw_json = b""
-    for number_field, wire, value in field_values(buffer):
-        if number_field in (ITEM_KEY, ITEM_NESTED_KEY) and isinstance(value, bytes):
-            if value:
-                raw_keys.append(value)
-        elif number_field == ITEM_VALUE_JSON and isinstance(value, bytes):
-            raw_json = value
-        elif number_field == ITEM_NUMBER and wire == FIXED64 and isinstance(value, bytes):
-            number = struct.unpack("<d", value)[0]
-        elif number_field == ITEM_INTEGER and isinstance(value, int):
-            number = float((value >> 1) ^ -(value & 1))  # zigzag sint64
-    cache_key = tuple(raw_keys)
-    names = key_names.get(cache_key)
-    if names is None:
-        path = tuple(text(raw) for raw in raw_keys)
-        names = key_names[cache_key] = (path, ".".join(path))
-    if number is None and raw_json:
-        try:
-            # JSON numbers and W&B's NaN/Infinity/-Infinity; text, booleans and media dicts fail.
-            number = float(raw_json)
-        except ValueError:
-            number = None
-    return names[0], names[1], number, raw_json
-
-
-@dataclass
-class _RunLog:
-    """What the records say, accumulated in file order."""
-
-    rows: list[tuple[int | None, list[tuple[str, float]]]] = field(default_factory=list)
-    # Config and summary records are merged once at the end (`settle`): a long run writes a
-    # summary record per step, and only each key's last update matters.
-    config_records: list[bytes] = field(default_factory=list)
-    summary_records: list[bytes] = field(default_factory=list)
-    config: dict[str, Any] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)
-    key_names: _KeyNames = field(default_factory=dict)
-    started_at: float | None = None
-    resumed_at: int | None = None
-    exit_code: int | None = None
-
-    def add_record(self, payload: bytes) -> None:
-        for number, wire, value in field_values(payload):
-            if wire != LENGTH_DELIMITED or not isinstance(value, bytes):
-                continue
-            if number == RECORD_HISTORY:
-                self.rows.append(_history_row(value, self.key_names))
-            elif number == RECORD_SUMMARY:
-                self.summary_records.append(value)
-            elif number == RECORD_CONFIG:
-                self.config_records.append(value)
-            elif number == RECORD_RUN:
-                self._add_run(value)
-            elif number == RECORD_EXIT:
-                self.exit_code = 0
-                for exit_field, _, exit_value in field_values(value):
-                    if exit_field == EXIT_CODE and isinstance(exit_value, int):
-                        self.exit_code = signed64(exit_value)
-
-    def _add_run(self, buffer: bytes) -> None:
-        resumed, starting_step = False, 0
-        for number, _, value in field_values(buffer):
-            if number == RUN_CONFIG and isinstance(value, bytes):
-                self.config_records.append(value)
-            elif number == RUN_START_TIME and isinstance(value, bytes):
-                stamp = {n: v for n, _, v in field_values(value) if isinstance(v, int)}
-                seconds = stamp.get(TIMESTAMP_SECONDS, 0) + stamp.get(TIMESTAMP_NANOS, 0) / 1e9
-                self.started_at = float(seconds)
-            elif number == RUN_RESUMED and isinstance(value, int):
-                resumed = bool(value)
-            elif number == RUN_STARTING_STEP and isinstance(value, int):
-                starting_step = signed64(value)
-        if resumed and abs(starting_step) < MAX_STEP:  # a step, as history rows' (see below)
-            self.resumed_at = starting_step
-
-    def settle(self) -> int:
-        """Merge the config and summary records; the count of undecodable ones."""
-        self.config, bad_config = _merge_updates(self.config_records, self.key_names)
-        self.summary, bad_summary = _merge_updates(self.summary_records, self.key_names)
-        return bad_config + bad_summary
-
-    def to_log_read(self, kind: str, display_path: str, problems: list[str]) -> LogRead:
-        rows, step_problem = _metric_rows(self.rows)
-        if step_problem:
-            problems.append(step_problem)
-        if not rows and not self.rows:
-            problems.append("the log holds no history rows (wandb.log was never called)")
-        events: list[RunEvent] = []
-        caveats: list[Caveat] = []
-        last_step = max((row[0] for row in rows), default=0)
-        if self.resumed_at is not None:
-            events.append(
-                RunEvent(
-                    "resume",
-                    self.resumed_at,
-                    f"W&B resumed this run at step {self.resumed_at}",
-                    display_path,
-                )
+def _log_read(log: RunLog, kind: str, display_path: str, problems: list[str]) -> LogRead:
+    """What the records said as a LogRead: metric rows, resume and exit events, the caveat of a
+    missing exit record, and the config with the summary's scalars."""
+    rows, step_problem = _metric_rows(log.rows)
+    if step_problem:
+        problems.append(step_problem)
+    if not rows and not log.rows:
+        problems.append("the log holds no history rows (wandb.log was never called)")
+    events: list[RunEvent] = []
+    caveats: list[Caveat] = []
+    last_step = max((row[0] for row in rows), default=0)
+    if log.resumed_at is not None:
+        events.append(
+            RunEvent(
+                "resume",
+                log.resumed_at,
+                f"W&B resumed this run at step {log.resumed_at}",
+                display_path,
             )
-        if self.exit_code is None:
-            caveats.append(
-                Caveat(
-                    "no_exit_record",
-                    f"{display_path} has no exit record: the run was still running, or its process "
-                    "was killed before W&B could finish (crash, out-of-memory kill, preemption).",
-                    display_path,
-                )
-            )
-        elif self.exit_code != 0:
-            events.append(
-                RunEvent(
-                    "exit",
-                    last_step,
-                    f"the run exited with code {self.exit_code}",
-                    display_path,
-                    {"exit_code": float(self.exit_code)},
-                )
-            )
-        config = {k: v for k, v in self.config.items() if k not in CONFIG_INTERNAL_KEYS}
-        summary = _scalar_summary(self.summary)
-        if summary:
-            config["wandb_summary"] = summary
-        return LogRead(
-            kind=kind,
-            path=display_path,
-            metrics=LogRead.rows_to_table(rows, display_path),
-            events=events,
-            caveats=caveats,
-            config=config,
-            partial=[PartialInput(display_path, problem) for problem in problems],
-            started_at=self.started_at,
         )
-
-
-def _history_row(buffer: bytes, key_names: _KeyNames) -> tuple[int | None, list[tuple[str, float]]]:
-    step: int | None = None
-    items: list[tuple[str, float]] = []
-    for number, _, value in field_values(buffer):
-        if number == HISTORY_ITEM and isinstance(value, bytes):
-            _, key, numeric, _ = _item(value, key_names)
-            if numeric is not None and key:
-                items.append((key, numeric))
-        elif number == HISTORY_STEP and isinstance(value, bytes):
-            step = 0  # proto3: an empty step message is step 0
-            for step_field, _, step_value in field_values(value):
-                if step_field == STEP_NUM and isinstance(step_value, int):
-                    step = signed64(step_value)
-    return step, items
+    if log.exit_code is None:
+        caveats.append(
+            Caveat(
+                "no_exit_record",
+                f"{display_path} has no exit record: the run was still running, or its process "
+                "was killed before W&B could finish (crash, out-of-memory kill, preemption).",
+                display_path,
+            )
+        )
+    elif log.exit_code != 0:
+        events.append(
+            RunEvent(
+                "exit",
+                last_step,
+                f"the run exited with code {log.exit_code}",
+                display_path,
+                {"exit_code": float(log.exit_code)},
+            )
+        )
+    config = {k: v for k, v in log.config.items() if k not in CONFIG_INTERNAL_KEYS}
+    summary = _scalar_summary(log.summary)
+    if summary:
+        config["wandb_summary"] = summary
+    return LogRead(
+        kind=kind,
+        path=display_path,
+        metrics=LogRead.rows_to_table(rows, display_path),
+        events=events,
+        caveats=caveats,
+        config=config,
+        partial=[PartialInput(display_path, problem) for problem in problems],
+        started_at=log.started_at,
+    )
 
 
 def _metric_rows(
@@ -333,40 +210,6 @@ def _as_step(value: float) -> int | None:
     return int(value)
 
 
-def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str, Any], int]:
-    """The final state of a config or summary: each key's last `update`, unless `remove`d after.
-
-    Scanned from the end so that each key's value is JSON-decoded once.
-    """
-    latest: dict[_KeyPath, bytes | None] = {}  # None: removed
-    malformed = 0
-    for record in reversed(records):
-        try:
-            fields = field_values(record)
-            for number, _, value in reversed(fields):
-                if number in (UPDATE, REMOVE) and isinstance(value, bytes):
-                    path, _, _, raw_json = _item(value, key_names)
-                    if path and path not in latest:
-                        latest[path] = raw_json if number == UPDATE else None
-        except WireFormatError:
-            malformed += 1
-    state: dict[str, Any] = {}
-    for path, stored in reversed(latest.items()):  # oldest first, so nested keys land last
-        if stored is None:
-            continue  # removed after its last update
-        parent = state
-        for part in path[:-1]:
-            child = parent.get(part)
-            if not isinstance(child, dict):
-                child = parent[part] = {}
-            parent = child
-        try:
-            parent[path[-1]] = safe_json.loads(stored, "config value")
-        except UnreadableInput:  # text, or JSON nested too deep to be a setting
-            parent[path[-1]] = text(stored)
-    return state, malformed
-
-
 def _scalar_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The summary's last values that are plain finite numbers, text or flags."""
     kept: dict[str, Any] = {}
@@ -379,7 +222,7 @@ def _scalar_summary(summary: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _read_siblings(files_dir: Path, log: _RunLog) -> list[str]:
+def _read_siblings(files_dir: Path, log: RunLog) -> list[str]:
     """Merge `files/config.yaml` and `files/wandb-summary.json` (final values win)."""
     problems: list[str] = []
     if not is_real_folder(files_dir):

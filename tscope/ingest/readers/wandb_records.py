@@ -1,0 +1,179 @@
+"""The protobuf records of a W&B binary log, decoded by hand into what the run logged.
+
+Each payload of `run-<id>.wandb` (split out of its leveldb-log framing by wandb_framing) is a
+`wandb_internal.Record` (wandb/proto/wandb_internal.proto); the field numbers below are that
+file's. `RunLog` accumulates, in file order, the history rows (step and numeric items), the
+config and summary records (merged at the end, each key's last update winning), the run's start
+time and resume step, and the exit code. Kept apart from wandb_offline.py, which reads the file
+and its sibling files and maps what was logged to the model (metric rows, events, caveats): this
+module knows only the protobuf messages.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
+from tscope.ingest.readers.protobuf_wire import (
+    FIXED64,
+    LENGTH_DELIMITED,
+    WireFormatError,
+    field_values,
+    signed64,
+    text,
+)
+
+# wandb_internal.Record and the messages it holds (wandb/proto/wandb_internal.proto).
+RECORD_HISTORY, RECORD_SUMMARY, RECORD_CONFIG, RECORD_RUN, RECORD_EXIT = 2, 3, 5, 17, 18
+HISTORY_ITEM, HISTORY_STEP, STEP_NUM = 1, 2, 1
+ITEM_KEY, ITEM_NESTED_KEY, ITEM_INTEGER, ITEM_NUMBER, ITEM_VALUE_JSON = 1, 2, 5, 6, 16
+UPDATE, REMOVE = 1, 2  # ConfigRecord / SummaryRecord: repeated items with the same key fields
+RUN_CONFIG, RUN_STARTING_STEP, RUN_START_TIME, RUN_RESUMED = 4, 14, 17, 18
+TIMESTAMP_SECONDS, TIMESTAMP_NANOS = 1, 2
+EXIT_CODE = 1
+# Integral floats above 2**53 lose precision; a step counter never gets there.
+MAX_STEP = 2.0**53
+
+
+_KeyPath = tuple[str, ...]
+# Raw key fields -> (key path, name as the W&B UI shows it). Keys repeat on every row.
+_KeyNames = dict[tuple[bytes, ...], tuple[_KeyPath, str]]
+
+
+def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | None, bytes]:
+    """(key path, display key, numeric value or None, raw JSON) of a History/Config/SummaryItem."""
+    raw_keys: list[bytes] = []
+    number: float | None = None
+    raw_json = b""
+    for number_field, wire, value in field_values(buffer):
+        if number_field in (ITEM_KEY, ITEM_NESTED_KEY) and isinstance(value, bytes):
+            if value:
+                raw_keys.append(value)
+        elif number_field == ITEM_VALUE_JSON and isinstance(value, bytes):
+            raw_json = value
+        elif number_field == ITEM_NUMBER and wire == FIXED64 and isinstance(value, bytes):
+            number = struct.unpack("<d", value)[0]
+        elif number_field == ITEM_INTEGER and isinstance(value, int):
+            number = float((value >> 1) ^ -(value & 1))  # zigzag sint64
+    cache_key = tuple(raw_keys)
+    names = key_names.get(cache_key)
+    if names is None:
+        path = tuple(text(raw) for raw in raw_keys)
+        names = key_names[cache_key] = (path, ".".join(path))
+    if number is None and raw_json:
+        try:
+            # JSON numbers and W&B's NaN/Infinity/-Infinity; text, booleans and media dicts fail.
+            number = float(raw_json)
+        except ValueError:
+            number = None
+    return names[0], names[1], number, raw_json
+
+
+@dataclass
+class RunLog:
+    """What the records say, accumulated in file order."""
+
+    rows: list[tuple[int | None, list[tuple[str, float]]]] = field(default_factory=list)
+    # Config and summary records are merged once at the end (`settle`): a long run writes a
+    # summary record per step, and only each key's last update matters.
+    config_records: list[bytes] = field(default_factory=list)
+    summary_records: list[bytes] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    key_names: _KeyNames = field(default_factory=dict)
+    started_at: float | None = None
+    resumed_at: int | None = None
+    exit_code: int | None = None
+
+    def add_record(self, payload: bytes) -> None:
+        for number, wire, value in field_values(payload):
+            if wire != LENGTH_DELIMITED or not isinstance(value, bytes):
+                continue
+            if number == RECORD_HISTORY:
+                self.rows.append(_history_row(value, self.key_names))
+            elif number == RECORD_SUMMARY:
+                self.summary_records.append(value)
+            elif number == RECORD_CONFIG:
+                self.config_records.append(value)
+            elif number == RECORD_RUN:
+                self._add_run(value)
+            elif number == RECORD_EXIT:
+                self.exit_code = 0
+                for exit_field, _, exit_value in field_values(value):
+                    if exit_field == EXIT_CODE and isinstance(exit_value, int):
+                        self.exit_code = signed64(exit_value)
+
+    def _add_run(self, buffer: bytes) -> None:
+        resumed, starting_step = False, 0
+        for number, _, value in field_values(buffer):
+            if number == RUN_CONFIG and isinstance(value, bytes):
+                self.config_records.append(value)
+            elif number == RUN_START_TIME and isinstance(value, bytes):
+                stamp = {n: v for n, _, v in field_values(value) if isinstance(v, int)}
+                seconds = stamp.get(TIMESTAMP_SECONDS, 0) + stamp.get(TIMESTAMP_NANOS, 0) / 1e9
+                self.started_at = float(seconds)
+            elif number == RUN_RESUMED and isinstance(value, int):
+                resumed = bool(value)
+            elif number == RUN_STARTING_STEP and isinstance(value, int):
+                starting_step = signed64(value)
+        if resumed and abs(starting_step) < MAX_STEP:  # a step, as history rows' (wandb_offline)
+            self.resumed_at = starting_step
+
+    def settle(self) -> int:
+        """Merge the config and summary records; the count of undecodable ones."""
+        self.config, bad_config = _merge_updates(self.config_records, self.key_names)
+        self.summary, bad_summary = _merge_updates(self.summary_records, self.key_names)
+        return bad_config + bad_summary
+
+
+def _history_row(buffer: bytes, key_names: _KeyNames) -> tuple[int | None, list[tuple[str, float]]]:
+    step: int | None = None
+    items: list[tuple[str, float]] = []
+    for number, _, value in field_values(buffer):
+        if number == HISTORY_ITEM and isinstance(value, bytes):
+            _, key, numeric, _ = _item(value, key_names)
+            if numeric is not None and key:
+                items.append((key, numeric))
+        elif number == HISTORY_STEP and isinstance(value, bytes):
+            step = 0  # proto3: an empty step message is step 0
+            for step_field, _, step_value in field_values(value):
+                if step_field == STEP_NUM and isinstance(step_value, int):
+                    step = signed64(step_value)
+    return step, items
+
+
+def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str, Any], int]:
+    """The final state of a config or summary: each key's last `update`, unless `remove`d after.
+
+    Scanned from the end so that each key's value is JSON-decoded once.
+    """
+    latest: dict[_KeyPath, bytes | None] = {}  # None: removed
+    malformed = 0
+    for record in reversed(records):
+        try:
+            fields = field_values(record)
+            for number, _, value in reversed(fields):
+                if number in (UPDATE, REMOVE) and isinstance(value, bytes):
+                    path, _, _, raw_json = _item(value, key_names)
+                    if path and path not in latest:
+                        latest[path] = raw_json if number == UPDATE else None
+        except WireFormatError:
+            malformed += 1
+    state: dict[str, Any] = {}
+    for path, stored in reversed(latest.items()):  # oldest first, so nested keys land last
+        if stored is None:
+            continue  # removed after its last update
+        parent = state
+        for part in path[:-1]:
+            child = parent.get(part)
+            if not isinstance(child, dict):
+                child = parent[part] = {}
+            parent = child
+        try:
+            parent[path[-1]] = safe_json.loads(stored, "config value")
+        except UnreadableInput:  # text, or JSON nested too deep to be a setting
+            parent[path[-1]] = text(stored)
+    return state, malformed
