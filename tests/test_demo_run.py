@@ -16,16 +16,15 @@ import pytest
 import torch
 
 from tscope.demo.corpus import Corpus, load_corpus
-from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig
-from tscope.demo.train import (
+from tscope.demo.run_folder import (
     LOG_NAME,
     MARKER_NAME,
     METRICS_NAME,
-    DemoRun,
     checkpoint_name,
-    make_demo_run,
     prepare_run_dir,
 )
+from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig
+from tscope.demo.train import DemoRun, make_demo_run
 from tscope.errors import UsageError
 
 TEST_STEPS = 200  # the shortest run whose spike still recovers before the end (measured)

@@ -18,7 +18,7 @@ import pytest
 from hostile import run_tscope
 from test_reader_wandb import frame, number_item_record
 
-from tscope.demo.train import MARKER_NAME, is_demo_file, prepare_run_dir
+from tscope.demo.run_folder import MARKER_NAME, is_demo_file, prepare_run_dir
 from tscope.errors import UnreadableInput, UsageError
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.dcp import DcpReader

@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tscope.cli import app
-from tscope.demo.train import METRICS_NAME, DemoRun, make_demo_run
+from tscope.demo.run_folder import METRICS_NAME
+from tscope.demo.train import DemoRun, make_demo_run
 from tscope.ingest.logs.names import canonical_metric
 from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.pipeline import analyze

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tscope.demo.train import METRICS_NAME, DemoRun, make_demo_run
+from tscope.demo.run_folder import METRICS_NAME
+from tscope.demo.train import DemoRun, make_demo_run
 from tscope.ingest.readers.tensorboard_csv import metric_of, tag_of
 from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.pipeline import analyze

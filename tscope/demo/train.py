@@ -28,16 +28,13 @@ learning rate times `lr_factor`. The first loss to show it is therefore step pla
 
 Out dir policy: the run is written into `out_dir` itself. It must be new, empty, or hold an
 earlier demo run and nothing else (then that run's files are replaced); anything else is refused,
-so the demo never deletes or mixes with files it did not write.
+so the demo never deletes or mixes with files it did not write (run_folder.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -47,10 +44,16 @@ from typing import IO
 import torch
 
 from tscope.demo.corpus import BatchStream, Corpus, load_corpus
+from tscope.demo.run_folder import (
+    LOG_NAME,
+    MARKER_NAME,
+    METRICS_NAME,
+    checkpoint_name,
+    prepare_run_dir,
+)
 from tscope.demo.tiny_gpt import TinyGPT, TinyGPTConfig, optimizer_groups
 from tscope.errors import UsageError
-from tscope.model.visible_text import visible
-from tscope.output_files import prepare_folder, write_text
+from tscope.output_files import write_text
 
 DEFAULT_STEPS = 300
 MIN_STEPS = 100  # below this, warmup, a pre-spike baseline and the recovery do not all fit
@@ -63,9 +66,6 @@ PLANTED_AT_FRACTION = 0.5  # half the run as baseline, half to recover
 CHECKPOINT_MARGIN_STEPS = 3  # extra checkpoints this many steps before / after the window
 A100_BF16_PEAK_FLOPS = 312e12  # nanoGPT reports MFU against this, whatever the hardware
 MFU_WARMUP_ITERS = 5  # nanoGPT prints mfu -100.00% until the 5th iteration of the process
-MARKER_NAME = ".tscope-demo.json"
-LOG_NAME = "train.log"
-METRICS_NAME = "metrics.jsonl"
 CONFIG_FILE_NAME = "config/train_tscope_demo.py"  # named in train.log's config echo only
 
 
@@ -149,17 +149,6 @@ def scheduled_lr(config: TrainConfig, iter_num: int) -> float:
     return config.min_lr + coefficient * (config.learning_rate - config.min_lr)
 
 
-def checkpoint_name(iter_num: int) -> str:
-    return f"ckpt_{iter_num:06d}.pt"
-
-
-# Everything the demo writes into its run folder (make_demo_run): the marker, the two logs and
-# checkpoint_name's files. prepare_run_dir removes these names and no others.
-_DEMO_FILE_NAMES = frozenset({MARKER_NAME, LOG_NAME, METRICS_NAME})
-_CHECKPOINT_NAME = re.compile(r"ckpt_[0-9]{6,}\.pt")
-_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
-
-
 def make_demo_run(
     out_dir: Path,
     *,
@@ -227,51 +216,6 @@ def _checkpoint_iters(config: TrainConfig, demo: DemoRun) -> list[int]:
         demo.planted_step + demo.window_steps + CHECKPOINT_MARGIN_STEPS,
     }
     return sorted(at_evals | around_window | {config.max_iters})
-
-
-def prepare_run_dir(out_dir: Path) -> None:
-    """Create out_dir, or clear an earlier demo run from it; refuse anything else.
-
-    Only names the demo itself writes are ever removed (`is_demo_file`), and only when an earlier
-    demo's marker is there too: the marker's own list of files is not trusted, since anyone can
-    write one (a planted `{"files": ["thesis.tex"]}` once had the demo delete thesis.tex). Every
-    entry is judged by lstat relative to the opened folder, so a link is never followed: a link,
-    a folder or any other name makes the folder foreign, and it is left untouched.
-    """
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"Cannot write the demo run to {out_dir}: it is a file. Pass a folder.")
-    prepare_folder(out_dir, "the demo run")  # created; refused when it is a link
-    folder = os.open(out_dir, _FOLDER_FLAGS)  # O_NOFOLLOW: the folder checked above, not a link
-    try:
-        entries = sorted(os.listdir(folder))
-        if not entries:
-            return
-        foreign = [name for name in entries if not _is_demo_regular_file(name, folder)]
-        if foreign or MARKER_NAME not in entries:
-            shown = ", ".join(visible(name) for name in (foreign or entries)[:5])
-            raise UsageError(
-                f"Cannot write the demo run to {visible(out_dir)}: it holds files the demo did "
-                f"not write ({shown}). Pass a new or empty folder with --out."
-            )
-        for name in entries:
-            os.unlink(name, dir_fd=folder)  # a regular file (lstat above), never a link's target
-    finally:
-        os.close(folder)
-
-
-def is_demo_file(name: str) -> bool:
-    """Whether `name` is one the demo writes into its run folder: its fixed set, nothing else."""
-    return name in _DEMO_FILE_NAMES or _CHECKPOINT_NAME.fullmatch(name) is not None
-
-
-def _is_demo_regular_file(name: str, folder: int) -> bool:
-    """A demo file name holding a regular file (lstat: a link at the name is not one)."""
-    if not is_demo_file(name):
-        return False
-    try:
-        return stat.S_ISREG(os.lstat(name, dir_fd=folder).st_mode)
-    except OSError:
-        return False
 
 
 def _train(
