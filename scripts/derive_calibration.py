@@ -2,8 +2,8 @@
 
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
-scores the spent splits whose runs the cache keeps (dev, holdout7, holdout8 and holdout9, each
-held-out split scored once in an earlier session; until session 19 the table came from dev,
+scores the spent splits whose runs the cache keeps (dev and holdout7–11, each held-out split
+scored once, for a closing note, before it joined; until session 19 the table came from dev,
 holdout, holdout2 and test under that session's rules); bench/accuracy/run.py --no-generate
 --skip-realdata, results under /tmp, ~5 min on a quiet machine) and rewrites
 analyzers/finding_calibration_table.py from all of them, with the
@@ -38,7 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_PATH = ROOT / "analyzers" / "finding_calibration_table.py"
-TUNING_SPLITS = ("dev", "holdout7", "holdout8", "holdout9")  # spent splits, all cached
+TUNING_SPLITS = ("dev", "holdout7", "holdout8", "holdout9", "holdout10", "holdout11")  # spent, cached
 PSEUDO_COUNTS = 2
 
 Key = tuple[str, str, float]  # (category, severity, evidence band)

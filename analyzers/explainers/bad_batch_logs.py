@@ -112,6 +112,15 @@ LR_RISE_FACTOR = 1.25
 # tuned on: the held-out splits decide; calibration.py may replace it for the headline.
 LOGS_CONFIDENCE = 0.9
 LOSS_ONLY_CONFIDENCE = 0.8
+# ...except a break that stands out less than NEAR_DOMINANCE_FACTOR × its dominance bound: there
+# healthy breaks and planted ones meet. Measured (session 19, every bad_batch finding on the 565
+# cached runs of dev and holdout7–11): the findings not at a planted bad batch had dominance 1.71
+# (holdout11 trainer_gpt2-control-37, a natural sequential-data break), 1.74 (an LR-jump run)
+# and 2.24 (a repetition run); the planted ones 1.87–25, of which 5 under 2× the bound (3.4) and
+# 25 over it, every one of those right. So the near band is a weaker reading, with a prior of its
+# own (0.6) that the calibration table replaces by its measured right-rate, and says why.
+NEAR_DOMINANCE_FACTOR = 2.0
+NEAR_CONFIDENCE = 0.6
 
 
 def corroborated(b: OneStepBreak) -> bool:
@@ -121,8 +130,23 @@ def corroborated(b: OneStepBreak) -> bool:
 
 def stands_out(b: OneStepBreak) -> bool:
     """Visible and dominant enough for the evidence at hand (see DOMINANCE_*)."""
-    needed = DOMINANCE_WITH_GRADIENT if corroborated(b) else DOMINANCE_LOSS_ONLY
-    return b.ratio >= MIN_BREAK_RATIO and b.sigma >= MIN_SIGMA and b.dominance >= needed
+    return (
+        b.ratio >= MIN_BREAK_RATIO and b.sigma >= MIN_SIGMA and b.dominance >= _dominance_bound(b)
+    )
+
+
+def _dominance_bound(b: OneStepBreak) -> float:
+    return DOMINANCE_WITH_GRADIENT if corroborated(b) else DOMINANCE_LOSS_ONLY
+
+
+def _near_the_bound(b: OneStepBreak) -> bool:
+    return b.dominance < NEAR_DOMINANCE_FACTOR * _dominance_bound(b)
+
+
+def _confidence(b: OneStepBreak) -> float:
+    if _near_the_bound(b):
+        return NEAR_CONFIDENCE
+    return LOGS_CONFIDENCE if corroborated(b) else LOSS_ONLY_CONFIDENCE
 
 
 class BadBatchLogsExplainer:
@@ -226,10 +250,16 @@ def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool
                 else " No gradient norm was logged for that step, so nothing corroborates the batch."
             )
         )
+    if _near_the_bound(b):
+        caveat += (
+            f" It stands out only {fmt(b.dominance)}× over the run's next excursion (under "
+            f"{fmt(NEAR_DOMINANCE_FACTOR * _dominance_bound(b))}×), where healthy runs' own "
+            "unusual batches also break: a weaker reading."
+        )
     return Finding(
         category="bad_batch",
         severity="warning",
-        confidence=LOGS_CONFIDENCE if corroborated(b) else LOSS_ONLY_CONFIDENCE,
+        confidence=_confidence(b),
         step=b.step,
         layer=None,
         message=(
@@ -248,6 +278,7 @@ def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool
             "next_vs_excess": b.after,
             "robust_sigmas": b.sigma,
             "dominance": b.dominance,
+            "near_dominance_bound": _near_the_bound(b),
             "grad_norm": b.grad_norm,
             "grad_norm_ratio": b.grad_ratio,
             "grad_norm_corroborates": corroborated(b),
