@@ -38,7 +38,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_PATH = ROOT / "analyzers" / "finding_calibration_table.py"
-TUNING_SPLITS = ("dev", "holdout7", "holdout8", "holdout9", "holdout10", "holdout11")  # spent, cached
+# The spent splits the cache keeps (each held-out one joined after its single score).
+TUNING_SPLITS = ("dev", "holdout7", "holdout8", "holdout9", "holdout10", "holdout11")
 PSEUDO_COUNTS = 2
 
 Key = tuple[str, str, float]  # (category, severity, evidence band)
