@@ -88,7 +88,7 @@ benchmark never draws (other schedules, averaged logging, fp16, SGD/Adafactor, l
   `findings[].rule_confidence`), shrunk with 2 pseudo-counts toward the category's other bands and
   that toward the base rate of all alerts; info findings and categories the benchmark never
   produces keep their rule's prior. The table (`analyzers/finding_calibration_table.py`, counts
-  next to each rate) is derived from the spent splits (dev, holdout, holdout2, test) by one
+  next to each rate) is derived from the spent splits the cache keeps (dev, holdout7–11) by one
   command, to re-run after any rule change:
 
       nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
