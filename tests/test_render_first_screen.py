@@ -90,8 +90,11 @@ def test_the_incident_card_says_what_when_how_bad_why_and_where_to_restart(
     assert '<span class="badge severity-warning">warning</span>' in card_html
     assert "<strong>a learning-rate schedule jump</strong>" in card_html
     assert '<code class="small-id">lr_schedule_jump</code>' in card_html  # the id, small
-    # the headline's calibrated confidence: the measured precision of lr_schedule_jump headlines
-    stated = str(calibrated_confidence("lr_schedule_jump", 0.9))
+    # the headline's calibrated confidence: the measured precision of lr_schedule_jump headlines,
+    # never above the cause finding's own
+    payload = rendered["lr_jump"]["payload"]
+    cause = next(f for f in payload["findings"] if f["id"] == card["cause"]["finding_id"])
+    stated = str(calibrated_confidence("lr_schedule_jump", cause["confidence"]))
     assert float(stated) >= 0.8
     assert f"<strong>high</strong> ({stated})" in card_html
     assert "high ≥ 0.8" in card_html  # the legend for the word
