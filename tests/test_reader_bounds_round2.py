@@ -16,7 +16,7 @@ from text_log_helpers import megatron_record, write
 
 from tscope.ingest import discover as discover_module
 from tscope.ingest.discover import discover
-from tscope.ingest.logs import table_cells, tabular
+from tscope.ingest.logs import csv_arrow, table_cells, tabular
 from tscope.ingest.logs.series_cap import cap_series
 from tscope.ingest.readers import megatron_log, nanogpt_log, trainer_state, trainer_stdout
 from tscope.ingest.readers.megatron_log import MegatronLogReader
@@ -116,13 +116,13 @@ def test_a_memory_error_in_a_reader_is_one_partial_entry(
     assert discover_module.discover is discover
 
 
-# ---- F5: JSON Lines, one line at most MAX_JSON_LINE_BYTES ------------------------------------
+# ---- F5: JSON Lines, one line at most MAX_TABLE_LINE_BYTES ------------------------------------
 
 
 def test_a_json_lines_line_over_the_cap_is_skipped_not_parsed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tabular, "MAX_JSON_LINE_BYTES", 200)
+    monkeypatch.setattr(tabular, "MAX_TABLE_LINE_BYTES", 200)
     parsed: list[bytes] = []
     real_parse = tabular._parse_line
 
@@ -144,10 +144,26 @@ def test_a_json_lines_line_over_the_cap_is_skipped_not_parsed(
 def test_json_lines_with_only_long_lines_is_unreadable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tabular, "MAX_JSON_LINE_BYTES", 64)
+    monkeypatch.setattr(tabular, "MAX_TABLE_LINE_BYTES", 64)
     path = write(tmp_path, "metrics.jsonl", json.dumps({"step": 1, "x": "y" * 500}) + "\n")
     with pytest.raises(tabular.UnreadableInput, match="longer than"):
         tabular.read_table(path, "metrics.jsonl")
+
+
+def test_a_csv_line_longer_than_arrows_block_costs_that_line_not_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One 100 MB line in a 2,000-row metrics.csv made it "not a readable CSV" (Arrow: "straddling
+    # object straddles two block boundaries"): nothing analyzed. Scaled down: a 1 MiB block.
+    monkeypatch.setattr(csv_arrow, "CSV_BLOCK_BYTES", 1024 * 1024)
+    monkeypatch.setattr(tabular, "MAX_TABLE_LINE_BYTES", 64 * 1024)
+    rows = [f"{i},{2.0 + i / 1000}" for i in range(1, 2001)]
+    rows.insert(1000, "1000.5," + "x" * (3 * 1024 * 1024))
+    path = write(tmp_path, "metrics.csv", "step,loss\n" + "\n".join(rows) + "\n")
+    table = tabular.read_table(path, "metrics.csv")
+    assert table.n_rows == 2000
+    assert 1000.5 not in table.values["step"].tolist()
+    assert any("1 line(s) longer than" in problem for problem in table.problems)
 
 
 def test_a_long_text_value_is_not_scanned_as_a_number() -> None:

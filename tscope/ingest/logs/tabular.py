@@ -10,6 +10,7 @@ same for every format, is table_cells.py's job.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +30,10 @@ JSON_SUFFIX = ".json"
 # Longest JSON Lines line parsed. A metrics line holds tens to a few thousand keys (a W&B history
 # row of 10,000 keys is ~300 KB); parsing one holds ~10x its bytes (the bytes, the decoded text,
 # the objects), and a 500 MB line held 2.1 GB and ended in a MemoryError. A longer line is
-# skipped and counted in `partial`, as text logs cut theirs (text_logs.MAX_LINE_BYTES).
-MAX_JSON_LINE_BYTES = 8 * 1024 * 1024
+# skipped and counted in `partial`, as text logs cut theirs (text_logs.MAX_LINE_BYTES). A CSV
+# whose line is too long for Arrow's block (csv_arrow.CSV_BLOCK_BYTES) is read again without its
+# lines over this bound: one 100 MB line made the whole file "not a readable CSV".
+MAX_TABLE_LINE_BYTES = 8 * 1024 * 1024
 
 
 def table_format(path: Path) -> str | None:
@@ -72,15 +75,28 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
 
     header = wide_csv_header(path, delimiter)
     chosen = columns_to_read(header) if header is not None else None
+    long_lines = 0
     try:
-        with open_regular(path, display_path) as handle, without_row_decoding_dumps():
-            arrow_table = parse_csv(handle, delimiter, skip_malformed, chosen, MISSING_MARKERS)
+        try:
+            with open_regular(path, display_path) as handle, without_row_decoding_dumps():
+                arrow_table = parse_csv(handle, delimiter, skip_malformed, chosen, MISSING_MARKERS)
+        except pa.ArrowInvalid as error:
+            if STRADDLING_LINE not in str(error):
+                raise
+            # A line longer than Arrow's block: the rest of the file is read without it (and
+            # without every other line over MAX_TABLE_LINE_BYTES), as JSON Lines skips them.
+            kept, long_lines = _without_long_lines(read_bytes_bounded(path, display_path))
+            malformed.clear()
+            with without_row_decoding_dumps():
+                arrow_table = parse_csv(kept, delimiter, skip_malformed, chosen, MISSING_MARKERS)
         table = from_arrow(arrow_table)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as error:
         # UnicodeDecodeError: a header that is not UTF-8 (Arrow leaves values undecoded).
         raise UnreadableInput(
             display_path, f"not a readable {'TSV' if delimiter == chr(9) else 'CSV'} ({error})"
         ) from error
+    if long_lines:
+        table.problems.append(_long_lines_problem(long_lines))
     if header is not None and chosen is not None:
         table.problems.append(
             f"{len(header) - len(chosen)} of its {len(header)} columns not read: tscope reads at "
@@ -120,7 +136,7 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
     columns = RecordColumns()
     malformed = long_lines = 0
     first_malformed = ""
-    for line_number, line in enumerate(_json_lines(data), start=1):
+    for line_number, line in enumerate(_lines(data), start=1):
         if line is None:  # skipped as a malformed line is: no row
             long_lines += 1
             continue
@@ -149,31 +165,46 @@ def _read_json_lines(path: Path, display_path: str) -> ParsedTable:
 
 def _long_lines_problem(count: int) -> str:
     return (
-        f"{count} line(s) longer than {MAX_JSON_LINE_BYTES // (1024 * 1024)} MiB skipped (no "
+        f"{count} line(s) longer than {MAX_TABLE_LINE_BYTES // (1024 * 1024)} MiB skipped (no "
         "metrics logger writes such lines; the file is damaged or crafted)"
     )
 
 
 _BLANK = object()  # an empty line: neither a record nor a malformed line
+# What Arrow's CSV reader says of a line longer than its block (csv_arrow.CSV_BLOCK_BYTES).
+STRADDLING_LINE = "straddl"
+
+
+def _without_long_lines(data: bytes) -> tuple[io.BytesIO, int]:
+    """The file's bytes without its lines over MAX_TABLE_LINE_BYTES, and how many there were."""
+    kept = io.BytesIO()
+    skipped = 0
+    for line in _lines(data):
+        if line is None:
+            skipped += 1
+        else:
+            kept.write(line)
+    kept.seek(0)
+    return kept, skipped
 
 
 def _lines_are_short(data: bytes) -> bool:
-    """Whether every aligned MAX_JSON_LINE_BYTES window of the file holds a line break, so that
+    """Whether every aligned MAX_TABLE_LINE_BYTES window of the file holds a line break, so that
     no line is longer than twice that: pyarrow gets no file with a huge line. C-speed finds."""
     return all(
-        data.find(b"\n", start, start + MAX_JSON_LINE_BYTES) >= 0
-        for start in range(0, len(data) - MAX_JSON_LINE_BYTES + 1, MAX_JSON_LINE_BYTES)
+        data.find(b"\n", start, start + MAX_TABLE_LINE_BYTES) >= 0
+        for start in range(0, len(data) - MAX_TABLE_LINE_BYTES + 1, MAX_TABLE_LINE_BYTES)
     )
 
 
-def _json_lines(data: bytes) -> Iterator[bytes | None]:
+def _lines(data: bytes) -> Iterator[bytes | None]:
     """The lines of the file (with their line break), None for one longer than
-    MAX_JSON_LINE_BYTES: such a line is never copied out of the file's bytes."""
+    MAX_TABLE_LINE_BYTES: such a line is never copied out of the file's bytes."""
     start, size = 0, len(data)
     while start < size:
         end = data.find(b"\n", start)
         stop = size if end < 0 else end + 1
-        yield data[start:stop] if stop - start <= MAX_JSON_LINE_BYTES else None
+        yield data[start:stop] if stop - start <= MAX_TABLE_LINE_BYTES else None
         start = stop
 
 
