@@ -346,3 +346,30 @@ def test_discovery_reads_the_run_log_and_leaves_the_sidecar_files_alone(tmp_path
         ("wandb_offline", "wandb/offline-run-20240101_000000-abc/run-abc.wandb")
     ]
     assert found.reads[0].config["lr"] == 0.1
+
+
+def test_offline_distinct_history_keys_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A crafted 17 MB log of 1,000,000 distinct keys held ~500 MB (a cached name per key, a tuple
+    # per item): keys past wandb_records.MAX_HISTORY_KEYS are dropped and counted. Scaled down.
+    from tscope.ingest.readers import wandb_records
+
+    monkeypatch.setattr(wandb_records, "MAX_HISTORY_KEYS", 50)
+    rows = [
+        history_record(
+            step, {"loss": str(2.0 - step / 100), **{f"junk{step}_{j}": "1" for j in range(20)}}
+        )
+        for step in range(10)
+    ]
+    path = tmp_path / "run-abc.wandb"
+    path.write_bytes(frame(rows))
+
+    read = OFFLINE.read(path, "run-abc.wandb")
+
+    steps, _ = series(read, "train/loss")
+    assert steps.tolist() == list(range(10))  # the key the log used first is kept
+    assert len(set(read.metrics["metric"])) == 50
+    # 10 rows of 21 items; kept: the loss in every row and the first 49 other keys
+    dropped = [p.problem for p in read.partial if "beyond the first 50 distinct" in p.problem]
+    assert dropped and dropped[0].startswith(f"{10 * 21 - (10 + 49)} history item(s)")

@@ -28,6 +28,7 @@ from tscope.ingest import safe_json
 from tscope.ingest.base import inside_input, read_head
 from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS, columns_to_read
 from tscope.ingest.logs.table_columns import canonical_column_names, is_bookkeeping_column
+from tscope.ingest.readers import wandb_records
 from tscope.ingest.readers.protobuf_wire import WireFormatError
 from tscope.ingest.readers.wandb_framing import (
     FILE_HEADER,
@@ -107,6 +108,12 @@ def _log_read(log: RunLog, kind: str, display_path: str, problems: list[str]) ->
     rows, step_problem = _metric_rows(log.rows)
     if step_problem:
         problems.append(step_problem)
+    if log.dropped_items:
+        problems.append(
+            f"{log.dropped_items} history item(s) under keys beyond the first "
+            f"{wandb_records.MAX_HISTORY_KEYS:,} distinct ones not read (no training run logs that many; the "
+            "file is crafted or damaged)"
+        )
     if not rows and not log.rows:
         problems.append("the log holds no history rows (wandb.log was never called)")
     events: list[RunEvent] = []

@@ -41,6 +41,12 @@ MAX_STEP = 2.0**53
 _KeyPath = tuple[str, ...]
 # Raw key fields -> (key path, name as the W&B UI shows it). Keys repeat on every row.
 _KeyNames = dict[tuple[bytes, ...], tuple[_KeyPath, str]]
+# Distinct history keys kept, in the order the log first uses them; an item under a further key
+# is dropped and counted (and its name is not cached). The reader reads at most
+# series_cap.MAX_TABLE_COLUMNS series anyway; a real run logs thousands of keys at most. Without
+# the bound a crafted 17 MB log of 1,000,000 distinct keys held ~500 MB (30× the file: a cached
+# name per key, a tuple per item), now ~MAX_HISTORY_KEYS names and their items.
+MAX_HISTORY_KEYS = 100_000
 
 
 def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | None, bytes]:
@@ -62,7 +68,9 @@ def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | N
     names = key_names.get(cache_key)
     if names is None:
         path = tuple(text(raw) for raw in raw_keys)
-        names = key_names[cache_key] = (path, ".".join(path))
+        names = (path, ".".join(path))
+        if len(key_names) < MAX_HISTORY_KEYS:
+            key_names[cache_key] = names
     if number is None and raw_json:
         try:
             # JSON numbers and W&B's NaN/Infinity/-Infinity; text, booleans and media dicts fail.
@@ -84,6 +92,8 @@ class RunLog:
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     key_names: _KeyNames = field(default_factory=dict)
+    history_keys: set[str] = field(default_factory=set)  # at most MAX_HISTORY_KEYS
+    dropped_items: int = 0  # history items under keys beyond MAX_HISTORY_KEYS
     started_at: float | None = None
     resumed_at: int | None = None
     exit_code: int | None = None
@@ -93,7 +103,7 @@ class RunLog:
             if wire != LENGTH_DELIMITED or not isinstance(value, bytes):
                 continue
             if number == RECORD_HISTORY:
-                self.rows.append(_history_row(value, self.key_names))
+                self.rows.append(self._history_row(value))
             elif number == RECORD_SUMMARY:
                 self.summary_records.append(value)
             elif number == RECORD_CONFIG:
@@ -105,6 +115,27 @@ class RunLog:
                 for exit_field, _, exit_value in field_values(value):
                     if exit_field == EXIT_CODE and isinstance(exit_value, int):
                         self.exit_code = signed64(exit_value)
+
+    def _history_row(self, buffer: bytes) -> tuple[int | None, list[tuple[str, float]]]:
+        step: int | None = None
+        items: list[tuple[str, float]] = []
+        for number, _, value in field_values(buffer):
+            if number == HISTORY_ITEM and isinstance(value, bytes):
+                _, key, numeric, _ = _item(value, self.key_names)
+                if numeric is None or not key:
+                    continue
+                if key not in self.history_keys:
+                    if len(self.history_keys) >= MAX_HISTORY_KEYS:
+                        self.dropped_items += 1
+                        continue
+                    self.history_keys.add(key)
+                items.append((key, numeric))
+            elif number == HISTORY_STEP and isinstance(value, bytes):
+                step = 0  # proto3: an empty step message is step 0
+                for step_field, _, step_value in field_values(value):
+                    if step_field == STEP_NUM and isinstance(step_value, int):
+                        step = signed64(step_value)
+        return step, items
 
     def _add_run(self, buffer: bytes) -> None:
         resumed, starting_step = False, 0
@@ -127,22 +158,6 @@ class RunLog:
         self.config, bad_config = _merge_updates(self.config_records, self.key_names)
         self.summary, bad_summary = _merge_updates(self.summary_records, self.key_names)
         return bad_config + bad_summary
-
-
-def _history_row(buffer: bytes, key_names: _KeyNames) -> tuple[int | None, list[tuple[str, float]]]:
-    step: int | None = None
-    items: list[tuple[str, float]] = []
-    for number, _, value in field_values(buffer):
-        if number == HISTORY_ITEM and isinstance(value, bytes):
-            _, key, numeric, _ = _item(value, key_names)
-            if numeric is not None and key:
-                items.append((key, numeric))
-        elif number == HISTORY_STEP and isinstance(value, bytes):
-            step = 0  # proto3: an empty step message is step 0
-            for step_field, _, step_value in field_values(value):
-                if step_field == STEP_NUM and isinstance(step_value, int):
-                    step = signed64(step_value)
-    return step, items
 
 
 def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str, Any], int]:
