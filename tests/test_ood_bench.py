@@ -235,3 +235,34 @@ def test_the_seventh_block_is_held_out_and_plants_every_cause_once():
     )
     assert all(s.save_every % s.logging_steps == 0 for s in seventh)
     assert planted["adafactor-optlost"].optimizer == "adafactor"
+
+
+def test_the_eighth_block_is_held_out_and_plants_lr_ramps_on_decaying_schedules():
+    from ood_blocks import EIGHTH_BLOCK
+    from spec import LR_RAMP, smoke_specs
+
+    assert all(s.index < 150 for s in build_ood_specs())
+    earlier = build_ood_specs(blocks=(1, 2, 3, 4, 5, 6, 7))
+    assert all(s.index < 150 for s in earlier)
+    eighth = build_ood_specs(blocks=(8,))
+    assert [s.index for s in eighth] == list(range(150, 162))
+    # Adding the eighth block changes none of the first seven (names, keys, specs).
+    assert build_ood_specs(blocks=(1, 2, 3, 4, 5, 6, 7, 8)) == earlier + eighth
+    assert build_ood_specs(blocks=(7, 8))[-len(eighth) :] == eighth
+    keys = {s.key for s in earlier} | {s.key for s in build_specs() + smoke_specs()}
+    assert not {s.key for s in eighth} & keys
+    assert len({s.key for s in eighth}) == len({s.name for s in eighth}) == len(eighth)
+    assert not {row[0] for row in EIGHTH_BLOCK} & {s.setup for s in earlier}
+    for spec in eighth:
+        assert OodSpec.from_json(spec.to_json()) == spec
+        assert spec.schedule in ("linear", "cosine") and spec.warmup_steps > 0
+    planted = [s for s in eighth if s.cause != CONTROL]
+    assert len(planted) == len(EIGHTH_BLOCK) == 6
+    assert all(s.cause == LR_RAMP for s in planted)
+    ranges = {row[0]: row[2]["plant_range"] for row in EIGHTH_BLOCK}
+    for spec in planted:
+        low, high = ranges[spec.setup]
+        assert low * spec.steps <= spec.plant["step"] < high * spec.steps
+        assert spec.plant["step"] > spec.warmup_steps
+    weak = [s for s in planted if s.setup.endswith("weakramp")]
+    assert len(weak) == 2 and all(s.plant["growth"] == 1.04 for s in weak)

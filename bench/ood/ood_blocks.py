@@ -338,3 +338,55 @@ SEVENTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         FROZEN_LAYER,
     ),
 )
+# The eighth block: one cause, an LR ramp, planted on a decaying schedule (linear or cosine, after
+# the default warm-up) late enough that the decay partly cancels it: the LR may climb back up
+# without passing the warm-up's peak. Six setups, each trained healthy and planted; it adds no
+# knob and no draw setting ("plant_range" and "plant_weakest" are the sixth and fifth blocks').
+EIGHTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    (
+        "gpt2-lin-decay-ramp",
+        "trainer_gpt2",
+        {"schedule": "linear", "plant_range": (0.45, 0.6)},
+        LR_RAMP,
+    ),
+    (
+        "llama-cos-decay-ramp",
+        "trainer_llama",
+        {"schedule": "cosine", "plant_range": (0.45, 0.6)},
+        LR_RAMP,
+    ),
+    (
+        "nano-csv-lin-decay-ramp",
+        "nanogpt",
+        {"schedule": "linear", "plant_range": (0.5, 0.65), "log_format": "csv"},
+        LR_RAMP,
+    ),
+    (
+        "nano-jsonl-cos-decay-weakramp",
+        "nanogpt",
+        {
+            "schedule": "cosine",
+            "plant_range": (0.4, 0.55),
+            "plant_weakest": True,
+            "log_format": "jsonl",
+        },
+        LR_RAMP,
+    ),
+    (
+        "lt-csv-lin-decay-weakramp",
+        "lightning",
+        {
+            "lightning_logger": "csv",
+            "schedule": "linear",
+            "plant_range": (0.45, 0.6),
+            "plant_weakest": True,
+        },
+        LR_RAMP,
+    ),
+    (
+        "lt-tb-cos-decay-ramp",
+        "lightning",
+        {"lightning_logger": "tensorboard", "schedule": "cosine", "plant_range": (0.5, 0.65)},
+        LR_RAMP,
+    ),
+)

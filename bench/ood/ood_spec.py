@@ -53,6 +53,12 @@ Trainer's Adafactor losing its state at a resume, nanoGPT's step decay losing it
 resume, nanoGPT logging every 5 iterations with its weights re-initialized at a resume, a 60-step
 repetition in a bf16 Llama from 25–40% of the run, and a frozen layer in Lightning at batch 4 with
 accumulation 4.
+An eighth block (`EIGHTH_BLOCK`, indices 150–161) is held out the same way (`blocks=(..., 8)`,
+`run.py --blocks 8`) and not yet scored; it plants one cause, an LR ramp, on a decaying schedule
+(linear or cosine after the default warm-up) from 40–65% of the run, where the decay partly
+cancels the growth (the LR may climb back without passing the warm-up's peak): the Trainer's GPT-2
+(linear) and Llama (cosine), nanoGPT logging to CSV (linear) and JSONL (cosine, the weakest
+growth), and Lightning with its CSV logger (linear, the weakest growth) and TensorBoard (cosine).
 
 A healthy run here is a control exactly as in the benchmark: no warning may fire. An LR restart or
 a step-decay drop that the schedule itself does is part of the run, not an incident.
@@ -67,6 +73,7 @@ from typing import Any
 
 import paths  # noqa: F401  (puts bench/accuracy and fixtures on sys.path)
 from ood_blocks import (
+    EIGHTH_BLOCK,
     FIFTH_BLOCK,
     FIFTH_BLOCK_KNOBS,
     FOURTH_BLOCK,
@@ -287,8 +294,8 @@ def _fifth_block(
     first_index: int, table: tuple[tuple[str, str, dict[str, Any], str], ...] = FIFTH_BLOCK
 ) -> list[OodSpec]:
     """The fifth block's draw: the third block's (100–160 steps unless the row fixes them, a bad
-    batch of at least a quarter of the rows) plus the row's draw settings; the sixth and seventh
-    blocks are drawn the same way from their own tables (their settings draw nothing in a row
+    batch of at least a quarter of the rows) plus the row's draw settings; the sixth, seventh and
+    eighth blocks are drawn the same way from their own tables (their settings draw nothing in a row
     that lacks them)."""
     specs: list[OodSpec] = []
     draws = FIFTH_BLOCK_DRAWS + SIXTH_BLOCK_DRAWS + SEVENTH_BLOCK_DRAWS
@@ -343,8 +350,8 @@ def _planted_in_range(spec: OodSpec, fractions: tuple[float, float], rng: random
 def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     """The first block (SETUPS, indices 0–31), the second (SECOND_BLOCK, 32–49) and, only when
     asked for, the third (THIRD_BLOCK, 50–69), the fourth (FOURTH_BLOCK, 70–89), the fifth
-    (FIFTH_BLOCK, 90–109), the sixth (SIXTH_BLOCK, 110–129) and the seventh (SEVENTH_BLOCK,
-    130–149), all held out (see the module's docstring)."""
+    (FIFTH_BLOCK, 90–109), the sixth (SIXTH_BLOCK, 110–129), the seventh (SEVENTH_BLOCK,
+    130–149) and the eighth (EIGHTH_BLOCK, 150–161), all held out (see the module's docstring)."""
     first = _first_block()
     second = _second_block(len(first))
     specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
@@ -361,6 +368,15 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     if 7 in blocks:
         earlier = len(THIRD_BLOCK) + len(FOURTH_BLOCK) + len(FIFTH_BLOCK) + len(SIXTH_BLOCK)
         specs += _fifth_block(third_index + 2 * earlier, SEVENTH_BLOCK)
+    if 8 in blocks:
+        earlier = (
+            len(THIRD_BLOCK)
+            + len(FOURTH_BLOCK)
+            + len(FIFTH_BLOCK)
+            + len(SIXTH_BLOCK)
+            + len(SEVENTH_BLOCK)
+        )
+        specs += _fifth_block(third_index + 2 * earlier, EIGHTH_BLOCK)
     return specs
 
 
