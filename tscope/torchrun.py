@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -11,6 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tscope.errors import UsageError
+
+# What torchrun's failure summary says of the first rank that failed ("Root Cause" section).
+ROOT_CAUSE_FIELDS = ("rank", "exitcode", "traceback")
+ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b")
+# The rendezvous could not bind its port: the ranks never started (nothing read or written).
+RENDEZVOUS_ERROR = re.compile(r"Address already in use|EADDRINUSE|failed to listen", re.IGNORECASE)
 
 
 def run_ranks(
@@ -23,6 +30,22 @@ def run_ranks(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m torch.distributed.run --nproc_per_node=nproc -m worker spec_file` on this host,
     its output captured; past `timeout_s` a UsageError says `what` did not finish."""
+    done = _run_once(worker, spec_file, nproc, environment, timeout_s, what)
+    if done.returncode != 0 and RENDEZVOUS_ERROR.search(done.stderr):
+        # The port free_port() found was taken before torchrun bound it (another process on a
+        # busy host): a fresh port, once.
+        done = _run_once(worker, spec_file, nproc, environment, timeout_s, what)
+    return done
+
+
+def _run_once(
+    worker: str,
+    spec_file: Path,
+    nproc: int,
+    environment: Mapping[str, str],
+    timeout_s: int,
+    what: str,
+) -> subprocess.CompletedProcess[str]:
     command = [
         sys.executable,
         "-m",
@@ -48,8 +71,30 @@ def run_ranks(
 
 
 def last_error_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The last line torchrun's processes wrote to stderr (300 characters at most)."""
-    return (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    """Why torchrun's ranks failed, in one line of at most 300 characters: the exit code and
+    traceback of its "Root Cause" summary, else the last error or exception line, else the last
+    line that is not a rule. The summary ends with a line of "=" (a CI run once reported only
+    "failed: ======="), so the last line alone says nothing."""
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return (_root_cause(lines) or _last_error(lines) or "no output")[:300]
+
+
+def _root_cause(lines: list[str]) -> str:
+    starts = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
+    if not starts:
+        return ""
+    facts = []
+    for line in lines[starts[-1] + 1 :]:
+        key, _, value = line.partition(":")
+        if key.strip() in ROOT_CAUSE_FIELDS and value.strip() and value.strip() != "<N/A>":
+            facts.append(f"{key.strip()} {value.strip()}")
+    return "; ".join(facts)
+
+
+def _last_error(lines: list[str]) -> str:
+    content = [line for line in lines if not set(line) <= set("=-")]
+    errors = [line for line in content if ERROR_LINE.search(line)]
+    return (errors or content or [""])[-1]
 
 
 def free_port() -> int:
