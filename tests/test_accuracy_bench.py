@@ -1,6 +1,6 @@
 """The accuracy benchmark's machinery on a few small fixed runs (bench/accuracy/, docs/accuracy.md).
 
-The runs are `spec.smoke_specs()` minus Lightning (its import alone is most of a small run): a
+The runs are `smoke_runs.smoke_specs()` minus Lightning (its import alone is most of a small run): a
 nanoGPT-style run with an LR ×30 jump, a nanoGPT-style control, and a Trainer GPT-2 run whose
 whole batch is corrupted. They are trained once per session into a temporary cache by the
 benchmark's own generator, then scored by its scorer.
@@ -25,7 +25,8 @@ import report  # noqa: E402
 from generate import generate, run_folder  # noqa: E402
 from schedules import multiplier  # noqa: E402
 from score import RunScore, score_run  # noqa: E402
-from spec import CONTROL, HOLDOUT_INDEX, SPLITS, build_specs, select, smoke_specs  # noqa: E402
+from smoke_runs import smoke_specs  # noqa: E402
+from spec import CONTROL, HOLDOUT_INDEX, SPLITS, build_specs, select  # noqa: E402
 
 pytest.importorskip("transformers")
 

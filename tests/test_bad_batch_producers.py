@@ -24,7 +24,8 @@ if str(ACCURACY_DIR) not in sys.path:
 import paths  # noqa: E402, F401  (puts fixtures/ on sys.path, no bytecode in the repository)
 from generate import generate, run_folder  # noqa: E402
 from score import RunScore, score_run  # noqa: E402
-from spec import BAD_BATCH, CONTROL, SMOKE_SETTINGS, RunSpec  # noqa: E402
+from smoke_runs import SMOKE_SETTINGS  # noqa: E402
+from spec import BAD_BATCH, CONTROL, RunSpec  # noqa: E402
 
 import tscope  # noqa: E402
 from tscope.analyzers.calibration import finding_confidence  # noqa: E402

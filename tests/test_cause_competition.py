@@ -20,12 +20,8 @@ if str(ACCURACY_DIR) not in sys.path:
 import causes as bench_causes  # noqa: E402
 import paths  # noqa: E402, F401  (puts fixtures/ on sys.path, no bytecode in the repository)
 from generate import generate, run_folder  # noqa: E402
-from spec import (  # noqa: E402
-    CONTROL,
-    FROZEN_LAYER,
-    RESUME_SCHEDULER_LOST,
-    smoke_specs,
-)
+from smoke_runs import smoke_specs  # noqa: E402
+from spec import CONTROL, FROZEN_LAYER, RESUME_SCHEDULER_LOST  # noqa: E402
 
 pytest.importorskip("transformers")
 

@@ -24,14 +24,8 @@ if str(ACCURACY_DIR) not in sys.path:
 import paths  # noqa: E402, F401  (puts fixtures/ on sys.path, no bytecode in the repository)
 from generate import generate, run_folder  # noqa: E402
 from score import RunScore, score_run  # noqa: E402
-from spec import (  # noqa: E402
-    BAD_BATCH,
-    CONTROL,
-    REPEATED_DATA,
-    SMOKE_SETTINGS,
-    RunSpec,
-    smoke_specs,
-)
+from smoke_runs import SMOKE_SETTINGS, smoke_specs  # noqa: E402
+from spec import BAD_BATCH, CONTROL, REPEATED_DATA, RunSpec  # noqa: E402
 
 import tscope  # noqa: E402
 

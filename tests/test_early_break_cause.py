@@ -12,20 +12,11 @@ in a run is still named (tests/test_bad_batch_producers.py and the benchmark).
 
 from __future__ import annotations
 
-from pathlib import Path
+from recorded_logs import recorded_log
 
 import tscope
 
-# The run's log, recorded by fixtures/copy_bench_logs.py: a natural break depends on the CPU's
-# floating-point kernels, so the test reads the log this break was seen in, not a retrained run.
-LOG = (
-    Path(__file__).resolve().parents[1]
-    / "fixtures"
-    / "data"
-    / "bench_logs"
-    / "trainer_llama-control-82"
-    / "trainer_state.json"
-)
+LOG = recorded_log("trainer_llama-control-82")  # fixtures/copy_bench_logs.py
 STEPS = 170
 
 

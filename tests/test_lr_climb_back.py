@@ -12,18 +12,11 @@ a resumed run's re-warm-up) stay silent: tests/test_lr_ramp_after_linear_warmup.
 
 from __future__ import annotations
 
-from pathlib import Path
+from recorded_logs import recorded_log
 
 import tscope
 
-LOG = (
-    Path(__file__).resolve().parents[1]
-    / "fixtures"
-    / "data"
-    / "bench_logs"
-    / "trainer_llama-lr_ramp-46"
-    / "trainer_state.json"
-)
+LOG = recorded_log("trainer_llama-lr_ramp-46")  # fixtures/copy_bench_logs.py
 PLANTED_STEP = 59
 
 

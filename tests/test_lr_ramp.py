@@ -110,7 +110,8 @@ def test_a_jump_is_not_a_ramp() -> None:
 
 def _spec(cause: str, schedule: str, seed: int, plant: dict[str, Any] | None = None) -> Any:
     """A smoke-sized run (bench/accuracy/spec.py's SMOKE_SETTINGS), 70 steps at a gentler LR."""
-    from spec import SMOKE_SETTINGS, RunSpec
+    from smoke_runs import SMOKE_SETTINGS
+    from spec import RunSpec
 
     settings = {**SMOKE_SETTINGS, "steps": 70, "peak_lr": 2e-3, "save_every": 35}
     settings["schedule"] = schedule

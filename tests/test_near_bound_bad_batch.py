@@ -12,7 +12,7 @@ the reason, and the calibration table its measured right-rate.
 
 from __future__ import annotations
 
-from pathlib import Path
+from recorded_logs import recorded_log
 
 import tscope
 from tscope.analyzers.explainers.bad_batch_logs import (
@@ -22,16 +22,7 @@ from tscope.analyzers.explainers.bad_batch_logs import (
     NEAR_DOMINANCE_FACTOR,
 )
 
-# Recorded by fixtures/copy_bench_logs.py: a natural break depends on the CPU's floating-point
-# kernels, so the test reads the log this break was seen in, not a retrained run.
-LOG = (
-    Path(__file__).resolve().parents[1]
-    / "fixtures"
-    / "data"
-    / "bench_logs"
-    / "trainer_gpt2-control-37"
-    / "trainer_state.json"
-)
+LOG = recorded_log("trainer_gpt2-control-37")  # fixtures/copy_bench_logs.py
 
 
 def test_a_break_near_the_dominance_bound_is_a_weaker_reading() -> None:

@@ -102,8 +102,8 @@ def test_the_third_block_is_held_out_and_plants_every_cause_once():
 
 def test_the_fourth_block_is_held_out_and_plants_every_cause_once():
     from ood_spec import FOURTH_BLOCK_KNOBS, THIRD_BLOCK_KNOBS
-    from produce_trainer import FAMILIES
     from spec import ALL_CAUSES
+    from trainer_models import FAMILIES
 
     assert all(s.index < 70 for s in build_ood_specs(blocks=(1, 2, 3)))  # only asked for by name
     fourth = build_ood_specs(blocks=(4,))
@@ -169,7 +169,8 @@ def test_the_fifth_block_is_held_out_and_plants_every_cause_once():
 
 
 def test_the_sixth_block_is_held_out_and_plants_every_cause_once():
-    from spec import ALL_CAUSES, smoke_specs
+    from smoke_runs import smoke_specs
+    from spec import ALL_CAUSES
 
     assert all(s.index < 110 for s in build_ood_specs(blocks=(1, 2, 3, 4, 5)))
     sixth = build_ood_specs(blocks=(6,))
@@ -202,7 +203,8 @@ def test_the_sixth_block_is_held_out_and_plants_every_cause_once():
 
 def test_the_seventh_block_is_held_out_and_plants_every_cause_once():
     from ood_blocks import SEVENTH_BLOCK
-    from spec import ALL_CAUSES, smoke_specs
+    from smoke_runs import smoke_specs
+    from spec import ALL_CAUSES
 
     assert all(s.index < 130 for s in build_ood_specs(blocks=(1, 2, 3, 4, 5, 6)))
     seventh = build_ood_specs(blocks=(7,))
@@ -239,7 +241,8 @@ def test_the_seventh_block_is_held_out_and_plants_every_cause_once():
 
 def test_the_eighth_block_is_held_out_and_plants_lr_ramps_on_decaying_schedules():
     from ood_blocks import EIGHTH_BLOCK
-    from spec import LR_RAMP, smoke_specs
+    from smoke_runs import smoke_specs
+    from spec import LR_RAMP
 
     assert all(s.index < 150 for s in build_ood_specs())
     earlier = build_ood_specs(blocks=(1, 2, 3, 4, 5, 6, 7))

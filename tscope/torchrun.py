@@ -30,33 +30,32 @@ def run_ranks(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m torch.distributed.run --nproc_per_node=nproc -m worker spec_file` on this host,
     its output captured; past `timeout_s` a UsageError says `what` did not finish."""
-    done = _run_once(worker, spec_file, nproc, environment, timeout_s, what)
+
+    def launch() -> subprocess.CompletedProcess[str]:
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            "-m",
+            worker,
+            str(spec_file),
+        ]
+        return _run_once(command, environment, timeout_s, what)
+
+    done = launch()
     if done.returncode != 0 and RENDEZVOUS_ERROR.search(done.stderr):
         # The port free_port() found was taken before torchrun bound it (another process on a
         # busy host): a fresh port, once.
-        done = _run_once(worker, spec_file, nproc, environment, timeout_s, what)
+        done = launch()
     return done
 
 
 def _run_once(
-    worker: str,
-    spec_file: Path,
-    nproc: int,
-    environment: Mapping[str, str],
-    timeout_s: int,
-    what: str,
+    command: list[str], environment: Mapping[str, str], timeout_s: int, what: str
 ) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={nproc}",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
-        "-m",
-        worker,
-        str(spec_file),
-    ]
     try:
         return subprocess.run(
             command,

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import paths
-from spec import CONTROL, SPLITS, RunSpec, build_specs, select, smoke_specs
+from smoke_runs import smoke_specs
+from spec import CONTROL, SPLITS, RunSpec, build_specs, select
 
 PRODUCER_MODULES = {
     "trainer_gpt2": "produce_trainer",

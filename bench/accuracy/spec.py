@@ -124,7 +124,7 @@ FIXED_KNOBS: dict[str, Any] = {
     # Llama-style families), tied input/output embeddings (None = the model family's default),
     # the Trainer's `gradient_checkpointing`, AdamW's epsilon (None = torch's 1e-8, the Trainer's
     # too) and `save_total_limit` (None = the producer's 3). The model family itself is the
-    # spec's `model` field (see produce_trainer.build_model).
+    # spec's `model` field (see trainer_models.build_model).
     "kv_heads": 0,
     "tie_word_embeddings": None,
     "gradient_checkpointing": False,
@@ -157,7 +157,7 @@ class RunSpec:
     index: int
     seed: int
     # "gpt2" | "llama" (Trainer) | "nanogpt" (the plain-torch GPT, also in Lightning); bench/ood's
-    # fourth block also trains the Trainer on produce_trainer.FAMILIES ("gpt_neox", "qwen2", ...)
+    # fourth block also trains the Trainer on trainer_models.FAMILIES ("gpt_neox", "qwen2", ...)
     model: str
     hidden: int
     layers: int
@@ -346,58 +346,4 @@ def select(
         for s in specs
         if (split in (None, "all") or s.split == split)
         and (not producers or s.producer in producers)
-    ]
-
-
-# The settings every smoke run shares (and tests/test_data_causes.py's runs): small enough to train
-# in seconds on a CPU.
-SMOKE_SETTINGS: dict[str, Any] = {
-    "hidden": 32,
-    "layers": 2,
-    "heads": 2,
-    "steps": 60,
-    "batch_size": 8,
-    "grad_accum": 1,
-    "schedule": "cosine",
-    "warmup_steps": 10,
-    "peak_lr": 3e-3,
-    "precision": "fp32",
-    "save_every": 20,
-    "data_order": "shuffled",
-}
-
-
-def smoke_specs() -> list[RunSpec]:
-    """A handful of small fixed runs for the test suite (tests/test_accuracy_bench.py): 60 steps,
-    batch 8, width 32, fp32; indices from SMOKE_INDEX, so in neither split (split "smoke")."""
-    common = SMOKE_SETTINGS
-    return [
-        RunSpec(
-            producer="nanogpt",
-            index=90,
-            seed=1,
-            model="nanogpt",
-            cause=LR_JUMP_TRANSIENT,
-            plant={"step": 40, "factor": 30.0, "window": 3},
-            **common,
-        ),
-        RunSpec(producer="nanogpt", index=91, seed=3, model="nanogpt", cause=CONTROL, **common),
-        RunSpec(
-            producer="trainer_gpt2",
-            index=90,
-            seed=5,
-            model="gpt2",
-            cause=BAD_BATCH,
-            plant={"step": 40, "rows": 8, "of_rows": 8, "generator_seed": 11},
-            **common,
-        ),
-        RunSpec(
-            producer="lightning",
-            index=90,
-            seed=7,
-            model="nanogpt",
-            cause=LR_JUMP_PERSISTENT,
-            plant={"step": 40, "factor": 20.0},
-            **common,
-        ),
     ]

@@ -133,7 +133,7 @@ THIRD_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ),
 )
 # The fourth block: model families of transformers the benchmark never trains (the spec's `model`,
-# see produce_trainer.FAMILIES; random weights from the config, the producers' byte-level
+# see trainer_models.FAMILIES; random weights from the config, the producers' byte-level
 # tokenizer) and Trainer features it never uses, one run per planted cause of spec.ALL_CAUSES.
 FOURTH_BLOCK_KNOBS = (
     "kv_heads",
