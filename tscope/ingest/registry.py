@@ -6,6 +6,7 @@ from tscope.ingest.base import Reader
 from tscope.ingest.readers.megatron_log import MegatronLogReader
 from tscope.ingest.readers.metrics_table import MetricsTableReader
 from tscope.ingest.readers.nanogpt_log import ModdedNanoGPTLogReader, NanoGPTLogReader
+from tscope.ingest.readers.step_lines import StepLineLogReader
 from tscope.ingest.readers.tensorboard import TensorBoardReader
 from tscope.ingest.readers.tensorboard_csv import TensorBoardCsvReader
 from tscope.ingest.readers.trainer_state import TrainerStateReader
@@ -26,6 +27,8 @@ READERS: tuple[Reader, ...] = (
     ModdedNanoGPTLogReader(),
     NanoGPTLogReader(),
     TrainerStdoutReader(),
+    # After every producer's own text reader: it claims any log of `step N … loss: X` lines.
+    StepLineLogReader(),
     TensorBoardCsvReader(),
     # Last: it claims any table with a step column, so every specific reader asks first.
     MetricsTableReader(),
