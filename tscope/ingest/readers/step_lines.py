@@ -16,9 +16,10 @@ every loop prints one record per logged step as `key<separator>value` pairs afte
     OLMo         [step=1/100]    then indented lines  train/CrossEntropyLoss=10.8
 
 So this reader knows no producer: a record starts at a step key (`global_step`, `num_updates`,
-`step`, `iteration`, `iter`, `batch`, MMEngine's `Iter(train) [`) followed by an integer, and
-holds the `key: value`, `key=value` or `key value` pairs of its line and of the indented lines
-right after it. A pair counts only when its name is one tscope knows (names.canonical_metric:
+`step`, `iteration`, `iter`, `batch`, MMEngine's `Iter(train) [`) followed by an integer, or at
+an epoch position whose epoch length is on the line (step_line_grammar.py), and holds the
+`key: value`, `key=value` or `key value` pairs of its line and of the indented lines right after
+it. A pair counts only when its name is one tscope knows (names.canonical_metric:
 loss, eval loss, LR, grad norm, loss scale, skipped steps); throughput, memory and timings are
 left out. A file is claimed only when several step lines carry a loss, and only after every
 producer-specific reader declined it (registry order).
@@ -26,71 +27,31 @@ producer-specific reader declined it (registry order).
 
 from __future__ import annotations
 
-import re
 from itertools import pairwise
 from pathlib import Path
 
-from tscope.ingest.logs.names import canonical_metric, names_a_known_series
+from tscope.ingest.readers import step_line_grammar as grammar
 from tscope.ingest.readers.text_logs import (
     is_text_log_name,
     iter_lines,
     no_records_error,
     sniff_text,
+    split_launcher_prefix,
     strip_ansi,
     strip_launcher_prefix,
 )
 from tscope.model import Caveat, LogRead, PartialInput
-from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS
+from tscope.model.metric_names import EVAL_LOSS, LOSS
 from tscope.model.metric_rows import MetricRows
 
-# The step keys, strongest first: the optimizer-step count over a loop or micro-batch counter
-# (litgpt prints `iter 8 step 1`: 8 micro-batches, 1 optimizer step; fairseq prints the
-# iteration within the epoch and `num_updates`, the global count).
-_STEP_KEYS = (
-    ("global_step", 0),
-    ("num_updates", 0),
-    ("step", 1),
-    ("steps", 1),
-    ("iter(train)", 2),  # MMEngine's iteration-based loop
-    ("iteration", 2),
-    ("iter", 2),
-    ("batch", 3),  # Composer's header counts batches trained
-)
-_STEP_PRIORITY = dict(_STEP_KEYS)
-# A step key, its separator (`: `, `=`, a space, MMEngine's ` [`) and an integer, not the start of
-# a decimal ("step 0.5" is no step) and not inside another word ("Skipping step", "substep").
-_STEP = re.compile(
-    r"(?<![\w/.\-])(?P<key>global[_ ]step|num_updates|steps?|iter\(train\)|iteration|iter|batch)"
-    r"\s*(?:[:=#]\s*|\[\s*|\s+)(?P<step>\d{1,16})(?![\d.eE])(?:\s*/\s*(?P<total>\d{1,16}))?",
-    re.IGNORECASE,
-)
-# A name of one to four words (`loss`, `train loss`, `Train loss/train/total`, `iter time (s)`)
-# then `:`/`=` (an optional `[` for DeepSpeed's lr=[…]) or a space, then a number. The name is
-# lazy, so `train loss 2.3` is tried as `train` first and extended only when no number follows.
-_NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
-_PAIR = re.compile(
-    r"(?<![\w/.\-])(?P<key>[A-Za-z][\w/.\-()]{0,60}(?: [A-Za-z][\w/.\-()]{0,60}){0,3}?)"
-    r"\s*(?:[:=]\s*[\[(]?\s*|\s+)(?P<value>" + _NUMBER + r")(?![\d.])",
-    re.IGNORECASE,
-)
-# A pair on an indented line after a step line needs an explicit `:` or `=` (Composer, OLMo).
-_INDENTED = re.compile(r"^[ \t]+\S")
+# A pair on an indented line after a step line (Composer, OLMo) needs an explicit `:` or `=`.
+_INDENT = (" ", "\t")
 # How many indented lines after a step line still belong to its record (OLMo prints ~40 metrics).
 MAX_RECORD_LINES = 200
 # Step lines carrying a loss that the sniffed head and tail must show before the file is claimed.
 MIN_SNIFFED_RECORDS = 3
-_LOSS_WORD = re.compile(r"loss", re.IGNORECASE)
-# Names that mean a series only in a step line: llm.c and build-nanogpt print the gradient norm
-# clip_grad_norm_ returned as a bare `norm`.
-_STEP_LINE_NAMES = {"norm": GRAD_NORM}
-# A record about evaluation: fairseq's `valid on 'valid' subset | loss 9.5 | …`, MaxText's
-# `eval metrics after step: N, loss=…`, torchtitan's `validate step: N  loss: …`, Composer's
-# `[Eval batch=…]`. Its plain `loss` is the evaluation loss. A word followed by `:`/`=` is a
-# field's name (litgpt's `loss train: 2.3, val: n/a`), not the record's kind.
-_EVAL_RECORD = re.compile(
-    r"(?<![\w/.\-])(?:valid|validation|validate|val|eval|evaluation|evaluating)\b(?!\s*[:=])",
-    re.IGNORECASE,
-)
+# The longest line the sniffing looks at (a step line is a few hundred characters).
+SNIFF_LINE_CHARACTERS = 4096
 
 
 class StepLineLogReader:
@@ -105,120 +66,154 @@ class StepLineLogReader:
         records = 0
         in_record = 0  # indented lines left in a step record whose loss has not been seen
         for line in text.splitlines():
-            line = strip_ansi(strip_launcher_prefix(line))[:4096]
-            if _step_of(line) is not None:
-                if _LOSS_WORD.search(line) and _has_loss(line):
-                    records += 1
-                    in_record = 0
-                else:
-                    in_record = MAX_RECORD_LINES
-            elif in_record and _INDENTED.match(line):
-                in_record -= 1
-                if _LOSS_WORD.search(line) and _has_loss(line):
-                    records += 1
-                    in_record = 0
-            else:
+            line = strip_ansi(strip_launcher_prefix(line))[:SNIFF_LINE_CHARACTERS]
+            if grammar.step_key(line) is not None:
+                in_record = MAX_RECORD_LINES
+            elif not (in_record and line.startswith(_INDENT)):
                 in_record = 0
-            if records >= MIN_SNIFFED_RECORDS:
-                return True
+                continue
+            in_record -= 1
+            if grammar.LOSS_WORD.search(line) and grammar.has_loss(line):
+                records += 1
+                in_record = 0
+                if records >= MIN_SNIFFED_RECORDS:
+                    return True
         return False
 
     def read(self, path: Path, display_path: str) -> LogRead:
-        rows = MetricRows()
-        names: dict[str, str | None] = {}  # printed name -> canonical series (None: not one)
-        step: int | None = None
-        evaluating = False  # the current record is an evaluation's
-        record_lines_left = 0
-        printed_steps: list[int] = []
+        record = _Record()
+        ranks_seen: set[int | None] = set()
         for physical in iter_lines(path, display_path):
-            if rows.full:
+            if record.rows.full:
                 break
-            # A progress bar redrawn with "\r" leaves the last drawing as what the terminal showed.
-            line = strip_ansi(strip_launcher_prefix(physical.rsplit("\r", 1)[-1]))
-            found = _step_of(line)
-            if found is not None:
-                step, skip = found
-                evaluating = _EVAL_RECORD.search(line) is not None
-                if not evaluating:
-                    printed_steps.append(step)
-                record_lines_left = MAX_RECORD_LINES
-                _add_pairs(line, skip, step, evaluating, rows, names, explicit_only=False)
-            elif step is not None and record_lines_left and _INDENTED.match(line):
-                record_lines_left -= 1
-                _add_pairs(line, (0, 0), step, evaluating, rows, names, explicit_only=True)
-            else:
-                record_lines_left = 0
-        if not rows.has_metric(LOSS):
+            # A progress bar redraws itself after "\r": each drawing is a segment of its own, and a
+            # step line printed between two drawings is one of them.
+            for segment in physical.split("\r"):
+                rank, text = split_launcher_prefix(segment)
+                line = strip_ansi(text)
+                key = grammar.step_key(line)
+                if key is not None:
+                    ranks_seen.add(rank)
+                    if _rank_order(rank) < _rank_order(record.rank):
+                        record = _Record(rank)  # a lower rank's lines: read those instead
+                    if rank == record.rank or record.rank == _NO_RANK_YET:
+                        record.rank = rank
+                        record.start(line, key)
+                # Continuation lines carry no launcher prefix (only a record's first line does).
+                elif rank in (None, record.rank) and record.continues(line):
+                    record.add_pairs(line, None, explicit_only=True)
+                elif rank == record.rank:
+                    record.lines_left = 0
+        if not record.rows.has_metric(LOSS):
             raise no_records_error(display_path, "step-line (`step N … loss: X`)")
         return LogRead(
             kind=self.name,
             path=display_path,
-            metrics=rows.to_table(display_path),
-            caveats=_caveats(printed_steps, display_path),
+            metrics=record.rows.to_table(display_path),
+            caveats=_caveats(record, len(ranks_seen), display_path),
             config={},
-            partial=[PartialInput(display_path, problem) for problem in rows.problems()],
+            partial=[PartialInput(display_path, problem) for problem in record.rows.problems()],
         )
 
 
-def _step_of(line: str) -> tuple[int, tuple[int, int]] | None:
-    """(step, the span its text takes) of the strongest step key on the line, or None."""
-    best: tuple[int, int, tuple[int, int]] | None = None
-    for match in _STEP.finditer(line):
-        priority = _STEP_PRIORITY[match["key"].lower().replace(" ", "_")]
-        if best is None or priority < best[0]:
-            best = (priority, int(match["step"]), match.span())
-    return None if best is None else (best[1], best[2])
+_NO_RANK_YET = -1
 
 
-def _has_loss(line: str) -> bool:
-    return any(
-        _series_of(match["key"]) == LOSS
-        for match in _PAIR.finditer(line)
-        if _LOSS_WORD.search(match["key"])
-    )
+def _rank_order(rank: int | None) -> tuple[int, int]:
+    """Launcher-prefixed ranks first, lowest first; lines without a prefix after them."""
+    if rank == _NO_RANK_YET:
+        return (2, 0)
+    return (0, rank) if rank is not None else (1, 0)
 
 
-def _add_pairs(
-    line: str,
-    step_span: tuple[int, int],
-    step: int,
-    evaluating: bool,
-    rows: MetricRows,
-    names: dict[str, str | None],
-    explicit_only: bool,
-) -> None:
-    for match in _PAIR.finditer(line):
-        start, end = match.span()
-        if start < step_span[1] and end > step_span[0]:
-            continue  # the step key itself ("step 10", "batch=1/100")
-        if explicit_only and not re.match(r"\s*[:=]", line[match.end("key") :]):
-            continue
-        key = match["key"]
-        series = names.get(key, "")
-        if series == "":
-            series = names[key] = _series_of(key)
-        if series == LOSS and evaluating and key.lower() == "loss":
-            series = EVAL_LOSS  # an evaluation record's plain `loss`
-        if series is not None:
-            rows.add(step, series, float(match["value"]), key)
+class _Record:
+    """The step record being read, of the one rank whose lines are kept, and what it gave."""
+
+    def __init__(self, rank: int | None = _NO_RANK_YET) -> None:
+        self.rank = rank
+        self.rows = MetricRows()
+        self.names: dict[str, str | None] = {}  # printed name -> canonical series or None
+        self.step: int | None = None
+        self.lines_left = 0
+        self.evaluating = False  # the record is an evaluation's
+        self.in_bits = False  # fairseq's: its losses are in bits
+        self.seen: set[str] = set()  # the series this record gave already (the first one counts)
+        self.printed_steps: list[int] = []
+        # A step key found counting something other than the steps (litgpt's micro-batch `iter`
+        # beside its `step`): records keyed by it alone are on another axis and are skipped.
+        self.other_count_priority: int | None = None
+        self.producers: set[str] = set()
+
+    def start(self, line: str, key: grammar.StepKey) -> None:
+        if key.weaker_other_count is not None:
+            self.other_count_priority = key.weaker_other_count
+        on_another_axis = (
+            self.other_count_priority is not None and key.priority >= self.other_count_priority
+        )
+        if on_another_axis or grammar.is_epoch_summary(line):
+            self.step, self.lines_left = None, 0
+            return
+        self.step = key.step
+        self.evaluating = grammar.is_evaluation(line)
+        self.in_bits = grammar.prints_bits(line)
+        self.producers.update(name for name, sign in _PRODUCER_SIGNS if sign in line)
+        self.seen = set()
+        if not self.evaluating:
+            self.printed_steps.append(key.step)
+        self.lines_left = MAX_RECORD_LINES
+        self.add_pairs(line, key.span, explicit_only=False)
+
+    def continues(self, line: str) -> bool:
+        """Whether the line is an indented line of the current record (Composer, OLMo)."""
+        if self.step is None or not self.lines_left or not line.startswith(_INDENT):
+            return False
+        self.lines_left -= 1
+        return True
+
+    def add_pairs(self, line: str, step_span: tuple[int, int] | None, explicit_only: bool) -> None:
+        assert self.step is not None
+        for pair in grammar.pairs(line):
+            if step_span and pair.span[0] < step_span[1] and pair.span[1] > step_span[0]:
+                continue  # the step key itself ("step 10", "batch=1/100")
+            if explicit_only and not pair.explicit:
+                continue
+            series = self.names.get(pair.name, "")
+            if series == "":
+                series = self.names[pair.name] = grammar.series_of(pair.name)
+            if series is None:
+                continue
+            if self.evaluating:
+                series = grammar.evaluation_series(series, pair.name)
+            if series in self.seen:
+                continue  # MaxText's `loss` then `lm_loss`: the record's first spelling counts
+            self.seen.add(series)
+            value = pair.value
+            if self.in_bits and series in (LOSS, EVAL_LOSS):
+                value *= grammar.BITS_TO_NATS
+            self.rows.add(self.step, series, value, pair.name)
 
 
-def _series_of(key: str) -> str | None:
-    """The canonical series a printed name stands for, or None. Words before the name proper are
-    dropped (`Train loss/train/total` is Composer's `loss/train/total`), and a name followed by
-    its split reads as the split's (`loss train` as litgpt's training loss)."""
-    words = key.split(" ")
-    for first in range(len(words)):
-        candidate = " ".join(words[first:])
-        if candidate.lower() in _STEP_LINE_NAMES:
-            return _STEP_LINE_NAMES[candidate.lower()]
-        for spelling in (candidate, candidate.replace(" ", "/")):
-            if names_a_known_series(spelling):
-                return canonical_metric(spelling)
-    return None
+# Producers whose printed numbers need a word in the report, by a mark their lines carry.
+_PRODUCER_SIGNS = (
+    ("mmengine", "Iter(train)"),
+    ("mmengine", "Epoch(train)"),
+    ("fairseq", "train_inner"),
+)
+_PRODUCER_CAVEATS = {
+    "mmengine": (
+        "mmengine_window_mean",
+        "MMEngine's LogProcessor prints the loss and grad_norm as means over its window "
+        "(window_size, 10 iterations by default): a one-step spike is diluted.",
+    ),
+    "fairseq": (
+        "fairseq_interval_mean",
+        "fairseq prints each loss in bits (base 2), converted here to nats, averaged over the "
+        "log interval (--log-interval): a one-step spike is diluted.",
+    ),
+}
 
 
-def _caveats(steps: list[int], source: str) -> list[Caveat]:
+def _caveats(record: _Record, ranks: int, source: str) -> list[Caveat]:
     caveats = [
         Caveat(
             "generic_step_lines",
@@ -227,6 +222,8 @@ def _caveats(steps: list[int], source: str) -> list[Caveat]:
             source,
         )
     ]
+    caveats += [Caveat(*_PRODUCER_CAVEATS[name], source) for name in sorted(record.producers)]
+    steps = record.printed_steps
     if len(steps) >= 3:
         gaps = sorted(later - earlier for earlier, later in pairwise(steps))
         interval = gaps[len(gaps) // 2]
@@ -239,4 +236,13 @@ def _caveats(steps: list[int], source: str) -> list[Caveat]:
                     source,
                 )
             )
+    if ranks > 1:
+        caveats.append(
+            Caveat(
+                "single_rank_loss",
+                f"{ranks} ranks print step lines into this log; the lines of rank {record.rank} "
+                "are read: its loss is one rank's, not the mean over ranks.",
+                source,
+            )
+        )
     return caveats

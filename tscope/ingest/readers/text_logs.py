@@ -30,7 +30,9 @@ _BINARY_MARKER = b"\x00"
 MAX_LINE_BYTES = 1024 * 1024
 # Launchers prefix every line of a rank's output: torchrun --tee "[default7]:" or "[rank0]:",
 # srun --label "0: ". Terminal-wrapped continuation lines carry no prefix.
-_LAUNCHER_PREFIX = re.compile(r"^\s*(?:\[(?:default|rank)\d+\]:|\d{1,5}: )")
+_LAUNCHER_PREFIX = re.compile(
+    r"^\s*(?:\[(?:default|rank)(?P<bracketed>\d{1,6})\]:|(?P<label>\d{1,5}): )"
+)
 # Colour and cursor-movement escapes (tqdm moves the cursor up with ESC[A between nested bars).
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _CONFIG_INT = re.compile(r"[-+]?\d+")
@@ -97,8 +99,15 @@ def iter_lines(path: Path, display_path: str) -> Iterator[str]:
 
 def strip_launcher_prefix(line: str) -> str:
     """The line without a launcher's rank prefix ("[default7]:", "[rank0]:", "0: ")."""
+    return split_launcher_prefix(line)[1]
+
+
+def split_launcher_prefix(line: str) -> tuple[int | None, str]:
+    """(the rank a launcher's prefix names, or None without one; the line without it)."""
     match = _LAUNCHER_PREFIX.match(line)
-    return line[match.end() :] if match else line
+    if match is None:
+        return None, line
+    return int(match["bracketed"] or match["label"]), line[match.end() :]
 
 
 def strip_ansi(text: str) -> str:

@@ -1,0 +1,171 @@
+"""What a step line is made of: its step key (or epoch position), its `name: value` pairs, its kind.
+
+The grammar of readers/step_lines.py, kept apart from the reading loop. Every pattern is bounded
+(names of at most four words of at most 61 characters, numbers of at most 16 digits in a step):
+a crafted line costs regex work in proportion to its length, not more.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from tscope.ingest.logs.names import canonical_metric, names_a_known_series
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS
+
+# The step keys, strongest first: the optimizer-step count over a loop or micro-batch counter
+# (litgpt prints `iter 8 step 1`: 8 micro-batches, 1 optimizer step; fairseq prints the
+# iteration within the epoch and `num_updates`, the global count).
+STEP_KEY_PRIORITY = {
+    "global_step": 0,
+    "num_updates": 0,
+    "step": 1,
+    "steps": 1,
+    "iter(train)": 2,  # MMEngine's iteration-based loop: `Iter(train) [  1/300]`
+    "iteration": 2,
+    "iter": 2,
+    "batch": 3,  # Composer's header counts batches trained: `[batch=1/100]:`
+}
+EPOCH_POSITION_PRIORITY = 1
+# A step key, its separator (`: `, `=`, `#`, a space, MMEngine's ` [`) and an integer, not the
+# start of a decimal ("step 0.5" is no step) and not inside another word ("Skipping step",
+# "micro_step", "substep").
+_STEP = re.compile(
+    r"(?<![\w/.\-])(?P<key>global[_ ]step|num_updates|steps?|iter\(train\)|iteration|iter|batch)"
+    r"\s*(?:[:=#]\s*|\[\s*|\s+)(?P<step>\d{1,16})(?![\d.eE])(?:\s*/\s*(?P<total>\d{1,16}))?",
+    re.IGNORECASE,
+)
+# Loops that print a position within the epoch instead of a global step, with the epoch's length
+# on the line, so that the global step is epoch × length + position:
+#   MMEngine (by_epoch)  Epoch(train)  [2][ 100/500]    epoch 1-based, position 1-based
+#   Composer (epochs)    [epoch=2][batch=100/500]:      epoch 1-based, position 1-based
+#   timm                 Train: 1 [ 100/500 ( 20%)]     epoch 0-based, update 0-based
+_EPOCH_POSITIONS = (
+    (
+        re.compile(
+            r"Epoch\(train\)\s{0,8}\[(?P<epoch>\d{1,9})\]\[\s{0,16}(?P<at>\d{1,12})/(?P<of>\d{1,12})\]"
+        ),
+        1,
+    ),
+    (re.compile(r"\[epoch=(?P<epoch>\d{1,9})\]\[batch=(?P<at>\d{1,12})/(?P<of>\d{1,12})\]"), 1),
+    (
+        re.compile(
+            r"(?<![\w/.\-])Train:\s{0,8}(?P<epoch>\d{1,9})\s{0,8}\[\s{0,16}(?P<at>\d{1,12})/(?P<of>\d{1,12})\b"
+        ),
+        0,
+    ),
+)
+# One word of a name: a token starting with a letter (`loss`, `train/CE`, `lr-AdamW/group0`,
+# `Iter(train)`), or a parenthesised group (OLMo-core's `optim/LR (group 0)`, DeepSpeed's
+# `iter time (s)`).
+_WORD = r"(?:[A-Za-z][\w/.\-()]{0,60}|\([\w ./\-]{1,20}\))"
+_NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
+# A name of one to four words, then `:` or `=` (an optional `[` or `(` for DeepSpeed's lr=[…], a
+# `tensor(` for torchtune's grad_norm:tensor(0.81)), or spaces, then a number. The name is lazy:
+# `train loss 2.3` is tried as `train` first and extended only when no number follows.
+_PAIR = re.compile(
+    r"(?<![\w/.\-])(?P<key>[A-Za-z][\w/.\-()]{0,60}(?: " + _WORD + r"){0,3}?)"
+    r"\s*(?:[:=]\s*(?:tensor\(|[\[(])?\s*|\s+)(?P<value>" + _NUMBER + r")(?![\d.])",
+    re.IGNORECASE,
+)
+EXPLICIT_SEPARATOR = re.compile(r"\s*[:=]")
+LOSS_WORD = re.compile(r"loss", re.IGNORECASE)
+# Names that mean a series only in a step line: llm.c and build-nanogpt print the gradient norm
+# clip_grad_norm_ returned as a bare `norm`.
+_STEP_LINE_NAMES = {"norm": GRAD_NORM}
+# A record about evaluation: fairseq's `valid on 'valid' subset | loss 9.5 | …`, MaxText's
+# `Completed eval after train step N, loss=…`, torchtitan's `validate step: N  loss: …`,
+# Composer's `[Eval batch=…]`. Its plain `loss` is the evaluation loss. A word followed by `:`/`=`
+# is a field's name (litgpt's `loss train: 2.3, val: n/a`), not the record's kind.
+_EVAL_RECORD = re.compile(
+    r"(?<![\w/.\-])(?:valid|validation|validate|val|eval|evaluation|evaluating)\b(?!\s*[:=])",
+    re.IGNORECASE,
+)
+# fairseq's end-of-epoch summary (`| train | epoch 001 | loss 8.92 | … | num_updates 1474`): the
+# epoch's mean, logged at the step of the epoch's last update where the interval means are.
+_EPOCH_SUMMARY = re.compile(r"\|\s?train\s?\|\s?epoch \d{1,9} \|")
+# fairseq's criterions divide the loss by ln 2 (bits); `train_inner` names its interval records.
+_FAIRSEQ_RECORD = re.compile(r"\|\s?(?:train_inner|valid)\s?\|\s?epoch \d{1,9}")
+BITS_TO_NATS = math.log(2)
+
+
+@dataclass(frozen=True)
+class StepKey:
+    step: int
+    priority: int  # STEP_KEY_PRIORITY's, lower is stronger
+    span: tuple[int, int]  # where the key and its number sit on the line
+    # A weaker step key on the same line with another number: it counts something else
+    # (litgpt's micro-batch `iter` beside its optimizer `step`).
+    weaker_other_count: int | None
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str  # as printed
+    value: float
+    span: tuple[int, int]
+    explicit: bool  # `:` or `=` between the name and the number
+
+
+def step_key(line: str) -> StepKey | None:
+    """The line's step: an epoch position first (it is exact), else the strongest step key."""
+    for pattern, first_epoch in _EPOCH_POSITIONS:
+        if (position := pattern.search(line)) is not None:
+            epoch, at, length = (int(position[name]) for name in ("epoch", "at", "of"))
+            step = (epoch - first_epoch) * length + at
+            return StepKey(step, EPOCH_POSITION_PRIORITY, position.span(), None)
+    found = [
+        (STEP_KEY_PRIORITY[match["key"].lower().replace(" ", "_")], int(match["step"]), match)
+        for match in _STEP.finditer(line)
+    ]
+    if not found:
+        return None
+    priority, step, match = min(found, key=lambda item: item[0])
+    others = [p for p, s, _ in found if p > priority and s != step]
+    return StepKey(step, priority, match.span(), min(others) if others else None)
+
+
+def pairs(line: str) -> list[Pair]:
+    found = []
+    for match in _PAIR.finditer(line):
+        explicit = EXPLICIT_SEPARATOR.match(line, match.end("key")) is not None
+        found.append(Pair(match["key"], float(match["value"]), match.span(), explicit))
+    return found
+
+
+def is_evaluation(line: str) -> bool:
+    return _EVAL_RECORD.search(line) is not None
+
+
+def is_epoch_summary(line: str) -> bool:
+    return _EPOCH_SUMMARY.search(line) is not None
+
+
+def prints_bits(line: str) -> bool:
+    """Whether the record is fairseq's, whose loss is printed in bits (base 2)."""
+    return _FAIRSEQ_RECORD.search(line) is not None
+
+
+def series_of(name: str) -> str | None:
+    """The canonical series a printed name stands for, or None. Words before the name proper are
+    dropped (`Train loss/train/total` is Composer's `loss/train/total`), and a name followed by
+    its split reads as the split's (`loss train` as litgpt's training loss)."""
+    words = name.split(" ")
+    for first in range(len(words)):
+        candidate = " ".join(words[first:])
+        if candidate.lower() in _STEP_LINE_NAMES:
+            return _STEP_LINE_NAMES[candidate.lower()]
+        for spelling in (candidate, candidate.replace(" ", "/")):
+            if names_a_known_series(spelling):
+                return canonical_metric(spelling)
+    return None
+
+
+def evaluation_series(series: str, name: str) -> str:
+    """An evaluation record's plain `loss` is the evaluation loss; other names keep theirs."""
+    return EVAL_LOSS if series == LOSS and name.lower() == "loss" else series
+
+
+def has_loss(line: str) -> bool:
+    return any(series_of(pair.name) == LOSS for pair in pairs(line) if LOSS_WORD.search(pair.name))
