@@ -218,3 +218,54 @@ def test_every_format_reads_the_loop_s_loss(fmt: str) -> None:
     assert len(ours) == len(reference)
     for step, value in reference.items():
         assert ours[step - shift] == pytest.approx(value, rel=3e-3), step
+
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "step_lines_real"
+REAL_LOGS = sorted(REAL.glob("*/*/*.log.gz"))
+# litgpt's step line prints neither the LR nor the gradient norm.
+PRINTS_NO_LR = ("litgpt",)
+REAL_LR_JUMP_STEP = 200
+
+
+def _unpacked(gz: Path, tmp_path: Path) -> Path:
+    import gzip
+
+    path = tmp_path / gz.name.removesuffix(".gz")
+    path.write_bytes(gzip.decompress(gz.read_bytes()))
+    return path
+
+
+def test_real_logs_are_committed() -> None:
+    assert {p.parts[-3] for p in REAL_LOGS} == {
+        "composer",
+        "fairseq",
+        "litgpt",
+        "mmengine",
+        "torchtune",
+    }
+
+
+@pytest.mark.parametrize("gz", REAL_LOGS, ids=lambda p: "/".join(p.parts[-3:]))
+def test_real_stack_logs_are_read_and_judged(gz: Path, tmp_path: Path) -> None:
+    """The stacks' own loops: the healthy runs stay healthy; the LR ×30 at step 200 is the
+    headline cause where the LR is printed (the stacks log it at 200 or 201: the LR set for the
+    next step, or the one this step used), and undetermined where it is not."""
+    stack, run = gz.parts[-3], gz.parts[-2]
+    log = _unpacked(gz, tmp_path)
+    assert READER.can_read(log)
+    case, read_run = analyze_run(log)
+    assert [s.kind for s in read_run.sources] == ["step_lines"]
+    alerts = [f for f in case.findings if f.severity in ("warning", "critical")]
+    if run == "healthy":
+        assert case.summary.status == "healthy", case.summary.verdict
+        assert not alerts
+        return
+    card = case.summary.card
+    assert case.summary.status == "incident" and card is not None
+    if stack in PRINTS_NO_LR:
+        assert card.cause.category == "undetermined"
+        return
+    assert card.cause.category == "lr_schedule_jump", case.summary.verdict
+    cause = next(f for f in case.findings if f.id == card.cause.finding_id)
+    interval = 10 if "interval10" in gz.name else 1
+    assert REAL_LR_JUMP_STEP <= cause.step <= REAL_LR_JUMP_STEP + interval
