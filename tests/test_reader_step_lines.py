@@ -269,3 +269,53 @@ def test_real_stack_logs_are_read_and_judged(gz: Path, tmp_path: Path) -> None:
     cause = next(f for f in case.findings if f.id == card.cause.finding_id)
     interval = 10 if "interval10" in gz.name else 1
     assert REAL_LR_JUMP_STEP <= cause.step <= REAL_LR_JUMP_STEP + interval
+
+
+def test_json_records_printed_by_a_logger(tmp_path: Path) -> None:
+    # fairseq --log-format json: `logger.info(json.dumps(stats))` under its logging prefix, the
+    # stats formatted as strings; a loop printing json.dumps of its numbers.
+    lines = [
+        f'2025-01-01 12:00:00 | INFO | train_inner | {{"epoch": 1, "update": 0.{s:03d}, '
+        f'"loss": "{9.0 - s / 100:.3f}", "num_updates": "{s}", "lr": "0.0003", "gnorm": "1.5"}}'
+        for s in range(1, 6)
+    ] + [f'{{"step": {s}, "loss": {2.0 + s / 10}, "lr": 0.001}}' for s in range(10, 13)]
+    series = _series(_write(tmp_path, "\n".join(lines)))
+    bits = np.log(2)
+    assert series[LOSS] == {
+        **{s: pytest.approx((9.0 - s / 100) * bits) for s in range(1, 6)},
+        **{s: pytest.approx(2.0 + s / 10) for s in range(10, 13)},
+    }
+    assert series[GRAD_NORM] == {s: 1.5 for s in range(1, 6)}
+
+
+@pytest.mark.parametrize(
+    "crafted",
+    ["loss", "loss:", "step", "step:", "loss: [", "step [", '"loss"', "train loss (s)"],
+)
+def test_a_name_followed_by_a_megabyte_of_spaces_is_read_in_linear_time(
+    crafted: str, tmp_path: Path
+) -> None:
+    """Before the separators were made unambiguous, a name or step key followed by n spaces cost
+    regex work in n² (8,000 spaces: 1.7 s; this megabyte: hours)."""
+    from hostile import run_tscope
+
+    head = "".join(f"step {s} | loss: {3.0 - s / 100:.3f} | lr 1e-3\n" for s in range(1, 40))
+    log = _write(tmp_path, head + crafted + " " * 1_000_000 + "x\n" + head)
+    outcome = run_tscope("analyze", log, "--out", tmp_path / "case", timeout=60)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+
+
+def test_a_producer_sniff_that_finds_no_records_falls_back_to_step_lines(tmp_path: Path) -> None:
+    """A nanoGPT fork echoes nanoGPT's configurator (`Overriding config with …`, which the nanoGPT
+    reader sniffs) but prints its own step lines: read as step lines, not refused."""
+    log = _write(
+        tmp_path,
+        "Overriding config with config/train_gpt2.py:\n"
+        "batch_size = 12\n"
+        "tokens per iteration will be: 491,520\n"
+        + "".join(f"step {s} | loss {4.0 - s / 50:.4f} | lr 6.0e-04\n" for s in range(1, 60)),
+    )
+    case, run = analyze_run(log)
+    assert [s.kind for s in run.sources] == ["step_lines"]
+    assert case.summary.status == "healthy"

@@ -99,6 +99,32 @@ def discover(
     return found
 
 
+def _read_claimed(first: Reader, later: Iterator[Reader], file: Path, shown: str) -> LogRead:
+    """The first claiming reader's read; when it finds no records, that of a later reader which
+    claims the file too and reads metric rows (the sniff matched a producer's line the file holds
+    none of the records of: a nanoGPT fork that echoes nanoGPT's config but prints its own step
+    lines). Without one, the first reader's outcome (its read, or its UnreadableInput)."""
+    read: LogRead | None = None
+    failure: UnreadableInput | None = None
+    try:
+        read = first.read(file, shown)
+    except UnreadableInput as error:
+        failure = error
+    if read is not None and not read.metrics.empty:
+        return read
+    for reader in later:
+        try:
+            other = reader.read(file, shown)
+        except UnreadableInput:
+            continue
+        if not other.metrics.empty:
+            return other
+    if failure is not None:
+        raise failure
+    assert read is not None
+    return read
+
+
 def _read_one(
     file: Path,
     root: Path,
@@ -107,14 +133,15 @@ def _read_one(
     on_file: Callable[[str], None] | None,
 ) -> None:
     shown = display_path(file, root)
-    reader = next((r for r in readers if r.can_read(file)), None)
+    claiming = (r for r in readers if r.can_read(file))
+    reader = next(claiming, None)
     if reader is None:
         found.unclaimed.append(shown)
         return
     if on_file is not None:
         on_file(shown)
     try:
-        found.reads.append(reader.read(file, shown))
+        found.reads.append(_read_claimed(reader, claiming, file, shown))
     except UnreadableInput as error:
         found.partial.append(PartialInput(error.path, error.problem_text))
     except MemoryError:

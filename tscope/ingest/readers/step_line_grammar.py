@@ -1,8 +1,10 @@
-"""What a step line is made of: its step key (or epoch position), its `name: value` pairs, its kind.
+r"""What a step line is made of: its step key (or epoch position), its `name: value` pairs, its kind.
 
 The grammar of readers/step_lines.py, kept apart from the reading loop. Every pattern is bounded
-(names of at most four words of at most 61 characters, numbers of at most 16 digits in a step):
-a crafted line costs regex work in proportion to its length, not more.
+(names of at most four words of at most 61 characters, numbers of at most 16 digits in a step)
+and no two adjacent parts can both take the same whitespace (`\s*` before an alternative that
+starts with `\s+` made a name followed by 8,000 spaces cost 1.7 s, quadratic): a crafted line
+costs regex work in proportion to its length (tests/test_reader_step_lines.py).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ EPOCH_POSITION_PRIORITY = 1
 # "micro_step", "substep").
 _STEP = re.compile(
     r"(?<![\w/.\-])(?P<key>global[_ ]step|num_updates|steps?|iter\(train\)|iteration|iter|batch)"
-    r"\s*(?:[:=#]\s*|\[\s*|\s+)(?P<step>\d{1,16})(?![\d.eE])(?:\s*/\s*(?P<total>\d{1,16}))?",
+    r"[\"']?(?:\s*[:=#]\s*[\"']?|\s*\[\s*|\s+)(?P<step>\d{1,16})(?![\d.eE])"
+    r"(?:\s*/\s*(?P<total>\d{1,16}))?",
     re.IGNORECASE,
 )
 # Loops that print a position within the epoch instead of a global step, with the epoch's length
@@ -62,14 +65,15 @@ _EPOCH_POSITIONS = (
 _WORD = r"(?:[A-Za-z][\w/.\-()]{0,60}|\([\w ./\-]{1,20}\))"
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
 # A name of one to four words, then `:` or `=` (an optional `[` or `(` for DeepSpeed's lr=[…], a
-# `tensor(` for torchtune's grad_norm:tensor(0.81)), or spaces, then a number. The name is lazy:
+# `tensor(` for torchtune's grad_norm:tensor(0.81), quotes for a JSON record printed by a logger:
+# fairseq's --log-format json), or spaces, then a number. The name is lazy:
 # `train loss 2.3` is tried as `train` first and extended only when no number follows.
 _PAIR = re.compile(
     r"(?<![\w/.\-])(?P<key>[A-Za-z][\w/.\-()]{0,60}(?: " + _WORD + r"){0,3}?)"
-    r"\s*(?:[:=]\s*(?:tensor\(|[\[(])?\s*|\s+)(?P<value>" + _NUMBER + r")(?![\d.])",
+    r"[\"']?(?:\s*[:=]\s*(?:(?:tensor\(|[\[(\"'])\s*)?|\s+)(?P<value>" + _NUMBER + r")(?![\d.])",
     re.IGNORECASE,
 )
-EXPLICIT_SEPARATOR = re.compile(r"\s*[:=]")
+EXPLICIT_SEPARATOR = re.compile(r"[\"']?\s*[:=]")
 LOSS_WORD = re.compile(r"loss", re.IGNORECASE)
 # Names that mean a series only in a step line: llm.c and build-nanogpt print the gradient norm
 # clip_grad_norm_ returned as a bare `norm`.
@@ -86,7 +90,7 @@ _EVAL_RECORD = re.compile(
 # epoch's mean, logged at the step of the epoch's last update where the interval means are.
 _EPOCH_SUMMARY = re.compile(r"\|\s?train\s?\|\s?epoch \d{1,9} \|")
 # fairseq's criterions divide the loss by ln 2 (bits); `train_inner` names its interval records.
-_FAIRSEQ_RECORD = re.compile(r"\|\s?(?:train_inner|valid)\s?\|\s?epoch \d{1,9}")
+_FAIRSEQ_RECORD = re.compile(r"\|\s?(?:train_inner|valid)\s?\|\s?(?:epoch \d{1,9}|\{)")
 BITS_TO_NATS = math.log(2)
 
 
