@@ -319,3 +319,45 @@ def test_a_producer_sniff_that_finds_no_records_falls_back_to_step_lines(tmp_pat
     case, run = analyze_run(log)
     assert [s.kind for s in run.sources] == ["step_lines"]
     assert case.summary.status == "healthy"
+
+
+def _healthy_numbers() -> list[tuple[float, float, float]]:
+    """(loss, grad norm, lr) of each step of the healthy fixture run, read from its llm.c log."""
+    numbers = []
+    for line in (FIXTURES / "healthy" / "llm_c_2024.log").read_text().splitlines():
+        if line.startswith("step"):
+            words = line.split()
+            numbers.append((float(words[4]), float(words[6]), float(words[8])))
+    return numbers
+
+
+def _torchtitan_lines(steps: list[tuple[int, float, float]]) -> str:
+    prefix = "[titan] 2026-01-01 12:00:00,000 - root - INFO - "
+    return "".join(
+        f"{prefix}\033[31mstep: {s:2}  \033[32mloss: {loss:8.5f}  \033[33mgrad_norm: {norm:7.4f}"
+        f"  \033[34mtps: 10,240\033[39m\n"
+        for s, loss, norm in steps
+    )
+
+
+def test_a_resume_that_lost_the_weights_inside_one_appended_log(tmp_path: Path) -> None:
+    """A job resumed with `>> train.log` prints steps 180.. again after 200; here the weights
+    were lost (the loss is back at its first values): a critical resume at step 180."""
+    numbers = _healthy_numbers()
+    steps = [(s, numbers[s - 1][0], numbers[s - 1][1]) for s in range(1, 201)]
+    steps += [(s, numbers[s - 180][0], numbers[s - 180][1]) for s in range(180, 301)]
+    case, _ = analyze_run(_write(tmp_path, _torchtitan_lines(steps)))
+    card = case.summary.card
+    assert card is not None and card.cause.category == "resume_discontinuity"
+    cause = next(f for f in case.findings if f.id == card.cause.finding_id)
+    assert cause.severity == "critical" and cause.step == 180
+
+
+def test_nan_losses_printed_as_nan_are_non_finite_points(tmp_path: Path) -> None:
+    numbers = _healthy_numbers()
+    steps = [(s, numbers[s - 1][0] if s < 250 else float("nan"), 1.0) for s in range(1, 301)]
+    case, run = analyze_run(_write(tmp_path, _torchtitan_lines(steps)))
+    _, values = run.series(LOSS)
+    assert np.isnan(values).sum() == 51
+    nan_finding = next(f for f in case.findings if f.category == "nan_loss")
+    assert nan_finding.severity == "critical" and nan_finding.step == 250
