@@ -29,11 +29,13 @@ from pathlib import PurePosixPath
 
 from tscope.model import LogRead
 
-# Folders a producer creates inside one run: everything below one belongs to the run above it.
+# Folders a producer creates inside one run: everything below one belongs to the run above it
+# (MLflow's file store keeps a run's series under `<run>/metrics/<key>` and its parameters under
+# `<run>/params/`, a key with `/` in sub-folders).
 _RUN_INTERNAL_FOLDER = re.compile(
     r"^(checkpoint[-_]?\d+|ckpt[-_]?\d*|global_step\d+|step[-_]?\d+|iter[-_]?\d+|runs|"
     r"tensorboard|tb|tb_logs|logs?|events|wandb|files|(offline-)?run-.+|latest-run|lightning_logs|"
-    r"version_\d+)$",
+    r"version_\d+|metrics|params)$",
     re.IGNORECASE,
 )
 # What a restart appends to a log file's name: a counter, a resume word, a W&B run id (8 base-36
