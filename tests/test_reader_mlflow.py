@@ -83,3 +83,26 @@ def test_files_outside_a_run_folder_are_not_claimed(tmp_path: Path) -> None:
     assert not MlflowMetricReader().can_read(run / "metrics" / "notes")
     assert MlflowParamsReader().can_read(run / "params" / "model")
     assert not MlflowParamsReader().can_read(run / "tags" / "mlflow.runName")
+
+
+def test_dvclive_per_metric_files_are_named_by_their_folders(tmp_path: Path) -> None:
+    """DVCLive's plots/metrics/<key>.tsv: `train/loss.tsv` and `eval/loss.tsv` both hold a
+    `loss` column; read as one `loss` they made a fake resume (steps back from 300 to 50)."""
+    from tscope.model.metric_names import EVAL_LOSS
+
+    metrics = tmp_path / "dvclive" / "plots" / "metrics"
+    (metrics / "train").mkdir(parents=True)
+    (metrics / "eval").mkdir()
+    train = ["timestamp\tstep\tloss"] + [
+        f"{1_700_000_000_000 + s}\t{s}\t{2.5 + 5 * math.exp(-s / 40)}" for s in range(1, 301)
+    ]
+    evals = ["timestamp\tstep\tloss"] + [
+        f"{1_700_000_000_000 + s}\t{s}\t{2.7 + 5 * math.exp(-s / 40)}" for s in range(50, 301, 50)
+    ]
+    (metrics / "train" / "loss.tsv").write_text("\n".join(train) + "\n")
+    (metrics / "eval" / "loss.tsv").write_text("\n".join(evals) + "\n")
+    case, read = analyze_run(tmp_path / "dvclive")
+    assert read.series(LOSS)[0].size == 300
+    assert read.series(EVAL_LOSS)[0].tolist() == [50, 100, 150, 200, 250, 300]
+    assert case.summary.status == "healthy"
+    assert not [e for e in read.events if e.kind == "resume"]

@@ -9,6 +9,8 @@ One row per logged point with a step column (`step`, `iter`, `iteration`, `globa
   used canonical name keeps its own name rather than merging two series.
 * Wall-clock columns (`train_time_ms`, `wall_time`, `timestamp`) and the other step counters are
   left out: they are monotonic clocks, not training signals, and must not pose as metrics.
+* A file holding one metric named after the file, below a `metrics/` folder (DVCLive's
+  `plots/metrics/eval/loss.tsv`), is named by its folders too: `eval/loss`, not a second `loss`.
 * Text columns (run ids, dates) are ignored; stray text in a numeric column is skipped and counted
   in `partial`. Rows stay in file order: duplicate or backwards steps are resolved by the assembly.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
+from tscope.ingest.logs.names import canonical_metric
 from tscope.ingest.logs.table_columns import (
     canonical_column_names,
     find_column,
@@ -44,6 +47,25 @@ STEP_COLUMNS = (
     "iter",
     "_step",
 )
+
+
+# DVCLive writes one file per metric, `dvclive/plots/metrics/<key>.tsv` (`timestamp step <name>`),
+# the key's `/` parts as folders: `train/loss.tsv` and `eval/loss.tsv` both hold a `loss` column,
+# which only the folders tell apart. At most this many folders below `metrics/` (real keys: 1-3).
+PER_METRIC_FILE_ROOT = "metrics"
+MAX_PER_METRIC_FOLDERS = 8
+
+
+def _per_metric_file_folders(path: Path, metric_columns: list[str]) -> str | None:
+    """The folders between `metrics/` and a one-metric file named after its column ("eval" for
+    dvclive/plots/metrics/eval/loss.tsv), or None for any other table."""
+    if len(metric_columns) != 1 or metric_columns[0] != path.stem:
+        return None
+    folders = path.parent.parts
+    for depth in range(1, min(MAX_PER_METRIC_FOLDERS, len(folders))):
+        if folders[-depth - 1] == PER_METRIC_FILE_ROOT:
+            return "/".join(folders[-depth:])
+    return None
 
 
 class MetricsTableReader:
@@ -75,6 +97,8 @@ class MetricsTableReader:
         if not metric_columns:
             raise UnreadableInput(display_path, "no numeric metric column next to the step column")
         pairs = canonical_column_names(metric_columns)
+        if (split := _per_metric_file_folders(path, metric_columns)) is not None:
+            pairs = [(metric_columns[0], canonical_metric(f"{split}/{metric_columns[0]}"))]
         metrics, step_problems = to_long_form(table, step_column, pairs, display_path)
         if metrics.empty:
             raise UnreadableInput(display_path, "no metric value has a usable step")
