@@ -177,7 +177,8 @@ def _nothing_message(
         return (
             f"No supported log or checkpoint in {where} ({len(unclaimed)} files of unknown format, "
             f"e.g. {unclaimed[0]}). Supported: trainer_state.json, TensorBoard events, W&B "
-            "exports and run dirs, CSV/JSONL metrics, stdout logs with `step N … loss: X` lines "
+            "exports and run dirs, MLflow run folders, CSV/JSONL metrics, stdout logs with "
+            "`step N … loss: X` lines "
             "(nanoGPT, Megatron, the Trainer's dicts, torchtitan, fairseq and other loops)."
         )
     if read:  # recognized and read whole, but empty (an event file of empty records)
