@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tscope.errors import UsageError
-from tscope.ingest.readers.mlflow_files import MlflowMetricReader, MlflowParamsReader
+from tscope.ingest.readers.mlflow_files import MlflowRunReader
 from tscope.model.metric_names import LEARNING_RATE, LOSS
 from tscope.pipeline import analyze_run
 
@@ -42,7 +42,7 @@ def _write_run(run: Path, jump: bool = False, nan_from: int | None = None) -> Pa
 def test_a_run_folder_is_read_with_its_series_and_params(tmp_path: Path) -> None:
     run = _write_run(tmp_path / "mlruns" / "0" / "0a1b2c")
     case, read = analyze_run(run)
-    assert {s.kind for s in read.sources} == {"mlflow_metrics", "mlflow_params"}
+    assert [s.kind for s in read.sources] == ["mlflow_run"]
     steps, values = read.series(LOSS)
     assert steps.tolist() == list(range(1, 301)) and values[0] == pytest.approx(
         2.5 + 5 * math.exp(-1 / 40) + 0.01 * math.sin(1)
@@ -73,16 +73,17 @@ def test_an_experiment_folder_of_two_runs_is_not_merged(tmp_path: Path) -> None:
         analyze_run(experiment)
 
 
-def test_files_outside_a_run_folder_are_not_claimed(tmp_path: Path) -> None:
-    loose = tmp_path / "metrics" / "loss"  # no meta.yaml above metrics/
+def test_only_a_run_folder_s_meta_yaml_is_claimed(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "mlruns" / "0" / "run1")
+    (tmp_path / "mlruns" / "0" / "meta.yaml").write_text("experiment_id: '0'\nname: Default\n")
+    reader = MlflowRunReader()
+    assert reader.can_read(run / "meta.yaml")
+    assert not reader.can_read(tmp_path / "mlruns" / "0" / "meta.yaml")  # the experiment's
+    assert not reader.can_read(run / "metrics" / "lr")
+    loose = tmp_path / "other" / "meta.yaml"  # no metrics/ beside it
     loose.parent.mkdir()
-    loose.write_text("1700000000000 2.5 1\n")
-    assert not MlflowMetricReader().can_read(loose)
-    run = _write_run(tmp_path / "run")
-    (run / "metrics" / "notes").write_text("not a metric\n")
-    assert not MlflowMetricReader().can_read(run / "metrics" / "notes")
-    assert MlflowParamsReader().can_read(run / "params" / "model")
-    assert not MlflowParamsReader().can_read(run / "tags" / "mlflow.runName")
+    loose.write_text("run_id: x\nartifact_uri: y\n")
+    assert not reader.can_read(loose)
 
 
 def test_dvclive_per_metric_files_are_named_by_their_folders(tmp_path: Path) -> None:
@@ -106,3 +107,60 @@ def test_dvclive_per_metric_files_are_named_by_their_folders(tmp_path: Path) -> 
     assert read.series(EVAL_LOSS)[0].tolist() == [50, 100, 150, 200, 250, 300]
     assert case.summary.status == "healthy"
     assert not [e for e in read.events if e.kind == "resume"]
+
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "mlflow"
+EXPERIMENT = REAL / "filestore" / "933699634133149499"
+HEALTHY = EXPERIMENT / "e0722abb3cfc46d5854435a259a4edbd"
+LR_JUMP = EXPERIMENT / "e58cf9b7899d4dd5af85a82799b4ae7d"
+TRAINER = REAL / "trainer_filestore" / "951463775067902824" / "98ff62ae534d4b3d963027a5793b8358"
+
+
+def test_real_healthy_run_written_by_mlflow_is_healthy() -> None:
+    case, read = analyze_run(HEALTHY)
+    assert read.series(LOSS)[0].tolist() == list(range(1, 301))
+    assert case.summary.status == "healthy", case.summary.verdict
+    assert not [f for f in case.findings if f.severity in ("warning", "critical")]
+
+
+def test_real_lr_jump_near_zero_loss_is_dated_at_the_jump() -> None:
+    """The MLP's loss sits at 0.002-0.17 before the jump: 1.5x its best is noise there, and the
+    divergence was dated at step 190, before the jump at 200. It starts at the blow-up now."""
+    case, _ = analyze_run(LR_JUMP)
+    card = case.summary.card
+    assert card is not None and card.cause.category == "lr_schedule_jump"
+    divergence = next(f for f in case.findings if f.category == "loss_divergence")
+    assert 200 <= divergence.step <= 202
+
+
+def test_real_experiment_of_two_runs_is_refused_and_clustered(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="2 separate runs"):
+        analyze_run(EXPERIMENT)
+    from tscope.cluster_pipeline import cluster
+
+    report = cluster(EXPERIMENT, tmp_path / "cluster", jobs=1)
+    statuses = {p.name: p.status for p in report.profiles}
+    assert statuses == {
+        "e0722abb3cfc46d5854435a259a4edbd": "stable",
+        "e58cf9b7899d4dd5af85a82799b4ae7d": "unstable",
+    }
+
+
+def test_real_trainer_run_keeps_the_summary_loss_apart() -> None:
+    """MLflowCallback logs `loss` every step and `train_loss` (the run's mean) once: the per-step
+    key is the training loss; the summary keeps its own name."""
+    case, read = analyze_run(TRAINER)
+    steps, _ = read.series(LOSS)
+    assert steps.tolist() == list(range(1, 121))
+    assert read.series("train_loss")[0].tolist() == [120]
+    assert read.config["learning_rate"] == 0.001 and read.config["max_steps"] == 120
+    assert case.summary.status == "healthy", case.summary.verdict
+
+
+def test_real_nan_and_inf_values() -> None:
+    run = next((REAL / "filestore" / "145434751608902531").glob("*/meta.yaml")).parent
+    _, read = analyze_run(run)
+    steps, values = read.series("probe")
+    assert steps.tolist() == [0, 1, 2, 3, 4]
+    assert values[0] == 1.5 and math.isnan(values[1]) and values[2] == math.inf
+    assert values[3] == -math.inf and values[4] == 2.5

@@ -361,3 +361,88 @@ def test_nan_losses_printed_as_nan_are_non_finite_points(tmp_path: Path) -> None
     assert np.isnan(values).sum() == 51
     nan_finding = next(f for f in case.findings if f.category == "nan_loss")
     assert nan_finding.severity == "critical" and nan_finding.step == 250
+
+
+# ---- the review's findings (red-team of the reader, 2026-12-06) --------------------------------
+
+
+def test_letters_that_fold_onto_a_step_key_are_no_step(tmp_path: Path) -> None:
+    # `ſ` folds onto `s` and `ı` onto `i` under Unicode case folding: a traceback before.
+    log = _write(tmp_path, "ſtep 1 loss 2.0\nıter 2 loss 1.9\nİter 3 loss 1.8\n" * 3)
+    assert not READER.can_read(log)
+
+
+def test_a_per_epoch_step_counter_is_made_global(tmp_path: Path) -> None:
+    """The PyTorch tutorial's `Epoch [e/5], Step [s/600], Loss: x` and `Epoch e | Batch b | …`
+    restart their counter every epoch: all epochs are read, at global steps."""
+    tutorial = "".join(
+        f"Epoch [{e}/5], Step [{s}/600], Loss: {2.0 - e / 10 - s / 10_000:.4f}\n"
+        for e in range(1, 6)
+        for s in range(100, 700, 100)
+    )
+    series = _series(_write(tmp_path, tutorial, "tutorial.log"))
+    assert sorted(series[LOSS]) == [
+        (e - 1) * 600 + s for e in range(1, 6) for s in range(100, 700, 100)
+    ]
+    untotalled = "".join(
+        f"Epoch {e} | Batch {b} | Loss {1.0 / (e + b):.4f}\n"
+        for e in range(3)
+        for b in (10, 20, 30)
+    )
+    series = _series(_write(tmp_path, untotalled, "batches.log"))
+    assert sorted(series[LOSS]) == [10, 20, 30, 40, 50, 60, 70, 80, 90]
+
+
+def test_a_global_step_beside_an_epoch_is_left_as_printed(tmp_path: Path) -> None:
+    text = "".join(f"epoch {s // 100} step {s}/1000 loss {2.0:.1f}\n" for s in range(10, 400, 10))
+    assert sorted(_series(_write(tmp_path, text))[LOSS]) == list(range(10, 400, 10))
+
+
+@pytest.mark.parametrize(
+    "other", ["aux loss", "z loss", "avg loss", "rank0 loss", "test loss", "packet loss"]
+)
+def test_another_loss_printed_first_is_not_the_training_loss(other: str, tmp_path: Path) -> None:
+    text = "".join(
+        f"step {s} | {other}: 0.01 | loss: {3.0 - s / 100:.3f} | lr 3e-4\n" for s in range(1, 20)
+    )
+    series = _series(_write(tmp_path, text))
+    assert series[LOSS][5] == pytest.approx(2.95)
+
+
+def test_min_lr_and_param_norm_are_not_the_lr_and_grad_norm(tmp_path: Path) -> None:
+    text = "".join(f"step {s} | loss {2.0:.1f} | min lr 1e-5 | param norm 50.0\n" for s in range(9))
+    series = _series(_write(tmp_path, text))
+    assert LEARNING_RATE not in series and GRAD_NORM not in series
+
+
+def test_evaluation_records_are_told_from_fields(tmp_path: Path) -> None:
+    lines = [f"step {s} | loss {3.0:.1f} | val 3.20 | best val: n/a" for s in range(1, 6)]
+    lines += ["Evaluation: step 5 | loss 2.5"]
+    series = _series(_write(tmp_path, "\n".join(lines)))
+    assert series[LOSS] == {s: 3.0 for s in range(1, 6)}
+    assert series[EVAL_LOSS] == {5: 2.5}
+
+
+def test_thousands_separators_and_human_format_suffixes(tmp_path: Path) -> None:
+    # nanotron's human_format prints `2.34K`; others print `1,204.51`.
+    text = "".join(
+        f"iteration: {s} | lm_loss: 2.34K | grad_norm: 1,204.51 | loss_scale: 65,536\n"
+        for s in range(1, 6)
+    )
+    series = _series(_write(tmp_path, text))
+    assert series[LOSS][3] == pytest.approx(2340.0)
+    assert series[GRAD_NORM][3] == pytest.approx(1204.51)
+
+
+def test_an_indented_block_after_a_full_step_line_is_not_its_record(tmp_path: Path) -> None:
+    text = "step 0 | loss 3.0\n  optimizer:\n    lr: 0.0006\n" + "".join(
+        f"step {s} | loss {3.0 - s / 10:.1f}\n" for s in range(1, 6)
+    )
+    assert LEARNING_RATE not in _series(_write(tmp_path, text))
+
+
+def test_a_sentence_s_closing_dot_and_a_charset_escape(tmp_path: Path) -> None:
+    text = "".join(
+        f"\x1b(Bstep {s}: the loss was 2.5, loss: {2.0 + s / 10:.1f}.\n" for s in range(1, 6)
+    )
+    assert _series(_write(tmp_path, text))[LOSS][2] == pytest.approx(2.2)

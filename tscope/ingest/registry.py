@@ -5,7 +5,7 @@ from __future__ import annotations
 from tscope.ingest.base import Reader
 from tscope.ingest.readers.megatron_log import MegatronLogReader
 from tscope.ingest.readers.metrics_table import MetricsTableReader
-from tscope.ingest.readers.mlflow_files import MlflowMetricReader, MlflowParamsReader
+from tscope.ingest.readers.mlflow_files import MlflowRunReader
 from tscope.ingest.readers.nanogpt_log import ModdedNanoGPTLogReader, NanoGPTLogReader
 from tscope.ingest.readers.step_lines import StepLineLogReader
 from tscope.ingest.readers.tensorboard import TensorBoardReader
@@ -24,8 +24,7 @@ READERS: tuple[Reader, ...] = (
     WandbOfflineReader(),
     WandbExportReader(),
     WandbHistoryReader(),
-    MlflowMetricReader(),
-    MlflowParamsReader(),
+    MlflowRunReader(),
     MegatronLogReader(),
     ModdedNanoGPTLogReader(),
     NanoGPTLogReader(),

@@ -30,8 +30,8 @@ from pathlib import PurePosixPath
 from tscope.model import LogRead
 
 # Folders a producer creates inside one run: everything below one belongs to the run above it
-# (MLflow's file store keeps a run's series under `<run>/metrics/<key>` and its parameters under
-# `<run>/params/`, a key with `/` in sub-folders).
+# (DVCLive's `plots/metrics/<key>.tsv`, a key's `/` as sub-folders; MLflow's `<run>/metrics/`
+# and `params/`, read through the run's meta.yaml by readers/mlflow_files.py).
 _RUN_INTERNAL_FOLDER = re.compile(
     r"^(checkpoint[-_]?\d+|ckpt[-_]?\d*|global_step\d+|step[-_]?\d+|iter[-_]?\d+|runs|"
     r"tensorboard|tb|tb_logs|logs?|events|wandb|files|(offline-)?run-.+|latest-run|lightning_logs|"

@@ -37,7 +37,7 @@ _STEP = re.compile(
     r"(?<![\w/.\-])(?P<key>global[_ ]step|num_updates|steps?|iter\(train\)|iteration|iter|batch)"
     r"[\"']?(?:\s*[:=#]\s*[\"']?|\s*\[\s*|\s+)(?P<step>\d{1,16})(?![\d.eE])"
     r"(?:\s*/\s*(?P<total>\d{1,16}))?",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 # Loops that print a position within the epoch instead of a global step, with the epoch's length
 # on the line, so that the global step is epoch × length + position:
@@ -47,50 +47,84 @@ _STEP = re.compile(
 _EPOCH_POSITIONS = (
     (
         re.compile(
-            r"Epoch\(train\)\s{0,8}\[(?P<epoch>\d{1,9})\]\[\s{0,16}(?P<at>\d{1,12})/(?P<of>\d{1,12})\]"
+            r"Epoch\(train\)\s{0,8}\[(?P<epoch>\d{1,9})\]\[\s{0,16}(?P<at>\d{1,12})/(?P<of>\d{1,12})\]",
+            re.ASCII,
         ),
         1,
     ),
-    (re.compile(r"\[epoch=(?P<epoch>\d{1,9})\]\[batch=(?P<at>\d{1,12})/(?P<of>\d{1,12})\]"), 1),
     (
         re.compile(
-            r"(?<![\w/.\-])Train:\s{0,8}(?P<epoch>\d{1,9})\s{0,8}\[\s{0,16}(?P<at>\d{1,12})/(?P<of>\d{1,12})\b"
+            r"\[epoch=(?P<epoch>\d{1,9})\]\[batch=(?P<at>\d{1,12})/(?P<of>\d{1,12})\]", re.ASCII
+        ),
+        1,
+    ),
+    (
+        re.compile(
+            r"(?<![\w/.\-])Train:\s{0,8}(?P<epoch>\d{1,9})\s{0,8}\[\s{0,16}(?P<at>\d{1,12})/(?P<of>\d{1,12})\b",
+            re.ASCII,
         ),
         0,
     ),
+)
+# An epoch counter on a step line (`Epoch [2/5], Step [100/600]`, `Epoch 2 | Batch 100/938`,
+# `epoch=2`): a step key that falls back when it rises counts within the epoch (readers/step_lines).
+_EPOCH = re.compile(
+    r"(?<![\w/.\-])epoch\s{0,8}[:=\[]?\s{0,8}(?P<epoch>\d{1,9})", re.IGNORECASE | re.ASCII
 )
 # One word of a name: a token starting with a letter (`loss`, `train/CE`, `lr-AdamW/group0`,
 # `Iter(train)`), or a parenthesised group (OLMo-core's `optim/LR (group 0)`, DeepSpeed's
 # `iter time (s)`).
 _WORD = r"(?:[A-Za-z][\w/.\-()]{0,60}|\([\w ./\-]{1,20}\))"
-_NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
+# A number: thousands separators (`grad_norm: 1,204.51`, `loss_scale: 65,536`) before the plain
+# forms, then nanotron's human_format suffixes (`lm_loss: 2.34K`) captured apart; a sentence's
+# closing `.` is not a decimal point (`loss: 2.3.`).
+_NUMBER = (
+    r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
+    r"|nan|inf(?:inity)?)"
+)
+_SUFFIX = r"(?P<suffix>[KMBT](?![A-Za-z]))?"
+_SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 # A name of one to four words, then `:` or `=` (an optional `[` or `(` for DeepSpeed's lr=[…], a
 # `tensor(` for torchtune's grad_norm:tensor(0.81), quotes for a JSON record printed by a logger:
 # fairseq's --log-format json), or spaces, then a number. The name is lazy:
 # `train loss 2.3` is tried as `train` first and extended only when no number follows.
+# A name never starts right after `(` or a letter: `(a(a(a…` cost a 60-character scan per letter.
 _PAIR = re.compile(
-    r"(?<![\w/.\-])(?P<key>[A-Za-z][\w/.\-()]{0,60}(?: " + _WORD + r"){0,3}?)"
-    r"[\"']?(?:\s*[:=]\s*(?:(?:tensor\(|[\[(\"'])\s*)?|\s+)(?P<value>" + _NUMBER + r")(?![\d.])",
-    re.IGNORECASE,
+    r"(?<![\w/.\-()])(?P<key>[A-Za-z][\w/.\-()]{0,60}(?: " + _WORD + r"){0,3}?)"
+    r"[\"']?(?:\s*[:=]\s*(?:(?:tensor\(|[\[(\"'])\s*)?|\s+)(?P<value>"
+    + _NUMBER
+    + r")"
+    + _SUFFIX
+    + r"(?!\d|\.\d)",
+    re.IGNORECASE | re.ASCII,
 )
 EXPLICIT_SEPARATOR = re.compile(r"[\"']?\s*[:=]")
-LOSS_WORD = re.compile(r"loss", re.IGNORECASE)
+LOSS_WORD = re.compile(r"loss", re.IGNORECASE | re.ASCII)
 # Names that mean a series only in a step line: llm.c and build-nanogpt print the gradient norm
 # clip_grad_norm_ returned as a bare `norm`.
 _STEP_LINE_NAMES = {"norm": GRAD_NORM}
+# The words a name may carry in front of a known name: llm.c's `train loss`, Composer's `Train `
+# and `Eval ` prefixes. No other word: `aux loss`, `z loss`, `avg loss`, `test loss`, `packet
+# loss`, `min lr` and `param norm` are other quantities, not the training loss, LR or grad norm.
+_SPLIT_WORDS = frozenset({"train", "training", "eval"})
 # A record about evaluation: fairseq's `valid on 'valid' subset | loss 9.5 | …`, MaxText's
 # `Completed eval after train step N, loss=…`, torchtitan's `validate step: N  loss: …`,
 # Composer's `[Eval batch=…]`. Its plain `loss` is the evaluation loss. A word followed by `:`/`=`
 # is a field's name (litgpt's `loss train: 2.3, val: n/a`), not the record's kind.
+# Only where a record's kind is named: at the line's start, after a separator (`|`, `[`, `-`,
+# `>`, a logger's `:`) or after MaxText's `Completed`; and not followed by a value (`val 3.2`,
+# `val: n/a`, `val=3.2`: a field).
 _EVAL_RECORD = re.compile(
-    r"(?<![\w/.\-])(?:valid|validation|validate|val|eval|evaluation|evaluating)\b(?!\s*[:=])",
-    re.IGNORECASE,
+    r"(?:^|[|\[\->:]\s{0,8}|completed\s{1,8})"
+    r"(?:valid|validation|validate|val|eval|evaluation|evaluating)\b"
+    r"(?!\s{0,8}[:=]?\s{0,8}(?:[-+]?[\d.]|n/a|nan|none|-))",
+    re.IGNORECASE | re.ASCII,
 )
 # fairseq's end-of-epoch summary (`| train | epoch 001 | loss 8.92 | … | num_updates 1474`): the
 # epoch's mean, logged at the step of the epoch's last update where the interval means are.
-_EPOCH_SUMMARY = re.compile(r"\|\s?train\s?\|\s?epoch \d{1,9} \|")
+_EPOCH_SUMMARY = re.compile(r"\|\s?train\s?\|\s?epoch \d{1,9} \|", re.ASCII)
 # fairseq's criterions divide the loss by ln 2 (bits); `train_inner` names its interval records.
-_FAIRSEQ_RECORD = re.compile(r"\|\s?(?:train_inner|valid)\s?\|\s?(?:epoch \d{1,9}|\{)")
+_FAIRSEQ_RECORD = re.compile(r"\|\s?(?:train_inner|valid)\s?\|\s?(?:epoch \d{1,9}|\{)", re.ASCII)
 BITS_TO_NATS = math.log(2)
 
 
@@ -99,6 +133,8 @@ class StepKey:
     step: int
     priority: int  # STEP_KEY_PRIORITY's, lower is stronger
     span: tuple[int, int]  # where the key and its number sit on the line
+    total: int | None  # the `/N` after the number (an epoch's length for a per-epoch counter)
+    epoch: int | None  # an epoch counter on the same line
     # A weaker step key on the same line with another number: it counts something else
     # (litgpt's micro-batch `iter` beside its optimizer `step`).
     weaker_other_count: int | None
@@ -118,7 +154,7 @@ def step_key(line: str) -> StepKey | None:
         if (position := pattern.search(line)) is not None:
             epoch, at, length = (int(position[name]) for name in ("epoch", "at", "of"))
             step = (epoch - first_epoch) * length + at
-            return StepKey(step, EPOCH_POSITION_PRIORITY, position.span(), None)
+            return StepKey(step, EPOCH_POSITION_PRIORITY, position.span(), None, None, None)
     found = [
         (STEP_KEY_PRIORITY[match["key"].lower().replace(" ", "_")], int(match["step"]), match)
         for match in _STEP.finditer(line)
@@ -127,14 +163,26 @@ def step_key(line: str) -> StepKey | None:
         return None
     priority, step, match = min(found, key=lambda item: item[0])
     others = [p for p, s, _ in found if p > priority and s != step]
-    return StepKey(step, priority, match.span(), min(others) if others else None)
+    total = int(match["total"]) if match["total"] is not None else None
+    epoch_match = _EPOCH.search(line)
+    return StepKey(
+        step,
+        priority,
+        match.span(),
+        total,
+        int(epoch_match["epoch"]) if epoch_match is not None else None,
+        min(others) if others else None,
+    )
 
 
 def pairs(line: str) -> list[Pair]:
     found = []
     for match in _PAIR.finditer(line):
         explicit = EXPLICIT_SEPARATOR.match(line, match.end("key")) is not None
-        found.append(Pair(match["key"], float(match["value"]), match.span(), explicit))
+        value = float(match["value"].replace(",", ""))
+        if match["suffix"]:
+            value *= _SUFFIXES[match["suffix"].upper()]
+        found.append(Pair(match["key"], value, match.span(), explicit))
     return found
 
 
@@ -153,10 +201,13 @@ def prints_bits(line: str) -> bool:
 
 def series_of(name: str) -> str | None:
     """The canonical series a printed name stands for, or None. Words before the name proper are
-    dropped (`Train loss/train/total` is Composer's `loss/train/total`), and a name followed by
-    its split reads as the split's (`loss train` as litgpt's training loss)."""
+    dropped when they name a split (`Train loss/train/total` is Composer's `loss/train/total`),
+    and a name followed by its split reads as the split's (`loss train` as litgpt's training
+    loss)."""
     words = name.split(" ")
     for first in range(len(words)):
+        if first and words[first - 1].lower() not in _SPLIT_WORDS:
+            return None
         candidate = " ".join(words[first:])
         if candidate.lower() in _STEP_LINE_NAMES:
             return _STEP_LINE_NAMES[candidate.lower()]

@@ -50,6 +50,10 @@ _INDENT = (" ", "\t")
 MAX_RECORD_LINES = 200
 # Step lines carrying a loss that the sniffed head and tail must show before the file is claimed.
 MIN_SNIFFED_RECORDS = 3
+# Bounds on what a log can make the reader hold besides its points: the printed names looked up
+# (a crafted 56 MB log of 400,000 names held 418 MB), the steps kept to find the logging interval.
+MAX_NAMES_CACHED = 10_000
+MAX_STEPS_KEPT_FOR_INTERVAL = 100_000
 # The longest line the sniffing looks at (a step line is a few hundred characters).
 SNIFF_LINE_CHARACTERS = 4096
 
@@ -143,6 +147,7 @@ class _Record:
         # beside its `step`): records keyed by it alone are on another axis and are skipped.
         self.other_count_priority: int | None = None
         self.producers: set[str] = set()
+        self.epoch_counter = _EpochCounter()
 
     def start(self, line: str, key: grammar.StepKey) -> None:
         if key.weaker_other_count is not None:
@@ -153,15 +158,18 @@ class _Record:
         if on_another_axis or grammar.is_epoch_summary(line):
             self.step, self.lines_left = None, 0
             return
-        self.step = key.step
+        self.step = self.epoch_counter.global_step(key)
         self.evaluating = grammar.is_evaluation(line)
         self.in_bits = grammar.prints_bits(line)
         self.producers.update(name for name, sign in _PRODUCER_SIGNS if sign in line)
         self.seen = set()
-        if not self.evaluating:
-            self.printed_steps.append(key.step)
-        self.lines_left = MAX_RECORD_LINES
+        if not self.evaluating and len(self.printed_steps) < MAX_STEPS_KEPT_FOR_INTERVAL:
+            self.printed_steps.append(self.step)
         self.add_pairs(line, key.span, explicit_only=False)
+        # Indented lines continue a header that carries no value of its own (Composer's
+        # `[batch=N/M]:`, OLMo's `[step=N/M]`); after a line with its values, an indented block
+        # is something else (a config dump).
+        self.lines_left = 0 if self.seen else MAX_RECORD_LINES
 
     def continues(self, line: str) -> bool:
         """Whether the line is an indented line of the current record (Composer, OLMo)."""
@@ -179,7 +187,9 @@ class _Record:
                 continue
             series = self.names.get(pair.name, "")
             if series == "":
-                series = self.names[pair.name] = grammar.series_of(pair.name)
+                series = grammar.series_of(pair.name)
+                if len(self.names) < MAX_NAMES_CACHED:  # a crafted log prints endless names
+                    self.names[pair.name] = series
             if series is None:
                 continue
             if self.evaluating:
@@ -191,6 +201,37 @@ class _Record:
             if self.in_bits and series in (LOSS, EVAL_LOSS):
                 value *= grammar.BITS_TO_NATS
             self.rows.add(self.step, series, value, pair.name)
+
+
+class _EpochCounter:
+    """The global step of a counter that restarts every epoch (`Epoch [2/5], Step [100/600]`,
+    `Epoch 2 | Batch 100/938`): found when the counter falls back as the epoch number rises; from
+    then on the step is (epoch − first epoch) × the epoch's length + the count, the length being
+    the printed total (`/600`) or, without one, the last count before each fall. A counter that
+    never falls back is already global and is left as printed, as is every global key."""
+
+    def __init__(self) -> None:
+        self.first_epoch: int | None = None
+        self.last: tuple[int, int] | None = None  # (epoch, count) of the previous record
+        self.offsets: dict[int, int] = {}  # epoch -> steps before it, once a restart was seen
+        self.restarts = False
+
+    def global_step(self, key: grammar.StepKey) -> int:
+        if key.epoch is None or key.priority == 0:
+            return key.step
+        if self.first_epoch is None:
+            self.first_epoch = key.epoch
+        previous = self.last
+        self.last = (key.epoch, key.step)
+        if previous is not None and key.epoch > previous[0] and key.step < previous[1]:
+            self.restarts = True
+            if key.total is None:
+                self.offsets[key.epoch] = self.offsets.get(previous[0], 0) + previous[1]
+        if not self.restarts:
+            return key.step
+        if key.total is not None:
+            return (key.epoch - self.first_epoch) * key.total + key.step
+        return self.offsets.get(key.epoch, 0) + key.step
 
 
 # Producers whose printed numbers need a word in the report, by a mark their lines carry.

@@ -33,8 +33,9 @@ MAX_LINE_BYTES = 1024 * 1024
 _LAUNCHER_PREFIX = re.compile(
     r"^\s*(?:\[(?:default|rank)(?P<bracketed>\d{1,6})\]:|(?P<label>\d{1,5}): )"
 )
-# Colour and cursor-movement escapes (tqdm moves the cursor up with ESC[A between nested bars).
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Colour and cursor-movement escapes (tqdm moves the cursor up with ESC[A between nested bars), and
+# the character-set selections `tput sgr0` ends with (ESC(B).
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
 _CONFIG_INT = re.compile(r"[-+]?\d+")
 
 
