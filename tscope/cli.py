@@ -84,6 +84,15 @@ def analyze(
     ] = None,
     trust_pickle: TrustPickleOption = False,
     no_weights: NoWeightsOption = False,
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            metavar="NAME_OR_ID",
+            help="The run to read from an input holding several (an MLflow SQLite store, "
+            "mlflow.db): its name or the start of its id.",
+        ),
+    ] = None,
     quiet: QuietOption = False,
 ) -> None:
     """Analyze what a run left behind and write case.html, case.md and case.json (+ layers.parquet)."""
@@ -104,6 +113,7 @@ def analyze(
                     formats=chosen,
                     read_weights=not no_weights,
                     trust_pickle=trust_pickle,
+                    run=run,
                     on_file=progress.update,
                     on_default_folder=lambda target: say_where_it_goes(target, CASE_PREFIX, quiet),
                 )

@@ -42,6 +42,7 @@ class AnalyzeRequest:
     trust_pickle: bool = False
     on_file: Callable[[str], None] | None = None
     on_default_folder: DefaultFolderCallback | None = None
+    run: str | None = None  # the run to read from an input holding several (an MLflow store)
 
 
 @dataclass(frozen=True)
@@ -52,18 +53,20 @@ class CaseOutcome:
 
 def analyze(request: AnalyzeRequest) -> CaseOutcome:
     """The case of the inputs, written into its folder (+ layers.parquet when weights were read)."""
+    from tscope.ingest.base import choosing_run
     from tscope.ingest.remote_source import local_inputs
     from tscope.pipeline import analyze_run
 
     local = local_inputs(request.paths)
     if request.out is not None:
         check_outside_inputs(request.out, local)  # before any work
-    case = analyze_run(
-        *request.paths,
-        on_file=request.on_file,
-        trust_pickle=request.trust_pickle,
-        read_weights=request.read_weights,
-    ).case
+    with choosing_run(request.run):
+        case = analyze_run(
+            *request.paths,
+            on_file=request.on_file,
+            trust_pickle=request.trust_pickle,
+            read_weights=request.read_weights,
+        ).case
     target = request.out or default_output(CASE_PREFIX, case.run.name, local)
     if request.out is None and request.on_default_folder is not None:
         request.on_default_folder(target)

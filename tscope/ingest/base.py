@@ -62,3 +62,21 @@ def inside_input(path: Path) -> bool:
     if root.is_file():
         return path == root
     return is_inside(root, path)
+
+
+# The run the user chose (`tscope analyze --run NAME`) for an input file that holds several runs
+# of one tracker (an MLflow SQLite store); None: the file must hold one.
+_CHOSEN_RUN: ContextVar[str | None] = ContextVar("tscope_chosen_run", default=None)
+
+
+@contextmanager
+def choosing_run(run: str | None) -> Iterator[None]:
+    token = _CHOSEN_RUN.set(run)
+    try:
+        yield
+    finally:
+        _CHOSEN_RUN.reset(token)
+
+
+def chosen_run() -> str | None:
+    return _CHOSEN_RUN.get()

@@ -6,6 +6,7 @@ from tscope.ingest.base import Reader
 from tscope.ingest.readers.megatron_log import MegatronLogReader
 from tscope.ingest.readers.metrics_table import MetricsTableReader
 from tscope.ingest.readers.mlflow_files import MlflowRunReader
+from tscope.ingest.readers.mlflow_sqlite import MlflowSqliteReader
 from tscope.ingest.readers.nanogpt_log import ModdedNanoGPTLogReader, NanoGPTLogReader
 from tscope.ingest.readers.step_lines import StepLineLogReader
 from tscope.ingest.readers.tensorboard import TensorBoardReader
@@ -25,6 +26,7 @@ READERS: tuple[Reader, ...] = (
     WandbExportReader(),
     WandbHistoryReader(),
     MlflowRunReader(),
+    MlflowSqliteReader(),
     MegatronLogReader(),
     ModdedNanoGPTLogReader(),
     NanoGPTLogReader(),

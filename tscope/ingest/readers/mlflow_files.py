@@ -65,11 +65,7 @@ class MlflowRunReader:
         keys = _files_below(run / METRICS_FOLDER, MAX_KEYS)
         if not keys:
             raise UnreadableInput(display_path, "an MLflow run folder with no metric file")
-        # The key with the most lines first: it keeps the canonical name another key shares.
-        by_size = sorted(keys, key=lambda key: -_size(run / METRICS_FOLDER / key))
-        names = dict(
-            unique_metric_names(list(zip(by_size, canonical_metrics(by_size), strict=True)))
-        )
+        names = run_metric_names(sorted(keys, key=lambda key: -_size(run / METRICS_FOLDER / key)))
         rows = MetricRows()
         problems: list[str] = []
         for key in keys:
@@ -91,6 +87,14 @@ class MlflowRunReader:
             config=config,
             partial=[PartialInput(display_path, problem) for problem in problems],
         )
+
+
+def run_metric_names(keys_most_first: list[str]) -> dict[str, str]:
+    """The series name of each of a run's metric keys, the key with the most values first: it
+    keeps the canonical name another key shares (the Trainer's per-step `loss` over its one-point
+    `train_loss`); the others keep their own (table_columns.unique_metric_names)."""
+    canonical = canonical_metrics(keys_most_first)
+    return dict(unique_metric_names(list(zip(keys_most_first, canonical, strict=True))))
 
 
 def _files_below(folder: Path, limit: int) -> list[str]:
