@@ -446,3 +446,17 @@ def test_a_sentence_s_closing_dot_and_a_charset_escape(tmp_path: Path) -> None:
         f"\x1b(Bstep {s}: the loss was 2.5, loss: {2.0 + s / 10:.1f}.\n" for s in range(1, 6)
     )
     assert _series(_write(tmp_path, text))[LOSS][2] == pytest.approx(2.2)
+
+
+def test_a_run_restarted_under_torchrun_keeps_its_unprefixed_steps(tmp_path: Path) -> None:
+    """Steps 1-30 printed by a single process, then 31-60 by torchrun's ranks ([rank0]:,
+    [rank1]:): rank 0's lines continue the unprefixed ones; rank 1's are left out."""
+    text = "".join(f"step {s} | loss {3.0 - s / 100:.2f}\n" for s in range(1, 31))
+    text += "".join(
+        f"[rank{r}]:step {s} | loss {3.0 - s / 100 + r:.2f}\n"
+        for s in range(31, 61)
+        for r in (0, 1)
+    )
+    series = _series(_write(tmp_path, text))
+    assert sorted(series[LOSS]) == list(range(1, 61))
+    assert series[LOSS][45] == pytest.approx(2.55)

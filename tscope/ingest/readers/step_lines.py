@@ -86,14 +86,17 @@ class StepLineLogReader:
 
     def read(self, path: Path, display_path: str) -> LogRead:
         record = _Record()
-        ranks_seen: set[int | None] = set()
+        ranks_seen: set[int] = set()
         for physical in iter_lines(path, display_path):
             if record.rows.full:
                 break
             # A progress bar redraws itself after "\r": each drawing is a segment of its own, and a
             # step line printed between two drawings is one of them.
             for segment in physical.split("\r"):
-                rank, text = split_launcher_prefix(segment)
+                prefixed_rank, text = split_launcher_prefix(segment)
+                # Lines without a launcher prefix are a single process's, or rank 0's before a
+                # restart under torchrun (which then prefixes them): one stream with rank 0.
+                rank = 0 if prefixed_rank is None else prefixed_rank
                 line = strip_ansi(text)
                 key = grammar.step_key(line)
                 if key is not None:
@@ -104,7 +107,7 @@ class StepLineLogReader:
                         record.rank = rank
                         record.start(line, key)
                 # Continuation lines carry no launcher prefix (only a record's first line does).
-                elif rank in (None, record.rank) and record.continues(line):
+                elif prefixed_rank in (None, record.rank) and record.continues(line):
                     record.add_pairs(line, None, explicit_only=True)
                 elif rank == record.rank:
                     record.lines_left = 0
@@ -124,10 +127,10 @@ _NO_RANK_YET = -1
 
 
 def _rank_order(rank: int | None) -> tuple[int, int]:
-    """Launcher-prefixed ranks first, lowest first; lines without a prefix after them."""
-    if rank == _NO_RANK_YET:
-        return (2, 0)
-    return (0, rank) if rank is not None else (1, 0)
+    """The lowest rank first; before any, no rank yet."""
+    if rank == _NO_RANK_YET or rank is None:
+        return (1, 0)
+    return (0, rank)
 
 
 class _Record:
