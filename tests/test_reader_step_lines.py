@@ -460,3 +460,26 @@ def test_a_run_restarted_under_torchrun_keeps_its_unprefixed_steps(tmp_path: Pat
     series = _series(_write(tmp_path, text))
     assert sorted(series[LOSS]) == list(range(1, 61))
     assert series[LOSS][45] == pytest.approx(2.55)
+
+
+def test_torchvision_and_word_language_model_epoch_positions(tmp_path: Path) -> None:
+    # pytorch/vision references/classification/utils.py MetricLogger.log_every (index 0-based,
+    # `loss: now (mean)`), pytorch/examples word_language_model/main.py's train() print.
+    vision = "".join(
+        f"Epoch: [{e}]  [{b:>3}/200]  eta: 0:00:10  lr: 0.1  img/s: 512.0  "
+        f"loss: {2.0 - e / 10:.4f} ({2.1:.4f})  time: 0.0500  data: 0.0010\n"
+        for e in range(3)
+        for b in (0, 100)
+    )
+    series = _series(_write(tmp_path, vision, "vision.log"))
+    assert sorted(series[LOSS]) == [0, 100, 200, 300, 400, 500]
+    assert series[LOSS][200] == pytest.approx(1.9)
+    assert series[LEARNING_RATE][500] == pytest.approx(0.1)
+    language = "".join(
+        f"| epoch {e:3d} | {b:5d}/ 2983 batches | lr 20.00 | ms/batch 45.67 | "
+        f"loss {7.0 - e / 10:5.2f} | ppl  2064.21\n"
+        for e in (1, 2)
+        for b in (200, 400)
+    )
+    series = _series(_write(tmp_path, language, "language.log"))
+    assert sorted(series[LOSS]) == [200, 400, 3183, 3383]

@@ -44,6 +44,8 @@ _STEP = re.compile(
 #   MMEngine (by_epoch)  Epoch(train)  [2][ 100/500]    epoch 1-based, position 1-based
 #   Composer (epochs)    [epoch=2][batch=100/500]:      epoch 1-based, position 1-based
 #   timm                 Train: 1 [ 100/500 ( 20%)]     epoch 0-based, update 0-based
+#   torchvision's references (MetricLogger)  Epoch: [1]  [ 100/500]  epoch 0-based, index 0-based
+#   PyTorch examples' word_language_model    | epoch   2 |   200/ 2983 batches |  epoch 1-based
 _EPOCH_POSITIONS = (
     (
         re.compile(
@@ -64,6 +66,21 @@ _EPOCH_POSITIONS = (
             re.ASCII,
         ),
         0,
+    ),
+    (
+        re.compile(
+            r"Epoch: \[(?P<epoch>\d{1,9})\]\s{0,8}\[\s{0,16}(?P<at>\d{1,12})/(?P<of>\d{1,12})\]",
+            re.ASCII,
+        ),
+        0,
+    ),
+    (
+        re.compile(
+            r"\| epoch\s{1,8}(?P<epoch>\d{1,9}) \|\s{0,16}(?P<at>\d{1,12})/\s{0,16}(?P<of>\d{1,12})"
+            r" batches \|",
+            re.ASCII,
+        ),
+        1,
     ),
 )
 # An epoch counter on a step line (`Epoch [2/5], Step [100/600]`, `Epoch 2 | Batch 100/938`,
