@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tscope.analyzers.baseline import rolling_median, shifted_by_one
+from tscope.analyzers.baseline import difference_sigma, rolling_median, shifted_by_one
 from tscope.analyzers.cluster.aligned import loss_zscores
 from tscope.model.case import Case, Finding
 from tscope.model.categories import ALERT_SEVERITIES
@@ -33,6 +33,12 @@ MIN_LEVEL_POINTS = 10
 # (it appears among the signals), not a blow-up; small-batch runs (DPO, LoRA on batch 2) log
 # single points far above their median.
 EXPLOSION_MIN_POINTS = 2
+# ... and clear the level by this many σ of the loss's step-to-step noise before it: a loss near
+# zero (an MLP at 0.02 with noise of 0.03, logged to MLflow) doubles its level at every other
+# pair of points. An LM loss's doubling is hundreds of σ. The first MAX_NOISE_CHECKS candidates
+# are checked (a noisy near-zero run has many).
+EXPLOSION_NOISE_SIGMAS = 3.0
+MAX_NOISE_CHECKS = 10_000
 # Findings that say on their own that the run derailed (the single-run analysis's verdict).
 DERAILED_CATEGORIES = ("loss_divergence", "nan_loss")
 # Run-long conditions (a plateau from step 1, a persistently high gradient norm) describe the
@@ -129,7 +135,11 @@ def first_above_level(values: np.ndarray) -> int | None:
         ).min(axis=1)
     with np.errstate(invalid="ignore"):
         hits = np.flatnonzero((level > 0) & (ahead >= EXPLOSION_FACTOR * level))
-    return int(hits[0]) if hits.size else None
+    for index in hits[:MAX_NOISE_CHECKS]:
+        noise = difference_sigma(finite[max(0, index - LEVEL_POINTS) : index])
+        if not np.isfinite(noise) or ahead[index] >= level[index] + EXPLOSION_NOISE_SIGMAS * noise:
+            return int(index)
+    return None
 
 
 def failure_mode(loss: LossCurve, explosion_step: int | None, kinds: set[str]) -> str | None:

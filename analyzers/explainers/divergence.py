@@ -51,6 +51,15 @@ SMOOTHING_POINTS = 5
 RISE_MARGIN_FRACTION = 0.04
 RISE_NOISE_SIGMAS = 2.0
 RISE_NOISE_POINTS = 50
+# ... and the smoothed level must stand this many σ of the raw loss's step-to-step noise (over
+# the RISE_NOISE_POINTS before the excursion) above its best: a median of 5 has ~0.54 σ of noise,
+# so 3 σ of the raw loss is ~5.6 of its own, held for DIVERGENCE_MIN_POINTS. An LM loss at 2-10
+# nats with noise of 1-3% never meets this bound before the ratio's; a loss near zero does (an
+# MLP memorizing its task at 0.01 with noise of 0.03, logged to MLflow: the excursion began at
+# noise 11 steps before the LR jump's blow-up). At 5 σ one short synthetic log (20 points of a
+# steep descent, whose differences inflate σ) was dated at its last point; bench dev and
+# holdout7-12 headlines: 1 of 659 moved (to the planted ramp), none lost.
+DIVERGENCE_NOISE_SIGMAS = 3.0
 # Eval loss: a rise of 10% over its best, on at least two consecutive evals at the end of the run.
 EVAL_RISE_RATIO = 1.10
 EVAL_MIN_RISING_POINTS = 2
@@ -153,6 +162,17 @@ def divergence_onset(
     # The excursion that reaches the end of the log: walk back to its first point.
     below = np.flatnonzero(~above)
     onset = int(below[-1]) + 1 if below.size else 0
+    if onset > 0:
+        # The level must also clear the best by the loss's own noise before the excursion: a loss
+        # near zero (a memorized task at 0.01 with noise of 0.03) sits above 1.5× its best at every
+        # other point, and the excursion began at noise, 11 steps before an LR jump's blow-up.
+        noise = difference_sigma(values[max(0, onset - RISE_NOISE_POINTS) : onset])
+        if np.isfinite(noise):
+            above &= level > best + DIVERGENCE_NOISE_SIGMAS * noise
+            if not above[-1]:
+                return None
+            below = np.flatnonzero(~above)
+            onset = int(below[-1]) + 1 if below.size else 0
     span_steps = int(steps[-1] - steps[onset])
     total_steps = max(int(steps[-1] - steps[0]), 1)
     if onset == 0 or values.size - onset < DIVERGENCE_MIN_POINTS:
