@@ -103,6 +103,7 @@ CLI_SURFACE = {
         "--fail-on": "SEVERITY",
         "--trust-pickle": None,
         "--no-weights": None,
+        "--run": "NAME_OR_ID",
         "--quiet": None,
     },
     "replay": {
