@@ -79,6 +79,7 @@ HELD_OUT_SPLITS = {
     "holdout10": 40,
     "holdout11": 35,
     "holdout12": 30,
+    "holdout13": 25,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
