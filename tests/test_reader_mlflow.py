@@ -164,3 +164,42 @@ def test_real_nan_and_inf_values() -> None:
     assert steps.tolist() == [0, 1, 2, 3, 4]
     assert values[0] == 1.5 and math.isnan(values[1]) and values[2] == math.inf
     assert values[3] == -math.inf and values[4] == 2.5
+
+
+def test_review_malformed_binary_and_stepless_metric_files(tmp_path: Path) -> None:
+    """A value `.` raised; a binary metric file threw the run away; values logged without a step
+    (all at step 0) collapsed to one point."""
+    run = _write_run(tmp_path / "mlruns" / "0" / "run1")
+    with (run / "metrics" / "lr").open("a") as handle:
+        handle.write("1700000999000 . 301\n1700000999001 1.2.3 302\n")
+    (run / "metrics" / "zz_binary").write_bytes(b"1 2 3\n\x00\x00garbage\n")
+    (run / "metrics" / "tokens").write_text(
+        "".join(f"{1_700_000_000_000 + i} {i * 512} 0\n" for i in range(50))
+    )
+    case, read = analyze_run(run)
+    assert read.series(LOSS)[0].size == 300
+    assert read.series("tokens")[0].tolist() == list(range(50))
+    problems = " ".join(p.problem for p in case.partial)
+    assert "metrics/lr: 2 lines" in problems and "metrics/zz_binary" in problems
+    assert any(c.kind == "mlflow_unstepped" for c in case.caveats)
+
+
+def test_review_deleted_runs_are_not_read(tmp_path: Path) -> None:
+    experiment = tmp_path / "mlruns" / "0"
+    _write_run(experiment / "active")
+    deleted = _write_run(experiment / "gone", jump=True)
+    (deleted / "meta.yaml").write_text("run_id: gone\nlifecycle_stage: deleted\n")
+    _write_run(tmp_path / "mlruns" / ".trash" / "old")
+    case, read = analyze_run(experiment)
+    assert [s.path for s in read.sources] == ["active/meta.yaml"]
+    assert case.summary.status == "healthy"
+
+
+def test_review_dvclive_names_come_from_inside_the_input(tmp_path: Path) -> None:
+    # A `metrics` folder above the input, and a file right in plots/metrics/.
+    dvclive = tmp_path / "metrics" / "exp" / "dvclive"
+    (dvclive / "plots" / "metrics").mkdir(parents=True)
+    rows = ["step\tloss"] + [f"{s}\t{2.5 + 5 * math.exp(-s / 40)}" for s in range(1, 101)]
+    (dvclive / "plots" / "metrics" / "loss.tsv").write_text("\n".join(rows) + "\n")
+    _, read = analyze_run(dvclive)
+    assert read.series(LOSS)[0].size == 100

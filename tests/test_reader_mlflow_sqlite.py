@@ -118,3 +118,68 @@ def test_a_query_beyond_the_work_budget_is_interrupted(tmp_path: Path) -> None:
         connection.execute(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT max(i) FROM n"
         ).fetchall()
+
+
+# ---- the review's findings (red-team of the MLflow readers, 2026-12-06) -------------------------
+
+
+def _rebuilt_metrics(tmp_path: Path, columns: str, select: str) -> Path:
+    """The real store with its metrics table rebuilt as `columns`, filled by `select`."""
+    path = _store(tmp_path)
+    with sqlite3.connect(path) as connection:
+        connection.execute("ALTER TABLE metrics RENAME TO old_metrics")
+        connection.execute(f"CREATE TABLE metrics ({columns})")
+        connection.execute(f"INSERT INTO metrics {select}")
+    connection.close()
+    return path
+
+
+def test_a_computed_column_is_refused_before_any_read(tmp_path: Path) -> None:
+    # `value AS (zeroblob(900000000))`: one budget step per row and a 10 GB temporary file.
+    path = _rebuilt_metrics(
+        tmp_path,
+        "key, v0, timestamp, run_uuid, step, is_nan, value AS (zeroblob(900000000))",
+        "SELECT key, value, timestamp, run_uuid, step, is_nan FROM old_metrics",
+    )
+    with choosing_run("healthy"), pytest.raises(NothingToAnalyze, match="plain tables"):
+        analyze_run(path)
+
+
+def test_rows_of_other_types_are_left_out_with_a_note(tmp_path: Path) -> None:
+    path = _rebuilt_metrics(
+        tmp_path,
+        "key, value, timestamp, run_uuid, step, is_nan",
+        "SELECT key, CASE WHEN step = 7 THEN 'abc' ELSE value END, timestamp, run_uuid,"
+        " CASE WHEN step = 8 THEN 'x' WHEN step = 9 THEN 9e999 ELSE step END, is_nan"
+        " FROM old_metrics",
+    )
+    with choosing_run("healthy"):
+        case, run = analyze_run(path)
+    steps = run.series(LOSS)[0].tolist()
+    assert 7 not in steps and 8 not in steps and len(steps) == 297
+    assert any("not a number" in p.problem for p in case.partial)
+
+
+def test_values_logged_without_a_step_are_numbered_in_order(tmp_path: Path) -> None:
+    # mlflow.log_metric(key, value) with no step stores step 0 for every value.
+    path = _rebuilt_metrics(
+        tmp_path,
+        "key, value, timestamp, run_uuid, step, is_nan",
+        "SELECT key, value, timestamp, run_uuid, 0, is_nan FROM old_metrics",
+    )
+    with choosing_run("healthy"):
+        case, run = analyze_run(path)
+    assert run.series(LOSS)[0].tolist() == list(range(300))
+    assert any(c.kind == "mlflow_unstepped" for c in case.caveats)
+
+
+def test_run_is_refused_where_no_store_of_several_runs_was_read(tmp_path: Path) -> None:
+    from tscope.commands import AnalyzeRequest, analyze
+    from tscope.errors import UsageError
+
+    run = (
+        Path(__file__).resolve().parents[1]
+        / "fixtures/data/mlflow/filestore/933699634133149499/e0722abb3cfc46d5854435a259a4edbd"
+    )
+    with pytest.raises(UsageError, match="--run"):
+        analyze(AnalyzeRequest([run], out=tmp_path / "case", run="healthy"))

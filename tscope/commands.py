@@ -51,8 +51,13 @@ class CaseOutcome:
     written: list[Path]
 
 
+# The readers that read one run of several in a file, the one --run names.
+RUN_CHOOSING_KINDS = frozenset({"mlflow_sqlite"})
+
+
 def analyze(request: AnalyzeRequest) -> CaseOutcome:
     """The case of the inputs, written into its folder (+ layers.parquet when weights were read)."""
+    from tscope.errors import UsageError
     from tscope.ingest.base import choosing_run
     from tscope.ingest.remote_source import local_inputs
     from tscope.pipeline import analyze_run
@@ -67,6 +72,11 @@ def analyze(request: AnalyzeRequest) -> CaseOutcome:
             trust_pickle=request.trust_pickle,
             read_weights=request.read_weights,
         ).case
+    if request.run is not None and not any(s.kind in RUN_CHOOSING_KINDS for s in case.run.sources):
+        raise UsageError(
+            "--run names a run in an input holding several (an MLflow SQLite store, mlflow.db); "
+            "none was read here. Point tscope at one run's folder instead"
+        )
     target = request.out or default_output(CASE_PREFIX, case.run.name, local)
     if request.out is None and request.on_default_folder is not None:
         request.on_default_folder(target)

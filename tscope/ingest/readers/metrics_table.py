@@ -20,7 +20,7 @@ columns mean) and any table without a step column.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.logs.names import canonical_metric
@@ -56,15 +56,17 @@ PER_METRIC_FILE_ROOT = "metrics"
 MAX_PER_METRIC_FOLDERS = 8
 
 
-def _per_metric_file_folders(path: Path, metric_columns: list[str]) -> str | None:
-    """The folders between `metrics/` and a one-metric file named after its column ("eval" for
-    dvclive/plots/metrics/eval/loss.tsv), or None for any other table."""
+def _per_metric_file_folders(display_path: str, metric_columns: list[str]) -> str | None:
+    """The folders between the nearest `metrics/` and a one-metric file named after its column
+    ("eval" for dvclive/plots/metrics/eval/loss.tsv), within the input (its display path); None
+    for a file right in `metrics/` and for any other table."""
+    path = PurePosixPath(display_path)
     if len(metric_columns) != 1 or metric_columns[0] != path.stem:
         return None
     folders = path.parent.parts
-    for depth in range(1, min(MAX_PER_METRIC_FOLDERS, len(folders))):
+    for depth in range(min(MAX_PER_METRIC_FOLDERS, len(folders))):
         if folders[-depth - 1] == PER_METRIC_FILE_ROOT:
-            return "/".join(folders[-depth:])
+            return "/".join(folders[len(folders) - depth :]) or None
     return None
 
 
@@ -97,7 +99,7 @@ class MetricsTableReader:
         if not metric_columns:
             raise UnreadableInput(display_path, "no numeric metric column next to the step column")
         pairs = canonical_column_names(metric_columns)
-        if (split := _per_metric_file_folders(path, metric_columns)) is not None:
+        if (split := _per_metric_file_folders(display_path, metric_columns)) is not None:
             pairs = [(metric_columns[0], canonical_metric(f"{split}/{metric_columns[0]}"))]
         metrics, step_problems = to_long_form(table, step_column, pairs, display_path)
         if metrics.empty:

@@ -25,26 +25,33 @@ from pathlib import Path
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import inside_input, read_head
-from tscope.ingest.logs.names import canonical_metrics
+from tscope.ingest.logs.names import canonical_metrics, names_a_known_series
 from tscope.ingest.logs.table_columns import unique_metric_names
 from tscope.ingest.readers.text_logs import iter_lines, parse_config_value
 from tscope.ingest.safe_fs import read_bytes_bounded
-from tscope.model import LogRead, PartialInput
-from tscope.model.metric_rows import MetricRows
+from tscope.model import Caveat, LogRead, PartialInput
+from tscope.model.metric_rows import MAX_POINTS_PER_FILE, MetricRows
 
 RUN_META = "meta.yaml"
 METRICS_FOLDER = "metrics"
 PARAMS_FOLDER = "params"
-# A run folder's meta.yaml names its run_id (the experiment's own meta.yaml names none).
+# A run folder's meta.yaml names its run_id (the experiment's own meta.yaml names none); a
+# deleted run says so and may sit under the store's .trash/.
 _RUN_META_KEYS = (b"run_id:",)
+_DELETED = b"lifecycle_stage: deleted"
+TRASH_FOLDER = ".trash"
 # Bounds on what one run folder may make tscope read: MLflow caps a key at 250 characters and a
 # param value at 6,000 (mlflow 2) or 8,000 (mlflow 3); the Trainer logs ~150 params and ~10 keys.
 MAX_KEYS = 10_000
-MAX_PARAMS = 10_000
-MAX_PARAM_BYTES = 64 * 1024
+MAX_PARAMS = 2_000
+MAX_PARAM_CHARACTERS = 8_000
+MAX_PARAM_BYTES = 4 * MAX_PARAM_CHARACTERS  # UTF-8
+# All params together, as they go into the case's config.
+MAX_PARAMS_TOTAL_BYTES = 1024 * 1024
 # `<timestamp> <value> [<step> [<dataset name> <dataset digest>]]` (MLflow before 1.0: no step).
 _METRIC_LINE = re.compile(
-    r"^(?P<time>\d{1,16}) (?P<value>[-+]?(?:[\d.]+(?:[eE][-+]?\d+)?|nan|inf|infinity))"
+    r"^(?P<time>\d{1,16}) (?P<value>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
+    r"|nan|inf|infinity))"
     r"(?: (?P<step>-?\d{1,19})(?: \S+ \S+)?)?\s*$",
     re.IGNORECASE,
 )
@@ -56,24 +63,36 @@ class MlflowRunReader:
     def can_read(self, path: Path) -> bool:
         if path.name != RUN_META or not (path.parent / METRICS_FOLDER).is_dir():
             return False
+        if TRASH_FOLDER in path.parts:  # runs deleted with `mlflow gc` pending
+            return False
         head = read_head(path, 64 * 1024)
-        return all(key in head for key in _RUN_META_KEYS)
+        return all(key in head for key in _RUN_META_KEYS) and _DELETED not in head
 
     def read(self, path: Path, display_path: str) -> LogRead:
         run = path.parent
         shown_run = display_path[: -len(RUN_META)] or "./"
-        keys = _files_below(run / METRICS_FOLDER, MAX_KEYS)
+        keys = _files_below(run / METRICS_FOLDER, MAX_KEYS + 1)
         if not keys:
             raise UnreadableInput(display_path, "an MLflow run folder with no metric file")
+        problems: list[str] = []
+        if len(keys) > MAX_KEYS:
+            keys = _known_first(keys)[:MAX_KEYS]
+            problems.append(f"more than {MAX_KEYS:,} metric keys: the first {MAX_KEYS:,} read")
         names = run_metric_names(sorted(keys, key=lambda key: -_size(run / METRICS_FOLDER / key)))
         rows = MetricRows()
-        problems: list[str] = []
-        for key in keys:
-            malformed = _read_metric(run / METRICS_FOLDER / key, shown_run, key, names[key], rows)
-            if malformed:
-                problems.append(
-                    f"metrics/{key}: {malformed} lines that are not `<timestamp> <value> <step>`"
+        unstepped_keys: list[str] = []
+        # The known series first: the point cap is shared by the run's keys.
+        for key in sorted(keys, key=lambda key: (not names_a_known_series(names[key]), key)):
+            try:
+                problem, numbered = _read_metric(
+                    run / METRICS_FOLDER / key, shown_run, key, names[key], rows
                 )
+            except UnreadableInput as error:
+                problem, numbered = error.problem_text, False
+            if numbered:
+                unstepped_keys.append(key)
+            if problem:
+                problems.append(f"metrics/{key}: {problem}")
             if rows.full:
                 break
         config = _params(run / PARAMS_FOLDER, shown_run, problems)
@@ -84,6 +103,7 @@ class MlflowRunReader:
             kind=self.name,
             path=display_path,
             metrics=rows.to_table(display_path),
+            caveats=unstepped_caveats(unstepped_keys, display_path),
             config=config,
             partial=[PartialInput(display_path, problem) for problem in problems],
         )
@@ -119,29 +139,68 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _read_metric(path: Path, shown_run: str, key: str, name: str, rows: MetricRows) -> int:
-    """Add the metric file's values to `rows`; the number of malformed lines."""
+def _read_metric(
+    path: Path, shown_run: str, key: str, name: str, rows: MetricRows
+) -> tuple[str, bool]:
+    """Add the metric file's values to `rows`: (what was wrong with it, "" when nothing; whether
+    its values were numbered for want of steps)."""
     malformed = 0
+    steps: list[int] = []
+    values: list[float] = []
     for line in iter_lines(path, f"{shown_run}metrics/{key}"):
-        if rows.full:
+        if len(steps) >= MAX_POINTS_PER_FILE:
             break
         match = _METRIC_LINE.match(line)
         if match is None:
             malformed += line.strip() != ""
             continue
-        step = int(match["step"]) if match["step"] is not None else 0
-        rows.add(step, name, float(match["value"]), key)
-    return malformed
+        steps.append(int(match["step"]) if match["step"] is not None else 0)
+        values.append(float(match["value"]))
+    numbered = unstepped(steps)
+    for index, (step, value) in enumerate(zip(steps, values, strict=True)):
+        if rows.full:
+            break
+        rows.add(index if numbered else step, name, value, key)
+    problem = f"{malformed} lines that are not `<timestamp> <value> <step>`" if malformed else ""
+    return problem, numbered
+
+
+# MLflow's log_metric without a step stores step 0 for every value (and files before MLflow 1.0
+# have no step): such a key's values are numbered in logged order instead of all at step 0.
+UNSTEPPED = "logged without a step (all at step 0): its values are numbered in logged order"
+
+
+def unstepped(steps: list[int]) -> bool:
+    return len(steps) > 1 and min(steps) == max(steps)
+
+
+def unstepped_caveats(keys: list[str], source: str) -> list[Caveat]:
+    if not keys:
+        return []
+    shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    return [
+        Caveat("mlflow_unstepped", f"{shown}: {UNSTEPPED}; the step axis is their order.", source)
+    ]
+
+
+def _known_first(keys: list[str]) -> list[str]:
+    names = run_metric_names(keys)
+    return sorted(keys, key=lambda key: (not names_a_known_series(names[key]), key))
 
 
 def _params(folder: Path, shown_run: str, problems: list[str]) -> dict[str, object]:
     config: dict[str, object] = {}
+    total = 0
     for key in _files_below(folder, MAX_PARAMS):
         shown = f"{shown_run}params/{key}"
         try:
             raw = read_bytes_bounded(folder / key, shown, MAX_PARAM_BYTES)
         except UnreadableInput as error:
-            problems.append(error.problem_text)
+            problems.append(f"params/{key}: {error.problem_text}")
             continue
+        total += len(raw)
+        if total > MAX_PARAMS_TOTAL_BYTES:
+            problems.append(f"params beyond {MAX_PARAMS_TOTAL_BYTES:,} bytes in all left out")
+            break
         config[key] = parse_config_value(raw.decode("utf-8", "replace"))
     return config

@@ -17,18 +17,26 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import time
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import chosen_run, read_head
-from tscope.ingest.readers.mlflow_files import run_metric_names
+from tscope.ingest.logs.names import names_a_known_series
+from tscope.ingest.readers.mlflow_files import (
+    MAX_PARAM_CHARACTERS,
+    run_metric_names,
+    unstepped,
+    unstepped_caveats,
+)
 from tscope.ingest.readers.text_logs import parse_config_value
 from tscope.ingest.safe_fs import read_bytes_bounded
-from tscope.model import Caveat, LogRead
+from tscope.model import Caveat, LogRead, PartialInput
 from tscope.model.metric_rows import MAX_POINTS_PER_FILE, MetricRows
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SUFFIXES = (".db", ".sqlite", ".sqlite3")
+DEFAULT_STORE_NAME = "mlflow.db"
 # MLflow's schema names these tables on the first pages (sqlite_master); the sniff reads this much.
 SCHEMA_SNIFF_BYTES = 256 * 1024
 _SCHEMA_MARKS = (b"latest_metrics", b"experiments")
@@ -39,7 +47,12 @@ TABLES = ("runs", "metrics", "params")
 # real store takes ~10 steps a row.
 _PROGRESS_EVERY = 10_000
 _STEPS_PER_BYTE = 20
-MAX_PARAMS = 10_000
+# The longest value a query may produce (a param value is at most 8,000 characters in mlflow 3).
+MAX_VALUE_BYTES = 1024 * 1024
+# The deadline of all queries: this long plus a second per 20 MB (a real 77 MB store: ~2 s).
+MIN_SECONDS = 10.0
+BYTES_PER_SECOND = 20e6
+MAX_PARAMS = 2_000
 # How MLflow stores ±inf (sys.float_info.max).
 _STORED_INF = 1.7976931348623157e308
 RUNS_LISTED = 10
@@ -52,7 +65,11 @@ class MlflowSqliteReader:
         if not path.name.lower().endswith(SUFFIXES):
             return False
         head = read_head(path, SCHEMA_SNIFF_BYTES)
-        return head.startswith(SQLITE_MAGIC) and all(mark in head for mark in _SCHEMA_MARKS)
+        if not head.startswith(SQLITE_MAGIC):
+            return False
+        # A store upgraded by `mlflow db upgrade` after it held data lists its tables past the
+        # sniffed bytes: MLflow's own file name is enough (read() checks the tables).
+        return path.name == DEFAULT_STORE_NAME or all(mark in head for mark in _SCHEMA_MARKS)
 
     def read(self, path: Path, display_path: str) -> LogRead:
         if not hasattr(sqlite3.Connection, "deserialize"):
@@ -70,16 +87,28 @@ class MlflowSqliteReader:
 
 
 class _store:
-    """The store's bytes as a query-only in-memory database under a work budget."""
+    """The store's bytes as a query-only in-memory database under a work budget and a deadline;
+    temporary b-trees (a sort) in memory, never in a file under /var/tmp (outside --out); no
+    value longer than MAX_VALUE_BYTES (a generated column of zeroblob(900000000) was one step of
+    the budget and 10 GB of temporary file)."""
 
     def __init__(self, data: bytes) -> None:
         self.connection = sqlite3.connect(":memory:")
-        self.connection.deserialize(data)
+        # A store in WAL mode (header bytes 18-19 = 2) cannot be deserialized as it is; its WAL
+        # file is not read either way (the store's own pages are what it holds).
+        image = bytearray(data)
+        if len(image) > 19 and image[18] == image[19] == 2:
+            image[18] = image[19] = 1
+        self.connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        self.connection.execute("PRAGMA temp_store = MEMORY")
+        self.connection.deserialize(bytes(image))
         budget = [max(1, _STEPS_PER_BYTE * len(data) // _PROGRESS_EVERY)]
+        deadline = time.monotonic() + MIN_SECONDS + len(data) / BYTES_PER_SECOND
 
         def spend() -> int:
             budget[0] -= 1
-            return 1 if budget[0] < 0 else 0  # non-zero interrupts the query
+            # Non-zero interrupts the query.
+            return 1 if budget[0] < 0 or time.monotonic() > deadline else 0
 
         self.connection.set_progress_handler(spend, _PROGRESS_EVERY)
         self.connection.execute("PRAGMA trusted_schema = OFF")
@@ -93,13 +122,25 @@ class _store:
 
 
 def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
-    kinds = dict(
-        store.execute(
-            "SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?)", TABLES
+    schema = {
+        str(name): (str(kind), str(sql or ""))
+        for name, kind, sql in store.execute(
+            "SELECT name, type, sql FROM sqlite_master WHERE name IN (?, ?, ?)", TABLES
         ).fetchall()
-    )
-    if any(kinds.get(table) != "table" for table in TABLES):
-        raise UnreadableInput(display_path, "not an MLflow store (no runs/metrics/params tables)")
+    }
+    for table in TABLES:
+        kind, sql = schema.get(table, ("", ""))
+        # A view, a virtual table (fts, a module's) or a computed column runs code on a read.
+        computed = (
+            any(hidden for *_, hidden in store.execute(f"PRAGMA table_xinfo({table})").fetchall())
+            if kind == "table"
+            else True
+        )
+        if kind != "table" or sql.lstrip().upper().startswith("CREATE VIRTUAL") or computed:
+            raise UnreadableInput(
+                display_path,
+                "not an MLflow store (its runs, metrics and params must be plain tables)",
+            )
     runs = store.execute(
         "SELECT run_uuid, name, start_time FROM runs WHERE lifecycle_stage = 'active' "
         "AND run_uuid IN (SELECT DISTINCT run_uuid FROM metrics) ORDER BY start_time"
@@ -113,17 +154,35 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
     ).fetchall()
     names = run_metric_names([str(key) for key, _ in counts])
     rows = MetricRows()
-    query = store.execute(
-        "SELECT key, step, value, is_nan FROM metrics WHERE run_uuid = ? "
-        "ORDER BY key, timestamp, step LIMIT ?",
-        (run_id, MAX_POINTS_PER_FILE + 1),
-    )
-    for key, step, value, is_nan in query:
+    # The known series first: the point cap is shared by the run's keys.
+    order = sorted(names, key=lambda key: (not names_a_known_series(names[key]), key))
+    untyped = 0
+    unstepped_keys: list[str] = []
+    for key in order:
+        query = store.execute(
+            "SELECT step, value, is_nan FROM metrics WHERE run_uuid = ? AND key = ? "
+            "ORDER BY timestamp, step LIMIT ?",
+            (run_id, key, MAX_POINTS_PER_FILE + 1),
+        )
+        steps: list[int] = []
+        values: list[float] = []
+        for step, value, is_nan in query:
+            number = _value(value, is_nan)
+            if not isinstance(step, int) or number is None:
+                untyped += 1
+                continue
+            steps.append(step)
+            values.append(number)
+        numbered = unstepped(steps)
+        if numbered:
+            unstepped_keys.append(key)
+        for index, (step, number) in enumerate(zip(steps, values, strict=True)):
+            rows.add(index if numbered else step, names[key], number, key)
         if rows.full:
             break
-        rows.add(int(step), names[str(key)], _value(value, is_nan), str(key))
     params = store.execute(
-        "SELECT key, value FROM params WHERE run_uuid = ? LIMIT ?", (run_id, MAX_PARAMS)
+        "SELECT key, value FROM params WHERE run_uuid = ? AND length(value) <= ? LIMIT ?",
+        (run_id, MAX_PARAM_CHARACTERS, MAX_PARAMS),
     ).fetchall()
     caveats = []
     if len(runs) > 1:
@@ -135,13 +194,16 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
                 display_path,
             )
         )
+    problems = rows.problems()
+    if untyped:
+        problems.append(f"{untyped} metric rows whose step or value is not a number left out")
     return LogRead(
         kind="mlflow_sqlite",
         path=display_path,
         metrics=rows.to_table(display_path),
-        caveats=caveats,
+        caveats=caveats + unstepped_caveats(unstepped_keys, display_path),
         config={str(key): parse_config_value(str(value)) for key, value in params},
-        partial=[],
+        partial=[PartialInput(display_path, problem) for problem in problems],
     )
 
 
@@ -166,10 +228,14 @@ def _chosen(runs: list[tuple[str, str, int]], display_path: str) -> tuple[str, s
     )
 
 
-def _value(value: object, is_nan: object) -> float:
-    if is_nan:
+def _value(value: object, is_nan: object) -> float | None:
+    """The logged number (NaN where is_nan; MLflow's ±1.797e308 as ±inf), None for a value of
+    another type (a crafted store's text or blob)."""
+    if is_nan == 1:
         return math.nan
-    number = float(value)  # type: ignore[arg-type]
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    number = float(value)
     if abs(number) >= _STORED_INF:
         return math.copysign(math.inf, number)
     return number
