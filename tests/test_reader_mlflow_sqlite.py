@@ -183,3 +183,17 @@ def test_run_is_refused_where_no_store_of_several_runs_was_read(tmp_path: Path) 
     )
     with pytest.raises(UsageError, match="--run"):
         analyze(AnalyzeRequest([run], out=tmp_path / "case", run="healthy"))
+
+
+def test_cluster_compares_the_runs_of_a_store(tmp_path: Path) -> None:
+    """`tscope cluster mlflow.db`: each run of the store is a run of the sweep, named by its run
+    name; the run logged with an LR jump blew up, its params tell it apart."""
+    from tscope.cluster_pipeline import cluster
+
+    store = _store(tmp_path)
+    report = cluster(store, tmp_path / "cluster", jobs=1)
+    statuses = {p.name: p.status for p in report.profiles}
+    assert statuses["healthy"] == "stable" and statuses["lr_jump"] == "unstable"
+    again = cluster(store, tmp_path / "cluster", jobs=1)  # the cached cases, per run
+    assert all(p.reused_case for p in again.profiles)
+    assert {p.name: p.status for p in again.profiles} == statuses

@@ -138,7 +138,8 @@ def cluster(
         Path,
         typer.Argument(
             metavar="RUNS_DIR",
-            help="A folder with one sub-folder (or log file) per run; links inside it work (see --follow-run-links).",
+            help="A folder with one sub-folder (or log file) per run, or an MLflow store "
+            "(mlflow.db); links inside it work (see --follow-run-links).",
         ),
     ],
     out: Annotated[

@@ -135,6 +135,7 @@ def fingerprint_of(path: Path, task: RunTask) -> dict[str, Any]:
         "tool_version": __version__,
         "read_weights": task.read_weights,
         "trust_pickle": task.trust_pickle,
+        "run": task.run,
         "files": files,
     }
 

@@ -28,7 +28,7 @@ from tscope import __version__
 from tscope.cluster_cache_seal import seal_key
 from tscope.cluster_case_cache import analyze_and_store, fingerprint_of, load_cached
 from tscope.cluster_engines import check_engine, run_on_engine
-from tscope.errors import TscopeError, UsageError
+from tscope.errors import TscopeError, UnreadableInput, UsageError
 from tscope.ingest.safe_fs import NOT_REGULAR, is_inside, is_regular_file
 from tscope.model.cluster import ClusterReport, RunProfile
 from tscope.output_files import make_subfolder, prepare_folder
@@ -55,6 +55,7 @@ class RunTask:
     case_dir: str
     read_weights: bool
     trust_pickle: bool
+    run: str | None = None  # the run's id in a file holding several (an MLflow SQLite store)
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,11 @@ def list_runs(runs_dir: Path, follow_run_links: bool = False) -> RunEntries:
     """The runs of runs_dir by name. A linked entry is a run when it points inside runs_dir or
     `follow_run_links` is set; FIFOs, devices and other links are refused with the reason."""
     if not runs_dir.is_dir():
+        if _is_run_store(runs_dir):
+            return RunEntries([runs_dir], [])  # its runs are listed by store_run_tasks
         raise UsageError(
-            f"{runs_dir} is not a directory. Pass a folder whose sub-folders (or files) are runs."
+            f"{runs_dir} is not a directory. Pass a folder whose sub-folders (or files) are runs, "
+            "or an MLflow store (mlflow.db)."
         )
     entries = sorted(
         (entry for entry in runs_dir.iterdir() if not entry.name.startswith(".")),
@@ -134,12 +138,15 @@ def cluster(
     runs = entries.runs
     prepare_folder(Path(out_dir), "the cluster report", CLUSTER_FOLDER_FILES, clear=True)
     cases_root = make_subfolder(Path(out_dir), CASES_DIR)
-    names = _unique_names([run.name for run in runs])
     seal_key(create=True)  # made here once, before the workers that read it start
-    tasks = [
-        RunTask(name, str(run), str(cases_root / name), read_weights, trust_pickle)
-        for name, run in zip(names, runs, strict=True)
-    ]
+    if root.is_file():
+        tasks = _store_run_tasks(root, cases_root, read_weights, trust_pickle)
+    else:
+        names = _unique_names([run.name for run in runs])
+        tasks = [
+            RunTask(name, str(run), str(cases_root / name), read_weights, trust_pickle)
+            for name, run in zip(names, runs, strict=True)
+        ]
     outcomes = _run_all(tasks, jobs, on_run_done, engine, scheduler)
     profiles = [o.profile for o in outcomes if o.profile is not None]
     skipped = [{"run": name, "problem": problem} for name, problem in entries.refused]
@@ -162,6 +169,31 @@ def cluster(
         )
     _render_unstable_cases(report, Path(out_dir))
     return report
+
+
+def _is_run_store(path: Path) -> bool:
+    from tscope.ingest.readers.mlflow_sqlite import MlflowSqliteReader
+
+    return is_regular_file(path) and MlflowSqliteReader().can_read(path)
+
+
+def _store_run_tasks(
+    store: Path, cases_root: Path, read_weights: bool, trust_pickle: bool
+) -> list[RunTask]:
+    """One task per run of an MLflow SQLite store, named by its run names."""
+    from tscope.ingest.readers.mlflow_sqlite import store_runs
+
+    try:
+        runs = store_runs(store, store.name)
+    except UnreadableInput as error:
+        raise UsageError(f"{store}: {error.problem_text}.") from error
+    if not runs:
+        raise UsageError(f"{store} holds no MLflow run with metrics.")
+    names = _unique_names([name or run_id for run_id, name in runs])
+    return [
+        RunTask(name, str(store), str(cases_root / name), read_weights, trust_pickle, run_id)
+        for name, (run_id, _) in zip(names, runs, strict=True)
+    ]
 
 
 def _run_all(
@@ -219,8 +251,11 @@ def profile_task(task: RunTask) -> RunOutcome:
     Never raises: a run that cannot be analyzed is an outcome with the reason, so one bad run
     costs that run and not the sweep's report (the README promises unreadable runs are skipped).
     """
+    from tscope.ingest.base import choosing_run
+
     try:
-        return _profile(task)
+        with choosing_run(task.run):
+            return _profile(task)
     except TscopeError as error:
         return RunOutcome(task.name, None, str(error))
     except Exception as error:

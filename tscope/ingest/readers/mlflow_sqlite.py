@@ -121,7 +121,30 @@ class _store:
         self.connection.close()
 
 
-def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
+def store_runs(path: Path, display_path: str) -> list[tuple[str, str]]:
+    """(run id, run name) of each active run with metrics in an MLflow SQLite store, by start
+    time: what `tscope cluster mlflow.db` compares. UnreadableInput when it is not one."""
+    if not hasattr(sqlite3.Connection, "deserialize"):
+        raise UnreadableInput(display_path, "reading an MLflow SQLite store needs Python 3.11+")
+    data = read_bytes_bounded(path, display_path, MAX_STORE_BYTES)
+    try:
+        with _store(data) as store:
+            _check_tables(store, display_path)
+            return [(str(run_id), str(name)) for run_id, name, _ in _runs(store)]
+    except sqlite3.Error as error:
+        raise UnreadableInput(
+            display_path, f"not a readable MLflow SQLite store ({str(error)[:200]})"
+        ) from error
+
+
+def _runs(store: sqlite3.Connection) -> list[tuple[object, object, object]]:
+    return store.execute(
+        "SELECT run_uuid, name, start_time FROM runs WHERE lifecycle_stage = 'active' "
+        "AND run_uuid IN (SELECT DISTINCT run_uuid FROM metrics) ORDER BY start_time"
+    ).fetchall()
+
+
+def _check_tables(store: sqlite3.Connection, display_path: str) -> None:
     schema = {
         str(name): (str(kind), str(sql or ""))
         for name, kind, sql in store.execute(
@@ -141,10 +164,11 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
                 display_path,
                 "not an MLflow store (its runs, metrics and params must be plain tables)",
             )
-    runs = store.execute(
-        "SELECT run_uuid, name, start_time FROM runs WHERE lifecycle_stage = 'active' "
-        "AND run_uuid IN (SELECT DISTINCT run_uuid FROM metrics) ORDER BY start_time"
-    ).fetchall()
+
+
+def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
+    _check_tables(store, display_path)
+    runs = _runs(store)
     if not runs:
         raise UnreadableInput(display_path, "the MLflow store holds no run with metrics")
     run_id, run_name = _chosen(runs, display_path)
@@ -207,7 +231,7 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
     )
 
 
-def _chosen(runs: list[tuple[str, str, int]], display_path: str) -> tuple[str, str]:
+def _chosen(runs: list[tuple[object, object, object]], display_path: str) -> tuple[str, str]:
     """(run id, run name) of the one run, or of the run --run names (its name or id prefix)."""
     wanted = chosen_run()
     if wanted is None and len(runs) == 1:
