@@ -483,3 +483,64 @@ def test_torchvision_and_word_language_model_epoch_positions(tmp_path: Path) -> 
     )
     series = _series(_write(tmp_path, language, "language.log"))
     assert sorted(series[LOSS]) == [200, 400, 3183, 3383]
+
+
+# ---- the second review's findings (2026-12-06) ------------------------------------------------
+
+
+def test_a_megabyte_of_digits_in_a_value_is_read_in_linear_time(tmp_path: Path) -> None:
+    """`\\d+\\.?\\d*` split a run of n digits n ways: 20,000 digits took 16.8 s."""
+    from hostile import run_tscope
+
+    head = "".join(f"step {s} | loss: {3.0 - s / 100:.3f}\n" for s in range(1, 40))
+    log = _write(tmp_path, head + "step 50 | loss " + "1" * 1_000_000 + ".5.5\n" + head)
+    outcome = run_tscope("analyze", log, "--out", tmp_path / "case", timeout=60)
+    outcome.assert_no_traceback()
+    assert outcome.returncode == 0, outcome.stderr[-2000:]
+
+
+def test_eval_records_after_a_logger_prefix_and_fields_named_val(tmp_path: Path) -> None:
+    lines = []
+    for s in range(100, 1100, 100):
+        lines.append(
+            f"2024-01-01 12:00:00,123 INFO step {s} | loss {3.0 - s / 1000:.3f} | val loss 9.9"
+        )
+        lines.append(f"2024-01-01 12:00:00,123 INFO eval step {s} | loss {2.5:.1f}")
+        lines.append(f"  step {s} | loss {3.0 - s / 1000:.3f} | eval every 500 steps")
+    series = _series(_write(tmp_path, "\n".join(lines)))
+    assert series[LOSS] == {s: pytest.approx(3.0 - s / 1000) for s in range(100, 1100, 100)}
+    assert set(series[EVAL_LOSS].values()) == {2.5}  # the eval records; `val loss` fields first
+
+
+def test_an_evaluation_counter_between_epochs_does_not_move_the_epochs(tmp_path: Path) -> None:
+    lines = []
+    for e in range(1, 4):
+        lines += [f"Epoch {e} | Batch {b} | Loss {2.0 / e:.3f}" for b in range(50, 550, 50)]
+        lines.append(f"Epoch {e} | Validation | Batch 20 | Loss {1.9 / e:.3f}")
+    series = _series(_write(tmp_path, "\n".join(lines)))
+    assert sorted(series[LOSS]) == [
+        (e - 1) * 500 + b for e in range(1, 4) for b in range(50, 550, 50)
+    ]
+
+
+def test_names_right_after_a_parenthesis_and_a_header_carrying_the_lr(tmp_path: Path) -> None:
+    text = "".join(f"step {s} (loss: {2.0 + s / 100:.2f}, lr: 3e-4)\n" for s in range(1, 20))
+    assert _series(_write(tmp_path, text, "paren.log"))[LOSS][5] == pytest.approx(2.05)
+    header = "".join(
+        f"Step {s}/200 | lr 3.00e-04\n    loss: {2.0 + s / 100:.2f}\n" for s in range(1, 20)
+    )
+    assert _series(_write(tmp_path, header, "header.log"))[LOSS][5] == pytest.approx(2.05)
+
+
+def test_steps_with_thousands_separators(tmp_path: Path) -> None:
+    text = "".join(f"Step {s:,}/5,000 | loss {2.0:.1f}\n" for s in range(100, 5000, 100))
+    assert sorted(_series(_write(tmp_path, text))[LOSS]) == list(range(100, 5000, 100))
+
+
+def test_a_resume_that_counts_the_epoch_up_is_not_a_new_epoch(tmp_path: Path) -> None:
+    # A global step with its total, falling back from 3000 to 2000 at a resume that numbered the
+    # epoch up: the steps stay as printed (the resume is the assembly's to see).
+    text = "".join(f"epoch 1 step {s}/5000 loss 2.0\n" for s in range(100, 3100, 100))
+    text += "".join(f"epoch 2 step {s}/5000 loss 2.0\n" for s in range(2000, 3100, 100))
+    steps = sorted(_series(_write(tmp_path, text))[LOSS])
+    assert max(steps) == 3000

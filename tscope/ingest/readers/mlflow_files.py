@@ -50,7 +50,7 @@ MAX_PARAM_BYTES = 4 * MAX_PARAM_CHARACTERS  # UTF-8
 MAX_PARAMS_TOTAL_BYTES = 1024 * 1024
 # `<timestamp> <value> [<step> [<dataset name> <dataset digest>]]` (MLflow before 1.0: no step).
 _METRIC_LINE = re.compile(
-    r"^(?P<time>\d{1,16}) (?P<value>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
+    r"^(?P<time>\d{1,16}) (?P<value>[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
     r"|nan|inf|infinity))"
     r"(?: (?P<step>-?\d{1,19})(?: \S+ \S+)?)?\s*$",
     re.IGNORECASE,

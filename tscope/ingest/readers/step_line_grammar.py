@@ -35,8 +35,8 @@ EPOCH_POSITION_PRIORITY = 1
 # "micro_step", "substep").
 _STEP = re.compile(
     r"(?<![\w/.\-])(?P<key>global[_ ]step|num_updates|steps?|iter\(train\)|iteration|iter|batch)"
-    r"[\"']?(?:\s*[:=#]\s*[\"']?|\s*\[\s*|\s+)(?P<step>\d{1,16})(?![\d.eE])"
-    r"(?:\s*/\s*(?P<total>\d{1,16}))?",
+    r"[\"']?(?:\s*[:=#]\s*[\"']?|\s*\[\s*|\s+)(?P<step>[1-9]\d{0,2}(?:,\d{3}){1,5}|\d{1,16})"
+    r"(?![\d.eE])(?:\s*/\s*(?P<total>[1-9]\d{0,2}(?:,\d{3}){1,5}|\d{1,16}))?",
     re.IGNORECASE | re.ASCII,
 )
 # Loops that print a position within the epoch instead of a global step, with the epoch's length
@@ -91,23 +91,27 @@ _EPOCH = re.compile(
 # One word of a name: a token starting with a letter (`loss`, `train/CE`, `lr-AdamW/group0`,
 # `Iter(train)`), or a parenthesised group (OLMo-core's `optim/LR (group 0)`, DeepSpeed's
 # `iter time (s)`).
-_WORD = r"(?:[A-Za-z][\w/.\-()]{0,60}|\([\w ./\-]{1,20}\))"
+_WORD = r"(?:[A-Za-z][\w/.\-]{0,60}|\([\w ./\-]{1,20}\))"
 # A number: thousands separators (`grad_norm: 1,204.51`, `loss_scale: 65,536`) before the plain
 # forms, then nanotron's human_format suffixes (`lm_loss: 2.34K`) captured apart; a sentence's
 # closing `.` is not a decimal point (`loss: 2.3.`).
+# No two parts can take the same digits (`\d+\.?\d*` split a run of n digits n ways: a
+# 20,000-digit value took 16.8 s); a thousands group starts with a non-zero digit (`0,123` is no
+# 123).
 _NUMBER = (
-    r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
-    r"|nan|inf(?:inity)?)"
+    r"[-+]?(?:[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+    r"|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
 )
-_SUFFIX = r"(?P<suffix>[KMBT](?![A-Za-z]))?"
+_SUFFIX = r"(?P<suffix>(?-i:[KMBT])(?![A-Za-z]))?"
 _SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 # A name of one to four words, then `:` or `=` (an optional `[` or `(` for DeepSpeed's lr=[…], a
 # `tensor(` for torchtune's grad_norm:tensor(0.81), quotes for a JSON record printed by a logger:
 # fairseq's --log-format json), or spaces, then a number. The name is lazy:
 # `train loss 2.3` is tried as `train` first and extended only when no number follows.
-# A name never starts right after `(` or a letter: `(a(a(a…` cost a 60-character scan per letter.
+# A word of a name holds no parenthesis: with them, `(a(a(a…` cost a 60-character scan per
+# letter; a name may start right after one (`step 5 (loss: 2.3, lr: 3e-4)`).
 _PAIR = re.compile(
-    r"(?<![\w/.\-()])(?P<key>[A-Za-z][\w/.\-()]{0,60}(?: " + _WORD + r"){0,3}?)"
+    r"(?<![\w/.\-])(?P<key>[A-Za-z][\w/.\-]{0,60}(?: " + _WORD + r"){0,3}?)"
     r"[\"']?(?:\s*[:=]\s*(?:(?:tensor\(|[\[(\"'])\s*)?|\s+)(?P<value>"
     + _NUMBER
     + r")"
@@ -132,8 +136,7 @@ _SPLIT_WORDS = frozenset({"train", "training", "eval"})
 # `>`, a logger's `:`) or after MaxText's `Completed`; and not followed by a value (`val 3.2`,
 # `val: n/a`, `val=3.2`: a field).
 _EVAL_RECORD = re.compile(
-    r"(?:^|[|\[\->:]\s{0,8}|completed\s{1,8})"
-    r"(?:valid|validation|validate|val|eval|evaluation|evaluating)\b"
+    r"(?<![\w/.\-])(?:valid|validation|validate|val|eval|evaluation|evaluating)\b"
     r"(?!\s{0,8}[:=]?\s{0,8}(?:[-+]?[\d.]|n/a|nan|none|-))",
     re.IGNORECASE | re.ASCII,
 )
@@ -173,14 +176,18 @@ def step_key(line: str) -> StepKey | None:
             step = (epoch - first_epoch) * length + at
             return StepKey(step, EPOCH_POSITION_PRIORITY, position.span(), None, None, None)
     found = [
-        (STEP_KEY_PRIORITY[match["key"].lower().replace(" ", "_")], int(match["step"]), match)
+        (
+            STEP_KEY_PRIORITY[match["key"].lower().replace(" ", "_")],
+            int(match["step"].replace(",", "")),
+            match,
+        )
         for match in _STEP.finditer(line)
     ]
     if not found:
         return None
     priority, step, match = min(found, key=lambda item: item[0])
     others = [p for p, s, _ in found if p > priority and s != step]
-    total = int(match["total"]) if match["total"] is not None else None
+    total = int(match["total"].replace(",", "")) if match["total"] is not None else None
     epoch_match = _EPOCH.search(line)
     return StepKey(
         step,
@@ -204,7 +211,17 @@ def pairs(line: str) -> list[Pair]:
 
 
 def is_evaluation(line: str) -> bool:
-    return _EVAL_RECORD.search(line) is not None
+    """Whether the record is an evaluation's: an eval word (not a field's name followed by its
+    value) before the line's first value of a known series. A kind is named before the values
+    (`INFO eval step 500 | loss 2.1`, fairseq's `| valid | epoch 001 | … | loss 7.5`); one after
+    them is a field (`step 100 | loss 2.3 | val loss 2.5`, `| eval every 500 steps`)."""
+    marker = _EVAL_RECORD.search(line)
+    if marker is None:
+        return False
+    first_value = next(
+        (pair.span[0] for pair in pairs(line) if series_of(pair.name) is not None), len(line)
+    )
+    return marker.start() < first_value
 
 
 def is_epoch_summary(line: str) -> bool:

@@ -161,18 +161,20 @@ class _Record:
         if on_another_axis or grammar.is_epoch_summary(line):
             self.step, self.lines_left = None, 0
             return
-        self.step = self.epoch_counter.global_step(key)
         self.evaluating = grammar.is_evaluation(line)
+        # An evaluation's own counter (`Epoch 3 | Validation | Batch 20`) does not move the
+        # training counter's epochs.
+        self.step = self.epoch_counter.global_step(key, learn=not self.evaluating)
         self.in_bits = grammar.prints_bits(line)
         self.producers.update(name for name, sign in _PRODUCER_SIGNS if sign in line)
         self.seen = set()
         if not self.evaluating and len(self.printed_steps) < MAX_STEPS_KEPT_FOR_INTERVAL:
             self.printed_steps.append(self.step)
         self.add_pairs(line, key.span, explicit_only=False)
-        # Indented lines continue a header that carries no value of its own (Composer's
-        # `[batch=N/M]:`, OLMo's `[step=N/M]`); after a line with its values, an indented block
-        # is something else (a config dump).
-        self.lines_left = 0 if self.seen else MAX_RECORD_LINES
+        # Indented lines continue a header that carries no loss of its own (Composer's
+        # `[batch=N/M]:`, OLMo's `[step=N/M]`, a `Step s | lr …` header); after a line with its
+        # loss, an indented block is something else (a config dump).
+        self.lines_left = 0 if self.seen & {LOSS, EVAL_LOSS} else MAX_RECORD_LINES
 
     def continues(self, line: str) -> bool:
         """Whether the line is an indented line of the current record (Composer, OLMo)."""
@@ -216,25 +218,44 @@ class _EpochCounter:
     def __init__(self) -> None:
         self.first_epoch: int | None = None
         self.last: tuple[int, int] | None = None  # (epoch, count) of the previous record
+        self.epoch_first_count: int | None = None  # the first count of the previous record's epoch
         self.offsets: dict[int, int] = {}  # epoch -> steps before it, once a restart was seen
         self.restarts = False
 
-    def global_step(self, key: grammar.StepKey) -> int:
+    def global_step(self, key: grammar.StepKey, learn: bool = True) -> int:
+        """The global step of `key`; `learn` False: an evaluation record, mapped with what the
+        training records showed but not taken as one of them."""
         if key.epoch is None or key.priority == 0:
             return key.step
-        if self.first_epoch is None:
-            self.first_epoch = key.epoch
-        previous = self.last
-        self.last = (key.epoch, key.step)
-        if previous is not None and key.epoch > previous[0] and key.step < previous[1]:
-            self.restarts = True
-            if key.total is None:
-                self.offsets[key.epoch] = self.offsets.get(previous[0], 0) + previous[1]
+        if learn:
+            self._see(key)
         if not self.restarts:
             return key.step
         if key.total is not None:
-            return (key.epoch - self.first_epoch) * key.total + key.step
+            return (key.epoch - (self.first_epoch or 0)) * key.total + key.step
         return self.offsets.get(key.epoch, 0) + key.step
+
+    def _see(self, key: grammar.StepKey) -> None:
+        assert key.epoch is not None
+        if self.first_epoch is None:
+            self.first_epoch = key.epoch
+        previous, self.last = self.last, (key.epoch, key.step)
+        if previous is None or key.epoch != previous[0]:
+            first_before, self.epoch_first_count = self.epoch_first_count, key.step
+        else:
+            return
+        # A restart: the next epoch's counter starts again near where the previous epoch's
+        # started (a resume's step falls back too, but not to the start of an epoch).
+        if (
+            previous is not None
+            and key.epoch == previous[0] + 1
+            and first_before is not None
+            and key.step < previous[1]
+            and key.step <= first_before + (previous[1] - first_before) // 10
+        ):
+            self.restarts = True
+            if key.total is None:
+                self.offsets[key.epoch] = self.offsets.get(previous[0], 0) + previous[1]
 
 
 # Producers whose printed numbers need a word in the report, by a mark their lines carry.
