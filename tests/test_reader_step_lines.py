@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.readers.step_lines import StepLineLogReader
@@ -544,3 +546,30 @@ def test_a_resume_that_counts_the_epoch_up_is_not_a_new_epoch(tmp_path: Path) ->
     text += "".join(f"epoch 2 step {s}/5000 loss 2.0\n" for s in range(2000, 3100, 100))
     steps = sorted(_series(_write(tmp_path, text))[LOSS])
     assert max(steps) == 3000
+
+
+_TOKENS = [
+    "step", "Step", "steps", "iter", "iteration", "batch", "global_step", "num_updates", "epoch",
+    "Epoch", "loss", "train loss", "val", "eval", "valid", "lr", "grad_norm", "norm", "Iter(train)",
+    "Epoch(train)", "Train:", "Epoch:", "[", "]", "(", ")", ":", "=", "|", ",", "/", ".", " ", "  ",
+    "\t", "\r", "\x1b[31m", "[rank1]:", "0: ", "1", "12", "1,234", "0.5", "3e-4", "2.3K", "nan",
+    "-inf", "ſ", "İ", "١", "'", '"', "tensor(", "batches", "| epoch", "\n", "\n    ",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_TOKENS), min_size=1, max_size=120))
+def test_any_arrangement_of_the_grammar_s_tokens_reads_or_is_refused(tokens: list[str]) -> None:
+    """Property: a log made of the grammar's own tokens in any order is claimed or not, and read
+    into points or refused with UnreadableInput: never another exception."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "train.log"
+        log.write_text("".join(tokens) * 3, encoding="utf-8")
+        if READER.can_read(log):
+            try:
+                read = READER.read(log, log.name)
+            except UnreadableInput:
+                return
+            assert np.isfinite(read.metrics.step).all()

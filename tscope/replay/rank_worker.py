@@ -102,6 +102,13 @@ def main(spec_path: str) -> int:
         created = init_group(spec["device"])
         try:
             result = run_rank(spec)
+            if created:
+                # Every rank past its last collective before any tears the group down: a rank
+                # that destroyed its gloo sockets while the other still had traffic in flight
+                # aborted the other (SIGABRT on rank 1, twice in CI on a loaded machine).
+                import torch.distributed as dist
+
+                dist.barrier()
         finally:
             if created:
                 import torch.distributed as dist
