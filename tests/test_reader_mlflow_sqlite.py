@@ -111,7 +111,7 @@ def test_a_damaged_store_is_one_line(tmp_path: Path) -> None:
 def test_a_query_beyond_the_work_budget_is_interrupted(tmp_path: Path) -> None:
     """Every query runs under a budget in proportion to the store's bytes: an endless one (what a
     crafted schema object could make of a query) is interrupted, not waited for."""
-    from tscope.ingest.readers.mlflow_sqlite import _store as store_of
+    from tscope.ingest.readers.mlflow_sqlite import _Store as store_of
 
     data = _store(tmp_path).read_bytes()
     with store_of(data) as connection, pytest.raises(sqlite3.OperationalError, match="interrupt"):

@@ -76,13 +76,12 @@ class MlflowRunReader:
             raise UnreadableInput(display_path, "an MLflow run folder with no metric file")
         problems: list[str] = []
         if len(keys) > MAX_KEYS:
-            keys = _known_first(keys)[:MAX_KEYS]
+            keys = known_first(run_metric_names(keys))[:MAX_KEYS]
             problems.append(f"more than {MAX_KEYS:,} metric keys: the first {MAX_KEYS:,} read")
         names = run_metric_names(sorted(keys, key=lambda key: -_size(run / METRICS_FOLDER / key)))
         rows = MetricRows()
         unstepped_keys: list[str] = []
-        # The known series first: the point cap is shared by the run's keys.
-        for key in sorted(keys, key=lambda key: (not names_a_known_series(names[key]), key)):
+        for key in known_first(names):
             try:
                 problem, numbered = _read_metric(
                     run / METRICS_FOLDER / key, shown_run, key, names[key], rows
@@ -183,9 +182,10 @@ def unstepped_caveats(keys: list[str], source: str) -> list[Caveat]:
     ]
 
 
-def _known_first(keys: list[str]) -> list[str]:
-    names = run_metric_names(keys)
-    return sorted(keys, key=lambda key: (not names_a_known_series(names[key]), key))
+def known_first(names: dict[str, str]) -> list[str]:
+    """A run's metric keys (key -> series name), the known series first, then by name: the point
+    and key caps are shared by the run's keys, so they cut the others."""
+    return sorted(names, key=lambda key: (not names_a_known_series(names[key]), key))
 
 
 def _params(folder: Path, shown_run: str, problems: list[str]) -> dict[str, object]:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import chosen_run, read_head
-from tscope.ingest.logs.names import names_a_known_series
 from tscope.ingest.readers.mlflow_files import (
     MAX_PARAM_CHARACTERS,
+    known_first,
     run_metric_names,
     unstepped,
     unstepped_caveats,
@@ -78,7 +78,7 @@ class MlflowSqliteReader:
             )
         data = read_bytes_bounded(path, display_path, MAX_STORE_BYTES)
         try:
-            with _store(data) as store:
+            with _Store(data) as store:
                 return _read_run(store, display_path)
         except sqlite3.Error as error:
             raise UnreadableInput(
@@ -86,7 +86,7 @@ class MlflowSqliteReader:
             ) from error
 
 
-class _store:
+class _Store:
     """The store's bytes as a query-only in-memory database under a work budget and a deadline;
     temporary b-trees (a sort) in memory, never in a file under /var/tmp (outside --out); no
     value longer than MAX_VALUE_BYTES (a generated column of zeroblob(900000000) was one step of
@@ -128,7 +128,7 @@ def store_runs(path: Path, display_path: str) -> list[tuple[str, str]]:
         raise UnreadableInput(display_path, "reading an MLflow SQLite store needs Python 3.11+")
     data = read_bytes_bounded(path, display_path, MAX_STORE_BYTES)
     try:
-        with _store(data) as store:
+        with _Store(data) as store:
             _check_tables(store, display_path)
             return [(str(run_id), str(name)) for run_id, name, _ in _runs(store)]
     except sqlite3.Error as error:
@@ -178,11 +178,9 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
     ).fetchall()
     names = run_metric_names([str(key) for key, _ in counts])
     rows = MetricRows()
-    # The known series first: the point cap is shared by the run's keys.
-    order = sorted(names, key=lambda key: (not names_a_known_series(names[key]), key))
     untyped = 0
     unstepped_keys: list[str] = []
-    for key in order:
+    for key in known_first(names):
         query = store.execute(
             "SELECT step, value, is_nan FROM metrics WHERE run_uuid = ? AND key = ? "
             "ORDER BY timestamp, step LIMIT ?",

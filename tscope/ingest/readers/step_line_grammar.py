@@ -210,16 +210,17 @@ def pairs(line: str) -> list[Pair]:
     return found
 
 
-def is_evaluation(line: str) -> bool:
+def is_evaluation(line: str, found: list[Pair]) -> bool:
     """Whether the record is an evaluation's: an eval word (not a field's name followed by its
     value) before the line's first value of a known series. A kind is named before the values
     (`INFO eval step 500 | loss 2.1`, fairseq's `| valid | epoch 001 | … | loss 7.5`); one after
-    them is a field (`step 100 | loss 2.3 | val loss 2.5`, `| eval every 500 steps`)."""
+    them is a field (`step 100 | loss 2.3 | val loss 2.5`, `| eval every 500 steps`). `found`:
+    the line's pairs."""
     marker = _EVAL_RECORD.search(line)
     if marker is None:
         return False
     first_value = next(
-        (pair.span[0] for pair in pairs(line) if series_of(pair.name) is not None), len(line)
+        (pair.span[0] for pair in found if series_of(pair.name) is not None), len(line)
     )
     return marker.start() < first_value
 

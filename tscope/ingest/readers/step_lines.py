@@ -108,7 +108,7 @@ class StepLineLogReader:
                         record.start(line, key)
                 # Continuation lines carry no launcher prefix (only a record's first line does).
                 elif prefixed_rank in (None, record.rank) and record.continues(line):
-                    record.add_pairs(line, None, explicit_only=True)
+                    record.add_pairs(grammar.pairs(line), None, explicit_only=True)
                 elif rank == record.rank:
                     record.lines_left = 0
         if not record.rows.has_metric(LOSS):
@@ -126,17 +126,15 @@ class StepLineLogReader:
 _NO_RANK_YET = -1
 
 
-def _rank_order(rank: int | None) -> tuple[int, int]:
+def _rank_order(rank: int) -> tuple[int, int]:
     """The lowest rank first; before any, no rank yet."""
-    if rank == _NO_RANK_YET or rank is None:
-        return (1, 0)
-    return (0, rank)
+    return (1, 0) if rank == _NO_RANK_YET else (0, rank)
 
 
 class _Record:
     """The step record being read, of the one rank whose lines are kept, and what it gave."""
 
-    def __init__(self, rank: int | None = _NO_RANK_YET) -> None:
+    def __init__(self, rank: int = _NO_RANK_YET) -> None:
         self.rank = rank
         self.rows = MetricRows()
         self.names: dict[str, str | None] = {}  # printed name -> canonical series or None
@@ -161,7 +159,8 @@ class _Record:
         if on_another_axis or grammar.is_epoch_summary(line):
             self.step, self.lines_left = None, 0
             return
-        self.evaluating = grammar.is_evaluation(line)
+        found = grammar.pairs(line)
+        self.evaluating = grammar.is_evaluation(line, found)
         # An evaluation's own counter (`Epoch 3 | Validation | Batch 20`) does not move the
         # training counter's epochs.
         self.step = self.epoch_counter.global_step(key, learn=not self.evaluating)
@@ -170,7 +169,7 @@ class _Record:
         self.seen = set()
         if not self.evaluating and len(self.printed_steps) < MAX_STEPS_KEPT_FOR_INTERVAL:
             self.printed_steps.append(self.step)
-        self.add_pairs(line, key.span, explicit_only=False)
+        self.add_pairs(found, key.span, explicit_only=False)
         # Indented lines continue a header that carries no loss of its own (Composer's
         # `[batch=N/M]:`, OLMo's `[step=N/M]`, a `Step s | lr …` header); after a line with its
         # loss, an indented block is something else (a config dump).
@@ -183,9 +182,11 @@ class _Record:
         self.lines_left -= 1
         return True
 
-    def add_pairs(self, line: str, step_span: tuple[int, int] | None, explicit_only: bool) -> None:
+    def add_pairs(
+        self, found: list[grammar.Pair], step_span: tuple[int, int] | None, explicit_only: bool
+    ) -> None:
         assert self.step is not None
-        for pair in grammar.pairs(line):
+        for pair in found:
             if step_span and pair.span[0] < step_span[1] and pair.span[1] > step_span[0]:
                 continue  # the step key itself ("step 10", "batch=1/100")
             if explicit_only and not pair.explicit:
