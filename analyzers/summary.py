@@ -127,7 +127,15 @@ def missing_data(evidence: Evidence) -> list[str]:
     loss = primary_loss(run)
     if loss is None:
         if evidence.checkpoints is not None:
-            return []  # checkpoints alone are judged by the checkpoint explainers
+            snapshots = evidence.checkpoints.snapshots
+            if len(snapshots) >= 2:
+                return []  # checkpoints alone are judged by the checkpoint explainers
+            # One checkpoint shows its weights' state, not the changes between checkpoints
+            # (update ratios, the optimizer's LR, weight growth) that date an incident.
+            return [
+                "no loss series and only one checkpoint: the changes between checkpoints "
+                "(update ratios, the optimizer's learning rate, weight growth) need two or more"
+            ]
         found = [visible(name) for name in run.metric_names]
         if not found:
             return ["no loss series was found in the inputs"]
@@ -153,6 +161,12 @@ def _healthy_verdict(evidence: Evidence, findings: list[Finding]) -> str:
     run = evidence.run
     loss = primary_loss(run)
     if loss is None:
+        saved = evidence.checkpoints.steps if evidence.checkpoints is not None else []
+        if len(saved) >= 2:
+            return (
+                f"No loss series was found; the {len(saved)} checkpoints (steps {saved[0]} to "
+                f"{saved[-1]}) show no anomaly in their weights, updates or optimizer state."
+            )
         return "No loss series was found, so no incident could be judged."
     steps, values = run.series(loss)
     notes = len(findings)

@@ -295,6 +295,12 @@ def test_the_registry_finds_each_checkpoint_once():
         ("lightning", "lightning/epoch=0-step=2.ckpt"),
         ("lightning", "lightning/epoch=0-step=4.ckpt"),  # last.ckpt repeats it: not twice
         ("lightning", "lightning_named_groups/epoch=0-step=2.ckpt"),
+        ("accelerate", "accelerate/checkpoints/checkpoint_0"),
+        ("accelerate", "accelerate/checkpoints/checkpoint_1"),
+        ("accelerate", "accelerate/checkpoints/checkpoint_2"),
+        ("accelerate", "accelerate_lr_jump/step_2"),
+        ("accelerate", "accelerate_lr_jump/step_4"),
+        ("accelerate", "accelerate_lr_jump/step_6"),
     ])  # fmt: skip
 
 

@@ -106,7 +106,7 @@ def test_names_alone_give_the_same_mapping_without_transformers(monkeypatch):
     """The fallback when transformers is not installed: registration order from module names."""
     monkeypatch.setattr(param_order, "architecture_order", lambda config, params: None)
     monkeypatch.setattr(
-        "tscope.ingest.checkpoints.hf_trainer.architecture_order", lambda c, p: None
+        "tscope.ingest.checkpoints.weights_folder.architecture_order", lambda c, p: None
     )
     checkpoint = RUNS / "lr_jump" / "checkpoint-180"
     from transformers import GPT2Config, GPT2LMHeadModel

@@ -27,6 +27,7 @@ from tscope.ingest.checkpoints.base import (
 )
 from tscope.ingest.checkpoints.optimizer_mapping import (
     GroupingRule,
+    aligned_order,
     map_optimizer_state,
     nanogpt_groups,
     summarize_optimizer,
@@ -296,67 +297,17 @@ def _parameter_candidates(tensors: Mapping[str, torch.Tensor]) -> list[ParamSpec
     return out
 
 
-def _optimizer_ids(raw_optimizer: Any) -> list[tuple[Any, tuple[int, ...] | None]]:
-    """(id, moment shape or None when the parameter has no state yet), in id order."""
-    if not isinstance(raw_optimizer, Mapping):
-        return []
-    groups = raw_optimizer.get("param_groups")
-    state = raw_optimizer.get("state")
-    if not isinstance(groups, list) or not isinstance(state, Mapping):
-        return []
-    out: list[tuple[Any, tuple[int, ...] | None]] = []
-    for group in groups:
-        for param_id in group.get("params", []) if isinstance(group, Mapping) else []:
-            entry = state.get(param_id)
-            moment = entry.get("exp_avg") if isinstance(entry, Mapping) else None
-            stored = getattr(moment, "shape", None)
-            shape = tuple(int(d) for d in stored) if stored is not None else None
-            out.append((param_id, shape))
-    return out
-
-
 def _aligned_order(
     tensors: Mapping[str, torch.Tensor], raw_optimizer: Any
 ) -> list[ParamSpec] | None:
-    """The parameters, when the optimizer's ids (in module order) fit the state_dict one way only.
-
-    named_parameters() is the state_dict order with buffers (and tied copies) left out. Matching
-    the ids' moment shapes as a subsequence of the state_dict both from the left and from the
-    right gives the earliest and latest fits; when they agree the fit is forced, whatever the
-    buffers are called. When they differ, shapes alone cannot say which entries are buffers.
-    """
-    ids = _optimizer_ids(raw_optimizer)
+    """The parameters, when the optimizer's ids (in module order) fit the state_dict one way only
+    (optimizer_mapping.aligned_order), running statistics left out first."""
     candidates = [
         spec
         for spec in _parameter_candidates(tensors)
         if spec.name.rsplit(".", 1)[-1] not in _KNOWN_BUFFER_LEAVES
     ]
-    if not ids or len(ids) > len(candidates):
-        return None
-    left = _greedy_fit([shape for _, shape in ids], [c.shape for c in candidates])
-    right_reversed = _greedy_fit(
-        [shape for _, shape in reversed(ids)], [c.shape for c in reversed(candidates)]
-    )
-    if left is None or right_reversed is None:
-        return None
-    right = [len(candidates) - 1 - i for i in reversed(right_reversed)]
-    if left != right:
-        return None
-    return [candidates[i] for i in left]
-
-
-def _greedy_fit(
-    wanted: list[tuple[int, ...] | None], available: list[tuple[int, ...]]
-) -> list[int] | None:
-    picks, position = [], 0
-    for shape in wanted:
-        while position < len(available) and shape is not None and available[position] != shape:
-            position += 1
-        if position >= len(available):
-            return None
-        picks.append(position)
-        position += 1
-    return picks
+    return aligned_order(candidates, raw_optimizer)
 
 
 def _in_order_groups(raw_optimizer: Any) -> GroupingRule:

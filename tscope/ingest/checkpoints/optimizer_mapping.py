@@ -131,6 +131,63 @@ def map_optimizer_state(
     return OptimizerState(param_groups=hyper, unmapped=unmapped), "not mapped"
 
 
+def aligned_order(candidates: Sequence[ParamSpec], raw_optimizer: Any) -> list[ParamSpec] | None:
+    """`candidates` less the tensors the optimizer does not hold (buffers: positional tables,
+    masks), when the optimizer's ids (in module order) fit them one way only.
+
+    named_parameters() is the state_dict order with buffers (and tied copies) left out. Matching
+    the ids' moment shapes as a subsequence of `candidates` both from the left and from the right
+    gives the earliest and latest fits; when they agree the fit is forced, whatever the buffers
+    are called. When they differ, shapes alone cannot say which entries are buffers (None).
+    """
+    ids = optimizer_ids(raw_optimizer)
+    if not ids or len(ids) > len(candidates):
+        return None
+    left = _greedy_fit([shape for _, shape in ids], [c.shape for c in candidates])
+    right_reversed = _greedy_fit(
+        [shape for _, shape in reversed(ids)], [c.shape for c in reversed(candidates)]
+    )
+    if left is None or right_reversed is None:
+        return None
+    right = [len(candidates) - 1 - i for i in reversed(right_reversed)]
+    if left != right:
+        return None
+    return [candidates[i] for i in left]
+
+
+def optimizer_ids(raw_optimizer: Any) -> list[tuple[Any, tuple[int, ...] | None]]:
+    """(id, moment shape or None when the parameter has no state yet), in id order."""
+    if not isinstance(raw_optimizer, Mapping):
+        return []
+    groups = raw_optimizer.get("param_groups")
+    state = raw_optimizer.get("state")
+    if not isinstance(groups, list) or not isinstance(state, Mapping):
+        return []
+    out: list[tuple[Any, tuple[int, ...] | None]] = []
+    for group in groups:
+        for param_id in group.get("params", []) if isinstance(group, Mapping) else []:
+            entry = state.get(param_id)
+            moment = entry.get("exp_avg") if isinstance(entry, Mapping) else None
+            stored = getattr(moment, "shape", None)
+            shape = tuple(int(d) for d in stored) if stored is not None else None
+            out.append((param_id, shape))
+    return out
+
+
+def _greedy_fit(
+    wanted: list[tuple[int, ...] | None], available: list[tuple[int, ...]]
+) -> list[int] | None:
+    picks, position = [], 0
+    for shape in wanted:
+        while position < len(available) and shape is not None and available[position] != shape:
+            position += 1
+        if position >= len(available):
+            return None
+        picks.append(position)
+        position += 1
+    return picks
+
+
 def _names_from_producer(groups: list[Any]) -> dict[Any, str] | None:
     """`param_names` (optimizer built from named_parameters()) or FQN ids (DCP) name the state."""
     if all(isinstance(p, str) for g in groups for p in g["params"]):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tscope.ingest.checkpoints.accelerate import AccelerateReader
 from tscope.ingest.checkpoints.base import CheckpointReader, ConfinableReader
 from tscope.ingest.checkpoints.dcp import DcpReader
 from tscope.ingest.checkpoints.deepspeed import DeepSpeedReader
@@ -24,6 +25,7 @@ CHECKPOINT_READERS: tuple[CheckpointReader, ...] = (
     HfTrainerReader(),
     DeepSpeedReader(),
     DcpReader(),
+    AccelerateReader(),  # after DCP: FSDP's sharded save_state folders are DCP's
     # Files.
     LightningReader(),
     NanoGptReader(),

@@ -106,3 +106,35 @@ def _is_int(value: Any) -> bool:
     import numpy as np
 
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+# accelerate's `save_accelerator_state` keys, and the Trainer keys whose checks they share.
+_ACCELERATE_RNG_KEYS = {
+    "random_state": "python",
+    "numpy_random_seed": "numpy",
+    "torch_manual_seed": "cpu",
+}
+
+
+def read_accelerate_rng_state(
+    path: Path, display_path: str, options: LoadOptions
+) -> Mapping[str, Any]:
+    """accelerate's `random_states_{rank}.pkl` (a torch.save file despite its name: {"step":
+    the accelerator's accumulation counter, "random_state", "numpy_random_seed",
+    "torch_manual_seed", "torch_{device}_manual_seed": …}) loaded safely and checked as
+    read_rng_state checks the Trainer's; else UnreadableInput."""
+    state = safe_torch_load(path, display_path, options, allow_numpy=True)
+    if not isinstance(state, Mapping):
+        raise UnreadableInput(display_path, f"holds a {type(state).__name__}, not RNG states")
+    step = state.get("step")
+    if step is not None and not _is_int(step):
+        raise UnreadableInput(display_path, "its step is not a whole number (forged or damaged)")
+    check_rng_state(
+        {
+            _ACCELERATE_RNG_KEYS.get(str(key), str(key)): value
+            for key, value in state.items()
+            if key != "step"
+        },
+        display_path,
+    )
+    return state  # type: ignore[no-any-return]  # checked to be a Mapping above

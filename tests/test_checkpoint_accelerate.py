@@ -1,0 +1,133 @@
+"""accelerate's `Accelerator.save_state` folders, read from files the real accelerate wrote.
+
+fixtures/data/layouts/accelerate*/ (fixtures/layout_accelerate.py): the tiny layout model trained
+6 updates on CPU and saved every 2, healthy with automatic_checkpoint_naming (`checkpoint_0..2`:
+save counters) and with the LR ×20 from update 5 into `step_{N}/` folders. manifest.json holds
+what the live run had when it saved (tensors, the optimizer's LR).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tscope.ingest.checkpoints.accelerate import AccelerateReader
+from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.registry import find_checkpoints
+from tscope.pipeline import analyze_run
+
+LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"
+HEALTHY, JUMP = LAYOUTS / "accelerate", LAYOUTS / "accelerate_lr_jump"
+PARAMETERS = {
+    "emb.weight", "norm.weight", "norm.bias", "mlp.0.weight", "mlp.0.bias", "mlp.2.weight",
+    "mlp.2.bias", "head.weight", "head.bias",
+}  # fmt: skip
+FOLDERS = [
+    (HEALTHY / "checkpoints" / f"checkpoint_{index}", step) for index, step in enumerate((2, 4, 6))
+] + [(JUMP / f"step_{step}", step) for step in (2, 4, 6)]
+
+
+def manifest(layout: Path, step: int) -> dict:
+    return json.loads((layout / "manifest.json").read_text())["checkpoints"][str(step)]
+
+
+def test_the_registry_claims_each_save_state_folder_in_the_optimizers_step_order():
+    for layout, shown in ((HEALTHY, "checkpoints/checkpoint_"), (JUMP, "step_")):
+        found = find_checkpoints(layout)
+        assert [reader.name for reader, _, _ in found] == ["accelerate"] * 3
+        assert [s for _, _, s in found] == [
+            f"{shown}{i}" for i in ((0, 1, 2) if layout == HEALTHY else (2, 4, 6))
+        ]
+
+
+@pytest.mark.parametrize("folder,step", FOLDERS, ids=lambda v: getattr(v, "name", str(v)))
+def test_weights_and_step_are_what_accelerate_saved(folder, step):
+    truth = manifest(folder.parent if folder.parent.name != "checkpoints" else HEALTHY, step)
+    reader = AccelerateReader()
+    assert reader.can_open(folder)
+    handle = reader.open(folder, folder.name, LoadOptions())
+    try:
+        # automatic naming's checkpoint_1 is the second save: the step is the optimizer's 4
+        assert handle.info.step == step == truth["step"]
+        assert reader.describe(folder, folder.name) == handle.info
+        assert handle.partial == []
+        # pos_scale, a float buffer beside the parameters, has no optimizer entry of its shape
+        assert set(handle.tensor_names()) == PARAMETERS
+        for name in handle.tensor_names():
+            expected = truth["tensors"][name]
+            tensor = handle.load_tensor(name).float().flatten()
+            assert math.isclose(
+                float(tensor.double().sum()), expected["sum"], rel_tol=1e-6, abs_tol=1e-9
+            ), name
+        state = handle.optimizer_state()
+        assert state is not None
+        assert math.isclose(state.param_groups[0]["lr"], truth["lr"], rel_tol=1e-9)
+        # one group from parameters() of a model whose names give no module order, and tensors
+        # of equal shape (emb/head, the 16-wide vectors): the moments cannot be named, and say so
+        assert state.per_param == {} and "not mapped" in state.unmapped[0]
+        audit = handle.audit()
+        assert audit.missing() == []
+        assert audit.rng_ranks == (0,) and audit.expected_ranks == 1 and audit.has_scheduler
+        assert any("not analyzed: pos_scale" in note for note in audit.notes)
+    finally:
+        handle.close()
+
+
+def test_a_trainer_or_plain_folder_is_not_claimed(tmp_path):
+    plain = tmp_path / "step_2"
+    shutil.copytree(JUMP / "step_2", plain)
+    (plain / "random_states_0.pkl").unlink()
+    assert not AccelerateReader().can_open(plain)  # save_state always writes the RNG file
+    trainer = tmp_path / "step_4"
+    shutil.copytree(JUMP / "step_4", trainer)
+    (trainer / "trainer_state.json").write_text("{}")
+    assert not AccelerateReader().can_open(trainer)
+
+
+def test_the_lr_jump_is_found_from_accelerate_checkpoints_alone():
+    case = analyze_run(JUMP).case
+    assert case.summary.status == "incident"
+    headline = next(f for f in case.findings if f.id == case.summary.headline_finding)
+    assert headline.category == "lr_schedule_jump" and headline.step == 4
+    assert "between the checkpoints at steps 2" in headline.message
+
+
+def test_the_healthy_accelerate_run_gets_no_warning():
+    case = analyze_run(HEALTHY).case
+    assert case.summary.status == "healthy"
+    assert [f for f in case.findings if f.severity != "info"] == []
+    assert "3 checkpoints (steps 2 to 6)" in case.summary.verdict
+
+
+def test_a_forged_rng_file_is_one_partial_line_and_the_rest_is_read(tmp_path):
+    folder = tmp_path / "step_2"
+    shutil.copytree(JUMP / "step_2", folder)
+    torch.save({"step": 0, "random_state": (3, [1, 2], None)}, folder / "random_states_0.pkl")
+    handle = AccelerateReader().open(folder, "step_2", LoadOptions())
+    assert handle.info.step == 2 and not handle.info.has_rng
+    assert len(handle.partial) == 1
+    assert handle.partial[0].path == "step_2/random_states_0.pkl"
+    assert "python random state is not a generator state" in handle.partial[0].problem
+    assert set(handle.tensor_names()) == PARAMETERS
+    handle.close()
+
+
+def test_a_pickle_that_would_run_code_is_refused_not_run(tmp_path):
+    folder = tmp_path / "step_2"
+    shutil.copytree(JUMP / "step_2", folder)
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    torch.save({"step": 0, "random_state": Payload()}, folder / "random_states_0.pkl")
+    handle = AccelerateReader().open(folder, "step_2", LoadOptions())
+    assert not marker.exists()
+    assert [p.path for p in handle.partial] == ["step_2/random_states_0.pkl"]
+    handle.close()
