@@ -131,3 +131,45 @@ def test_a_pickle_that_would_run_code_is_refused_not_run(tmp_path):
     assert not marker.exists()
     assert [p.path for p in handle.partial] == ["step_2/random_states_0.pkl"]
     handle.close()
+
+
+def test_a_llama_with_the_no_trainer_examples_groups_gets_every_moment_by_name(tmp_path):
+    """transformers' *_no_trainer.py groups (`bias`, `layer_norm.weight` substrings: Llama's
+    input_layernorm.weight decays, unlike in the Trainer), saved by the real Accelerator."""
+    from accelerate import Accelerator
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            num_hidden_layers=2, hidden_size=16, intermediate_size=32, num_attention_heads=2,
+            num_key_value_heads=2, vocab_size=40, max_position_embeddings=16,
+        )
+    )  # fmt: skip
+    no_decay = ["bias", "layer_norm.weight"]
+    named = list(model.named_parameters())
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for n, p in named if not any(nd in n for nd in no_decay)]},
+            {"params": [p for n, p in named if any(nd in n for nd in no_decay)], "weight_decay": 0},
+        ],
+        lr=1e-3,
+    )
+    accelerator = Accelerator(cpu=True)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    tokens = torch.randint(0, 40, (2, 16))
+    for _ in range(2):
+        accelerator.backward(model(input_ids=tokens, labels=tokens).loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    accelerator.save_state(str(tmp_path / "step_2"))
+    handle = AccelerateReader().open(tmp_path / "step_2", "step_2", LoadOptions())
+    state = handle.optimizer_state()
+    assert handle.info.step == 2 and state is not None and state.unmapped == []
+    live = dict(accelerator.unwrap_model(model).named_parameters())
+    assert set(state.per_param) == set(live)
+    for name, parameter in live.items():
+        kept = optimizer.optimizer.state[parameter]
+        assert torch.equal(state.per_param[name]["exp_avg"], kept["exp_avg"]), name
+    assert any("no_trainer examples" in note for note in handle.audit().notes)
+    handle.close()

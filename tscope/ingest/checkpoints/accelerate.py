@@ -20,7 +20,7 @@ from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
-from tscope.ingest.checkpoints.optimizer_mapping import summarize_optimizer
+from tscope.ingest.checkpoints.optimizer_mapping import ACCELERATE_RULES, summarize_optimizer
 from tscope.ingest.checkpoints.rng_state import read_accelerate_rng_state
 from tscope.ingest.checkpoints.state_dict_files import step_from_name, step_value
 from tscope.ingest.checkpoints.weights_folder import (
@@ -80,6 +80,7 @@ def name_step(folder: Path) -> int | None:
 
 class AccelerateCheckpoint(WeightsFolderCheckpoint):
     optimizer_files = (OPTIMIZER_FILE,)
+    grouping_rules = ACCELERATE_RULES
 
     def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
         super().__init__(path, display_path, options)

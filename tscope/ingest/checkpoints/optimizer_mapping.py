@@ -69,10 +69,31 @@ def single_group(params: Sequence[ParamSpec]) -> list[list[str]]:
     return [[p.name for p in params]]
 
 
+# transformers' examples/pytorch/*_no_trainer.py and accelerate's examples build the groups
+# themselves: `no_decay = ["bias", "layer_norm.weight"]` (older ones "LayerNorm.weight"), matched
+# as case-sensitive substrings of the name, so GPT-2's ln_1.weight and Llama's
+# input_layernorm.weight decay there, unlike in the Trainer.
+_NO_TRAINER_NO_DECAY = ("bias", "layer_norm.weight", "LayerNorm.weight")
+
+
+def no_trainer_groups(params: Sequence[ParamSpec]) -> list[list[str]]:
+    """The no_trainer examples' groups: decay, then bias and LayerNorm weights."""
+    excluded = [any(part in p.name for part in _NO_TRAINER_NO_DECAY) for p in params]
+    return [
+        [p.name for p, out in zip(params, excluded, strict=True) if not out],
+        [p.name for p, out in zip(params, excluded, strict=True) if out],
+    ]
+
+
 TRAINER_RULES: tuple[tuple[str, GroupingRule], ...] = (
     ("Trainer decay/no-decay groups", trainer_groups),
     ("Trainer decay/no-decay groups (norms by name only)", trainer_groups_by_name_only),
     ("one param group", single_group),
+)
+# An accelerate loop is the user's own: the Trainer's rules, then the examples' hand-made groups.
+ACCELERATE_RULES: tuple[tuple[str, GroupingRule], ...] = (
+    *TRAINER_RULES,
+    ("no_trainer examples' decay/no-decay groups", no_trainer_groups),
 )
 NANOGPT_RULES: tuple[tuple[str, GroupingRule], ...] = (
     ("nanoGPT dim>=2 / dim<2 groups", nanogpt_groups),

@@ -16,6 +16,7 @@ from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
 from tscope.ingest.checkpoints.optimizer_mapping import (
     TRAINER_RULES,
+    GroupingRule,
     aligned_order,
     map_optimizer_state,
     optimizer_ids,
@@ -54,6 +55,7 @@ class WeightsFolderCheckpoint:
     """The weights and optimizer of a checkpoint folder; subclasses name the optimizer file."""
 
     optimizer_files: tuple[str, ...] = ()
+    grouping_rules: tuple[tuple[str, GroupingRule], ...] = TRAINER_RULES
 
     def __init__(self, path: Path, display_path: str, options: LoadOptions) -> None:
         self.partial: list[PartialInput] = []
@@ -192,7 +194,7 @@ class WeightsFolderCheckpoint:
         if raw is None:
             return None
         if self._optimizer is None:
-            self._optimizer, note = map_optimizer_state(raw, self._orders(raw), TRAINER_RULES)
+            self._optimizer, note = map_optimizer_state(raw, self._orders(raw), self.grouping_rules)
             self._notes.append(f"optimizer ids mapped to names: {note}")
         return self._optimizer
 
