@@ -173,3 +173,16 @@ def test_a_llama_with_the_no_trainer_examples_groups_gets_every_moment_by_name(t
         assert torch.equal(state.per_param[name]["exp_avg"], kept["exp_avg"]), name
     assert any("no_trainer examples" in note for note in handle.audit().notes)
     handle.close()
+
+
+def test_a_linked_optimizer_file_is_refused_once_and_the_rest_is_read(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(JUMP / "step_2", run / "step_2")
+    outside = tmp_path / "elsewhere.bin"
+    shutil.copy(JUMP / "step_4" / "optimizer.bin", outside)
+    (run / "step_2" / "optimizer.bin").unlink()
+    (run / "step_2" / "optimizer.bin").symlink_to(outside)
+    case = analyze_run(run).case
+    refused = [p for p in case.partial if p.path == "step_2/optimizer.bin"]
+    assert len(refused) == 1 and "symbolic link" in refused[0].problem
+    assert [(c.step, c.has_optimizer) for c in case.checkpoints] == [(2, False)]

@@ -29,7 +29,7 @@ from tscope.ingest.readers.tensorboard_tags import (
 from tscope.ingest.remote_source import is_remote_url
 from tscope.ingest.run_config import checkpoint_config
 from tscope.ingest.run_groups import run_groups, several_runs_message
-from tscope.ingest.safe_fs import NOT_REGULAR
+from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED
 from tscope.model import CheckpointInfo, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
 
@@ -93,7 +93,14 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
             evidence, checkpoint_partial = read_checkpoints(
                 root, LoadOptions(trust_pickle=options.trust_pickle), on_file
             )
-            partial.extend(checkpoint_partial)
+            # A linked file discovery already refused (with its hint) is not listed again by
+            # the checkpoint reader that met the same link.
+            refused = {entry.path for entry in partial}
+            partial.extend(
+                entry
+                for entry in checkpoint_partial
+                if not (entry.problem == SYMLINK_REFUSED and entry.path in refused)
+            )
             if evidence is not None:
                 evidence_parts.append(evidence)
     name = roots[0].resolve().name if roots[0].is_dir() else roots[0].stem
