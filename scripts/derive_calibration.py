@@ -73,7 +73,9 @@ class Table:
 
 
 def alerts_of(results: dict[str, Any]) -> list[Scored]:
-    """Every alert finding of every run (controls included: all wrong there)."""
+    """Every alert finding of every run (controls included: all wrong there), the alerts
+    calibration reported as notes at their rule's severity (results written before that have
+    none)."""
     return [
         Scored(
             str(alert["category"]),
@@ -86,7 +88,7 @@ def alerts_of(results: dict[str, Any]) -> list[Scored]:
             bool(alert["right"]),
         )
         for run in results["runs"]
-        for alert in run["alerts"]
+        for alert in [*run["alerts"], *run.get("demoted", [])]
     ]
 
 

@@ -77,6 +77,9 @@ class RunScore:
     # Whether the planted cause left a trace in what the run recorded (`cause_recorded`); the
     # headline is reported over all runs and over the runs where it did.
     recorded: bool = True
+    # Alerts calibration reported as notes (analyzers/calibration.py DEMOTE_BELOW), with the
+    # rule's own severity: the calibration table keeps measuring their branch.
+    demoted: list[Alert] = field(default_factory=list)
 
 
 def headline_of(case: Any) -> Headline:
@@ -95,11 +98,13 @@ def headline_of(case: Any) -> Headline:
     return Headline(status, cause.category, step, cause.confidence, source, first)
 
 
-def _alerts(spec: RunSpec, case: Any) -> list[Alert]:
+def _alerts(spec: RunSpec, case: Any, demoted: bool = False) -> list[Alert]:
+    """The case's alert findings; with `demoted`, the alerts calibration made notes, at their
+    rule's severity."""
     return [
         Alert(
             f.category,
-            f.severity,
+            f.rule_severity if demoted else f.severity,
             float(f.confidence),
             f.step,
             f.source,
@@ -107,7 +112,7 @@ def _alerts(spec: RunSpec, case: Any) -> list[Alert]:
             f.rule_confidence,
         )
         for f in case.findings
-        if f.severity in ALERT_SEVERITIES
+        if (f.rule_severity in ALERT_SEVERITIES if demoted else f.severity in ALERT_SEVERITIES)
     ]
 
 
@@ -216,6 +221,7 @@ def score_spec(spec: RunSpec, folder: str) -> RunScore:
         visibility=visibility,
         largest_excursion=largest,
         recorded=cause_recorded(spec, visibility),
+        demoted=_alerts(spec, case, demoted=True),
     )
 
 
