@@ -186,3 +186,15 @@ def test_a_linked_optimizer_file_is_refused_once_and_the_rest_is_read(tmp_path):
     refused = [p for p in case.partial if p.path == "step_2/optimizer.bin"]
     assert len(refused) == 1 and "symbolic link" in refused[0].problem
     assert [(c.step, c.has_optimizer) for c in case.checkpoints] == [(2, False)]
+
+
+def test_a_saved_sampler_counts_for_the_resume_and_is_never_unpickled(tmp_path):
+    """accelerate saves a SeedableRandomSampler as the pickled object itself (sampler.bin)."""
+    from accelerate.data_loader import SeedableRandomSampler
+
+    folder = tmp_path / "step_2"
+    shutil.copytree(JUMP / "step_2", folder)
+    torch.save(SeedableRandomSampler(range(8)), folder / "sampler.bin")
+    handle = AccelerateReader().open(folder, "step_2", LoadOptions())
+    assert handle.partial == [] and handle.audit().has_sampler_state is True
+    handle.close()

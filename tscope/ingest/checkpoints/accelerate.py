@@ -95,7 +95,9 @@ class AccelerateCheckpoint(WeightsFolderCheckpoint):
         )
         self._has_scheduler = self._loads("scheduler.bin")
         self._has_scaler_file = self._loads("scaler.pt")
-        self._has_sampler = any(self._loads(name) for name in _SAMPLER_FILES)
+        # Present is all the audit needs, and sampler.bin is the pickled sampler object itself
+        # (a class a safe load refuses): neither file is opened.
+        self._has_sampler = any(is_regular_file(path / name) for name in _SAMPLER_FILES)
         self.info = CheckpointInfo(
             step=self._step(path),
             path=display_path,
