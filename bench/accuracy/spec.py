@@ -80,6 +80,7 @@ HELD_OUT_SPLITS = {
     "holdout11": 35,
     "holdout12": 30,
     "holdout13": 25,
+    "holdout14": 20,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tscope.ingest.base import Reader
+from tscope.ingest.readers.deepspeed_csv_monitor import DeepSpeedCsvMonitorReader
 from tscope.ingest.readers.megatron_log import MegatronLogReader
 from tscope.ingest.readers.metrics_table import MetricsTableReader
 from tscope.ingest.readers.mlflow_files import MlflowRunReader
@@ -34,6 +35,7 @@ READERS: tuple[Reader, ...] = (
     # After every producer's own text reader: it claims any log of `step N … loss: X` lines.
     StepLineLogReader(),
     TensorBoardCsvReader(),
+    DeepSpeedCsvMonitorReader(),  # before the generic table: its steps are sample counts
     # Last: it claims any table with a step column, so every specific reader asks first.
     MetricsTableReader(),
 )
