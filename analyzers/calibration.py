@@ -18,11 +18,6 @@ PSEUDO_COUNTS (2) pseudo-counts:
 
 each stated with two decimals and at most 0.99 (no count here supports a certainty).
 
-An alert whose own cell's rate is under DEMOTE_BELOW (0.5: more of its alerts were false than
-true) is reported as an info finding that says how often its branch was right; the rule's
-severity stays as `rule_severity`, and the bench keeps scoring it at that severity (score.py
-`RunScore.demoted`), so the table goes on measuring the branch.
-
 A category the benchmark measured but in an unseen severity/band gets the category's rate; a
 category it never produced (replay, xray and cluster findings, fp16 overflow, ...) and every info
 finding (the benchmark scores alerts only) keep the rule's prior. Regenerate the table, after any
@@ -90,40 +85,17 @@ def finding_confidence(category: str, severity: str, rule_confidence: float) -> 
 MEASURED_SOURCES = frozenset({"logs", "checkpoints"})
 
 
-# An alert whose own branch (category, severity, evidence band) the benchmark measured right less
-# often than this is reported as a note: more of its alerts were false than true. The rate is the
-# shrunk one of finding_calibration_table, so a branch seen a few times is judged by its
-# category's rate, not by its own small count. Measured on the spent splits (2026-12-06): two
-# branches fall under it, warmup_too_short's weak warning (0 right of 13) and grad_norm_spike's
-# warning at prior 0.6 (0 of 5); every other branch is at 0.84 or above.
-DEMOTE_BELOW = 0.5
-
-
 def calibrate(findings: Iterable[Finding]) -> list[Finding]:
     """Every finding with its calibrated confidence and its rule's prior kept (once: a finding
     that already carries its prior is left as it is; one from a source the benchmark does not
-    measure is left as it is); an alert of a branch measured mostly wrong becomes a note."""
+    measure is left as it is)."""
     return [
         finding
         if finding.rule_confidence is not None or finding.source not in MEASURED_SOURCES
-        else _calibrated(finding)
+        else replace(
+            finding,
+            confidence=finding_confidence(finding.category, finding.severity, finding.confidence),
+            rule_confidence=finding.confidence,
+        )
         for finding in findings
     ]
-
-
-def _calibrated(finding: Finding) -> Finding:
-    confidence = finding_confidence(finding.category, finding.severity, finding.confidence)
-    calibrated = replace(finding, confidence=confidence, rule_confidence=finding.confidence)
-    cell = BY_EVIDENCE.get((finding.category, finding.severity, evidence_band(finding.confidence)))
-    if cell is None or cell[0] >= DEMOTE_BELOW:
-        return calibrated
-    _, right, alerts = cell
-    return replace(
-        calibrated,
-        severity="info",
-        rule_severity=finding.severity,
-        message=(
-            f"{finding.message.rstrip('.')}. Reported as a note: alerts of this rule at this "
-            f"strength were right {right} of {alerts} times on tscope's accuracy benchmark."
-        ),
-    )

@@ -73,9 +73,7 @@ class Table:
 
 
 def alerts_of(results: dict[str, Any]) -> list[Scored]:
-    """Every alert finding of every run (controls included: all wrong there), the alerts
-    calibration reported as notes at their rule's severity (results written before that have
-    none)."""
+    """Every alert finding of every run (controls included: all wrong there)."""
     return [
         Scored(
             str(alert["category"]),
@@ -88,7 +86,7 @@ def alerts_of(results: dict[str, Any]) -> list[Scored]:
             bool(alert["right"]),
         )
         for run in results["runs"]
-        for alert in [*run["alerts"], *run.get("demoted", [])]
+        for alert in run["alerts"]
     ]
 
 

@@ -121,49 +121,6 @@ def test_calibrate_applies_once():
     assert calibration.calibrated_confidence("no_such_category", 0.42) == 0.42
 
 
-def test_an_alert_of_a_branch_measured_mostly_wrong_is_reported_as_a_note():
-    low = [key for key, cell in BY_EVIDENCE.items() if cell[0] < calibration.DEMOTE_BELOW]
-    high = [key for key, cell in BY_EVIDENCE.items() if cell[0] >= calibration.DEMOTE_BELOW]
-    assert low and high
-    for category, severity, band in low:
-        _, right, alerts = BY_EVIDENCE[(category, severity, band)]
-        note = calibrate([_finding(category, severity, band + 0.05)])[0]
-        assert note.severity == "info" and note.rule_severity == severity
-        assert note.confidence == BY_EVIDENCE[(category, severity, band)][0]
-        assert f"right {right} of {alerts} times" in note.message
-        assert calibrate([note]) == [note]  # applied once
-    for category, severity, band in high:
-        kept = calibrate([_finding(category, severity, band + 0.05)])[0]
-        assert kept.severity == severity and kept.rule_severity is None
-
-
-def test_a_notes_rule_severity_survives_case_json():
-    from tscope.model.case import finding_dict, read_finding
-    from tscope.model.case_fields import Fields
-
-    category, severity, band = next(
-        key for key, cell in BY_EVIDENCE.items() if cell[0] < calibration.DEMOTE_BELOW
-    )
-    note = calibrate([_finding(category, severity, band + 0.05)])[0]
-    stored = finding_dict(note)
-    assert stored["rule_severity"] == severity
-    assert read_finding(Fields(stored, "findings[0]")) == note
-    assert "rule_severity" not in finding_dict(_finding(category, "info", 0.5))
-
-
-def test_demoted_alerts_are_counted_at_their_rules_severity_by_the_script():
-    results = _results([("loss_spike", "warning", 0.82, True)])
-    results["runs"][0]["demoted"] = [  # type: ignore[index]
-        {"category": "warmup_too_short", "severity": "warning", "confidence": 0.13,
-         "rule_confidence": 0.55, "right": False}
-    ]  # fmt: skip
-    scored = derive_calibration.alerts_of(results)
-    assert [(a.category, a.severity) for a in scored] == [
-        ("loss_spike", "warning"),
-        ("warmup_too_short", "warning"),
-    ]
-
-
 def _results(alerts: list[tuple[str, str, float, bool]], split: str = "dev") -> dict[str, object]:
     return {
         "runs": [

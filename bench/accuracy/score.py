@@ -77,9 +77,6 @@ class RunScore:
     # Whether the planted cause left a trace in what the run recorded (`cause_recorded`); the
     # headline is reported over all runs and over the runs where it did.
     recorded: bool = True
-    # Alerts calibration reported as notes (analyzers/calibration.py DEMOTE_BELOW), with the
-    # rule's own severity: the calibration table keeps measuring their branch.
-    demoted: list[Alert] = field(default_factory=list)
 
 
 def headline_of(case: Any) -> Headline:
@@ -98,13 +95,11 @@ def headline_of(case: Any) -> Headline:
     return Headline(status, cause.category, step, cause.confidence, source, first)
 
 
-def _alerts(spec: RunSpec, case: Any, demoted: bool = False) -> list[Alert]:
-    """The case's alert findings; with `demoted`, the alerts calibration made notes, at their
-    rule's severity."""
+def _alerts(spec: RunSpec, case: Any) -> list[Alert]:
     return [
         Alert(
             f.category,
-            f.rule_severity if demoted else f.severity,
+            f.severity,
             float(f.confidence),
             f.step,
             f.source,
@@ -112,7 +107,7 @@ def _alerts(spec: RunSpec, case: Any, demoted: bool = False) -> list[Alert]:
             f.rule_confidence,
         )
         for f in case.findings
-        if (f.rule_severity in ALERT_SEVERITIES if demoted else f.severity in ALERT_SEVERITIES)
+        if f.severity in ALERT_SEVERITIES
     ]
 
 
@@ -221,7 +216,6 @@ def score_spec(spec: RunSpec, folder: str) -> RunScore:
         visibility=visibility,
         largest_excursion=largest,
         recorded=cause_recorded(spec, visibility),
-        demoted=_alerts(spec, case, demoted=True),
     )
 
 

@@ -68,17 +68,10 @@ class Finding:
     # The rule's own confidence before calibration (analyzers/calibration.py replaces
     # `confidence` with the benchmark's measured right-rate); None on findings never calibrated.
     rule_confidence: float | None = None
-    # The rule's severity when calibration reported its alert as a note (a branch the benchmark
-    # measured wrong more often than right); None when the severity is the rule's own.
-    rule_severity: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
-        if self.rule_severity is not None and self.rule_severity not in SEVERITIES:
-            raise ValueError(
-                f"rule_severity must be one of {SEVERITIES}, got {self.rule_severity!r}"
-            )
         if not 0.0 <= self.confidence <= 1.0:
             raise ValueError(f"confidence must be in [0, 1], got {self.confidence}")
         if self.source not in SOURCES:
@@ -266,12 +259,10 @@ def _change_point(change: Fields) -> ChangePoint:
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:
-    """A finding as case.json holds it: `rule_confidence` and `rule_severity` only where a
-    calibration set them."""
+    """A finding as case.json holds it: `rule_confidence` only where a calibration set it."""
     data = asdict(finding)
-    for optional in ("rule_confidence", "rule_severity"):
-        if data[optional] is None:
-            del data[optional]
+    if finding.rule_confidence is None:
+        del data["rule_confidence"]
     return data
 
 
@@ -292,7 +283,6 @@ def read_finding(finding: Fields) -> Finding:
             threshold=finding.text("threshold"),
             id=finding.text("id"),
             rule_confidence=finding.optional_number("rule_confidence"),
-            rule_severity=finding.optional_text("rule_severity"),
         )
     except CaseFormatError:
         raise
