@@ -106,6 +106,44 @@ def test_schedule_decay_explains_smaller_updates():
     ] == []
 
 
+def test_the_window_before_an_lr_jump_is_not_raised_beside_the_windows_after_it():
+    """The LR ×20 between checkpoints 200 and 300; every window moved the same per step (Adam
+    after a jump: a larger LR, gradients that average out). The first window has no past and
+    was judged per unit of LR against the later ones: ×14 "raised", before the jump it is
+    the symptom of (a real DeepSpeed ZeRO-3 run, checkpoints every 40 steps)."""
+    snaps = tuple(
+        CheckpointSnapshot(
+            info=CheckpointInfo(s, f"checkpoint-{s}", "hf_trainer", True, True),
+            audit=COMPLETE,
+            optimizer_step=s,
+            param_groups=({"lr": 1e-3 if s <= 200 else 2e-2},),
+        )
+        for s in STEPS
+    )
+    found = findings_for(layers_table(), snaps)
+    assert [f for f in found if f.category == "update_ratio_high"] == []
+
+
+def test_a_window_across_an_lr_jump_says_the_jumps_share_cannot_be_told():
+    ratio = {(t, 300): 3e-4 * 10 for t in TENSORS}
+    snaps = tuple(
+        CheckpointSnapshot(
+            info=CheckpointInfo(s, f"checkpoint-{s}", "hf_trainer", True, True),
+            audit=COMPLETE,
+            optimizer_step=s,
+            param_groups=({"lr": 1e-3 if s <= 200 else 2e-2},),
+        )
+        for s in STEPS
+    )
+    (found,) = [
+        f
+        for f in findings_for(layers_table(ratio=ratio), snaps)
+        if f.category == "update_ratio_high"
+    ]
+    assert found.evidence["window"] == [200, 300]
+    assert "jumped ×20 inside this window" in found.message
+
+
 def test_nonfinite_weights_names_the_first_checkpoint_and_tensor():
     nan = {("h.1.attn.weight", 300): 40, ("h.1.attn.weight", 400): 1000, ("wte.weight", 400): 5}
     found = next(

@@ -1,4 +1,4 @@
-"""Lightning, torch DCP and DeepSpeed checkpoints, read from files their real producers wrote.
+"""Lightning, torch DCP and DeepSpeed (ZeRO-1/2/3) checkpoints, read from files their real producers wrote.
 
 fixtures/data/layouts/<layout>/ holds the producers' files and a manifest.json of what each
 producer held in memory when it saved: tensors, and Adam moments and fp32 masters taken from the
@@ -75,6 +75,9 @@ CASES = [
          frozenset(PARAMETERS), ("RNG state", "sampler / dataloader position"), masters=True,
          claimed=False),
     Case(DeepSpeedReader(), "deepspeed_zero1_2ranks/global_step2", "2", frozenset(PARAMETERS),
+         ("LR scheduler state", "RNG state", "sampler / dataloader position"), masters=True),
+    # ZeRO-3: the weights are the fp32 masters rebuilt from both ranks' slices of every parameter
+    Case(DeepSpeedReader(), "deepspeed_zero3_2ranks/global_step2", "2", frozenset(PARAMETERS),
          ("LR scheduler state", "RNG state", "sampler / dataloader position"), masters=True),
 ]  # fmt: skip
 
@@ -290,6 +293,7 @@ def test_the_registry_finds_each_checkpoint_once():
         ("torch_dcp", "dcp_single/step_2"),
         ("torch_dcp", "dcp_fsdp2_2ranks/step-4"),
         ("deepspeed", "deepspeed_zero1_2ranks/global_step2"),
+        ("deepspeed", "deepspeed_zero3_2ranks/global_step2"),
         # global_step2_universal is a conversion of global_step2: the same checkpoint
         ("deepspeed", "deepspeed_zero2_bf16/global_step2"),
         ("lightning", "lightning/epoch=0-step=2.ckpt"),
@@ -336,3 +340,16 @@ def copy_layout(layout: str, tmp_path: Path) -> Path:
     target = tmp_path / layout
     shutil.copytree(LAYOUTS / layout, target)
     return target
+
+
+def test_zero3_with_a_rank_file_missing_rebuilds_nothing_and_says_why(tmp_path):
+    """Every ZeRO-3 parameter is split over all ranks: one rank's file alone holds half of each."""
+    root = copy_layout("deepspeed_zero3_2ranks", tmp_path)
+    (root / "global_step2" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    handle = DeepSpeedReader().confined_to(root).open(root / "global_step2", "gs2", OPTIONS)
+    state = handle.optimizer_state()
+    assert state is not None and state.per_param == {}
+    assert "over 2 ranks, 1 rank file(s) are here" in state.unmapped[0]
+    with pytest.raises(UnreadableInput, match="only in the optimizer files' partitions"):
+        handle.load_tensor("emb.weight")
+    handle.close()

@@ -140,13 +140,11 @@ class DeepSpeedCheckpoint:
         self._weights: dict[str, tuple[str, Any]] = {}  # name -> (where, key or path)
         zero3 = self._zero_stage() == 3
         if zero3 and not self._universal:
-            self.partial.append(
-                PartialInput(
-                    display_path,
-                    "ZeRO-3 keeps the weights partitioned in the optimizer files; not rebuilt "
-                    "(convert with deepspeed.checkpoint.ds_to_universal to read them)",
-                )
-            )
+            # The model file holds empty placeholders: the weights are the fp32 masters the
+            # optimizer files' partitions rebuild (deepspeed_zero), named by `param_shapes`.
+            for name in _shape_names(self._states.get("param_shapes")):
+                if name not in buffers:
+                    self._weights[normalize_name(name)] = ("master", name)
         if isinstance(module, Mapping) and not zero3:
             for key, value in module.items():
                 if isinstance(key, str) and hasattr(value, "shape") and key not in buffers:
@@ -227,6 +225,18 @@ class DeepSpeedCheckpoint:
         if kind == "module":
             tensor: torch.Tensor = self._states["module"][source]
             return tensor
+        if kind == "master":
+            state = self.optimizer_state()
+            masters = state.master_weights if state is not None else None
+            master: torch.Tensor | None = masters.get(name) if masters else None
+            if master is None:
+                raise UnreadableInput(
+                    self._shown,
+                    f"ZeRO-3 keeps {name} only in the optimizer files' partitions, and they could "
+                    "not be rebuilt"
+                    + (f" ({state.unmapped[0]})" if state and state.unmapped else ""),
+                )
+            return master
         return universal_tensor(source, self._relative(source), self._options)
 
     def optimizer_state(self) -> OptimizerState | None:
@@ -319,6 +329,18 @@ class DeepSpeedCheckpoint:
         self._states = {}
         self._weights = {}
         self._optimizer = None
+
+
+def _shape_names(param_shapes: Any) -> list[str]:
+    """The parameter names of the model file's `param_shapes` (one mapping per param group)."""
+    groups = param_shapes if isinstance(param_shapes, list) else []
+    return [
+        name
+        for group in groups
+        if isinstance(group, Mapping)
+        for name in group
+        if isinstance(name, str)
+    ]
 
 
 def _int(value: Any) -> int | None:

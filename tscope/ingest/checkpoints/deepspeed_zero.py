@@ -1,4 +1,4 @@
-"""DeepSpeed's pickled helper objects, and per-parameter state out of flat ZeRO-1/2 partitions.
+"""DeepSpeed's pickled helper objects, and per-parameter state out of flat ZeRO-1/2/3 partitions.
 
 DeepSpeed optimizer files (`[bf16_]zero_pp_rank_{dp}_mp_rank_{mp}_optim_states.pt`) pickle a few
 DeepSpeed objects next to the tensors: the loss scaler, the ZeRO stage enum and the
@@ -14,6 +14,11 @@ over the same partition (`base_optimizer_state["state"][g]`: flat `exp_avg`, `ex
 and where each parameter's fragment sits in it (`param_slice_mappings[g][name]`). A parameter is
 its fragments concatenated in rank order (what `ds_to_universal` does); parameters inside one
 partition are views of the memory-mapped file, not copies.
+
+ZeRO-3 splits each parameter itself: rank r holds values [r·k, (r+1)·k) of it, k = ceil(numel /
+ranks), and its flat group (`fp32_flat_groups[g]`, the base optimizer's `optimizer_state_dict`
+over the same layout) is those slices in `param_shapes` order. The model file keeps only empty
+placeholders, so the fp32 masters rebuilt here are the checkpoint's weights.
 """
 
 from __future__ import annotations
@@ -105,22 +110,39 @@ def rebuild_zero_state(
     result.loss_scaler = first.get("loss_scaler")
     stage = first.get("zero_stage")
     result.zero_stage = int(stage) if isinstance(stage, int) else None
-    base = first.get("base_optimizer_state")
+    base = _base_state(first)
     groups = base.get("param_groups") if isinstance(base, Mapping) else None
     result.param_groups = [
         {k: v for k, v in g.items() if k != "params"}
         for g in (groups if isinstance(groups, list) else [])
         if isinstance(g, Mapping)
     ]
-    if result.zero_stage == 3:
-        result.unmapped.append(
-            "ZeRO-3 partitions every parameter across ranks (fp32_flat_groups); rebuilding "
-            "them is not supported, convert with ds_to_universal first"
-        )
+    zero3 = result.zero_stage == 3
+    if zero3 and not _all_ranks_present(result, rank_states):
         return result
     for group_index, shapes in enumerate(param_shapes):
-        _rebuild_group(result, rank_states, group_index, shapes)
+        _rebuild_group(result, rank_states, group_index, shapes, zero3)
     return result
+
+
+def _base_state(rank_state: Mapping[str, Any]) -> Any:
+    """The base (torch) optimizer's state_dict: `base_optimizer_state` under ZeRO-1/2,
+    `optimizer_state_dict` under ZeRO-3."""
+    base = rank_state.get("base_optimizer_state")
+    return base if base is not None else rank_state.get("optimizer_state_dict")
+
+
+def _all_ranks_present(result: ZeroState, rank_states: Sequence[Mapping[str, Any]]) -> bool:
+    """ZeRO-3 splits every parameter over all ranks: without every rank's file, none is whole."""
+    counts = {state.get("partition_count") for state in rank_states}
+    expected = counts.pop() if len(counts) == 1 else None
+    if not isinstance(expected, int) or expected != len(rank_states):
+        result.unmapped.append(
+            f"ZeRO-3 splits every parameter over {expected} ranks, {len(rank_states)} rank "
+            "file(s) are here: no parameter can be rebuilt"
+        )
+        return False
+    return True
 
 
 def _rebuild_group(
@@ -128,12 +150,13 @@ def _rebuild_group(
     rank_states: Sequence[Mapping[str, Any]],
     group_index: int,
     shapes: Mapping[str, Any],
+    zero3: bool = False,
 ) -> None:
     flats: list[dict[str, Any]] = []  # per rank: "fp32", "exp_avg", "exp_avg_sq", "step"
     fragments: list[Mapping[str, Any]] = []
     for rank, state in enumerate(rank_states):
-        partitions = state.get("single_partition_of_fp32_groups")
-        base = state.get("base_optimizer_state")
+        partitions = state.get("fp32_flat_groups" if zero3 else "single_partition_of_fp32_groups")
+        base = _base_state(state)
         moments = base.get("state", {}).get(group_index) if isinstance(base, Mapping) else None
         if not isinstance(partitions, list) or group_index >= len(partitions):
             result.unmapped.append(f"group {group_index}: rank {rank} holds no fp32 partition")
@@ -145,7 +168,9 @@ def _rebuild_group(
             if isinstance(mappings, list) and group_index < len(mappings)
             else {}
         )
-    if not any(fragments):
+    if zero3:
+        fragments = _zero3_fragments(result, flats, shapes, group_index)
+    elif not any(fragments):
         fragments = _fragments_from_order(result, flats, shapes, group_index, rank_states)
         if not fragments:
             return
@@ -209,3 +234,35 @@ def _fragments_from_order(
         out[name] = FragmentAddress(numel, start)
         start += numel
     return [out]
+
+
+def _zero3_fragments(
+    result: ZeroState,
+    flats: list[dict[str, Any]],
+    shapes: Mapping[str, Any],
+    group_index: int,
+) -> list[Mapping[str, Any]]:
+    """Where each parameter sits in each rank's ZeRO-3 flat group: every parameter is split into
+    ranks equal slices of ceil(numel / ranks) values (the last ones padded), and a rank's flat
+    group is its slices in `param_shapes` order, each at the same offset on every rank."""
+    ranks = len(flats)
+    out: list[Mapping[str, Any]] = []
+    slices: list[dict[str, FragmentAddress]] = [{} for _ in range(ranks)]
+    offset = 0
+    for name, shape in shapes.items():
+        numel = math.prod(int(d) for d in shape)
+        part = -(-numel // ranks)
+        for rank in range(ranks):
+            held = min(part, numel - rank * part)
+            if held > 0:
+                slices[rank][name] = FragmentAddress(held, offset)
+        offset += part
+    stored = {int(flat["fp32"].numel()) for flat in flats}
+    if len(stored) != 1 or offset > stored.pop():
+        result.unmapped.append(
+            f"group {group_index}: the parameters' ZeRO-3 slices need {offset} values per rank, "
+            "the ranks' flat groups hold a different number; not mapped"
+        )
+        return []
+    out.extend(slices)
+    return out
