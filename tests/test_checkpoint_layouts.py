@@ -294,6 +294,10 @@ def test_the_registry_finds_each_checkpoint_once():
         ("torch_dcp", "dcp_fsdp2_2ranks/step-4"),
         ("deepspeed", "deepspeed_zero1_2ranks/global_step2"),
         ("deepspeed", "deepspeed_zero3_2ranks/global_step2"),
+        ("hf_trainer", "trainer_deepspeed_zero2/checkpoint-2"),
+        ("hf_trainer", "trainer_deepspeed_zero2/checkpoint-4"),
+        ("hf_trainer", "trainer_deepspeed_zero3/checkpoint-2"),
+        ("hf_trainer", "trainer_deepspeed_zero3/checkpoint-4"),
         # global_step2_universal is a conversion of global_step2: the same checkpoint
         ("deepspeed", "deepspeed_zero2_bf16/global_step2"),
         ("lightning", "lightning/epoch=0-step=2.ckpt"),

@@ -9,24 +9,39 @@ recovered from `training_args.bin` without unpickling it.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import (
     CheckpointHandle,
     ConfinesToInput,
     LoadOptions,
+    OptimizerState,
     ReplayFacts,
     parent_inside,
     parent_place,
 )
+from tscope.ingest.checkpoints.deepspeed import DeepSpeedCheckpoint, DeepSpeedReader
+from tscope.ingest.checkpoints.deepspeed_optimizer import optim_files
 from tscope.ingest.checkpoints.hf_trainer_resume import TrainerResumeFiles, trainer_resume_audit
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.state_dict_files import step_from_name, step_value
-from tscope.ingest.checkpoints.weights_folder import WEIGHT_FILES, WeightsFolderCheckpoint
+from tscope.ingest.checkpoints.weights_folder import (
+    WEIGHT_FILES,
+    WeightsFolderCheckpoint,
+    partial_of,
+)
 from tscope.ingest.lfs_pointer import LFS_POINTER_PROBLEM, is_lfs_pointer
+from tscope.ingest.safe_fs import is_real_folder
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
+
+if TYPE_CHECKING:
+    import torch
+
+    from tscope.ingest.checkpoints.safetensors_header import HeaderEntry
 
 HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 _RNG_FILE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
@@ -62,7 +77,9 @@ class HfTrainerReader(ConfinesToInput):
         named = HF_CHECKPOINT_DIR.match(path.name) is not None
         if not named and not (path / "trainer_state.json").is_file():
             return False
-        if not any((path / f).is_file() for f in (*WEIGHT_FILES, *_OPTIMIZER_FILES)):
+        if not any((path / f).is_file() for f in (*WEIGHT_FILES, *_OPTIMIZER_FILES)) and not (
+            deepspeed_tag(path)
+        ):
             return False
         return not any(HF_CHECKPOINT_DIR.match(p.name) for p in path.iterdir() if p.is_dir())
 
@@ -74,9 +91,25 @@ class HfTrainerReader(ConfinesToInput):
             step=step_from_name(path.name),  # checkpoint-{global_step}
             path=display_path,
             format=self.name,
-            has_optimizer=optimizer_file(path) is not None,
+            has_optimizer=optimizer_file(path) is not None or _tag_has_optimizer(path),
             has_rng=bool(rng_files(path)),
         )
+
+
+def deepspeed_tag(folder: Path) -> Path | None:
+    """The DeepSpeed tag folder the Trainer saved inside a checkpoint under DeepSpeed
+    (`global_step{N}/`, model states and ZeRO optimizer partitions), when there is one."""
+    tags = sorted(
+        entry
+        for entry in folder.iterdir()
+        if entry.name.startswith("global_step") and is_real_folder(entry)
+    )
+    return tags[-1] if len(tags) == 1 else None
+
+
+def _tag_has_optimizer(folder: Path) -> bool:
+    tag = deepspeed_tag(folder)
+    return tag is not None and bool(optim_files(tag))
 
 
 def optimizer_file(folder: Path) -> Path | None:
@@ -107,6 +140,9 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
         # The run folder holding the sibling checkpoint-*/ folders; None when it lies outside
         # the input (given `run/checkpoint-5` alone, `run/` is never listed).
         self._run_dir = parent_inside(input_root, path)
+        # Under DeepSpeed the Trainer saves no optimizer.pt: the optimizer (and ZeRO-3's fp32
+        # weights) are in the tag folder it saves inside the checkpoint, read by its own reader.
+        self._deepspeed = self._open_deepspeed(input_root)
         self.trainer_state = self._json("trainer_state.json")
         self.training_args = self._training_args()
         step = step_value(self.trainer_state.get("global_step")) if self.trainer_state else None
@@ -114,7 +150,8 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
             step=step if step is not None else step_from_name(path.name),
             path=display_path,
             format="hf_trainer",
-            has_optimizer=self._optimizer_file() is not None,
+            has_optimizer=self._optimizer_file() is not None
+            or (self._deepspeed is not None and self._deepspeed.info.has_optimizer),
             has_rng=bool(self._rng_files()),
         )
         # The small resume files are checked now, so that `partial` is complete after open
@@ -137,6 +174,49 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
         )
         self._audit: ResumeAudit | None = None
 
+    # --- DeepSpeed inside the checkpoint ---------------------------------------------------
+
+    def _open_deepspeed(self, input_root: Path | None) -> DeepSpeedCheckpoint | None:
+        tag = deepspeed_tag(self._dir)
+        if tag is None or self._optimizer_file() is not None:
+            return None
+        reader = DeepSpeedReader(input_root if input_root is not None else self._dir)
+        if not reader.can_open(tag):
+            return None
+        try:
+            return reader.open(tag, self._file_shown(tag.name), self._options)
+        except UnreadableInput as error:
+            self.partial.append(partial_of(error))
+            return None
+
+    def _deepspeed_weights(self) -> bool:
+        """The weights come from the tag folder: the Trainer saved none beside it (ZeRO-3
+        without stage3_gather_16bit_weights_on_model_save)."""
+        return self._deepspeed is not None and not self._source.order
+
+    def tensor_names(self) -> list[str]:
+        if self._deepspeed is not None and self._deepspeed_weights():
+            return self._deepspeed.tensor_names()
+        return super().tensor_names()
+
+    def load_tensor(self, name: str) -> torch.Tensor:
+        if self._deepspeed is not None and self._deepspeed_weights():
+            return self._deepspeed.load_tensor(name)
+        return super().load_tensor(name)
+
+    def raw_location(self, name: str) -> tuple[Path, HeaderEntry] | None:
+        return None if self._deepspeed_weights() else super().raw_location(name)
+
+    def optimizer_state(self) -> OptimizerState | None:
+        if self._deepspeed is None:
+            return super().optimizer_state()
+        try:
+            return self._deepspeed.optimizer_state()
+        except UnreadableInput as error:
+            self.partial.append(partial_of(error))
+            self._deepspeed = None
+            return None
+
     # --- resume audit ----------------------------------------------------------------------
 
     def audit(self) -> ResumeAudit:
@@ -146,14 +226,30 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
 
     def _make_audit(self) -> ResumeAudit:
         raw = self._load_optimizer()
-        self.optimizer_state()  # maps the optimizer's ids, noted in self._notes
+        state = self.optimizer_state()  # maps the optimizer's ids, noted in self._notes
+        audit = self._trainer_audit(raw)
+        if self._deepspeed is None:
+            return audit
+        moments = state.per_param if state is not None else {}
+        return replace(
+            audit,
+            has_weights=audit.has_weights or bool(self._deepspeed.tensor_names()),
+            has_optimizer_moments=bool(moments)
+            and all("exp_avg" in e and "exp_avg_sq" in e for e in moments.values()),
+            has_step_counters=bool(moments)
+            and all(e.get("step") is not None for e in moments.values()),
+            notes=audit.notes + tuple(state.unmapped if state is not None else ()),
+        )
+
+    def _trainer_audit(self, raw: Any) -> ResumeAudit:
         return trainer_resume_audit(
             TrainerResumeFiles(
                 folder=self._dir,
                 run_dir=self._run_dir,
                 training_args=self.training_args or {},
                 optimizer_raw=raw,
-                has_optimizer_file=self._optimizer_file() is not None,
+                has_optimizer_file=self._optimizer_file() is not None
+                or self._deepspeed is not None,
                 has_weights=bool(self._source.order),
                 has_scheduler=self._has_scheduler,
                 has_scaler_file=self._has_scaler_file,
