@@ -124,7 +124,7 @@ def test_the_window_before_an_lr_jump_is_not_raised_beside_the_windows_after_it(
     assert [f for f in found if f.category == "update_ratio_high"] == []
 
 
-def test_a_window_across_an_lr_jump_says_the_jumps_share_cannot_be_told():
+def test_a_window_across_an_lr_jump_is_judged_at_the_raised_rate_and_says_so():
     ratio = {(t, 300): 3e-4 * 10 for t in TENSORS}
     snaps = tuple(
         CheckpointSnapshot(
@@ -142,6 +142,8 @@ def test_a_window_across_an_lr_jump_says_the_jumps_share_cannot_be_told():
     ]
     assert found.evidence["window"] == [200, 300]
     assert "jumped ×20 inside this window" in found.message
+    # ×10 the movement at up to ×20 the LR: the jump accounts for it, context for the jump
+    assert found.severity == "info" and found.evidence["explained_by_lr"]
 
 
 def test_nonfinite_weights_names_the_first_checkpoint_and_tensor():
