@@ -65,6 +65,19 @@ def snapshots(lr=1e-3, adam_steps=None, audits=None):
     )
 
 
+def snapshots_with_lr(lr_at):
+    """Complete checkpoints at STEPS whose optimizer holds lr_at(step)."""
+    return tuple(
+        CheckpointSnapshot(
+            info=CheckpointInfo(s, f"checkpoint-{s}", "hf_trainer", True, True),
+            audit=COMPLETE,
+            optimizer_step=s,
+            param_groups=({"lr": lr_at(s)},),
+        )
+        for s in STEPS
+    )
+
+
 def findings_for(layers, snaps=None, run=None):
     evidence = Evidence(
         run or stable_run(), [], [], CheckpointEvidence(snaps or snapshots(), layers)
@@ -89,15 +102,7 @@ def test_lr_jump_window_shows_as_update_ratio_high_naming_the_layers(factor):
 def test_schedule_decay_explains_smaller_updates():
     """An LR 10× lower at later checkpoints with 10× smaller updates is not an anomaly."""
     ratio = {(t, s): 3e-4 * (0.1 if s >= 300 else 1.0) for t in TENSORS for s in STEPS[1:]}
-    snaps = tuple(
-        CheckpointSnapshot(
-            info=CheckpointInfo(s, f"checkpoint-{s}", "hf_trainer", True, True),
-            audit=COMPLETE,
-            optimizer_step=s,
-            param_groups=({"lr": 1e-3 if s < 300 else 1e-4},),
-        )
-        for s in STEPS
-    )
+    snaps = snapshots_with_lr(lambda s: 1e-3 if s < 300 else 1e-4)
     ratio[("wte.weight", 300)] = 3e-4 * 0.55  # the window straddling the decay: mean LR 5.5e-4
     assert [
         f.category
@@ -111,30 +116,14 @@ def test_the_window_before_an_lr_jump_is_not_raised_beside_the_windows_after_it(
     after a jump: a larger LR, gradients that average out). The first window has no past and
     was judged per unit of LR against the later ones: ×14 "raised", before the jump it is
     the symptom of (a real DeepSpeed ZeRO-3 run, checkpoints every 40 steps)."""
-    snaps = tuple(
-        CheckpointSnapshot(
-            info=CheckpointInfo(s, f"checkpoint-{s}", "hf_trainer", True, True),
-            audit=COMPLETE,
-            optimizer_step=s,
-            param_groups=({"lr": 1e-3 if s <= 200 else 2e-2},),
-        )
-        for s in STEPS
-    )
+    snaps = snapshots_with_lr(lambda s: 1e-3 if s <= 200 else 2e-2)
     found = findings_for(layers_table(), snaps)
     assert [f for f in found if f.category == "update_ratio_high"] == []
 
 
 def test_a_window_across_an_lr_jump_is_judged_at_the_raised_rate_and_says_so():
     ratio = {(t, 300): 3e-4 * 10 for t in TENSORS}
-    snaps = tuple(
-        CheckpointSnapshot(
-            info=CheckpointInfo(s, f"checkpoint-{s}", "hf_trainer", True, True),
-            audit=COMPLETE,
-            optimizer_step=s,
-            param_groups=({"lr": 1e-3 if s <= 200 else 2e-2},),
-        )
-        for s in STEPS
-    )
+    snaps = snapshots_with_lr(lambda s: 1e-3 if s <= 200 else 2e-2)
     (found,) = [
         f
         for f in findings_for(layers_table(ratio=ratio), snaps)
