@@ -184,10 +184,12 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
         if not reader.can_open(tag):
             return None
         try:
-            return reader.open(tag, self._file_shown(tag.name), self._options)
+            handle = reader.open(tag, self._file_shown(tag.name), self._options)
         except UnreadableInput as error:
             self.partial.append(partial_of(error))
             return None
+        self.partial.extend(handle.partial)
+        return handle
 
     def _deepspeed_weights(self) -> bool:
         """The weights come from the tag folder: the Trainer saved none beside it (ZeRO-3
@@ -216,6 +218,11 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
             self.partial.append(partial_of(error))
             self._deepspeed = None
             return None
+
+    def close(self) -> None:
+        if self._deepspeed is not None:
+            self._deepspeed.close()
+        super().close()
 
     # --- resume audit ----------------------------------------------------------------------
 
