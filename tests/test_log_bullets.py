@@ -182,6 +182,15 @@ def test_with_no_lr_logged_a_one_step_break_is_undetermined(tmp_path: Path) -> N
     assert case.summary.card.cause.category == "undetermined"
     assert "log the LR" in case.summary.verdict
     assert "tscope replay --around 250" in case.summary.verdict
+    # The card names the cause once: "undetermined" is both its words and its id.
+    from tscope.render import render_case
+
+    written = {path.suffix: path for path in render_case(case, tmp_path / "case", ("md", "html"))}
+    card_line = next(
+        line for line in written[".md"].read_text().splitlines() if "Most likely cause" in line
+    )
+    assert card_line.count("undetermined") == 1
+    assert 'small-id">undetermined<' not in written[".html"].read_text()
 
 
 def test_weights_lost_at_a_resume_is_critical_and_tied_to_the_resume(tmp_path: Path) -> None:
