@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.checkpoint_lr import is_lr_jump
 from tscope.analyzers.signals import fmt, primary_loss
-from tscope.model import Finding, Spike
+from tscope.analyzers.update_windows import CheckpointLr, checkpoint_lr, update_windows
+from tscope.model import Finding
 from tscope.model.categories import Category
-from tscope.model.metric_names import LEARNING_RATE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,36 +45,6 @@ DEVIATION_FACTOR = 2.0
 # tensor are their own finding (explainers/weights.py, nonfinite_weights).
 CHECKPOINT_ORIGIN_SEVERITY = "info"
 MAX_NAMED = 5
-
-
-def _windows(layers: pd.DataFrame, evidence: Evidence) -> pd.DataFrame:
-    """One row per (window end, tensor): the raw update ratio per step, and per unit of LR."""
-    steps = sorted(layers["step"].unique().tolist())
-    previous_step = dict(zip(steps[1:], steps[:-1], strict=False))
-    rows = layers.dropna(subset=["update_ratio_per_step"]).copy()
-    rows["window_start"] = rows["step"].map(previous_step)
-    rates = _checkpoint_rates(evidence)
-    # Checkpoints holding no LR: the mean of the LR the run logged over the window's steps.
-    held = evidence.checkpoints.lr_by_step() if evidence.checkpoints is not None else {}
-    logged = {} if held else _logged_window_lr(evidence, steps)
-    # The LR in force over a window: the mean of its two checkpoints' LRs (one may be 0 at the
-    # end of a decay; the mean is not), unknown across a jump (checkpoint_lr.is_lr_jump): the
-    # window's updates ran at the old LR up to some step the checkpoints do not show, so the
-    # mean (×10 the old LR for a ×20 jump) would shrink the window per unit of LR and make the
-    # window before it look raised (issue 11: a ZeRO-3 run's LR ×20, checkpoints every 40).
-    window_lr = {
-        end: logged[end]
-        if end in logged
-        else np.nan
-        if is_lr_jump(begin, end, rates[begin], rates[end])
-        else 0.5 * (rates[end] + rates[begin])
-        for begin, end in itertools.pairwise(steps)
-        if end in logged or (begin in rates and end in rates)
-    }
-    rows["window_lr"] = rows["step"].map(window_lr)
-    rows.loc[~(rows["window_lr"] > 0), "window_lr"] = np.nan
-    rows["per_lr_ratio"] = rows["update_ratio_per_step"] / rows["window_lr"]
-    return rows
 
 
 class UpdatesExplainer:
@@ -113,8 +81,9 @@ class UpdatesExplainer:
         layers = layers[~layers["tensor"].str.endswith("bias")]
         if layers.empty:
             return []
-        windows = _windows(layers, evidence)
-        findings = _update_ratio_high(windows, evidence.spikes, evidence)
+        lr = checkpoint_lr(evidence)
+        windows = update_windows(layers, evidence, lr)
+        findings = _update_ratio_high(windows, lr, evidence)
         origin = _layer_origin(layers, evidence)
         if origin is not None:
             findings.append(origin)
@@ -131,7 +100,7 @@ def _baseline_columns(steps: list[int], index: int, raised: set[int]) -> tuple[l
 
 
 def _update_ratio_high(
-    windows: pd.DataFrame, spikes: list[Spike], evidence: Evidence
+    windows: pd.DataFrame, lr: CheckpointLr, evidence: Evidence
 ) -> list[Finding]:
     if windows["step"].nunique() < 2:
         return []
@@ -149,8 +118,7 @@ def _update_ratio_high(
     # (after one the model moves in another regime, and the first window must not read as
     # raised beside it; issue 11).
     known = window_lr.notna()
-    jump_ends = _jump_window_ends(evidence)
-    jumps = [step for step in steps if step in jump_ends]
+    jumps = [step for step in steps if step in lr.jump_ends]
     for index, step in enumerate(steps):
         baseline_steps, past = _baseline_columns(steps, index, raised)
         if not past and jumps:
@@ -183,54 +151,23 @@ def _update_ratio_high(
         normalized = table is per_lr
         # Across a jump, the LR the window ran at is unknown: at most the raised one, which
         # accounts for the movement if any placement of the jump inside the window does.
-        raised_lr = _checkpoint_rates(evidence).get(step) if step in jump_ends else None
+        raised_lr = lr.at_step.get(step) if step in lr.jump_ends else None
         lr_factor = None if normalized else _lr_factor(window_lr, step, baseline_steps, raised_lr)
-        judged = _Judged(step, baseline_steps, window_factor, lr_factor, normalized, scope)
+        start = int(windows.loc[windows["step"] == step, "window_start"].iloc[0])
+        judged = _Judged(
+            start,
+            step,
+            baseline_steps,
+            window_factor,
+            lr_factor,
+            normalized,
+            scope,
+            lr.jump_factor(start, step),
+        )
         findings.append(
-            _finding(windows, raw, judged, flagged.sort_values(ascending=False), spikes, evidence)
+            _finding(windows, raw, judged, flagged.sort_values(ascending=False), evidence)
         )
     return findings
-
-
-def _checkpoint_rates(evidence: Evidence) -> dict[int, float]:
-    """The LR at each checkpoint step: the one its optimizer state holds; when the checkpoints
-    hold none (plain state dicts, an optimizer not read), the last one the run logged at or
-    before the step (a Trainer under DeepSpeed logs it every step)."""
-    rates = evidence.checkpoints.lr_by_step() if evidence.checkpoints is not None else {}
-    if rates or not evidence.run.has(LEARNING_RATE) or evidence.checkpoints is None:
-        return rates
-    steps, values = evidence.run.series(LEARNING_RATE)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
-    out = {}
-    for step in evidence.checkpoints.steps:
-        index = int(np.searchsorted(steps, step, side="right")) - 1
-        if index >= 0:
-            out[step] = float(values[index])
-    return out
-
-
-def _logged_window_lr(evidence: Evidence, steps: list[int]) -> dict[int, float]:
-    """Per window end: the mean LR the run logged over the window's steps (begin, end]."""
-    if not evidence.run.has(LEARNING_RATE):
-        return {}
-    logged_steps, values = evidence.run.series(LEARNING_RATE)
-    out = {}
-    for begin, end in itertools.pairwise(steps):
-        inside = (logged_steps > begin) & (logged_steps <= end) & np.isfinite(values)
-        if inside.any():
-            out[end] = float(values[inside].mean())
-    return out
-
-
-def _jump_window_ends(evidence: Evidence) -> set[int]:
-    """The checkpoint steps that end a window across which the LR jumped."""
-    rates = _checkpoint_rates(evidence)
-    return {
-        end
-        for begin, end in itertools.pairwise(sorted(rates))
-        if is_lr_jump(begin, end, rates[begin], rates[end])
-    }
 
 
 def _lr_factor(
@@ -249,12 +186,14 @@ def _lr_factor(
 class _Judged:
     """One window's verdict: what it was compared with and by how much it stands out."""
 
+    start: int  # the window is (start, step]
     step: int
     baseline_steps: list[int]
     window_factor: float  # median over tensors of the factor vs the baseline windows
     lr_factor: float | None  # the window's LR vs the baseline windows' (None: not known / used)
     normalized: bool  # factors are per unit of LR (the first window, against later ones)
     scope: str
+    jump_factor: float | None  # how far the held LR jumped inside the window, if it did
 
 
 def _finding(
@@ -262,16 +201,15 @@ def _finding(
     raw: pd.DataFrame,
     judged_window: _Judged,
     flagged: pd.Series,
-    spikes: list[Spike],
     evidence: Evidence,
 ) -> Finding:
-    step, baseline_steps = judged_window.step, judged_window.baseline_steps
+    start, step = judged_window.start, judged_window.step
+    baseline_steps = judged_window.baseline_steps
     window_factor, lr_factor = judged_window.window_factor, judged_window.lr_factor
     scope = judged_window.scope
     unit = "per step per unit of learning rate" if judged_window.normalized else "per step"
-    start = int(windows.loc[windows["step"] == step, "window_start"].iloc[0])
     loss = primary_loss(evidence.run)
-    inside = [s for s in spikes if start < s.onset_step <= step and s.metric == loss]
+    inside = [s for s in evidence.spikes if start < s.onset_step <= step and s.metric == loss]
     names = flagged.index[:MAX_NAMED].tolist()
     whole_window = window_factor >= UPDATE_RATIO_FACTOR
     # The factor the message states is the one compared with the threshold: the window's median
@@ -296,10 +234,9 @@ def _finding(
         )
     if judged_window.normalized:
         pass  # already per unit of LR
-    elif lr_factor is not None and step in _jump_window_ends(evidence):
-        rates = _checkpoint_rates(evidence)
+    elif lr_factor is not None and judged_window.jump_factor is not None:
         message += (
-            f" The learning rate jumped ×{fmt(rates[step] / rates[start])} inside this window, "
+            f" The learning rate jumped ×{fmt(judged_window.jump_factor)} inside this window, "
             "at a step the checkpoints do not show; at the raised rate (×"
             f"{fmt(lr_factor)} of the other windows') the movement is ×{fmt(per_lr or 0.0)} per "
             "unit of LR"
