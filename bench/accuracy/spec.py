@@ -81,6 +81,7 @@ HELD_OUT_SPLITS = {
     "holdout12": 30,
     "holdout13": 25,
     "holdout14": 20,
+    "holdout15": 15,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
