@@ -390,3 +390,70 @@ EIGHTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         LR_RAMP,
     ),
 )
+# The ninth block: earlier knobs in combinations no block trained (each cause once), with no new
+# knob and no new draw setting: a hot start without clipping seen every 5 steps, a wide bf16 model,
+# a one-step LR jump Lightning logs every 5 steps, bf16 under accumulation, a late ramp under label
+# smoothing, SGD losing its weights, a code corpus evaluated every 10 steps, Lightning in bf16
+# without clipping, a long cosine run, and the weakest persistent jump in WSD's decay.
+NINTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    (
+        "llama-log5-noclip-hot",
+        "trainer_llama",
+        {"logging_steps": 5, "max_grad_norm": 0},
+        WARMUP_TOO_HOT,
+    ),
+    (
+        "nano-wide-bf16-badbatch",
+        "nanogpt",
+        {"hidden": 128, "layers": 4, "heads": 4, "precision": "bf16", "log_format": "jsonl"},
+        BAD_BATCH,
+    ),
+    (
+        "lt-tb-log5-transient",
+        "lightning",
+        {"lightning_logger": "tensorboard", "logging_steps": 5},
+        LR_JUMP_TRANSIENT,
+    ),
+    (
+        "gpt2-bf16-accum4-optlost",
+        "trainer_gpt2",
+        {"precision": "bf16", "batch_size": 4, "grad_accum": 4},
+        RESUME_OPTIMIZER_LOST,
+    ),
+    (
+        "llama-labelsmooth-lateramp",
+        "trainer_llama",
+        {"label_smoothing": 0.1, "plant_range": (0.75, 0.9)},
+        LR_RAMP,
+    ),
+    (
+        "nano-sgd-reinit",
+        "nanogpt",
+        {"optimizer": "sgd", "log_format": "csv"},
+        RESUME_WEIGHTS_REINIT,
+    ),
+    (
+        "gpt2-eval10-code-repeat",
+        "trainer_gpt2",
+        {"eval_every": 10, "corpus": "code"},
+        REPEATED_DATA,
+    ),
+    (
+        "lt-csv-bf16-noclip-frozen",
+        "lightning",
+        {"lightning_logger": "csv", "precision": "bf16", "max_grad_norm": 0},
+        FROZEN_LAYER,
+    ),
+    (
+        "nano-long-cos-schedlost",
+        "nanogpt",
+        {"steps_range": (400, 600), "schedule": "cosine", "log_format": "stdout"},
+        RESUME_SCHEDULER_LOST,
+    ),
+    (
+        "llama-wsd-late-weakjump",
+        "trainer_llama",
+        {"schedule": "wsd", "plant_late": True, "plant_weakest": True},
+        LR_JUMP_PERSISTENT,
+    ),
+)

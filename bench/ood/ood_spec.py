@@ -11,7 +11,7 @@ planting, scoring and cause windows are the benchmark's (imported); only the dra
 Blocks are numbered by when they were added; their setup tables, each with a comment saying
 what it covers, are in ood_blocks.py, and their scores in docs/accuracy-ood.md. The first two
 (`SETUPS`, `SECOND_BLOCK`, ood00–49) are built by default. Every later block (the third,
-`THIRD_BLOCK`, ood50–69, to the eighth, `EIGHTH_BLOCK`, ood150–161) is held out: built only by
+`THIRD_BLOCK`, ood50–69, to the ninth, `NINTH_BLOCK`, ood162–181) is held out: built only by
 `build_ood_specs(blocks=(..., N))` and trained or scored only by `run.py --blocks N`, trained by
 someone who does not analyze it, scored once as an honest out-of-distribution number, and spent
 after. From the third on, each block plants each cause of spec.ALL_CAUSES once, except the
@@ -36,6 +36,7 @@ from ood_blocks import (
     FIFTH_BLOCK_KNOBS,
     FOURTH_BLOCK,
     FOURTH_BLOCK_KNOBS,
+    NINTH_BLOCK,
     SECOND_BLOCK,
     SECOND_BLOCK_KNOBS,
     SETUPS,
@@ -309,7 +310,8 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     """The first block (SETUPS, indices 0–31), the second (SECOND_BLOCK, 32–49) and, only when
     asked for, the third (THIRD_BLOCK, 50–69), the fourth (FOURTH_BLOCK, 70–89), the fifth
     (FIFTH_BLOCK, 90–109), the sixth (SIXTH_BLOCK, 110–129), the seventh (SEVENTH_BLOCK,
-    130–149) and the eighth (EIGHTH_BLOCK, 150–161), all held out (see the module's docstring)."""
+    130–149), the eighth (EIGHTH_BLOCK, 150–161) and the ninth (NINTH_BLOCK, 162–181), all held
+    out (see the module's docstring)."""
     first = _first_block()
     second = _second_block(len(first))
     specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
@@ -335,6 +337,16 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
             + len(SEVENTH_BLOCK)
         )
         specs += _fifth_block(third_index + 2 * earlier, EIGHTH_BLOCK)
+    if 9 in blocks:
+        earlier = (
+            len(THIRD_BLOCK)
+            + len(FOURTH_BLOCK)
+            + len(FIFTH_BLOCK)
+            + len(SIXTH_BLOCK)
+            + len(SEVENTH_BLOCK)
+            + len(EIGHTH_BLOCK)
+        )
+        specs += _fifth_block(third_index + 2 * earlier, NINTH_BLOCK)
     return specs
 
 
