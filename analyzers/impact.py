@@ -128,10 +128,13 @@ def _first_finite(values: np.ndarray) -> tuple[int, bool]:
     return first_finite, bool(finite_values[first_finite]) if values.size else False
 
 
-def measure_impact(run: Run, onset_step: int, end_step: int | None) -> Impact:
-    """The impact on the training loss of an event from `onset_step` to `end_step` (None: it never
-    recovered, the window runs to the end of the log)."""
-    loss = primary_loss(run)
+def measure_impact(
+    run: Run, onset_step: int, end_step: int | None, metric: str | None = None
+) -> Impact:
+    """The impact on the training loss (or on `metric`, the loss-like series an event is on) of an
+    event from `onset_step` to `end_step` (None: it never recovered, the window runs to the end of
+    the log)."""
+    loss = metric or primary_loss(run)
     if loss is None:
         return NO_IMPACT
     steps, values = loss_series(run, loss)

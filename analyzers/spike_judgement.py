@@ -128,7 +128,7 @@ def _is_notable(run: Run, spike: Spike, spikes: list[Spike], index: _SpikeIndex)
     if is_loss_like(spike.metric) and ratio < TRANSIENT_MAX_RATIO:
         # The one severity rule (analyzers/impact.py): a recovered bump whose excess amounts to a
         # few points at its peak is the data's texture, not an incident.
-        impact = measure_impact(run, spike.onset_step, spike.end_step)
+        impact = measure_impact(run, spike.onset_step, spike.end_step, spike.metric)
         if impact.short_bump:
             return False
         # A longer recovered bump below TRANSIENT_MAX_RATIO is the data's too when nothing in the

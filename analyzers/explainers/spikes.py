@@ -9,6 +9,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
+from tscope.analyzers.explainers.overfitting import Overfitting, overfitting_onset
 from tscope.analyzers.impact import (
     measure_impact,
 )
@@ -22,7 +23,7 @@ from tscope.analyzers.spike_judgement import (
 )
 from tscope.model import Finding, Run, Spike
 from tscope.model.categories import Category
-from tscope.model.metric_names import GRAD_NORM, is_loss_like
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, is_loss_like
 
 SPIKE_THRESHOLD_TEXT = (
     "≥ 6 robust σ above the median of the previous 50 points (robust_z) and/or ≥ 7σ from the mean "
@@ -130,16 +131,23 @@ def _recovery_text(spike: Spike, points: int | None = None) -> str:
 
 def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
     transient = is_transient(run, spike)
-    impact = measure_impact(run, spike.onset_step, spike.end_step)
+    impact = measure_impact(run, spike.onset_step, spike.end_step, spike.metric)
+    overfit = _overfitting_behind(run, spike)
     # The spike's own severity stays warning at most: a critical impact (NaN/Inf, the untrained
     # level) is reported by nan_loss, loss_divergence or a critical resume_discontinuity, which
-    # also name the cause; a critical spike would outrank the LR jump that caused it.
-    severity = "warning" if notable else "info"
+    # also name the cause; a critical spike would outrank the LR jump that caused it. An eval-loss
+    # rise that overfitting explains is that finding's evidence, not a second incident.
+    severity = "warning" if notable and overfit is None else "info"
     peak = peak_text(spike)
     message = (
         f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
         f"{_size_text(spike)}{_recovery_text(spike, impact.points)}."
     )
+    if overfit is not None:
+        message += (
+            f" It is the eval loss rising from its best (step {overfit.best_step}) while the "
+            f"train loss kept falling: the overfitting finding, not a spike of its own."
+        )
     if transient:
         message += " A transient bump: back to baseline within two logged points."
     if impact.returned_to_initial:
@@ -156,13 +164,25 @@ def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
         message=message,
         evidence={**_evidence(run, spike), "impact": impact.as_dict()},
         suggestion=(
-            "Find what changed at the onset: the story shows which signal moved first. If nothing "
-            f"else moved, inspect the batch of step {spike.peak_step} (and the few before it) for "
-            "corrupted or repeated samples, and skip it on restart."
+            "See the overfitting finding: keep the checkpoint of the best evaluation."
+            if overfit is not None
+            else "Find what changed at the onset: the story shows which signal moved first. If "
+            f"nothing else moved, inspect the batch of step {spike.peak_step} (and the few before "
+            "it) for corrupted or repeated samples, and skip it on restart."
         ),
         spike_id=spike.id,
         threshold=SPIKE_THRESHOLD_TEXT,
     )
+
+
+def _overfitting_behind(run: Run, spike: Spike) -> Overfitting | None:
+    """The run's overfitting when `spike` is its eval loss rising after the best evaluation."""
+    if spike.metric != EVAL_LOSS or spike.nonfinite:
+        return None
+    found = overfitting_onset(run)
+    if found is None or spike.onset_step < found.best_step:
+        return None
+    return found
 
 
 def _grad_norm_spike(run: Run, spike: Spike, notable: bool) -> Finding:
