@@ -8,7 +8,12 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.one_step_breaks import EARLY_FRACTION
+from tscope.analyzers.one_step_breaks import (
+    EARLY_FRACTION,
+    EARLY_WARMUP_FACTOR,
+    early_phase_end_step,
+    early_phase_points,
+)
 from tscope.analyzers.signals import fmt, window
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
@@ -55,19 +60,28 @@ def slow_rise_reasons(evidence: Evidence, incident: Incident, rise: int) -> str:
 
 
 def in_early_phase(evidence: Evidence, incident: Incident) -> bool:
-    """The incident peaks in the first EARLY_FRACTION of the logged loss points, where healthy
-    runs break for one step at the peak LR (one_step_breaks.EARLY_FRACTION)."""
+    """The incident peaks in the early phase of the logged loss points, where healthy runs break
+    for one step at the peak LR (one_step_breaks.early_phase_points)."""
     steps, _ = evidence.run.series(incident.metric)
     before = int((steps < incident.peak_step).sum())
-    return before < EARLY_FRACTION * steps.size
+    return before < early_phase_points(evidence.run, steps)
 
 
 def early_phase_reasons(evidence: Evidence, incident: Incident) -> str:
     """Why a one-step break early in the run is not named a bad batch, and what would decide."""
     steps, _ = evidence.run.series(incident.metric)
+    end = early_phase_end_step(evidence.run)
+    if end is not None and early_phase_points(evidence.run, steps) < int(
+        EARLY_FRACTION * steps.size
+    ):
+        phase = f"within {EARLY_WARMUP_FACTOR:g} warm-up lengths after the warm-up (to step {end})"
+    else:
+        phase = (
+            f"in the first {EARLY_FRACTION:.0%} of the logged run "
+            f"(steps {int(steps[0])}–{int(steps[-1])})"
+        )
     return (
-        f"the loss broke at step {incident.peak_step}, in the first {EARLY_FRACTION:.0%} of the "
-        f"logged run (steps {int(steps[0])}–{int(steps[-1])}), where healthy runs break for one "
+        f"the loss broke at step {incident.peak_step}, {phase}, where healthy runs break for one "
         "step at the peak learning rate with the gradient norm many times its neighbours: an "
         "optimization instability the logs cannot tell from a bad batch; a replay of the steps "
         f"around {incident.peak_step} (`tscope replay --around {incident.peak_step}`) would decide"

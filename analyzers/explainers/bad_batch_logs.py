@@ -42,6 +42,7 @@ from tscope.analyzers.explainers.resume import RESUME_CHECK_POINTS
 from tscope.analyzers.one_step_breaks import (
     AFTER_FRACTION,
     EARLY_FRACTION,
+    EARLY_WARMUP_FACTOR,
     ONE_STEP_FRACTION,
     TREND_POINTS,
     OneStepBreak,
@@ -297,7 +298,8 @@ def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool
             f"one point ≥ {MIN_BREAK_RATIO}× the median of the {TREND_POINTS} loss points either "
             f"side and ≥ {MIN_SIGMA} robust σ, the point before within {ONE_STEP_FRACTION} and "
             f"the point after within {AFTER_FRACTION} of the excess, after the first "
-            f"{int(EARLY_FRACTION * 100)}% of the run; its excess ≥ {DOMINANCE_WITH_GRADIENT}× "
+            f"{int(EARLY_FRACTION * 100)}% of the run (or {EARLY_WARMUP_FACTOR:g} warm-up lengths "
+            "after the warm-up, when sooner); its excess ≥ {DOMINANCE_WITH_GRADIENT}× "
             f"any other excursion with the gradient norm of the same step ≥ {MIN_GRAD_RATIO}× "
             f"its neighbours, else ≥ {DOMINANCE_LOSS_ONLY}×"
         ),
