@@ -30,8 +30,10 @@ class CheckpointLr:
     jump_ends: frozenset[int]  # checkpoint steps ending a window the LR jumped inside
 
     def jump_factor(self, start: int, end: int) -> float | None:
-        """How far the LR jumped inside the window (start, end]; None when it did not."""
-        if end not in self.jump_ends:
+        """How far the LR jumped inside the window (start, end]; None when it did not, or when
+        the checkpoint at `start` holds no LR (its optimizer state was not read): the jump is
+        then somewhere between an earlier checkpoint and `end`, not necessarily in this window."""
+        if end not in self.jump_ends or start not in self.at_step:
             return None
         return self.at_step[end] / self.at_step[start]
 

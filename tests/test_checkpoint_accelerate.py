@@ -198,3 +198,44 @@ def test_a_saved_sampler_counts_for_the_resume_and_is_never_unpickled(tmp_path):
     handle = AccelerateReader().open(folder, "step_2", LoadOptions())
     assert handle.partial == [] and handle.audit().has_sampler_state is True
     handle.close()
+
+
+@pytest.mark.parametrize("damage", ["removed", "empty"])
+def test_a_middle_checkpoint_without_its_optimizer_is_partial_not_a_crash(tmp_path, damage):
+    """The LR-jump run with step_4's optimizer.bin missing (an incomplete save) or empty: the
+    update-ratio rule's windows paired step 4 (no LR) with step 6, while the LR jump was known
+    only across 2 → 6, and looked up step 4's LR (KeyError; found by a hostile-input review)."""
+    run = tmp_path / "run"
+    shutil.copytree(JUMP, run)
+    optimizer = run / "step_4" / "optimizer.bin"
+    optimizer.unlink()
+    if damage == "empty":
+        optimizer.write_bytes(b"")
+    case, _ = analyze_run(str(run))
+    assert [c.step for c in case.checkpoints] == [2, 4, 6]
+    if damage == "empty":
+        assert any("optimizer.bin" in p.path for p in case.partial)
+    # No finding says the LR jumped inside the window (4, 6]: it may have jumped in (2, 4].
+    for finding in case.findings:
+        if finding.category == "update_ratio_high" and finding.step == 6:
+            assert "jumped" not in finding.message
+
+
+def test_forged_param_ids_are_not_mapped_not_a_crash(tmp_path):
+    """`param_groups[0]["params"]` holding a list, a dict, a float and None (unhashable or not a
+    parameter id) crashed the audit with TypeError (found by a hostile-input review)."""
+    folder = tmp_path / "step_2"
+    shutil.copytree(JUMP / "step_2", folder)
+    optimizer = torch.load(folder / "optimizer.bin", weights_only=True)
+    optimizer["param_groups"][0]["params"] = [[1], {"a": 1}, 1.5, None, True]
+    torch.save(optimizer, folder / "optimizer.bin")
+    handle = AccelerateReader().open(folder, "step_2", LoadOptions())
+    try:
+        state = handle.optimizer_state()
+        assert state is not None and state.per_param == {}
+        assert "neither parameter numbers nor names" in state.unmapped[0]
+        assert handle.audit().has_scheduler
+    finally:
+        handle.close()
+    case, _ = analyze_run(str(tmp_path))
+    assert [c.step for c in case.checkpoints] == [2]

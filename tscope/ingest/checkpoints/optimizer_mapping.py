@@ -131,6 +131,9 @@ def map_optimizer_state(
         isinstance(g, Mapping) and isinstance(g.get("params"), list) for g in groups
     ):
         return OptimizerState(unmapped=["optimizer file holds no `param_groups`"]), "not mapped"
+    if not all(is_param_id(p) for g in groups for p in g["params"]):
+        unmapped = ["its `param_groups` list ids that are neither parameter numbers nor names"]
+        return OptimizerState(unmapped=unmapped), "not mapped"
     state: Mapping[Any, Any] = raw["state"]
     hyper = [_plain_group(g) for g in groups]
     known = {spec.name: spec.shape for _, order in orders for spec in order}
@@ -176,6 +179,12 @@ def aligned_order(candidates: Sequence[ParamSpec], raw_optimizer: Any) -> list[P
     return [candidates[i] for i in left]
 
 
+def is_param_id(value: Any) -> bool:
+    """torch numbers an optimizer's parameters; DCP and `param_names` use their names. Anything
+    else in `params` (a list, a dict: unhashable; a float) comes from a forged file."""
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
 def optimizer_ids(raw_optimizer: Any) -> list[tuple[Any, tuple[int, ...] | None]]:
     """(id, moment shape or None when the parameter has no state yet), in id order."""
     if not isinstance(raw_optimizer, Mapping):
@@ -186,7 +195,10 @@ def optimizer_ids(raw_optimizer: Any) -> list[tuple[Any, tuple[int, ...] | None]
         return []
     out: list[tuple[Any, tuple[int, ...] | None]] = []
     for group in groups:
-        for param_id in group.get("params", []) if isinstance(group, Mapping) else []:
+        params = group.get("params") if isinstance(group, Mapping) else None
+        for param_id in params if isinstance(params, list | tuple) else []:
+            if not is_param_id(param_id):
+                continue
             entry = state.get(param_id)
             moment = entry.get("exp_avg") if isinstance(entry, Mapping) else None
             stored = getattr(moment, "shape", None)
@@ -324,7 +336,8 @@ def summarize_optimizer(raw: Any) -> OptimizerSummary:
     groups: list[Any] = raw["param_groups"] if isinstance(raw.get("param_groups"), list) else []
     notes = []
     for index, group in enumerate(groups):
-        ids = group.get("params", []) if isinstance(group, Mapping) else []
+        ids = group.get("params") if isinstance(group, Mapping) else None
+        ids = [i for i in ids if is_param_id(i)] if isinstance(ids, list | tuple) else []
         entries = [state[i] for i in ids if i in state and isinstance(state[i], Mapping)]
         with_moments = sum(1 for e in entries if _moment_shape(e) is not None)
         steps = sorted({float(e["step"]) for e in entries if e.get("step") is not None})
