@@ -2,7 +2,7 @@
 
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
-scores the spent splits whose runs the cache keeps (dev and holdout7–11, each held-out split
+scores the spent splits whose runs the cache keeps (dev and holdout7–14, each held-out split
 scored once, for a closing note, before it joined; until session 19 the table came from dev,
 holdout, holdout2 and test under that session's rules); bench/accuracy/run.py --no-generate
 --skip-realdata, results under /tmp, ~5 min on a quiet machine) and rewrites
@@ -39,7 +39,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_PATH = ROOT / "analyzers" / "finding_calibration_table.py"
 # The spent splits the cache keeps (each held-out one joined after its single score).
-TUNING_SPLITS = ("dev", "holdout7", "holdout8", "holdout9", "holdout10", "holdout11")
+TUNING_SPLITS = (
+    "dev",
+    "holdout7",
+    "holdout8",
+    "holdout9",
+    "holdout10",
+    "holdout11",
+    "holdout12",
+    "holdout13",
+    "holdout14",
+)
 PSEUDO_COUNTS = 2
 
 Key = tuple[str, str, float]  # (category, severity, evidence band)
