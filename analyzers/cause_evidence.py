@@ -95,6 +95,7 @@ def bad_batch_reasons(evidence: Evidence, incident: Incident) -> str:
         reasons.append(lr_note)
     if evidence.run.has(GRAD_NORM):
         _, grads = window(evidence.run, GRAD_NORM, incident.onset_step, incident.peak_step)
+        grads = grads[np.isfinite(grads)]
         if grads.size:
             reasons.append(f"the gradient norm reached {fmt(float(np.nanmax(grads)))} at the spike")
     if incident.end_step is not None:

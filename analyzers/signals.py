@@ -70,15 +70,31 @@ def spike_size(spike: Spike) -> str:
     return f"{fmt(spike.alarm_score)} robust σ"
 
 
+# A stretch of non-finite gradient norms this long that runs to the end of the log is a model
+# that went non-finite (see loss_series); one shorter than this at the very end is one more skip.
+HIDDEN_NAN_MIN_POINTS = 2
+
+
 def loss_series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """The loss with NaNs the producer hid put back: where the gradient norm logged at the same
-    step is non-finite, the loss is too (the Trainer's logging_nan_inf_filter logs a running mean
-    or 0.0 instead of NaN)."""
+    """The loss with NaNs the producer hid put back: where the gradient norm went non-finite for
+    good, the loss did too (the Trainer's logging_nan_inf_filter logs a running mean or 0.0
+    instead of NaN).
+
+    Only a stretch of non-finite gradient norms that lasts to the end of the log (at least
+    HIDDEN_NAN_MIN_POINTS points) counts: without a loss scaler a non-finite gradient makes the
+    weights non-finite, and every later norm with them. A non-finite norm followed by finite ones
+    is a step the fp16 loss scaler (or DeepSpeed) skipped for overflow, which healthy fp16 runs do
+    in their first steps while the scale calibrates down from 2^16 and whenever it tries to grow
+    (every 2,000 clean steps); the loss logged there is the step's real loss."""
     steps, values = run.series(metric)
     grad_steps, grads = run.series(GRAD_NORM)
     if grad_steps.size == 0:
         return steps, values
-    hidden = np.isin(steps, grad_steps[~np.isfinite(grads)])
+    finite_grads = np.flatnonzero(np.isfinite(grads))
+    dead_from = int(finite_grads[-1]) + 1 if finite_grads.size else 0
+    if grad_steps.size - dead_from < HIDDEN_NAN_MIN_POINTS:
+        return steps, values
+    hidden = np.isin(steps, grad_steps[dead_from:])
     if not hidden.any():
         return steps, values
     values = values.copy()

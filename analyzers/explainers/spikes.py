@@ -79,8 +79,10 @@ class SpikeExplainer:
             elif spike.metric == GRAD_NORM:
                 # A gradient-norm jump matters when the loss reacts or it goes non-finite; a
                 # level that rises and stays is growth (context, OLMo 2), not an incident.
-                linked = spike.nonfinite or loss_reacts(evidence.run, spike, evidence.spikes)
-                findings.append(_grad_norm_spike(evidence.run, spike, notable and linked))
+                reacts = loss_reacts(evidence.run, spike, evidence.spikes)
+                skipped = _skipped_step(spike) and not reacts
+                linked = (spike.nonfinite and not skipped) or reacts
+                findings.append(_grad_norm_spike(evidence.run, spike, notable and linked, skipped))
         findings.extend(_nan_losses(evidence.run))
         return findings
 
@@ -185,22 +187,41 @@ def _overfitting_behind(run: Run, spike: Spike) -> Overfitting | None:
     return found
 
 
-def _grad_norm_spike(run: Run, spike: Spike, notable: bool) -> Finding:
+def _skipped_step(spike: Spike) -> bool:
+    """A non-finite gradient norm that is finite again afterwards: the step was skipped (the
+    fp16 loss scaler, DeepSpeed's overflow check), since applying it would have made the weights
+    non-finite for good (signals.loss_series)."""
+    return spike.nonfinite and spike.end_step is not None
+
+
+def _grad_norm_spike(run: Run, spike: Spike, notable: bool, skipped: bool = False) -> Finding:
+    message = (
+        f"The gradient norm jumped from {fmt(spike.baseline)} to {peak_text(spike)} at "
+        f"step {spike.peak_step} {_size_text(spike)}{_recovery_text(spike)}."
+    )
+    suggestion = (
+        "Gradient-norm spikes often precede loss spikes (OLMo 2). Check that clipping is on "
+        "(max_grad_norm) and whether the loss follows; a jump that stays is growth to watch."
+    )
+    if skipped:
+        message += (
+            " Finite again right after, and the loss did not react: a step skipped for "
+            "overflowing gradients, which fp16 loss scaling does in the first steps and whenever "
+            "it raises the scale."
+        )
+        suggestion = (
+            "Nothing to do for an occasional skip. Many in a row mean the loss scale keeps "
+            "falling: log it, or train in bf16."
+        )
     return Finding(
         category="grad_norm_spike",
         severity="warning" if notable else "info",
         confidence=spike_confidence(spike),
         step=spike.peak_step,
         layer=None,
-        message=(
-            f"The gradient norm jumped from {fmt(spike.baseline)} to {peak_text(spike)} at "
-            f"step {spike.peak_step} {_size_text(spike)}{_recovery_text(spike)}."
-        ),
+        message=message,
         evidence=_evidence(run, spike),
-        suggestion=(
-            "Gradient-norm spikes often precede loss spikes (OLMo 2). Check that clipping is on "
-            "(max_grad_norm) and whether the loss follows; a jump that stays is growth to watch."
-        ),
+        suggestion=suggestion,
         spike_id=spike.id,
         threshold=SPIKE_THRESHOLD_TEXT,
     )
