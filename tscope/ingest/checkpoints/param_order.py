@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -139,7 +140,7 @@ def architecture_order(
     if not isinstance(architectures, list) or not architectures or config.get("auto_map"):
         return None
     # A config that asks for thousands of layers would take long to build even on meta.
-    if any(_as_int(config.get(k)) > MAX_LAYERS_TO_BUILD for k in _LAYER_COUNT_KEYS):
+    if _too_many_modules(config):
         return None
     names = _architecture_names(json.dumps(config, sort_keys=True), str(architectures[0]))
     if names is None:
@@ -151,11 +152,56 @@ def architecture_order(
 
 
 MAX_LAYERS_TO_BUILD = 512  # deepest public LLMs have ~130 blocks
-_LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+# Layers times experts per layer: DeepSeek-V3 builds 61 x 256, Qwen3-Next 48 x 512.
+MAX_EXPERT_LAYERS_TO_BUILD = 64 * MAX_LAYERS_TO_BUILD
+# The keys whose number says how many modules transformers builds, whatever the architecture
+# calls them: num_hidden_layers, n_layer, encoder_layers and decoder_layers (Bart: 12,000 each
+# took 45 s and 1.6 GB on meta), num_encoder_layers, num_blocks, depths (Swin's list),
+# num_local_experts, n_routed_experts; in nested configs too (text_config, vision_config).
+_LAYER_COUNT_KEY = re.compile(r"(layers?|blocks|depths?)$", re.IGNORECASE)
+_EXPERT_COUNT_KEY = re.compile(r"experts$", re.IGNORECASE)
+_CONFIG_NESTING_READ = 8  # nested configs (text_config, vision_config) sit one or two deep
 
 
-def _as_int(value: Any) -> int:
-    return value if isinstance(value, int) else 0
+def _too_many_modules(config: Mapping[str, Any]) -> bool:
+    """Some count in the config (nested ones included) asks for more layers or experts than
+    MAX_LAYERS_TO_BUILD, or their product is over MAX_EXPERT_LAYERS_TO_BUILD; a config nested
+    past _CONFIG_NESTING_READ is not built either."""
+    layers = experts = 0
+    pending: list[tuple[Mapping[str, Any], int]] = [(config, 0)]
+    while pending:
+        mapping, depth = pending.pop()
+        if depth > _CONFIG_NESTING_READ:
+            return True
+        for key, value in mapping.items():
+            if isinstance(value, Mapping):
+                pending.append((value, depth + 1))
+                continue
+            if not isinstance(key, str):
+                continue
+            if _LAYER_COUNT_KEY.search(key):
+                layers = max(layers, _count(value, key.lower().endswith("depths")))
+            elif _EXPERT_COUNT_KEY.search(key):
+                experts = max(experts, _count(value, False))
+    return (
+        layers > MAX_LAYERS_TO_BUILD
+        or experts > MAX_LAYERS_TO_BUILD
+        or layers * max(experts, 1) > MAX_EXPERT_LAYERS_TO_BUILD
+    )
+
+
+def _count(value: Any, summed: bool) -> int:
+    """A count a config gives: an int, or a list's length (Llama 4's moe_layers lists layer
+    indices), or with `summed` the sum of a list of ints (Swin's depths: blocks per stage)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, list):
+        if summed and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return sum(value)
+        return len(value)
+    return 0
 
 
 @functools.lru_cache(maxsize=8)

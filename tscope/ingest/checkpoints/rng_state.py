@@ -17,7 +17,7 @@ from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
-from tscope.ingest.checkpoints.safe_load import safe_torch_load
+from tscope.ingest.checkpoints.safe_load import key_text, safe_torch_load
 
 MT19937_WORDS = 624  # the Mersenne Twister's state: 624 32-bit words and a position
 PYTHON_STATE_WORDS = MT19937_WORDS + 1  # random.getstate(): the words plus the position
@@ -37,14 +37,26 @@ def check_rng_state(state: Any, display_path: str) -> None:
     """Raise UnreadableInput unless `state` looks like what Trainer._save_rng_state wrote."""
     if not isinstance(state, Mapping):
         raise UnreadableInput(display_path, f"holds a {type(state).__name__}, not RNG states")
-    problems = []
-    if "python" in state and not _is_python_state(state["python"]):
-        problems.append("the python random state")
-    if "numpy" in state and not _is_numpy_state(state["numpy"]):
-        problems.append("the numpy state")
-    for key, value in state.items():
-        if key not in ("python", "numpy") and not _is_torch_states(value):
-            problems.append(f"the {key} state")
+    _check_parts(list(state.items()), display_path)
+
+
+def _check_parts(parts: list[tuple[Any, Any]], display_path: str) -> None:
+    """check_rng_state of (key, state) pairs. A key is a stranger's object: it is compared only
+    when it is a string, and shown through key_text (str() of a tuple repeating one tensor
+    300,000 times took over a minute, and of a 100,000-character string was as long)."""
+    python: list[str] = []
+    numpy: list[str] = []
+    devices: list[str] = []
+    for key, value in parts:
+        if isinstance(key, str) and key == "python":
+            if not _is_python_state(value):
+                python.append("the python random state")
+        elif isinstance(key, str) and key == "numpy":
+            if not _is_numpy_state(value):
+                numpy.append("the numpy state")
+        elif not _is_torch_states(value):
+            devices.append(f"the {key_text(key)} state")
+    problems = python + numpy + devices
     if problems:
         raise UnreadableInput(
             display_path,
@@ -129,12 +141,12 @@ def read_accelerate_rng_state(
     step = state.get("step")
     if step is not None and not _is_int(step):
         raise UnreadableInput(display_path, "its step is not a whole number (forged or damaged)")
-    check_rng_state(
-        {
-            _ACCELERATE_RNG_KEYS.get(str(key), str(key)): value
+    _check_parts(
+        [
+            (_ACCELERATE_RNG_KEYS.get(key, key) if isinstance(key, str) else key, value)
             for key, value in state.items()
-            if key != "step"
-        },
+            if not (isinstance(key, str) and key == "step")
+        ],
         display_path,
     )
     return state  # type: ignore[no-any-return]  # checked to be a Mapping above

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -122,19 +123,25 @@ def _load(
 ) -> Any:
     import torch
 
+    if options.trust_pickle:
+        print(
+            f"tscope: warning: unpickling {display_path} with --trust-pickle: this runs code "
+            "from the file.",
+            file=sys.stderr,
+        )
     try:
-        if options.trust_pickle:
-            print(
-                f"tscope: warning: unpickling {display_path} with --trust-pickle: this runs code "
-                "from the file.",
-                file=sys.stderr,
-            )
-            loaded = torch.load(source, map_location="cpu", weights_only=False, mmap=mmap)
-        elif allow_numpy:
-            with torch.serialization.safe_globals(_numpy_rng_globals()):
+        # torch warns on stderr about what it meets in a file ("Detected pickle protocol 4 in
+        # the checkpoint"): noise about a stranger's file, on the user's terminal. What matters
+        # (a refusal, a failure) is raised and becomes the file's one `partial` line below.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if options.trust_pickle:
+                loaded = torch.load(source, map_location="cpu", weights_only=False, mmap=mmap)
+            elif allow_numpy:
+                with torch.serialization.safe_globals(_numpy_rng_globals()):
+                    loaded = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
+            else:
                 loaded = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
-        else:
-            loaded = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as error:  # a stranger's file: every failure becomes one explained line
         text = str(error)
         refused = any(marker in text for marker in _REFUSED_GLOBAL_MARKERS)
@@ -239,11 +246,11 @@ def _where_text(where: _Where | None) -> str:
         elif step.indexed:
             text += f"[{step.key}]"
         else:
-            text += ("." if text else "") + _key_text(step.key)
+            text += ("." if text else "") + key_text(step.key)
     return text
 
 
-def _key_text(key: Any) -> str:
+def key_text(key: Any) -> str:
     """A dict key as text, without calling str() on what a stranger chose: an int of thousands
     of digits raises, and a tuple of long strings is as long as they are."""
     if isinstance(key, str):

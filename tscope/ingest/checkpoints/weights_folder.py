@@ -23,7 +23,7 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
 )
 from tscope.ingest.checkpoints.param_order import ParamSpec, architecture_order, inferred_orders
 from tscope.ingest.checkpoints.rng_state import read_rng_state
-from tscope.ingest.checkpoints.safe_load import safe_torch_load
+from tscope.ingest.checkpoints.safe_load import key_text, safe_torch_load
 from tscope.ingest.checkpoints.state_dict_files import TensorSource, read_json
 from tscope.ingest.safe_fs import OUTSIDE_INPUT, is_inside
 from tscope.model import PartialInput
@@ -38,6 +38,11 @@ _WEIGHT_LAYOUTS = (
     ("model.safetensors.index.json", "model.safetensors"),
     ("pytorch_model.bin.index.json", "pytorch_model.bin"),
 )
+# Shards a `partial` entry each names when an index lists missing (or outside) ones; one more
+# entry counts the rest.
+MAX_SHARDS_NAMED = 5
+# Shard files one index may name: the largest public checkpoints are split in a few hundred.
+MAX_SHARD_FILES = 10_000
 PEFT_ADAPTER = "adapter_model.safetensors"  # PEFT: the adapter is what the optimizer trained
 WEIGHT_FILES = (*(name for pair in _WEIGHT_LAYOUTS for name in pair), PEFT_ADAPTER)
 # Input embeddings an untied-on-disk `lm_head.weight` reuses when config.tie_word_embeddings.
@@ -92,23 +97,67 @@ class WeightsFolderCheckpoint:
             return
         # Shards are numbered in save order, so for .bin shards their concatenation keeps the
         # state dict's (registration) order.
-        for shard in sorted({str(v) for v in weight_map.values()}):
+        shards = sorted({v for v in weight_map.values() if isinstance(v, str)})
+        not_names = sum(1 for v in weight_map.values() if not isinstance(v, str))
+        if not_names:
+            self.partial.append(
+                PartialInput(
+                    self._file_shown(index_name),
+                    f"weight_map gives {not_names} tensor(s) a shard that is not a file name",
+                )
+            )
+        if len(shards) > MAX_SHARD_FILES:
+            # Each shard name is resolved (symlinks) and looked up: 200,000 took 22 s.
+            self.partial.append(
+                PartialInput(
+                    self._file_shown(index_name),
+                    f"weight_map names {len(shards)} shard files; tscope reads at most "
+                    f"{MAX_SHARD_FILES} (the first in name order)",
+                )
+            )
+        outside = missing = 0
+        for shard in shards[:MAX_SHARD_FILES]:
             file = self._dir / shard
             if not _names_a_file_inside(self._dir, shard):
                 # An absolute or `../` name would read a file the user never gave tscope.
-                self.partial.append(
-                    PartialInput(
-                        self._file_shown(index_name),
-                        f"weight_map names shard {shard!r}, {OUTSIDE_INPUT}; it is not read",
+                outside += 1
+                if outside <= MAX_SHARDS_NAMED:
+                    self.partial.append(
+                        PartialInput(
+                            self._file_shown(index_name),
+                            f"weight_map names shard {key_text(shard)!r}, {OUTSIDE_INPUT}; it is "
+                            "not read",
+                        )
                     )
-                )
                 continue
-            if not file.is_file():
-                self.partial.append(
-                    PartialInput(self._file_shown(shard), "shard listed in the index is missing")
-                )
+            if not _is_file(file):
+                missing += 1
+                if missing <= MAX_SHARDS_NAMED:
+                    self.partial.append(
+                        PartialInput(
+                            self._file_shown(key_text(shard)),
+                            "shard listed in the index is missing",
+                        )
+                    )
                 continue
             self._read_file(file)
+        # One entry counts the rest: an index naming 200,000 missing shards (6.5 MB) made
+        # 200,000 entries and a 22 MB case.json.
+        if outside > MAX_SHARDS_NAMED:
+            self.partial.append(
+                PartialInput(
+                    self._file_shown(index_name),
+                    f"weight_map names {outside - MAX_SHARDS_NAMED} more shard(s) {OUTSIDE_INPUT}; "
+                    "they are not read",
+                )
+            )
+        if missing > MAX_SHARDS_NAMED:
+            self.partial.append(
+                PartialInput(
+                    self._file_shown(index_name),
+                    f"{missing - MAX_SHARDS_NAMED} more shard(s) listed in the index are missing",
+                )
+            )
 
     def _read_file(self, file: Path) -> None:
         shown = self._file_shown(file.name)
@@ -247,6 +296,14 @@ class WeightsFolderCheckpoint:
         self._source.close()
         self._optimizer = None
         self._optimizer_raw = None
+
+
+def _is_file(file: Path) -> bool:
+    """Path.is_file, false for a name the OS refuses (longer than NAME_MAX: ENAMETOOLONG)."""
+    try:
+        return file.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _names_a_file_inside(folder: Path, name: str) -> bool:

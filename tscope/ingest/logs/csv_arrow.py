@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tscope.ingest.base import read_head
-from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS
+from tscope.ingest.logs.series_cap import MAX_TABLE_COLUMNS, columns_to_read
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,8 +34,33 @@ def wide_csv_header(path: Path, delimiter: str) -> list[str] | None:
         names = next(csv.reader([first_line.decode("utf-8-sig").rstrip("\r")], delimiter=delimiter))
     except (UnicodeDecodeError, csv.Error, StopIteration):
         return None  # Arrow reads it (or reports it) as before
-    # Repeated names cannot be chosen one by one; such a header is read whole.
-    return names if len(set(names)) == len(names) > MAX_TABLE_COLUMNS else None
+    # Repeated names count too: read whole, `step,loss,x,x,…` with 200,000 columns took 1.3 GB
+    # (a 4 MB header, 12 GB). wide_csv_columns chooses among the distinct names.
+    return names if len(names) > MAX_TABLE_COLUMNS else None
+
+
+def wide_csv_columns(header: list[str]) -> tuple[list[str], str]:
+    """The columns of a wide header to read, and the `partial` line saying how many are not.
+
+    At most MAX_TABLE_COLUMNS distinct names (series_cap.columns_to_read). A repeated name
+    stands for its first column: Arrow's include_columns selects that one, and from_arrow keeps
+    only the first column of a name in any table.
+    """
+    distinct = list(dict.fromkeys(header))
+    chosen = columns_to_read(distinct)
+    reasons = []
+    repeats = len(header) - len(distinct)
+    if repeats:
+        reasons.append(
+            f"{repeats} repeat the name of an earlier column (the first column of a name is read)"
+        )
+    if len(distinct) > len(chosen):
+        reasons.append(
+            f"{len(distinct) - len(chosen)} more: tscope reads at most {MAX_TABLE_COLUMNS} "
+            "columns of a table (the step and loss-like ones first)"
+        )
+    unread = len(header) - len(chosen)
+    return chosen, f"{unread} of its {len(header)} columns not read: {'; '.join(reasons)}"
 
 
 def parse_csv(

@@ -18,9 +18,13 @@ from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
-from tscope.ingest.logs.csv_arrow import parse_csv, wide_csv_header, without_row_decoding_dumps
+from tscope.ingest.logs.csv_arrow import (
+    parse_csv,
+    wide_csv_columns,
+    wide_csv_header,
+    without_row_decoding_dumps,
+)
 from tscope.ingest.logs.json_lines_shape import arrow_table_is_bounded
-from tscope.ingest.logs.series_cap import columns_to_read
 from tscope.ingest.logs.table_cells import MISSING_MARKERS, ParsedTable, RecordColumns, from_arrow
 from tscope.ingest.safe_fs import open_regular, read_bytes_bounded
 
@@ -74,7 +78,7 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
     import pyarrow as pa  # here: only tables need Arrow (0.1-0.4 s of a TensorBoard analyze)
 
     header = wide_csv_header(path, delimiter)
-    chosen = columns_to_read(header) if header is not None else None
+    chosen, unread_columns = wide_csv_columns(header) if header is not None else (None, "")
     long_lines = 0
     try:
         try:
@@ -97,10 +101,15 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
         ) from error
     if long_lines:
         table.problems.append(_long_lines_problem(long_lines))
-    if header is not None and chosen is not None:
-        table.problems.append(
-            f"{len(header) - len(chosen)} of its {len(header)} columns not read: tscope reads at "
-            f"most {len(chosen)} columns of a table (the step and loss-like ones first)"
+    if unread_columns:
+        table.problems.append(unread_columns)
+    if malformed and table.n_rows == 0:
+        # Not "no data rows": every row was there, and none had the header's number of fields.
+        fields = f"{len(header)} fields" if header is not None else "number of fields"
+        raise UnreadableInput(
+            display_path,
+            f"none of its {len(malformed)} data row(s) has the header's {fields}: first "
+            f"{malformed[0]!r}",
         )
     if malformed:
         table.problems.insert(
