@@ -38,7 +38,6 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
-from tscope.analyzers.explainers.resume import RESUME_CHECK_POINTS
 from tscope.analyzers.one_step_breaks import (
     AFTER_FRACTION,
     EARLY_FRACTION,
@@ -48,6 +47,7 @@ from tscope.analyzers.one_step_breaks import (
     OneStepBreak,
     one_step_breaks,
 )
+from tscope.analyzers.resume_window import at_resume, loss_points_between
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.analyzers.spike_judgement import TEXTURE_SPIKES_PER_1000, is_notable, is_texture
 from tscope.model import Finding, Run
@@ -173,7 +173,7 @@ class BadBatchLogsExplainer:
         return [
             _finding(str(loss), b, spikes.get(b.step), evidence.run.has(GRAD_NORM))
             for b in breaks
-            if not lr_moved_up(evidence.run, b.step) and not _at_resume(evidence.run, b.step)
+            if not lr_moved_up(evidence.run, b.step) and not at_resume(evidence.run, b.step)
         ]
 
 
@@ -198,30 +198,13 @@ def lr_moved_up(run: Run, step: int) -> bool:
         return False
     steps, lrs = run.series(LEARNING_RATE)
     if any(
-        0 <= _points_between(run, jump.step, step) <= LR_JUMP_LOOKBACK_POINTS
+        0 <= loss_points_between(run, jump.step, step) <= LR_JUMP_LOOKBACK_POINTS
         for jump in lr_jumps(steps, lrs)
     ):
         return True
     before = lrs[steps <= step][-LR_RISE_LOOKBACK_POINTS - 1 :]
     before = before[np.isfinite(before) & (before > 0)]
     return bool(before.size >= 2 and before[-1] >= LR_RISE_FACTOR * before.min())
-
-
-def _points_between(run: Run, first: int, last: int) -> int:
-    """Logged loss points after `first` up to `last` (negative when `last` is before `first`)."""
-    loss = primary_loss(run)
-    if loss is None or last < first:
-        return -1
-    steps, _ = run.series(loss)
-    return int(((steps > first) & (steps <= last)).sum())
-
-
-def _at_resume(run: Run, step: int) -> bool:
-    """The break is within RESUME_CHECK_POINTS logged loss points from a resume of the run."""
-    return any(
-        0 <= _points_between(run, event.step - 1, step) <= RESUME_CHECK_POINTS
-        for event in run.events_of("resume")
-    )
 
 
 def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool) -> Finding:

@@ -8,6 +8,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, difference_sigma
 from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
 from tscope.analyzers.impact import MIN_WARNING_EXCESS, UNTRAINED_MIN_POINTS, back_at_initial
+from tscope.analyzers.resume_window import RESUME_CHECK_POINTS
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run, RunEvent
 from tscope.model.categories import Category
@@ -16,8 +17,6 @@ from tscope.model.run import RELOGGED_KEY
 
 # The loss right after a resume is compared with the points before it; the same bar as a spike.
 RESUME_LOSS_SIGMA = 6.0
-# Points after the resume that are checked (the first steps after a bad load are the telling ones).
-RESUME_CHECK_POINTS = 3
 # The level before a resume and the noise it is compared with: the median of the last LEVEL_POINTS
 # logged losses, and σ from the first differences of the baseline window (a trend does not
 # inflate it). A window median and its MAD, as before, put a run resumed early, while its loss
