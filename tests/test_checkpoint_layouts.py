@@ -264,7 +264,7 @@ def test_deepspeed_without_slice_mappings_packs_one_rank_in_order_and_refuses_tw
     from tscope.ingest.checkpoints.deepspeed_zero import rebuild_zero_state
 
     def plain(file: Path) -> dict[str, Any]:
-        from tscope.ingest.checkpoints.deepspeed_zero import load_deepspeed_file
+        from tscope.ingest.checkpoints.deepspeed_pickle import load_deepspeed_file
 
         inner = dict(load_deepspeed_file(file, file.name, OPTIONS)["optimizer_state_dict"])
         del inner["param_slice_mappings"]  # DeepSpeed before 0.10 did not write them

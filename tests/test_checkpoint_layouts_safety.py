@@ -145,7 +145,7 @@ def test_a_planted_deepspeed_optimizer_file_is_partial_and_the_weights_still_rea
 
 def test_deepspeed_stand_ins_do_not_let_other_globals_through(tmp_path):
     """The stand-ins cover DeepSpeed's own classes only; a planted one next to them is refused."""
-    from tscope.ingest.checkpoints.deepspeed_zero import load_deepspeed_file
+    from tscope.ingest.checkpoints.deepspeed_pickle import load_deepspeed_file
 
     marker = tmp_path / "ran"
     source = (

@@ -35,7 +35,7 @@ from tscope.ingest.checkpoints.deepspeed_optimizer import (
     optim_files,
     universal_tensor,
 )
-from tscope.ingest.checkpoints.deepspeed_zero import load_deepspeed_file
+from tscope.ingest.checkpoints.deepspeed_pickle import load_deepspeed_file
 from tscope.ingest.checkpoints.pickle_literals import pickle_strings
 from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
 from tscope.ingest.safe_fs import is_real_folder, is_regular_file, read_bytes_bounded
@@ -136,7 +136,7 @@ class DeepSpeedCheckpoint:
             )
         self._states: Mapping[str, Any] = self._model_states()
         module = self._states.get("module")
-        buffers = set(self._states.get("buffer_names") or [])
+        self._buffers = buffers = self._buffer_names()
         self._weights: dict[str, tuple[str, Any]] = {}  # name -> (where, key or path)
         zero3 = self._zero_stage() == 3
         if zero3 and not self._universal:
@@ -146,8 +146,10 @@ class DeepSpeedCheckpoint:
                 if name not in buffers:
                     self._weights[normalize_name(name)] = ("master", name)
         if isinstance(module, Mapping) and not zero3:
+            import torch
+
             for key, value in module.items():
-                if isinstance(key, str) and hasattr(value, "shape") and key not in buffers:
+                if isinstance(key, str) and isinstance(value, torch.Tensor) and key not in buffers:
                     self._weights[normalize_name(key)] = ("module", key)
         elif self._universal:  # no model file: the fp32 masters are the weights
             for folder in sorted((path / UNIVERSAL_DIR).iterdir()):
@@ -161,6 +163,7 @@ class DeepSpeedCheckpoint:
         self._optimizer: OptimizerState | None = None
         self._optimizer_read = False
         self._optimizer_error: UnreadableInput | None = None
+        self._master_problem: str | None = None  # why ZeRO-3 weights are missing: one per file
         self.info = CheckpointInfo(
             step=step if step is not None else step_from_name(path.name),
             path=display_path,
@@ -197,6 +200,28 @@ class DeepSpeedCheckpoint:
             raise UnreadableInput(f"{self._shown}/{files[0].name}", "not a DeepSpeed model file")
         return loaded
 
+    def _buffer_names(self) -> set[str]:
+        """`buffer_names`: the module's entries that are buffers, not parameters."""
+        listed = self._states.get("buffer_names")
+        if listed is None:
+            return set()
+        names = listed if isinstance(listed, (list, tuple)) else []
+        buffers = {name for name in names if isinstance(name, str)}
+        others = sum(1 for name in names if not isinstance(name, str))
+        if others or not isinstance(listed, (list, tuple)):
+            self.partial.append(
+                PartialInput(
+                    self._shown,
+                    "buffer_names is not a list of names: "
+                    + (
+                        f"its {others} other entries are ignored"
+                        if others
+                        else "no entry is told apart as a buffer"
+                    ),
+                )
+            )
+        return buffers
+
     def _zero_stage(self) -> int | None:
         config = self._states.get("ds_config")
         zero = config.get("zero_optimization") if isinstance(config, Mapping) else None
@@ -205,7 +230,9 @@ class DeepSpeedCheckpoint:
     def _fp16(self) -> bool:
         config = self._states.get("ds_config")
         fp16 = config.get("fp16") if isinstance(config, Mapping) else None
-        return isinstance(fp16, Mapping) and bool(fp16.get("enabled"))
+        enabled = fp16.get("enabled") if isinstance(fp16, Mapping) else None
+        # A plain JSON value; anything else (a tensor) is not read as a switch.
+        return isinstance(enabled, (bool, int, float, str)) and bool(enabled)
 
     def _rng_ranks(self) -> tuple[int, ...]:
         # The engine saves no RNG; Megatron-DeepSpeed adds a per-rank list as `rng_state`.
@@ -230,12 +257,9 @@ class DeepSpeedCheckpoint:
             masters = state.master_weights if state is not None else None
             master: torch.Tensor | None = masters.get(name) if masters else None
             if master is None:
-                raise UnreadableInput(
-                    self._shown,
-                    f"ZeRO-3 keeps {name} only in the optimizer files' partitions, and they could "
-                    "not be rebuilt"
-                    + (f" ({state.unmapped[0]})" if state and state.unmapped else ""),
-                )
+                # The same words for every parameter: the case lists the reason once per file,
+                # not once per tensor (a forged param_shapes may name hundreds of thousands).
+                raise UnreadableInput(self._shown, self._missing_masters(state))
             return master
         return universal_tensor(source, self._relative(source), self._options)
 
@@ -252,12 +276,23 @@ class DeepSpeedCheckpoint:
             self._optimizer_read = True
         return self._optimizer
 
+    def _missing_masters(self, state: OptimizerState | None) -> str:
+        if self._master_problem is None:
+            masters = state.master_weights if state is not None else None
+            listed = [name for name, (kind, _) in self._weights.items() if kind == "master"]
+            missing = sum(1 for name in listed if not masters or name not in masters)
+            self._master_problem = (
+                "ZeRO-3 keeps the weights only in the optimizer files' partitions, and "
+                f"{missing} of the {len(listed)} parameters could not be rebuilt"
+                + (f" ({state.unmapped[0]})" if state and state.unmapped else "")
+            )
+        return self._master_problem
+
     def _read_zero(self) -> OptimizerState | None:
         return self._optimizer_files.read_zero(self._states.get("param_shapes"))
 
     def _read_universal(self) -> OptimizerState:
-        buffers = set(self._states.get("buffer_names") or [])
-        return self._optimizer_files.read_universal(self._dir / UNIVERSAL_DIR, buffers)
+        return self._optimizer_files.read_universal(self._dir / UNIVERSAL_DIR, self._buffers)
 
     def _relative(self, path: Path) -> str:
         return f"{self._shown}/{path.relative_to(self._dir).as_posix()}"
@@ -265,7 +300,7 @@ class DeepSpeedCheckpoint:
     def audit(self) -> ResumeAudit:
         notes = []
         skipped = _int(self._states.get("skipped_steps"))
-        if skipped:
+        if skipped is not None and skipped > 0:
             total = self.info.step
             notes.append(
                 f"DeepSpeed skipped {skipped} optimizer step(s)"
@@ -300,7 +335,7 @@ class DeepSpeedCheckpoint:
             has_scheduler=self._states.get("lr_scheduler") is not None,
             has_scaler=has_scaler,
             rng_ranks=rng,
-            expected_ranks=dp * mp if dp and mp else None,
+            expected_ranks=dp * mp if dp and mp and dp > 0 and mp > 0 else None,
             has_sampler_state=self._states.get("data_sampler") is not None,
             notes=tuple(notes),
         )
@@ -346,5 +381,5 @@ def _shape_names(param_shapes: Any) -> list[str]:
 def _int(value: Any) -> int | None:
     try:
         return int(value) if value is not None else None
-    except (TypeError, ValueError, OverflowError):  # inf and NaN floats too
+    except (TypeError, ValueError, OverflowError, RuntimeError):  # inf, NaN, tensors too
         return None

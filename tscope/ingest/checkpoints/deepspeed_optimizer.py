@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
+from tscope.ingest.checkpoints.deepspeed_pickle import load_deepspeed_file
 from tscope.ingest.checkpoints.deepspeed_zero import (
+    FORGED_DATA_ERRORS,
     ZeroState,
-    load_deepspeed_file,
     rebuild_zero_state,
 )
+from tscope.ingest.checkpoints.deepspeed_zero_layout import step_number
 from tscope.ingest.checkpoints.state_dict_files import normalize_name
 from tscope.ingest.safe_fs import is_real_folder
 
@@ -61,18 +63,35 @@ class DeepSpeedOptimizerFiles:
             rank_states.append(inner)
         if not isinstance(shapes, list):
             return OptimizerState(unmapped=["the model file has no param_shapes to map by"])
-        rebuilt = rebuild_zero_state(rank_states, shapes)
+        try:
+            rebuilt = rebuild_zero_state(
+                rank_states, shapes, [self._relative(file) for file in files]
+            )
+        except FORGED_DATA_ERRORS as error:  # behind the checks in deepspeed_zero: forged data
+            reason = " ".join(str(error).split())[:160]
+            return OptimizerState(
+                unmapped=[
+                    "the optimizer files' partitions could not be rebuilt "
+                    f"({type(error).__name__}: {reason}); not mapped"
+                ]
+            )
         return self._as_optimizer_state(rebuilt)
 
     def _as_optimizer_state(self, rebuilt: ZeroState) -> OptimizerState:
         state = OptimizerState(
             param_groups=rebuilt.param_groups,
             unmapped=rebuilt.unmapped,
-            master_weights={normalize_name(k): v for k, v in rebuilt.masters.items()} or None,
+            master_weights={
+                normalize_name(k): v for k, v in rebuilt.masters.items() if isinstance(k, str)
+            }
+            or None,
         )
         for name, entry in rebuilt.moments.items():
-            state.per_param[normalize_name(name)] = entry
-        state.group_of = {normalize_name(k): v for k, v in rebuilt.group_of.items()}
+            if isinstance(name, str):
+                state.per_param[normalize_name(name)] = entry
+        state.group_of = {
+            normalize_name(k): v for k, v in rebuilt.group_of.items() if isinstance(k, str)
+        }
         self.loss_scaler = rebuilt.loss_scaler
         return state
 
@@ -84,8 +103,8 @@ class DeepSpeedOptimizerFiles:
             loaded = load_deepspeed_file(common, self._relative(common), self._options)
             groups = loaded.get("param_groups") if isinstance(loaded, Mapping) else None
             state.param_groups = [
-                {k: v for k, v in g.items() if k != "params"}
-                for g in groups or []
+                {k: v for k, v in g.items() if isinstance(k, str) and k != "params"}
+                for g in (groups if isinstance(groups, list) else [])
                 if isinstance(g, Mapping)
             ]
             self.loss_scaler = loaded.get("loss_scaler") if isinstance(loaded, Mapping) else None
@@ -108,7 +127,7 @@ class DeepSpeedOptimizerFiles:
             }
             step_file = folder / "step.pt"
             entry["step"] = (
-                float(universal_tensor(step_file, self._relative(step_file), self._options))
+                step_number(universal_tensor(step_file, self._relative(step_file), self._options))
                 if step_file.is_file()
                 else None
             )
