@@ -64,3 +64,23 @@ def test_the_case_says_the_optimizer_is_there():
     case = analyze_run(LAYOUTS / "trainer_deepspeed_zero2").case
     assert all(info.has_optimizer for info in case.checkpoints)
     assert not [f for f in case.findings if f.category == "checkpoint_incomplete"]
+
+
+@pytest.mark.parametrize("layout", ["trainer_deepspeed_zero2", "trainer_deepspeed_zero3"])
+def test_an_unreadable_deepspeed_optimizer_is_one_line_per_file(tmp_path, layout):
+    """The tag folder's optimizer file emptied (a save cut short): the optimizer is lost, the
+    rest is read. Dropping the DeepSpeed handle sent every weight to the Trainer's folder, which
+    (under ZeRO-3) holds none: one "holds no tensor named …" entry per tensor (found by a
+    hostile-input review); a file is listed once."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(LAYOUTS / layout, run)
+    optimizer = next(run.glob("checkpoint-4/global_step*/*optim_states.pt"))
+    optimizer.write_bytes(b"")
+    case, _ = analyze_run(str(run))
+    paths = [entry.path for entry in case.partial]
+    assert len(paths) == len(set(paths))
+    assert any(path.endswith(optimizer.name) for path in paths)
+    assert not any("holds no tensor named" in entry.problem for entry in case.partial)
+    assert [c.step for c in case.checkpoints] == [2, 4]

@@ -29,7 +29,7 @@ from tscope.ingest.readers.tensorboard_tags import (
 from tscope.ingest.remote_source import is_remote_url
 from tscope.ingest.run_config import checkpoint_config
 from tscope.ingest.run_groups import run_groups, several_runs_message
-from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED
+from tscope.ingest.safe_fs import NOT_REGULAR, is_file_refusal
 from tscope.model import CheckpointInfo, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
 
@@ -93,13 +93,13 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
             evidence, checkpoint_partial = read_checkpoints(
                 root, LoadOptions(trust_pickle=options.trust_pickle), on_file
             )
-            # A linked file discovery already refused (with its hint) is not listed again by
-            # the checkpoint reader that met the same link.
+            # A file discovery already refused (a link, a FIFO: with its hint) is not listed
+            # again by the checkpoint reader that refused it for the same reason.
             refused = {entry.path for entry in partial}
             partial.extend(
                 entry
                 for entry in checkpoint_partial
-                if not (entry.problem == SYMLINK_REFUSED and entry.path in refused)
+                if not (entry.path in refused and is_file_refusal(entry.problem))
             )
             if evidence is not None:
                 evidence_parts.append(evidence)

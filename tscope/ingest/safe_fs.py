@@ -27,6 +27,12 @@ SYMLINK_NOT_FOLLOWED = (
 OUTSIDE_INPUT = "outside the input folder; tscope reads only files inside the input it is given"
 
 
+def is_file_refusal(problem: str) -> bool:
+    """The problem is tscope refusing to open the file at all (a link, not a regular file), as
+    opposed to something found inside it."""
+    return problem.startswith((NOT_REGULAR, SYMLINK_REFUSED, "a symbolic link;"))
+
+
 # What the OS layer raises for a path it cannot even ask about: OSError, and ValueError for a
 # NUL byte in the name (a DCP `relative_path` of "__0_0.distcp\x00../x" once ended the analysis
 # in a traceback from os.path.realpath). Such a path is "not a usable path", never an error.

@@ -8,6 +8,7 @@ from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions
+from tscope.ingest.safe_fs import is_file_refusal
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import CheckpointEvidence, CheckpointSnapshot
 
@@ -72,5 +73,22 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
         optimizer_step=optimizer_step,
         param_groups=groups,
         unmapped_optimizer_state=unmapped,
-        partial=tuple(dict.fromkeys(partial)),
+        partial=_once_per_refusal(partial),
     )
+
+
+SKIPPED = " (skipped)"  # what a later read of a file already refused adds
+
+
+def _once_per_refusal(partial: list[PartialInput]) -> tuple[PartialInput, ...]:
+    """Each entry once, and a file refused outright (a link, a FIFO) once, however many of the
+    handle's reads met it: the first read says why, a later one repeats it with " (skipped)"."""
+    kept: dict[tuple[str, str], PartialInput] = {}
+    refused: set[str] = set()
+    for entry in partial:
+        if is_file_refusal(entry.problem):
+            if entry.path in refused:
+                continue
+            refused.add(entry.path)
+        kept.setdefault((entry.path, entry.problem.removesuffix(SKIPPED)), entry)
+    return tuple(kept.values())

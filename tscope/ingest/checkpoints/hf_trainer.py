@@ -142,6 +142,7 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
         self._run_dir = parent_inside(input_root, path)
         # Under DeepSpeed the Trainer saves no optimizer.pt: the optimizer (and ZeRO-3's fp32
         # weights) are in the tag folder it saves inside the checkpoint, read by its own reader.
+        self._deepspeed_optimizer_unreadable = False
         self._deepspeed = self._open_deepspeed(input_root)
         self.trainer_state = self._json("trainer_state.json")
         self.training_args = self._training_args()
@@ -212,11 +213,16 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
     def optimizer_state(self) -> OptimizerState | None:
         if self._deepspeed is None:
             return super().optimizer_state()
+        if self._deepspeed_optimizer_unreadable:
+            return None
         try:
             return self._deepspeed.optimizer_state()
         except UnreadableInput as error:
+            # The tag folder still holds the weights (its model file): only the optimizer is
+            # lost. Dropping the whole handle sent every weight to the Trainer's folder, which
+            # holds none: one "holds no tensor named …" entry per tensor.
             self.partial.append(partial_of(error))
-            self._deepspeed = None
+            self._deepspeed_optimizer_unreadable = True
             return None
 
     def close(self) -> None:
