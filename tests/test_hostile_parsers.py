@@ -285,3 +285,26 @@ def test_jsonl_with_many_distinct_keys_is_capped_too(tmp_path: Path) -> None:
     capped = any(c["kind"] == "series_cap" for c in case["caveats"])  # type: ignore[union-attr]
     left_out = [p for p in partial_problems(tmp_path / "case", "metrics.jsonl") if "left out" in p]
     assert capped or left_out
+
+
+def test_a_jsonl_whose_first_line_nests_5000_deep_is_one_line(tmp_path: Path) -> None:
+    """The columns of a JSONL are sniffed from its first line; json.loads recursed past Python's
+    limit on `[`×5000 (a traceback; found by fuzzing). The sniff now parses under the nesting
+    limit: an unreadable first line gives no columns, and the file one line, not a traceback."""
+    rows = "".join(json.dumps({"step": s, "loss": 3.0 - 0.01 * s}) + "\n" for s in range(100))
+    (tmp_path / "metrics.jsonl").write_text("[" * 5000 + "]" * 5000 + "\n" + rows)
+    outcome = run_tscope("analyze", tmp_path, "--out", tmp_path.parent / "out", "--quiet")
+    assert outcome.returncode in (0, 2)
+    assert "Traceback" not in outcome.stderr and "RecursionError" not in outcome.stderr
+    assert len(outcome.stderr.strip().splitlines()) <= 1
+
+
+def test_a_finite_loss_near_floats_limit_warns_nothing_on_stderr(tmp_path: Path) -> None:
+    """A flat loss with one finite value of 1e308: the plateau rule's least-squares sums
+    overflowed to inf and NaN (numpy's RuntimeWarning on stderr, a NaN slope; found by fuzzing).
+    It compares in units of the largest value now."""
+    lines = ["step,loss"] + [f"{s},{2.0 + 0.1 * (s % 2)}" for s in range(100)] + ["100,1e308"]
+    (tmp_path / "metrics.csv").write_text("\n".join(lines) + "\n")
+    outcome = run_tscope("analyze", tmp_path, "--out", tmp_path.parent / "out", "--quiet")
+    assert outcome.returncode == 0
+    assert "RuntimeWarning" not in outcome.stderr

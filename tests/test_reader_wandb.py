@@ -373,3 +373,23 @@ def test_offline_distinct_history_keys_are_bounded(
     # 10 rows of 21 items; kept: the loss in every row and the first 49 other keys
     dropped = [p.problem for p in read.partial if "beyond the first 50 distinct" in p.problem]
     assert dropped and dropped[0].startswith(f"{10 * 21 - (10 + 49)} history item(s)")
+
+
+def test_a_config_key_path_of_a_thousand_parts_is_not_read(tmp_path: Path) -> None:
+    """A config item whose nested_key has 1,000 parts built a dict 1,000 deep, and writing
+    case.json recursed through it (RecursionError; found by fuzzing). Key paths longer than
+    any config nests are counted as malformed; the run is analyzed."""
+    import tscope
+
+    run_dir = tmp_path / "wandb" / "run-20240101_000000-deep"
+    run_dir.mkdir(parents=True)
+    deep_key = b"".join(field(2, f"k{i}".encode()) for i in range(1000))
+    deep_config = field(5, field(1, deep_key + field(16, b"1")))
+    rows = [history_record(step, {"loss": str(4.0 - 0.01 * step)}) for step in range(50)]
+    (run_dir / "run-deep.wandb").write_bytes(
+        frame([run_record(), config_record({"lr": "0.001"}), deep_config, *rows])
+    )
+    case = tscope.analyze(tmp_path)
+    case.to_dict()  # what writing case.json recursed through
+    assert case.run.config.get("lr") == 0.001
+    assert not any(str(key).startswith("k0") for key in case.run.config)

@@ -7,12 +7,13 @@ a `ParsedTable` (see table_cells.py) into the long-form metric table every reade
 from __future__ import annotations
 
 import csv
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 
+from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
 from tscope.ingest.base import read_head
 from tscope.ingest.logs.names import canonical_metrics, metric_preference
 from tscope.ingest.logs.table_cells import ParsedTable
@@ -57,8 +58,8 @@ def sniff_columns(path: Path) -> list[str] | None:
 
 def _keys_of_line(line: str) -> list[str] | None:
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
+        record = safe_json.loads(line, "the first line")
+    except UnreadableInput:  # not JSON, or nested past any record (a RecursionError in json)
         return None
     return [str(key) for key in record] if isinstance(record, dict) else None
 

@@ -47,6 +47,10 @@ _KeyNames = dict[tuple[bytes, ...], tuple[_KeyPath, str]]
 # the bound a crafted 17 MB log of 1,000,000 distinct keys held ~500 MB (30× the file: a cached
 # name per key, a tuple per item), now ~MAX_HISTORY_KEYS names and their items.
 MAX_HISTORY_KEYS = 100_000
+# A config or summary key path (nested_key) longer than this is not read: real configs nest 2-3
+# levels (run_config.MAX_CONFIG_DEPTH reads 16); one of 1,000 parts built a dict 1,000 deep
+# that writing case.json recursed through (RecursionError, found by fuzzing).
+MAX_KEY_PATH_PARTS = 16
 
 
 def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | None, bytes]:
@@ -173,6 +177,9 @@ def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str
             for number, _, value in reversed(fields):
                 if number in (UPDATE, REMOVE) and isinstance(value, bytes):
                     path, _, _, raw_json = _item(value, key_names)
+                    if len(path) > MAX_KEY_PATH_PARTS:
+                        malformed += 1  # not a setting: a crafted path nests past any config
+                        continue
                     if path and path not in latest:
                         latest[path] = raw_json if number == UPDATE else None
         except WireFormatError:
