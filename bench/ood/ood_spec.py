@@ -31,12 +31,10 @@ from typing import Any
 
 import paths  # noqa: F401  (puts bench/accuracy and fixtures on sys.path)
 from ood_blocks import (
-    EIGHTH_BLOCK,
     FIFTH_BLOCK,
     FIFTH_BLOCK_KNOBS,
     FOURTH_BLOCK,
     FOURTH_BLOCK_KNOBS,
-    NINTH_BLOCK,
     SECOND_BLOCK,
     SECOND_BLOCK_KNOBS,
     SETUPS,
@@ -45,6 +43,7 @@ from ood_blocks import (
     THIRD_BLOCK,
     THIRD_BLOCK_KNOBS,
 )
+from ood_blocks_late import EIGHTH_BLOCK, NINTH_BLOCK
 from spec import (
     BAD_BATCH,
     CONTROL,
