@@ -315,37 +315,24 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     second = _second_block(len(first))
     specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
     third_index = len(first) + len(second)
-    if 3 in blocks:
-        specs += _third_block(third_index)
-    if 4 in blocks:
-        specs += _third_block(third_index + 2 * len(THIRD_BLOCK), FOURTH_BLOCK)
-    if 5 in blocks:
-        specs += _fifth_block(third_index + 2 * (len(THIRD_BLOCK) + len(FOURTH_BLOCK)))
-    if 6 in blocks:
-        earlier = len(THIRD_BLOCK) + len(FOURTH_BLOCK) + len(FIFTH_BLOCK)
-        specs += _fifth_block(third_index + 2 * earlier, SIXTH_BLOCK)
-    if 7 in blocks:
-        earlier = len(THIRD_BLOCK) + len(FOURTH_BLOCK) + len(FIFTH_BLOCK) + len(SIXTH_BLOCK)
-        specs += _fifth_block(third_index + 2 * earlier, SEVENTH_BLOCK)
-    if 8 in blocks:
-        earlier = (
-            len(THIRD_BLOCK)
-            + len(FOURTH_BLOCK)
-            + len(FIFTH_BLOCK)
-            + len(SIXTH_BLOCK)
-            + len(SEVENTH_BLOCK)
-        )
-        specs += _fifth_block(third_index + 2 * earlier, EIGHTH_BLOCK)
-    if 9 in blocks:
-        earlier = (
-            len(THIRD_BLOCK)
-            + len(FOURTH_BLOCK)
-            + len(FIFTH_BLOCK)
-            + len(SIXTH_BLOCK)
-            + len(SEVENTH_BLOCK)
-            + len(EIGHTH_BLOCK)
-        )
-        specs += _fifth_block(third_index + 2 * earlier, NINTH_BLOCK)
+    # Blocks 3 on sit one after another from third_index, each twice its table's length (every
+    # setup trained healthy and planted); the third and fourth are drawn by _third_block, the
+    # later ones by _fifth_block.
+    tables = (
+        THIRD_BLOCK,
+        FOURTH_BLOCK,
+        FIFTH_BLOCK,
+        SIXTH_BLOCK,
+        SEVENTH_BLOCK,
+        EIGHTH_BLOCK,
+        NINTH_BLOCK,
+    )
+    first_index = third_index
+    for block, table in enumerate(tables, start=3):
+        if block in blocks:
+            draw = _third_block if block <= 4 else _fifth_block
+            specs += draw(first_index, table)
+        first_index += 2 * len(table)
     return specs
 
 
