@@ -70,13 +70,24 @@ def parse_csv(
     columns: list[str] | None,
     null_values: Sequence[str],
 ) -> pa.Table:
-    """The table Arrow parses; `columns`: convert only these (None: all)."""
+    """The table Arrow parses; `columns`: convert only these (None: all).
+
+    Arrow reads in the calling thread (`use_threads=False`): its threaded reader calls the Python
+    `on_malformed` from worker threads and drops its last reference to itself, to `handle` and to
+    `on_malformed`, from a worker after read_csv has returned. Releasing those Python objects
+    takes the GIL; once the interpreter has begun to exit (the error path of a 1,000,000-name
+    header reaches exit before Arrow has freed it), Python ends that worker with pthread_exit,
+    whose unwinding meets a C++ noexcept frame: `terminate called without an active exception`,
+    SIGABRT, after tscope had printed its error. The serial reader frees all it holds (its one
+    read-ahead thread included) before read_csv returns. A million-row metrics CSV still reads
+    in about a second.
+    """
     import pyarrow.csv as pa_csv  # here: a TensorBoard or Trainer log never needs Arrow
 
     return pa_csv.read_csv(
         handle,
         # The header must fit in one block: Arrow's default 1 MB refuses 100,000 columns.
-        read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+        read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
         parse_options=pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_malformed),
         convert_options=pa_csv.ConvertOptions(
             null_values=list(null_values),

@@ -18,11 +18,14 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import chosen_run, read_head
+from tscope.ingest.logs.series_cap import columns_to_read
 from tscope.ingest.readers.mlflow_files import (
+    MAX_KEYS,
     MAX_PARAM_CHARACTERS,
     known_first,
     run_metric_names,
@@ -176,30 +179,33 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
         "SELECT key, COUNT(*) FROM metrics WHERE run_uuid = ? GROUP BY key ORDER BY 2 DESC, 1",
         (run_id,),
     ).fetchall()
-    names = run_metric_names([str(key) for key, _ in counts])
+    logged = [str(key) for key, _ in counts]
+    problems: list[str] = []
+    if len(logged) > MAX_KEYS:
+        # Capped before naming (canonical_metrics): naming 1,000,000 keys took 8 s and 330 MB.
+        problems.append(
+            f"{len(logged) - MAX_KEYS:,} of the run's {len(logged):,} metric keys not read: "
+            f"tscope reads at most {MAX_KEYS:,} (the step and loss-like ones first)"
+        )
+        logged = columns_to_read(logged, MAX_KEYS)
+    names = run_metric_names(logged)
+    points = {str(key): int(count) for key, count in counts if str(key) in names}
+    del counts, logged
     rows = MetricRows()
     untyped = 0
     unstepped_keys: list[str] = []
-    for key in known_first(names):
-        query = store.execute(
-            "SELECT step, value, is_nan FROM metrics WHERE run_uuid = ? AND key = ? "
-            "ORDER BY timestamp, step LIMIT ?",
-            (run_id, key, MAX_POINTS_PER_FILE + 1),
-        )
-        steps: list[int] = []
-        values: list[float] = []
-        for step, value, is_nan in query:
-            number = _value(value, is_nan)
-            if not isinstance(step, int) or number is None:
-                untyped += 1
-                continue
-            steps.append(step)
-            values.append(number)
-        numbered = unstepped(steps)
-        if numbered:
-            unstepped_keys.append(key)
-        for index, (step, number) in enumerate(zip(steps, values, strict=True)):
-            rows.add(index if numbered else step, names[key], number, key)
+    for batch in _batches(known_first(names), points, _most_parameters(store)):
+        read, untyped_rows = _points_of(store, run_id, batch)
+        untyped += untyped_rows
+        for key in batch:
+            steps, values = read.pop(key, _NO_POINTS)
+            numbered = unstepped(steps)
+            if numbered:
+                unstepped_keys.append(key)
+            for index, (step, number) in enumerate(zip(steps, values, strict=True)):
+                rows.add(index if numbered else step, names[key], number, key)
+            if rows.full:
+                break
         if rows.full:
             break
     params = store.execute(
@@ -216,7 +222,7 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
                 display_path,
             )
         )
-    problems = rows.problems()
+    problems.extend(rows.problems())
     if untyped:
         problems.append(f"{untyped} metric rows whose step or value is not a number left out")
     return LogRead(
@@ -227,6 +233,57 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
         config={str(key): parse_config_value(str(value)) for key, value in params},
         partial=[PartialInput(display_path, problem) for problem in problems],
     )
+
+
+_NO_POINTS: tuple[list[int], list[float]] = ([], [])
+
+
+def _most_parameters(store: sqlite3.Connection) -> int:
+    """How many keys one query may name (SQLite's limit on bound parameters, 32,766 since 3.32)."""
+    return max(1, min(MAX_KEYS, store.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 2))
+
+
+def _batches(keys: list[str], points: dict[str, int], most: int) -> Iterator[list[str]]:
+    """The keys in reading order, in batches that hold about MAX_POINTS_PER_FILE points at most
+    (a key over it alone) and at most `most` keys: each batch is one query, one scan of the
+    metrics table (a store need have no index: a query per key was keys x rows)."""
+    batch: list[str] = []
+    held = 0
+    for key in keys:
+        size = min(points.get(key, 0), MAX_POINTS_PER_FILE + 1)
+        if batch and (held + size > MAX_POINTS_PER_FILE + 1 or len(batch) >= most):
+            yield batch
+            batch, held = [], 0
+        batch.append(key)
+        held += size
+    if batch:
+        yield batch
+
+
+def _points_of(
+    store: sqlite3.Connection, run_id: str, keys: list[str]
+) -> tuple[dict[str, tuple[list[int], list[float]]], int]:
+    """Each key's steps and values in the order logged (timestamp, then step), from at most
+    MAX_POINTS_PER_FILE + 1 rows per key, and how many rows were left out for a step or a value
+    that is not a number."""
+    marks = ", ".join("?" * len(keys))
+    query = store.execute(
+        "SELECT key, step, value, is_nan FROM (SELECT key, step, value, is_nan, ROW_NUMBER() "
+        "OVER (PARTITION BY key ORDER BY timestamp, step) AS n FROM metrics "
+        f"WHERE run_uuid = ? AND key IN ({marks})) WHERE n <= ? ORDER BY key, n",
+        (run_id, *keys, MAX_POINTS_PER_FILE + 1),
+    )
+    read: dict[str, tuple[list[int], list[float]]] = {}
+    untyped = 0
+    for key, step, value, is_nan in query:
+        number = _value(value, is_nan)
+        if not isinstance(step, int) or number is None:
+            untyped += 1
+            continue
+        steps, values = read.setdefault(str(key), ([], []))
+        steps.append(step)
+        values.append(number)
+    return read, untyped
 
 
 def _chosen(runs: list[tuple[object, object, object]], display_path: str) -> tuple[str, str]:
