@@ -240,7 +240,7 @@ def test_the_seventh_block_is_held_out_and_plants_every_cause_once():
 
 
 def test_the_eighth_block_is_held_out_and_plants_lr_ramps_on_decaying_schedules():
-    from ood_blocks import EIGHTH_BLOCK
+    from ood_blocks_late import EIGHTH_BLOCK
     from smoke_runs import smoke_specs
     from spec import LR_RAMP
 
@@ -269,3 +269,22 @@ def test_the_eighth_block_is_held_out_and_plants_lr_ramps_on_decaying_schedules(
         assert spec.plant["step"] > spec.warmup_steps
     weak = [s for s in planted if s.setup.endswith("weakramp")]
     assert len(weak) == 2 and all(s.plant["growth"] == 1.04 for s in weak)
+
+
+def test_the_ninth_block_is_held_out_plants_each_cause_once_and_changes_no_earlier_spec():
+    from ood_blocks_late import NINTH_BLOCK
+    from smoke_runs import smoke_specs
+    from spec import ALL_CAUSES
+
+    assert all(s.index < 162 for s in build_ood_specs())
+    earlier = build_ood_specs(blocks=(1, 2, 3, 4, 5, 6, 7, 8))
+    ninth = build_ood_specs(blocks=(9,))
+    assert [s.index for s in ninth] == list(range(162, 182))
+    assert build_ood_specs(blocks=(1, 2, 3, 4, 5, 6, 7, 8, 9)) == earlier + ninth
+    keys = {s.key for s in earlier} | {s.key for s in build_specs() + smoke_specs()}
+    assert not {s.key for s in ninth} & keys
+    assert len({s.key for s in ninth}) == len({s.name for s in ninth}) == len(ninth)
+    assert not {row[0] for row in NINTH_BLOCK} & {s.setup for s in earlier}
+    assert sorted(s.cause for s in ninth if s.cause != CONTROL) == sorted(ALL_CAUSES)
+    for spec in ninth:
+        assert OodSpec.from_json(spec.to_json()) == spec

@@ -27,6 +27,9 @@ WARMUP_AFTERSHOCK_FACTOR = 2.0
 # after on dev, holdout, holdout2 and test: no headline or alert changed by it; 0/76 healthy real
 # logs warned after.
 NO_WARMUP_EARLY_FRACTION = 0.1
+# The prior of the branch that finds the instability after the warm-up ended (see the finding):
+# stated low, as measured.
+AFTER_WARMUP_CONFIDENCE = 0.3
 NO_WARMUP_EARLY_STEPS = 40
 
 
@@ -107,16 +110,29 @@ def warmup_too_short(
     early = sorted(step for step in onsets if step <= horizon)
     if not early:
         return []
+    after_warmup = end_index is not None and early[0] >= int(steps[end_index])
     return [
         Finding(
             category="warmup_too_short",
-            severity="warning",
-            confidence=0.5,
+            # An instability after a warm-up ended is context, not a cause the logs support: on
+            # the benchmark's spent splits (dev, holdout7-15: 940 runs) this branch's alerts
+            # were right 0 times of 10 once resumes were left to the resume rule (6 planted bad
+            # batches, 3 natural breaks right after a healthy warm-up, 1 healthy control; OOD
+            # block 9 warned a second control). With no warm-up, or during one, it stays a
+            # warning (issue 11's W&B run; 1 of 1 on the benchmark).
+            severity="info" if after_warmup else "warning",
+            confidence=AFTER_WARMUP_CONFIDENCE if after_warmup else 0.5,
             step=early[0],
             layer=None,
             message=(
                 f"The first instability (step {early[0]}) came "
                 + _warmup_timing(early[0], warmup_steps, end_index, steps)
+                + (
+                    " Healthy runs break like this right after a warm-up too; a longer warm-up "
+                    "would tell."
+                    if after_warmup
+                    else ""
+                )
             ),
             evidence={"warmup_steps": warmup_steps, "instability_step": early[0]},
             suggestion="Lengthen the warm-up (e.g. 2–5× longer) or lower the peak learning rate.",
