@@ -14,9 +14,11 @@ PSEUDO_COUNTS (2) pseudo-counts:
     base     = (right_all + 1) / (alerts_all + 2)
     category = (right_c + k * base) / (alerts_c + k)
     others   = (right_c - right_cell + k * base) / (alerts_c - alerts_cell + k)
-    cell     = (right_cell + k * others) / (alerts_cell + k)
+    cell     = min((right_cell + k * others) / (alerts_cell + k), (right_cell + 1) / (alerts_cell + 2))
 
-each stated with two decimals and at most 0.99 (no count here supports a certainty).
+each stated with two decimals and at most 0.99 (no count here supports a certainty); a cell is
+never stated above its own Laplace estimate, so a branch seen once does not borrow its
+category's certainty.
 
 A category the benchmark measured but in an unseen severity/band gets the category's rate; a
 category it never produced (replay, xray and cluster findings, fp16 overflow, ...) and every info

@@ -98,6 +98,7 @@ LEVEL_CAUSES = frozenset({"lr_too_high"})
 # A resume seen from checkpoints is the same event as the resume seen in the logs: the category
 # the verdict names for a checkpoint_incomplete the run resumed from.
 RESUME = "resume_discontinuity"
+LR_RAMP = "lr_ramp"
 # Categories that describe one event from different evidence (the logs' resume, the optimizer's
 # restarted step counter): within SAME_EVENT_STEPS of each other they corroborate, not compete.
 SAME_EVENT = (frozenset({RESUME, "optimizer_state_reset"}),)
@@ -275,7 +276,12 @@ def _timed(evidence: Evidence, finding: Finding, incident: Incident) -> bool:
         return False
     end = incident.end_step if incident.end_step is not None else incident.peak_step
     lookback = ONE_STEP_CAUSE_LOOKBACK.get(finding.category, CAUSE_LOOKBACK_STEPS)
-    if incident.onset_step - lookback <= finding.step <= end:
+    # A ramp acts from its start until the LR tops out, not at its start alone: holdout15's
+    # trainer_llama-lr_ramp-16 climbed x1.043 per step from 79 to 190 (x112), and its incident at
+    # 190 was "undetermined" because the start lay more than the lookback before it.
+    acting_until = finding.evidence.get("top_step") if finding.category == LR_RAMP else None
+    last_act = acting_until if isinstance(acting_until, int) else finding.step
+    if finding.step <= end and incident.onset_step - lookback <= max(finding.step, last_act):
         return True
     if finding.source == "checkpoints" and evidence.checkpoints is not None:
         # Placed at a checkpoint: the window from the previous checkpoint holds the onset.

@@ -163,7 +163,11 @@ def test_the_script_derives_the_documented_arithmetic(tmp_path: Path):
         3,
     )
     others_of_06 = (3 + 2 * base) / (3 + 2)
-    assert table.by_evidence[("loss_spike", "warning", 0.6)][0] == round(2 * others_of_06 / 3, 2)
+    # ...and is never stated above its own Laplace estimate: 0 of 1 shrunk toward its
+    # category's 0.8 would say 0.53, its own (0 + 1) / (1 + 2) says 0.33.
+    shrunk_06 = 2 * others_of_06 / 3
+    assert shrunk_06 > 1 / 3
+    assert table.by_evidence[("loss_spike", "warning", 0.6)][0] == round(1 / 3, 2)
     # One band = the whole category: it shrinks toward the base rate.
     assert table.by_evidence[("checkpoint_incomplete", "warning", 0.9)][0] == 0.25
     assert derive_calibration.alerts_of(_results(alerts))[0].rule_confidence == 0.82
