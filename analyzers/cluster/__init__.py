@@ -214,12 +214,15 @@ def _limits(
     return limits
 
 
+STABLE_INCIDENTS_NAMED = 5  # stable runs with an incident named in the verdict; the rest counted
+
+
 def _summary(
     report: ClusterReport, stable: Sequence[RunProfile], unstable: Sequence[RunProfile]
 ) -> dict[str, object]:
     total = len(report.profiles)
     if not unstable:
-        verdict = f"All {total} runs are stable."
+        verdict = f"All {total} runs are stable (none blew up)."
     else:
         parts = [f"{len(unstable)} of {total} runs blew up"]
         if len(report.clusters) == 1 and len(unstable) > 1:
@@ -241,6 +244,18 @@ def _summary(
                 f"run{'s' if len(stable) != 1 else ''}"
             )
         verdict = "; ".join(parts) + "."
+    # Stable means it did not blow up, not that nothing happened: a recovered bad batch or an
+    # overfitting run is an incident its own case reports ("All 4 runs are stable" hid both).
+    troubled = [p.name for p in stable if p.case_status == "incident"]
+    if troubled:
+        shown = ", ".join(troubled[:STABLE_INCIDENTS_NAMED])
+        more = len(troubled) - STABLE_INCIDENTS_NAMED
+        verdict += (
+            f" {len(troubled)} of the stable runs had an incident their own case reports ("
+            + shown
+            + (f" and {more} more" if more > 0 else "")
+            + ")."
+        )
     aligned = [f for f in report.findings if f.category == "data_aligned_spike"]
     if aligned:
         verdict += f" {len(aligned)} loss spikes recur at the same step across runs (data-aligned)."

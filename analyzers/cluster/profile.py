@@ -79,6 +79,7 @@ def profile_run(
         signals=tuple(signals_of(case)),
         config=config,
         verdict=case.summary.verdict,
+        case_status=case.summary.status,
         case_path=case_path,
         reused_case=reused_case,
         # Where the run was just analyzed (numba loaded, its baseline code warm); a reused case's

@@ -55,6 +55,9 @@ class RunProfile:
     signals: tuple[Signal, ...]  # every signal of the run, in step order
     config: dict[str, Any]  # flattened `field: value`
     verdict: str = ""
+    # The run's own case status (case.json summary.status): "incident", "healthy" or
+    # "insufficient_data". A stable run (it did not blow up) can still have had an incident.
+    case_status: str = ""
     case_path: str = ""
     reused_case: bool = False
     # (steps, robust z-scores) of the loss before the explosion: the aligned-spike screen
@@ -230,6 +233,7 @@ class ClusterReport:
             else [],
             "cluster": self.cluster_of(profile.name),
             "verdict": profile.verdict,
+            "case_status": profile.case_status,
             "case": profile.case_path,
             "config": profile.config,
         }
