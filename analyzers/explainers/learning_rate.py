@@ -139,7 +139,7 @@ class LearningRateExplainer:
             "warning",
             "logs",
             "a warm-up too short for the peak learning rate",
-            "the loss breaks at or just after the end of a short warm-up",
+            "the loss breaks during a short warm-up or with none (just after one: a note)",
             story_signal="learning_rate",
         ),
         LR_TOO_LOW,
