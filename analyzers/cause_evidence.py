@@ -124,3 +124,54 @@ def lr_change_note(evidence: Evidence, incident: Incident) -> str | None:
         # too (bench holdout5 lightning-lr_ramp-70 read "followed its schedule" at ×42).
         return f"the learning rate climbed ×{fmt(last / first)} without a jump ({fmt(first)} → {fmt(last)})"
     return f"the learning rate followed its schedule smoothly ({fmt(first)} → {fmt(last)}, no jump)"
+
+
+def undecided_reason(evidence: Evidence, incident: Incident | None, category: str) -> str:
+    """Why the inferred candidate `category` cannot be named; "" when the evidence allows it."""
+    if category != "bad_batch" or incident is None:
+        return ""
+    rise = rise_points(evidence, incident)
+    if not evidence.run.has(LEARNING_RATE):
+        # A transient LR jump breaks the loss in one step too: without the LR the logs cannot
+        # tell it from a bad batch.
+        return no_lr_reasons(incident, rise)
+    if rise > BAD_BATCH_MAX_RISE_POINTS:
+        return slow_rise_reasons(evidence, incident, rise)
+    if in_early_phase(evidence, incident):
+        # The bad-batch rule does not speak for the early phase (one_step_breaks.EARLY_FRACTION:
+        # healthy runs break like a bad batch right after the warm-up), and neither does naming
+        # it by elimination: holdout7's trainer_llama-control-82, a natural break at step 42 of
+        # 170 (gradient norm 36×), was "most likely a bad batch (confidence 0.96)".
+        return early_phase_reasons(evidence, incident)
+    return ""
+
+
+def no_candidate_reason(evidence: Evidence, incident: Incident | None) -> str:
+    """Why no cause is named for an incident no candidate reaches, and what would decide. A
+    divergence or a loss gone non-finite is no cause of itself: naming it as the verdict's cause
+    (as before) told the reader "the loss diverging, confidence 0.99"."""
+    if incident is None:
+        return ""
+    if incident.kind == "spike" and incident.end_step is not None:
+        if not evidence.run.has(LEARNING_RATE):
+            return no_lr_reasons(incident, rise_points(evidence, incident))
+        return (
+            "no logged cause acts where the incident starts; a replay of the steps around "
+            f"{incident.peak_step} (`tscope replay --around {incident.peak_step}`) would decide"
+        )
+    onset = incident.onset_step
+    logged = (
+        "no logged cause acts where it starts (no LR jump, climb or warm-up end, no resume)"
+        if evidence.run.has(LEARNING_RATE)
+        else "the learning rate was not logged, so a schedule jump, ramp or warm-up end cannot "
+        "be ruled in or out (log the LR)"
+    )
+    checkpoints = (
+        "the checkpoints read show no cause either"
+        if evidence.checkpoints is not None
+        else f"checkpoints from before step {onset} would show which layers moved first"
+    )
+    return (
+        f"{logged}; {checkpoints}, and `tscope replay --around {onset}` whether the data alone "
+        "breaks the loss"
+    )

@@ -33,17 +33,14 @@ from tscope.analyzers.categories import CAUSES
 from tscope.analyzers.cause_evidence import (
     BAD_BATCH_MAX_RISE_POINTS,
     bad_batch_reasons,
-    early_phase_reasons,
-    in_early_phase,
-    no_lr_reasons,
+    no_candidate_reason,
     rise_points,
-    slow_rise_reasons,
+    undecided_reason,
 )
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, ONE_STEP_CAUSE_LOOKBACK
 from tscope.model import Finding
 from tscope.model.categories import ALERT_SEVERITIES
-from tscope.model.metric_names import LEARNING_RATE
 
 # The three evidence terms' weights (see the module docstring; powers of two: lexicographic).
 WEIGHT_MEASURED = 4
@@ -186,11 +183,11 @@ def compete(
     )
     best = ranked[0] if ranked and ranked[0].timed else None
     if best is not None and not best.measured:
-        reason = _undecided(evidence, incident, best)
+        reason = undecided_reason(evidence, incident, best.category)
         if reason:
             return Verdict(None, tuple(ranked), reason)
     if best is None:
-        return Verdict(None, tuple(ranked), _no_candidate_reason(evidence, incident))
+        return Verdict(None, tuple(ranked), no_candidate_reason(evidence, incident))
     return Verdict(best, tuple(ranked), "")
 
 
@@ -350,54 +347,3 @@ def _inferred(
             )
         )
     return found
-
-
-def _undecided(evidence: Evidence, incident: Incident | None, best: Candidate) -> str:
-    """Why an inferred candidate cannot be named; "" when the evidence allows it."""
-    if best.category != "bad_batch" or incident is None:
-        return ""
-    rise = rise_points(evidence, incident)
-    if not evidence.run.has(LEARNING_RATE):
-        # A transient LR jump breaks the loss in one step too: without the LR the logs cannot
-        # tell it from a bad batch.
-        return no_lr_reasons(incident, rise)
-    if rise > BAD_BATCH_MAX_RISE_POINTS:
-        return slow_rise_reasons(evidence, incident, rise)
-    if in_early_phase(evidence, incident):
-        # The bad-batch rule does not speak for the early phase (one_step_breaks.EARLY_FRACTION:
-        # healthy runs break like a bad batch right after the warm-up), and neither does naming
-        # it by elimination: holdout7's trainer_llama-control-82, a natural break at step 42 of
-        # 170 (gradient norm 36×), was "most likely a bad batch (confidence 0.96)".
-        return early_phase_reasons(evidence, incident)
-    return ""
-
-
-def _no_candidate_reason(evidence: Evidence, incident: Incident | None) -> str:
-    """Why no cause is named for an incident no candidate reaches, and what would decide. A
-    divergence or a loss gone non-finite is no cause of itself: naming it as the verdict's cause
-    (as before) told the reader "the loss diverging, confidence 0.99"."""
-    if incident is None:
-        return ""
-    if incident.kind == "spike" and incident.end_step is not None:
-        if not evidence.run.has(LEARNING_RATE):
-            return no_lr_reasons(incident, rise_points(evidence, incident))
-        return (
-            "no logged cause acts where the incident starts; a replay of the steps around "
-            f"{incident.peak_step} (`tscope replay --around {incident.peak_step}`) would decide"
-        )
-    onset = incident.onset_step
-    logged = (
-        "no logged cause acts where it starts (no LR jump, climb or warm-up end, no resume)"
-        if evidence.run.has(LEARNING_RATE)
-        else "the learning rate was not logged, so a schedule jump, ramp or warm-up end cannot "
-        "be ruled in or out (log the LR)"
-    )
-    checkpoints = (
-        "the checkpoints read show no cause either"
-        if evidence.checkpoints is not None
-        else f"checkpoints from before step {onset} would show which layers moved first"
-    )
-    return (
-        f"{logged}; {checkpoints}, and `tscope replay --around {onset}` whether the data alone "
-        "breaks the loss"
-    )

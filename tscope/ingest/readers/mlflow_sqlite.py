@@ -198,7 +198,7 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
         read, untyped_rows = _points_of(store, run_id, batch)
         untyped += untyped_rows
         for key in batch:
-            steps, values = read.pop(key, _NO_POINTS)
+            steps, values = read.pop(key, ([], []))
             numbered = unstepped(steps)
             if numbered:
                 unstepped_keys.append(key)
@@ -233,9 +233,6 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
         config={str(key): parse_config_value(str(value)) for key, value in params},
         partial=[PartialInput(display_path, problem) for problem in problems],
     )
-
-
-_NO_POINTS: tuple[list[int], list[float]] = ([], [])
 
 
 def _most_parameters(store: sqlite3.Connection) -> int:
