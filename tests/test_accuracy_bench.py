@@ -26,7 +26,7 @@ from generate import generate, run_folder  # noqa: E402
 from schedules import multiplier  # noqa: E402
 from score import RunScore, score_run  # noqa: E402
 from smoke_runs import smoke_specs  # noqa: E402
-from spec import CONTROL, HOLDOUT_INDEX, SPLITS, build_specs, select  # noqa: E402
+from spec import CONTROL, HOLDOUT_INDEX, SMOKE_INDEX, SPLITS, build_specs, select  # noqa: E402
 
 pytest.importorskip("transformers")
 
@@ -55,6 +55,8 @@ def test_the_specs_are_enough_and_split_by_seed():
     assert len({s.key for s in specs}) == len(specs)
     first = [s for s in specs if s.index < HOLDOUT_INDEX]
     assert all(s.split == ("dev" if s.seed % 2 == 0 else "test") for s in first)
+    # held-out blocks past SMOKE_INDEX skip the smoke runs' indices (90-99: the tests' own runs)
+    assert not [s for s in specs if SMOKE_INDEX <= s.index < SMOKE_INDEX + 10]
     by_split = {split: select(specs, split) for split in SPLITS}
     assert sum(len(runs) for runs in by_split.values()) == len(specs)
     for runs in by_split.values():

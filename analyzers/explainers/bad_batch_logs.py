@@ -282,7 +282,7 @@ def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool
             f"side and ≥ {MIN_SIGMA} robust σ, the point before within {ONE_STEP_FRACTION} and "
             f"the point after within {AFTER_FRACTION} of the excess, after the first "
             f"{int(EARLY_FRACTION * 100)}% of the run (or {EARLY_WARMUP_FACTOR:g} warm-up lengths "
-            "after the warm-up, when sooner); its excess ≥ {DOMINANCE_WITH_GRADIENT}× "
+            f"after the warm-up, when sooner); its excess ≥ {DOMINANCE_WITH_GRADIENT}× "
             f"any other excursion with the gradient norm of the same step ≥ {MIN_GRAD_RATIO}× "
             f"its neighbours, else ≥ {DOMINANCE_LOSS_ONLY}×"
         ),

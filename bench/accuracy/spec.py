@@ -64,8 +64,9 @@ CAUSES_BY_PRODUCER = {
 # Runs numbered from here are the test suite's small fixed runs (`smoke_specs`), in no split.
 SMOKE_INDEX = 90
 # Held-out splits added after the test split had been scored once, each a block of indices
-# (below SMOKE_INDEX) created by the session that scores it, so none of its runs existed while
-# the rules were tuned. Each is scored once, for that session's closing note, and is spent after.
+# created by the session that scores it, so none of its runs existed while the rules were tuned.
+# Each is scored once, for that session's closing note, and is spent after. Once the indices
+# below SMOKE_INDEX were used up, blocks continue past the smoke runs' ten (90-99).
 HELD_OUT_SPLITS = {
     "holdout": 50,
     "holdout2": 55,
@@ -82,6 +83,7 @@ HELD_OUT_SPLITS = {
     "holdout13": 25,
     "holdout14": 20,
     "holdout15": 15,
+    "holdout16": 100,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
@@ -183,11 +185,11 @@ class RunSpec:
 
     @property
     def split(self) -> str:
-        if self.index >= SMOKE_INDEX:
-            return "smoke"
         for name, first in HELD_OUT_SPLITS.items():
             if first <= self.index < first + HOLDOUT_BLOCK:
                 return name
+        if self.index >= SMOKE_INDEX:
+            return "smoke"
         return "dev" if self.seed % 2 == 0 else "test"
 
     @property
