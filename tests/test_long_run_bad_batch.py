@@ -2,7 +2,7 @@
 fixtures/make_long_run_logs.py: a plain-torch loop's 1,200-step runs, a 20-step warm-up).
 
 Healthy runs break for one step right after the warm-up, so one-step breaks in the early phase
-are not named bad batches (one_step_breaks.EARLY_FRACTION). That phase was the first 30% of the
+are not named bad batches (early_phase.EARLY_FRACTION). That phase was the first 30% of the
 logged points, measured on 100–200-step runs; here a batch of random characters at step 330
 (loss 2.58 → 6.16, gradient norm ×15, back on trend the next step) is 310 steps past the warm-up
 and was "undetermined". The phase now ends 4 warm-up lengths after the warm-up (at least 40 steps)
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import tscope
-from tscope.analyzers.one_step_breaks import early_phase_end_step
+from tscope.analyzers.early_phase import early_phase_end_step
 from tscope.pipeline import analyze_run
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "long_run_bad_batch"

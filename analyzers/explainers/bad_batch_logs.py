@@ -37,11 +37,10 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.early_phase import EARLY_FRACTION, EARLY_WARMUP_FACTOR
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.one_step_breaks import (
     AFTER_FRACTION,
-    EARLY_FRACTION,
-    EARLY_WARMUP_FACTOR,
     ONE_STEP_FRACTION,
     TREND_POINTS,
     OneStepBreak,

@@ -26,7 +26,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import MAD_TO_SIGMA, rolling_median, shifted_by_one
-from tscope.analyzers.explainers.warmup_instability import warmup_end
+from tscope.analyzers.early_phase import warmup_end
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run
 from tscope.model.layer_metrics import ACT_KURTOSIS, STAT_WORDS, layer_metric

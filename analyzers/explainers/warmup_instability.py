@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tscope.analyzers.early_phase import NO_WARMUP_EARLY_STEPS, warmup_end
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.resume_window import at_resume
 from tscope.analyzers.signals import loss_series, primary_loss
@@ -18,9 +19,7 @@ from tscope.model import Finding, Run, Spike
 # after warm-up ends (Wortsman et al. 2023: longer warm-up lowers LR sensitivity).
 WARMUP_AFTERSHOCK_FACTOR = 2.0
 # With no warm-up at all, instabilities in this first fraction of the run, or in its first
-# NO_WARMUP_EARLY_STEPS steps, count against it. The steps are the phase a warm-up exists for:
-# Adam's second-moment average spans ~1/(1-β2) steps, and the untuned warm-up that matches it
-# lasts 2/(1-β2) (Ma & Yarats 2021), 40 steps for the smallest β2 in common use (0.95, nanoGPT's).
+# NO_WARMUP_EARLY_STEPS steps (early_phase.py: the phase a warm-up exists for), count against it.
 # Issue 11's W&B run broke at step 13 of a constant 3e-3 (tests/test_early_instability_wandb.py).
 # Only runs whose LR starts at its maximum reach this branch; every benchmark run but the planted
 # warmup_too_hot ones warms up from LR 0, so the controls cannot fire here. Scored before and
@@ -30,7 +29,6 @@ NO_WARMUP_EARLY_FRACTION = 0.1
 # The prior of the branch that finds the instability after the warm-up ended (see the finding):
 # stated low, as measured.
 AFTER_WARMUP_CONFIDENCE = 0.3
-NO_WARMUP_EARLY_STEPS = 40
 
 
 def _covers_training_start(steps: np.ndarray) -> bool:
@@ -42,20 +40,6 @@ def _covers_training_start(steps: np.ndarray) -> bool:
         return False
     interval = float(np.median(np.diff(steps)))
     return float(steps[0]) <= NO_WARMUP_EARLY_STEPS + interval
-
-
-def warmup_end(steps: np.ndarray, lrs: np.ndarray) -> int | None:
-    """Index where an initial LR ramp stops rising; None if the LR does not start with a ramp.
-
-    The first point that does not rise ends the warm-up, so a later jump above the plateau (a
-    schedule bug) is not mistaken for the end of a long warm-up.
-    """
-    if lrs.size < 3 or not np.isfinite(lrs).all() or lrs[1] <= lrs[0]:
-        return None
-    not_rising = np.flatnonzero(np.diff(lrs) <= 0)
-    if not_rising.size == 0:
-        return None  # still climbing at the end of the log: a ramp that never ended
-    return int(not_rising[0])
 
 
 def warmup_too_short(
