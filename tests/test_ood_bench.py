@@ -288,3 +288,21 @@ def test_the_ninth_block_is_held_out_plants_each_cause_once_and_changes_no_earli
     assert sorted(s.cause for s in ninth if s.cause != CONTROL) == sorted(ALL_CAUSES)
     for spec in ninth:
         assert OodSpec.from_json(spec.to_json()) == spec
+
+
+def test_the_tenth_block_is_held_out_plants_each_cause_once_and_changes_no_earlier_spec():
+    from ood_blocks_late import TENTH_BLOCK
+    from smoke_runs import smoke_specs
+    from spec import ALL_CAUSES
+
+    earlier = build_ood_specs(blocks=tuple(range(1, 10)))
+    tenth = build_ood_specs(blocks=(10,))
+    assert [s.index for s in tenth] == list(range(182, 202))
+    assert build_ood_specs(blocks=tuple(range(1, 11))) == earlier + tenth
+    keys = {s.key for s in earlier} | {s.key for s in build_specs() + smoke_specs()}
+    assert not {s.key for s in tenth} & keys
+    assert len({s.key for s in tenth}) == len({s.name for s in tenth}) == len(tenth)
+    assert not {row[0] for row in TENTH_BLOCK} & {s.setup for s in earlier}
+    assert sorted(s.cause for s in tenth if s.cause != CONTROL) == sorted(ALL_CAUSES)
+    for spec in tenth:
+        assert OodSpec.from_json(spec.to_json()) == spec

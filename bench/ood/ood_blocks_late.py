@@ -1,4 +1,4 @@
-"""The out-of-distribution set's eighth and ninth blocks (ood_blocks.py holds the first seven;
+"""The out-of-distribution set's eighth, ninth and tenth blocks (ood_blocks.py holds the first seven;
 ood_spec.py draws the runs). Each row: setup, producer, what it changes from the benchmark's
 draw, and the planted cause."""
 
@@ -137,5 +137,67 @@ NINTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         "trainer_llama",
         {"schedule": "wsd", "plant_late": True, "plant_weakest": True},
         LR_JUMP_PERSISTENT,
+    ),
+)
+# The tenth block (2026-12-07): again earlier knobs in combinations no block trained, each cause
+# once: a GPT-NeoX model over three epochs, a bf16 GQA Qwen2 on a cosine schedule started hot,
+# Lightning under 8-way accumulation, nanoGPT's padded vocabulary logged to stdout, OPT logged
+# every 5 steps, GPT-2 with dropout and label smoothing, Adam without clipping, a polynomial
+# schedule logged every 2 steps, a Mistral MQA with a larger epsilon, and nanoGPT on code.
+TENTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("neox-epochs3-badbatch", "trainer_llama", {"model": "gpt_neox", "epochs": 3}, BAD_BATCH),
+    (
+        "qwen2-bf16-cos-hot",
+        "trainer_llama",
+        {"model": "qwen2", "heads": 4, "kv_heads": 2, "precision": "bf16", "schedule": "cosine"},
+        WARMUP_TOO_HOT,
+    ),
+    (
+        "lt-tb-accum8-repeat",
+        "lightning",
+        {"lightning_logger": "tensorboard", "batch_size": 4, "grad_accum": 8},
+        REPEATED_DATA,
+    ),
+    (
+        "nano-vocab1k-stdout-weaktransient",
+        "nanogpt",
+        {"vocab_size": 1024, "log_format": "stdout", "plant_weakest": True},
+        LR_JUMP_TRANSIENT,
+    ),
+    (
+        "opt-log5-optlost",
+        "trainer_gpt2",
+        {"model": "opt", "logging_steps": 5},
+        RESUME_OPTIMIZER_LOST,
+    ),
+    (
+        "gpt2-dropout-smooth-frozen",
+        "trainer_gpt2",
+        {"dropout": 0.1, "label_smoothing": 0.1},
+        FROZEN_LAYER,
+    ),
+    (
+        "nano-adam-noclip-persistent",
+        "nanogpt",
+        {"optimizer": "adam", "max_grad_norm": 0.0, "log_format": "csv"},
+        LR_JUMP_PERSISTENT,
+    ),
+    (
+        "llama-poly-log2-ramp",
+        "trainer_llama",
+        {"schedule": "polynomial", "logging_steps": 2},
+        LR_RAMP,
+    ),
+    (
+        "mistral-mqa-eps-reinit",
+        "trainer_llama",
+        {"model": "mistral", "heads": 4, "kv_heads": 1, "adam_epsilon": 1e-6},
+        RESUME_WEIGHTS_REINIT,
+    ),
+    (
+        "nano-code-jsonl-lin-schedlost",
+        "nanogpt",
+        {"corpus": "code", "log_format": "jsonl", "schedule": "linear"},
+        RESUME_SCHEDULER_LOST,
     ),
 )

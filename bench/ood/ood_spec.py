@@ -9,9 +9,9 @@ evaluation loop, a larger model) and is trained twice: once healthy and once wit
 cause, drawn at a random step and strength by the benchmark's own `_plant`. The producers,
 planting, scoring and cause windows are the benchmark's (imported); only the draw is new.
 Blocks are numbered by when they were added; their setup tables, each with a comment saying
-what it covers, are in ood_blocks.py, and their scores in docs/accuracy-ood.md. The first two
+what it covers, are in ood_blocks.py and ood_blocks_late.py, and their scores in docs/accuracy-ood.md. The first two
 (`SETUPS`, `SECOND_BLOCK`, ood00–49) are built by default. Every later block (the third,
-`THIRD_BLOCK`, ood50–69, to the ninth, `NINTH_BLOCK`, ood162–181) is held out: built only by
+`THIRD_BLOCK`, ood50–69, to the tenth, `TENTH_BLOCK`, ood182–201) is held out: built only by
 `build_ood_specs(blocks=(..., N))` and trained or scored only by `run.py --blocks N`, trained by
 someone who does not analyze it, scored once as an honest out-of-distribution number, and spent
 after. From the third on, each block plants each cause of spec.ALL_CAUSES once, except the
@@ -43,7 +43,7 @@ from ood_blocks import (
     THIRD_BLOCK,
     THIRD_BLOCK_KNOBS,
 )
-from ood_blocks_late import EIGHTH_BLOCK, NINTH_BLOCK
+from ood_blocks_late import EIGHTH_BLOCK, NINTH_BLOCK, TENTH_BLOCK
 from spec import (
     BAD_BATCH,
     CONTROL,
@@ -309,8 +309,8 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     """The first block (SETUPS, indices 0–31), the second (SECOND_BLOCK, 32–49) and, only when
     asked for, the third (THIRD_BLOCK, 50–69), the fourth (FOURTH_BLOCK, 70–89), the fifth
     (FIFTH_BLOCK, 90–109), the sixth (SIXTH_BLOCK, 110–129), the seventh (SEVENTH_BLOCK,
-    130–149), the eighth (EIGHTH_BLOCK, 150–161) and the ninth (NINTH_BLOCK, 162–181), all held
-    out (see the module's docstring)."""
+    130–149), the eighth (EIGHTH_BLOCK, 150–161), the ninth (NINTH_BLOCK, 162–181) and the
+    tenth (TENTH_BLOCK, 182–201), all held out (see the module's docstring)."""
     first = _first_block()
     second = _second_block(len(first))
     specs = (first if 1 in blocks else []) + (second if 2 in blocks else [])
@@ -326,6 +326,7 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
         SEVENTH_BLOCK,
         EIGHTH_BLOCK,
         NINTH_BLOCK,
+        TENTH_BLOCK,
     )
     first_index = third_index
     for block, table in enumerate(tables, start=3):
