@@ -32,6 +32,8 @@ import numpy as np
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import inside_input, read_head
+from tscope.ingest.readers.arrow_ipc import ARROW_FILE_MAGIC, ARROW_STREAM_CONTINUATION
+from tscope.ingest.readers.arrow_ipc import read_arrow as read_arrow_columns
 from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
 from tscope.model import Caveat, LogRead, MetricTable, PartialInput, RunEvent
 from tscope.model.layer_metrics import (
@@ -55,8 +57,9 @@ MAX_LAYER_BYTES = 256 * 1024 * 1024
 MAX_META_BYTES = 4 * 1024 * 1024
 # A model with more parameter tensors than this is read for its first ones only (partial).
 MAX_LAYER_FILES = 4096
-ARROW_FILE_MAGIC = b"ARROW1"
-ARROW_STREAM_CONTINUATION = b"\xff\xff\xff\xff"
+# Expert-share series read from moe.arrow, all blocks together: Mixtral's 32 blocks of 8 experts
+# are read whole, a DeepSeek-V3 recording (58 x 256) in part; each series costs the analysis time.
+MAX_MOE_SERIES = 8192
 
 _GLOBAL_SERIES = {
     "loss": LOSS,
@@ -128,48 +131,13 @@ class TrainscopeRunReader:
         return read
 
 
-def read_arrow(path: Path, display_path: str, limit: int) -> tuple[pd.DataFrame | None, str]:
-    """An Arrow IPC file or stream as a DataFrame, and what was wrong with it ("" when nothing).
-
-    A stream cut inside its last message keeps the batches before it."""
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    data = read_bytes_bounded(path, display_path, limit)
-    if not data:
-        return None, "empty file"
-    batches: list[Any] = []
-    problem = ""
-    try:
-        if data.startswith(ARROW_FILE_MAGIC):
-            table = ipc.open_file(pa.BufferReader(data)).read_all()
-            batches = table.to_batches()
-        else:
-            reader = ipc.open_stream(pa.BufferReader(data))
-            while True:
-                try:
-                    batches.append(reader.read_next_batch())
-                except StopIteration:
-                    break
-                except (pa.ArrowInvalid, OSError) as error:
-                    problem = (
-                        f"the last Arrow message is cut or damaged ({error}); earlier rows kept"
-                    )
-                    break
-    except (pa.ArrowInvalid, OSError) as error:
-        return None, f"not a readable Arrow file ({error})"
-    if not batches:
-        return None, problem or "no rows"
-    try:
-        table = pa.Table.from_batches(batches)
-        table.validate(full=True)
-    except (pa.ArrowInvalid, OSError) as error:
-        return None, f"damaged Arrow data ({error})"
-    wanted = [c for c in table.column_names if c in _WANTED_COLUMNS]
-    return table.select(wanted).to_pandas(), problem
-
-
 _WANTED_COLUMNS = {"step", "is_spike", "block", "shares", *_GLOBAL_SERIES, *_LAYER_SERIES}
+
+
+def read_arrow(path: Path, display_path: str, limit: int) -> tuple[pd.DataFrame | None, str]:
+    """The recorder's columns of an Arrow IPC file or stream (arrow_ipc.py checks what a
+    stranger's Arrow file declares before pyarrow and pandas expand it)."""
+    return read_arrow_columns(path, display_path, limit, _WANTED_COLUMNS)
 
 
 def _long(
@@ -292,7 +260,10 @@ def _moe_frames(folder: Path, shown: str, partial: list[PartialInput]) -> list[p
     if table is None or not {"step", "block", "shares"} <= set(table.columns):
         return []
     frames = []
+    series_left = MAX_MOE_SERIES
     for block, rows in table.groupby("block", sort=True):
+        if series_left <= 0:
+            break
         shares = [np.asarray(s if s is not None else [], dtype=np.float64) for s in rows["shares"]]
         widths = {len(s) for s in shares}
         steps = _numeric(rows, "step")
@@ -300,7 +271,20 @@ def _moe_frames(folder: Path, shown: str, partial: list[PartialInput]) -> list[p
             partial.append(PartialInput(file_shown, f"block {block!r}: uneven expert counts"))
             continue
         matrix = np.vstack(shares)
-        for expert in range(matrix.shape[1]):
+        experts = min(matrix.shape[1], series_left)
+        if experts < matrix.shape[1]:
+            # One series per block and expert: 200 blocks of 100,000 "experts" (a few KB of
+            # zstd) made 20 million series and never finished.
+            partial.append(
+                PartialInput(
+                    file_shown,
+                    f"{MAX_MOE_SERIES} expert series read (tscope's cap per recording): block "
+                    f"{block!r} read in part ({experts} of {matrix.shape[1]} experts), any "
+                    "block after it not at all",
+                )
+            )
+        series_left -= experts
+        for expert in range(experts):
             name = f"moe/{block}/expert_{expert}_share"
             frames.append(_long(steps, matrix[:, expert], name, "shares", file_shown))
     return frames
