@@ -26,6 +26,7 @@ from tscope.output_location import CASE_PREFIX, check_outside_inputs, default_ou
 from tscope.output_writer import FORMATS, write_case, write_replay_files
 from tscope.replay.api import DEFAULT_WINDOW, replay
 from tscope.replay.loop import ProgressCallback
+from tscope.replay.select import check_earlier_state, choose_checkpoint, window_after_checkpoint
 from tscope.replay.whatif import WhatIf, parse_what_if, skip_intervention, window_intervention
 
 if TYPE_CHECKING:
@@ -204,6 +205,15 @@ def investigate(
 
     experiments = [parse_what_if(text) for text in what_ifs]  # bad specs fail before any work
     run = run if run is not None else logs_of(run_dir)
+    window_note = None
+    if window == DEFAULT_WINDOW:  # an explicit --window is replayed as asked, or refused
+        window, window_note = window_after_checkpoint(Path(run_dir), around, window)
+    # Checked before the baseline replay runs: a what-if from the baseline's own checkpoint is
+    # refused at once, not after minutes of replaying.
+    starting_state = choose_checkpoint(Path(run_dir), around + window[0], around + window[1], run)
+    for experiment in experiments:
+        if experiment.name == "from":
+            check_earlier_state(Path(run_dir), int(experiment.value or 0), starting_state)
     attribution = SampleAttribution(attribution_steps(around))
     observers: list[Any] = [attribution]  # first: it suspends the others' hooks for its passes
     suite = StatisticsSuite() if statistics else None
@@ -224,6 +234,8 @@ def investigate(
         for experiment in experiments
     }
     notes = tuple(suite.notes) if suite is not None else ()
+    if window_note is not None:
+        notes = (window_note, *notes)
     replays = Replays(run_dir, around, window, run, baseline, attribution, notes, what_if_results)
     return judged(replays, what_ifs)
 
@@ -239,7 +251,7 @@ class Replays:
     run: Run
     baseline: ReplayResult
     attribution: Any  # tscope.replay.attribution.SampleAttribution, after the baseline
-    statistics_notes: tuple[str, ...]
+    notes: tuple[str, ...]  # the window fitted to a checkpoint, the statistics suite's
     what_if_results: dict[str, ReplayResult]
 
 
@@ -275,8 +287,8 @@ def judged(replays: Replays, what_ifs: Sequence[str]) -> Investigation:
     if not baseline.fidelity.reproduced:
         # The what-ifs change a replay that is not the run: they are no evidence about its cause.
         outcomes = [replace(outcome, conclusive=False) for outcome in outcomes]
-    if replays.statistics_notes:
-        restore = replace(baseline.restore, notes=baseline.restore.notes + replays.statistics_notes)
+    if replays.notes:
+        restore = replace(baseline.restore, notes=baseline.restore.notes + replays.notes)
         baseline = replace(baseline, restore=restore)
     result = replace(
         baseline,

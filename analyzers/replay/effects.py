@@ -93,8 +93,12 @@ def cause_verdict(outcomes: Sequence[InterventionOutcome]) -> str | None:
     by_name = {o.name: o.effect for o in outcomes}
     skip, earlier = by_name.get("skip"), by_name.get("from")
     data = skip == "removed" or earlier == "kept"
+    # A smaller step removing all of it while the batch's own update explains only part is the
+    # state's: a persistent ×44 LR jump's first update (skipped) did 68% of the damage and the
+    # raised LR the rest, where "kept" alone read "do not single out data or state".
     state = earlier == "removed" or (
-        skip == "kept" and any(by_name.get(name) == "removed" for name in ("lr", "clip"))
+        skip in ("kept", "partial")
+        and any(by_name.get(name) == "removed" for name in ("lr", "clip"))
     )
     if data and not state:
         return "data"

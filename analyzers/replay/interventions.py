@@ -8,6 +8,8 @@ longer history would drag in: a 50-step history of a run 90 steps old put the li
 Llama run at 4.14, above its own 4.09 spike over neighbours at ~2.4-2.8). The line is the level
 plus SPIKE_SIGMA noise sigmas, the robust-z detector's alarm threshold, so "a spike" means "a
 detector would have fired"; a baseline that does not cross its own line has no spike to remove.
+When the detectors' own reference (the BASELINE_WINDOW_POINTS logged losses before the window)
+gives a lower line, that one is used: a spike the log's detectors found is one to remove.
 
 How much of it a what-if removes is the fraction of the baseline's excess over its pre-spike
 level that is gone, measured at the spike's own steps (those where the baseline crosses its line):
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tscope.analyzers.baseline import difference_sigma
+from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, difference_sigma
 from tscope.analyzers.detectors.robust_z import ROBUST_Z_ALARM_SIGMA
 from tscope.model.replay import InterventionOutcome, ReplayStep
 
@@ -47,17 +49,30 @@ def spike_line(
     logged: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[float, float] | None:
     """(pre-spike level, spike line) from the NEIGHBOUR_POINTS losses before the window, or
-    None when there are fewer than MIN_REFERENCE_POINTS of them."""
-    before = [s.loss for s in baseline if s.step < window_first and math.isfinite(s.loss)]
-    if len(before) < MIN_REFERENCE_POINTS and logged is not None:
+    None when there are fewer than MIN_REFERENCE_POINTS of them; the log detectors' own line
+    (the BASELINE_WINDOW_POINTS logged losses before the window) when that one is lower."""
+    history = np.empty(0)
+    if logged is not None:
         steps, values = logged
         keep = (steps < window_first) & np.isfinite(values)
-        before = values[keep][-NEIGHBOUR_POINTS:].tolist()
+        history = values[keep][-BASELINE_WINDOW_POINTS:].astype(np.float64)
+    before = [s.loss for s in baseline if s.step < window_first and math.isfinite(s.loss)]
+    if len(before) < MIN_REFERENCE_POINTS:
+        before = history[-NEIGHBOUR_POINTS:].tolist()
     if len(before) < MIN_REFERENCE_POINTS:
         return None
     values = np.asarray(before[-NEIGHBOUR_POINTS:], dtype=np.float64)
     median = float(np.median(values))
-    return median, median + SPIKE_SIGMA * difference_sigma(values)
+    reference = (median, median + SPIKE_SIGMA * difference_sigma(values))
+    if history.size >= MIN_REFERENCE_POINTS:
+        # A spike the log's detectors found is one to remove: with noisy neighbours the short
+        # line can sit above it (a ×44 LR jump's 3.21 → 4.43 under a 20-point line of 4.5, where
+        # the detectors' 50-point history made it 9.9 σ), and both what-ifs read "no spike".
+        level = float(np.median(history))
+        detectors = (level, level + SPIKE_SIGMA * difference_sigma(history))
+        if detectors[1] < reference[1]:
+            return detectors
+    return reference
 
 
 def window_peak(steps: Sequence[ReplayStep], first: int, last: int) -> tuple[float, int | None]:

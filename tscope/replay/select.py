@@ -105,7 +105,9 @@ def check_window_end(
 ) -> None:
     """Refuse a window ending more than STEPS_PAST_RUN_END steps after the last step the run
     logged or checkpointed: the replay would run every step up to it (one line, the last step)."""
-    known = [c.first_step for c in checkpoints]
+    # The last step whose update a checkpoint holds, in the log's numbering (first_replay_step):
+    # a Trainer checkpoint-120 ends the run at step 120, not 121.
+    known = [c.first_step - 1 for c in checkpoints]
     last_logged = run.last_step if run is not None else None
     if last_logged is not None:
         known.append(last_logged)
@@ -118,3 +120,46 @@ def check_window_end(
             f"step is {last}. Choose --around and --window so the window ends by step "
             f"{last + STEPS_PAST_RUN_END}."
         )
+
+
+def window_after_checkpoint(
+    run_dir: Path, around: int, window: tuple[int, int]
+) -> tuple[tuple[int, int], str | None]:
+    """`window`, started later when no checkpoint precedes its start but one precedes `around`
+    (with the note saying so), else unchanged. A replay starts from a saved state and cannot
+    replay the steps before it; a Trainer's `save_steps` often leave a checkpoint one to four
+    steps before a spike, where the default window (5 steps before) was refused."""
+    start = around + window[0]
+    available = replayable_checkpoints(run_dir)
+    if not available or any(c.first_step <= start for c in available):
+        return window, None
+    before = [c for c in available if c.first_step <= around]
+    if not before:
+        return window, None  # choose_checkpoint refuses it and says what to choose
+    newest = max(before, key=lambda c: (c.step, c.shown))
+    note = (
+        f"The window starts at step {newest.first_step}, the first step after {newest.shown}: "
+        f"no checkpoint precedes step {start}, where the default window would start."
+    )
+    return (newest.first_step - around, window[1]), note
+
+
+def check_earlier_state(run_dir: Path, from_step: int, baseline: CheckpointChoice) -> None:
+    """Refuse a what-if "from=STEP" that restores the checkpoint the replay itself starts from:
+    the same state fed the same batches says nothing about data against state."""
+    state = checkpoint_at_or_before(run_dir, from_step)
+    if state.path != baseline.path:
+        return
+    earlier = [c for c in replayable_checkpoints(run_dir) if c.step < baseline.step]
+    hint = (
+        f"Pick a step before {baseline.step} (checkpoints at steps "
+        f"{', '.join(str(c.step) for c in earlier)})."
+        if earlier
+        else "The run has no checkpoint before it, so this what-if cannot be run here "
+        "(--what-if skip and lr=… can)."
+    )
+    raise UsageError(
+        f"--what-if from={from_step} restores {state.shown}, the checkpoint the replay itself "
+        f"starts from: the same state fed the same batches cannot tell the data from the state. "
+        + hint
+    )
