@@ -66,7 +66,11 @@ def summarize(
     checkpoints = checkpoints or []
     alerts = [f for f in findings if f.severity in ALERT_SEVERITIES]
     missing = missing_data(evidence)
-    if missing and not any(f.category in NEEDS_NO_BASELINE for f in alerts):
+    # The token audit (source "xray") measures the training step itself, not the loss series.
+    judged_without_loss = [
+        f for f in alerts if f.category in NEEDS_NO_BASELINE or f.source == "xray"
+    ]
+    if missing and not judged_without_loss:
         # Too few points to judge: never "healthy", and an alert on them is only what was seen
         # (a 10-point log cannot tell a divergence from a bumpy start); the findings stay listed.
         seen = f" What was seen: {alerts[0].message.rstrip('.')}." if alerts else ""

@@ -338,3 +338,22 @@ def test_a_cluster_file_with_a_field_of_the_wrong_type_is_refused_in_one_line(
         load_cluster_payload(broken)
     del payload["runs"][2]["lead_steps"]  # a field left out is read as unknown, not refused
     assert "lr8" in render_cluster(payload, tmp_path / "again", ("md",))[-1].read_text()
+
+
+def test_tscope_report_re_renders_a_cluster_report_folder(sweep_dir: Path, tmp_path: Path) -> None:
+    # A new user pointed `tscope report` at the cluster folder and was told to point it at the
+    # folder `tscope analyze --out` wrote.
+    from typer.testing import CliRunner
+
+    from tscope.cli import app
+
+    before = read(sweep_dir, "cluster.md")
+    (sweep_dir / "cluster.md").unlink()
+    result = CliRunner().invoke(app, ["report", str(sweep_dir)])
+    assert result.exit_code == 0, result.output
+    assert read(sweep_dir, "cluster.md") == before
+    elsewhere = tmp_path / "again"
+    result = CliRunner().invoke(app, ["report", str(sweep_dir), "--out", str(elsewhere)])
+    assert result.exit_code == 0, result.output
+    # Elsewhere the per-run cases stay beside the original: the same report, their links as text.
+    assert read(elsewhere, "cluster.md").splitlines()[0] == before.splitlines()[0]

@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINER_RUNS = ROOT / "fixtures" / "data" / "trainer"
 FIXTURE_ENTRY = ROOT / "fixtures" / "entries" / "trainer_fixtures.py"
 LAYOUTS = ROOT / "fixtures" / "data" / "layouts"
-# The last checkpoint of the corrupted_batch fixture is checkpoint-240 (its next update: 241).
-FIXTURE_LAST_STEP = 241
+# The last checkpoint of the corrupted_batch fixture is checkpoint-240: the run's last step is 240
+# (its checkpoint holds update 240; the message once named 241, the next update's).
+FIXTURE_LAST_STEP = 240
 
 
 def write_metrics(folder: Path, name: str | bytes = "metrics.csv") -> None:

@@ -76,9 +76,10 @@ def test_a_trainer_run_with_accumulation_4_is_audited_without_an_entry(accumulat
     assert xray["forward_calls"] == 4  # the Trainer's own accumulation loop: 4 micro-batches
     assert xray["matched_rule"] == "token_mean" and xray["intended_max_deviation"] < 1e-5
     assert xray["findings"] == []  # Trainer 5.x normalises by num_items_in_batch: correct
-    assert json.loads((out / "case.json").read_text())["xray"]["settings"]["model_class"] == (
-        "GPT2LMHeadModel"
-    )
+    case = json.loads((out / "case.json").read_text())
+    assert case["xray"]["settings"]["model_class"] == "GPT2LMHeadModel"
+    # The audit the user asked for leads the verdict, before the run's own logs.
+    assert case["summary"]["verdict"].startswith("Token audit clean")
 
 
 def test_a_model_without_loss_kwargs_gets_the_mean_of_micro_batch_means(accumulation_run):

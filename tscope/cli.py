@@ -231,7 +231,10 @@ def cluster(
 @app.command(cls=PlainCommand)
 def report(
     case_dir: Annotated[
-        Path, typer.Argument(metavar="CASE_DIR", help="A case directory (or its case.json).")
+        Path,
+        typer.Argument(
+            metavar="CASE_DIR", help="A case directory (or its case.json), or a cluster report's."
+        ),
     ],
     formats: FormatsOption = "html,md,json",
     out: Annotated[
@@ -239,7 +242,8 @@ def report(
         typer.Option("--out", "-o", metavar="DIR", help="Where to write (default: the case dir)."),
     ] = None,
 ) -> None:
-    """Re-render a case from its case.json, with no recomputation."""
+    """Re-render a case from its case.json (a cluster report from its cluster.json), with no
+    recomputation."""
     from tscope.commands import report as report_command
 
     try:

@@ -101,9 +101,10 @@ def list_runs(runs_dir: Path, follow_run_links: bool = False) -> RunEntries:
         else:
             refused.append((entry.name, problem))
     if not runs:
+        others = f"; {len(refused) - 1} more entries refused too" if len(refused) > 1 else ""
         raise UsageError(
             f"{runs_dir} holds no runs. Put one sub-folder (or log file) per run in it."
-            + (f" ({refused[0][0]}: {refused[0][1]})" if refused else "")
+            + (f" ({refused[0][0]}: {refused[0][1]}{others})" if refused else "")
         )
     return RunEntries(runs, refused)
 

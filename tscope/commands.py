@@ -134,15 +134,38 @@ def cluster(request: ClusterRequest) -> ClusterOutcome:
 
 def report(case_dir: Path, out: Path | None, formats: tuple[str, ...]) -> list[Path]:
     """A case re-rendered from its case.json, with no recomputation (into its own folder unless
-    `out` names another)."""
+    `out` names another); a `tscope cluster` report folder (cluster.json, no case.json) is
+    re-rendered as the cluster report it is."""
     from tscope.render import load_case, render_case
 
+    if _is_cluster_report(case_dir):
+        return _rerender_cluster(case_dir, out, formats)
     case = load_case(case_dir)
     if case.replay is not None and case.replay.layer_series and not case.replay.statistics:
         from tscope.replay_case import with_statistic_descriptors
 
         case.replay = with_statistic_descriptors(case.replay)
     return render_case(case, report_folder(case_dir, out), formats)
+
+
+def _is_cluster_report(path: Path) -> bool:
+    if path.name == "cluster.json":
+        return True
+    return path.is_dir() and (path / "cluster.json").is_file() and not (path / "case.json").exists()
+
+
+def _rerender_cluster(path: Path, out: Path | None, formats: tuple[str, ...]) -> list[Path]:
+    from tscope.cluster_pipeline import CLUSTER_FOLDER_FILES
+    from tscope.output_files import prepare_folder
+    from tscope.render.cluster_report import load_cluster_payload, render_cluster
+
+    payload = load_cluster_payload(path)
+    source = path if path.is_dir() else path.parent
+    target = out or source
+    if not (target.exists() and target.resolve() == source.resolve()):
+        # Elsewhere: the per-run cases stay beside the original (its runs/ links point there).
+        prepare_folder(target, "the cluster report", CLUSTER_FOLDER_FILES)
+    return render_cluster(payload, target, formats)
 
 
 @dataclass(frozen=True)

@@ -118,15 +118,36 @@ def case_with_xray(audit_result: XrayAudit) -> Any:
         case.limits = [line for line in case.limits if not line.startswith("Logs only")]
     case.xray = XraySection.of(audit_result.result, files=(XRAY_JSON,))
     case.limits.append(XRAY_LIMIT)
-    if case.summary.status == "healthy" and not case.metrics:
-        notes = [f for f in case.findings if f.source == "xray"]
-        verdict = (
-            f"Token audit: no warning. {notes[0].message}"
-            if notes
-            else clean_verdict(audit_result.result)
-        )
+    audit_sentence = _audit_sentence(case, audit_result.result)
+    if audit_result.run_dir is None:
+        # An entry on its own: the audit is the whole analysis, and "insufficient data, log the
+        # loss" would send the reader after logs an entry never has.
+        if case.summary.status in ("healthy", "insufficient_data"):
+            case.summary = replace(
+                case.summary,
+                status="healthy",
+                verdict=audit_sentence,
+                next_steps=(),
+                missing=None,
+            )
+    elif case.summary.headline_finding not in {f.id for f in case.findings if f.source == "xray"}:
+        # A run's own logs lead its verdict; the audit the user asked for comes first.
+        verdict = f"{audit_sentence} The run's logs: {case.summary.verdict}"
         case.summary = replace(case.summary, verdict=verdict)
     return case
+
+
+def _audit_sentence(case: Case, result: XrayResult) -> str:
+    """The audit's result in one sentence: its first warning, else its note, else clean."""
+    from tscope.model.categories import ALERT_SEVERITIES
+
+    audit = [f for f in case.findings if f.source == "xray"]
+    alerts = [f for f in audit if f.severity in ALERT_SEVERITIES]
+    if alerts:
+        return f"Token audit: {alerts[0].message}"
+    if audit:
+        return f"Token audit: no warning. {audit[0].message}"
+    return clean_verdict(result)
 
 
 def clean_verdict(result: XrayResult) -> str:

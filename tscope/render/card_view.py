@@ -49,6 +49,8 @@ def card_view(summary: Summary) -> dict[str, Any] | None:
         "severity_words": SEVERITY_WORDS.get(severity, severity),
         "what": what,  # sentence-started by the summary, which knows the run's names
         "step": format_step(card.step),
+        # A finding of no one step (the token audit's weighting, a checkpoint statistic) says so.
+        "when": f"step {format_step(card.step)}" if card.step is not None else "not one step",
         "headline_id": card.headline_id,
         "cause_words": one_line(cause.words),
         "cause_category": cause.category,
