@@ -61,6 +61,13 @@ def test_the_best_explanation_is_the_bad_batch_with_its_indices(corrupted):
     assert case.summary.card.cause.category == "bad_batch"
 
 
+def test_the_restart_advice_fits_a_trainer_run(corrupted):
+    # A Trainer reads no skip list: the advice is to drop the rows, not Lightning's file alone.
+    _, case, _, _ = corrupted
+    first = case.findings[0]
+    assert "drop their rows from the dataset" in first.suggestion
+
+
 def test_the_what_ifs_say_data_for_the_corrupted_batch(corrupted):
     found, _, _, _ = corrupted
     outcomes = {o.name: o for o in found.result.interventions}

@@ -60,14 +60,7 @@ def bad_batch_findings(result: ReplayResult, qualified: bool) -> list[Finding]:
                     "combined_share": share,
                     "whole_batch": step in whole,
                 },
-                suggestion=(
-                    f"Skip step {step}'s batch on restart: skip_batches.json in the case folder "
-                    "lists it in Lightning's SpikeDetection format; inspect its data source."
-                    if step in whole
-                    else f"Skip these samples (or step {step}'s batch) on restart: skip_batches.json "
-                    "in the case folder lists the batches in Lightning's SpikeDetection format; "
-                    "inspect the samples' tokens for corruption."
-                ),
+                suggestion=_skip_advice(step, step in whole, result.checkpoint_format),
                 source="replay",
                 threshold=(
                     "gradient-norm z ≥ 5 and loss z ≥ 5 within the batch (two-pass robust z) or "
@@ -96,3 +89,22 @@ class BadBatchExplainer:
 
     def run(self, result: ReplayResult) -> list[Finding]:
         return bad_batch_findings(result, qualified(result))
+
+
+def _skip_advice(step: int, whole_batch: bool, checkpoint_format: str) -> str:
+    """How to leave the batch out on restart, in the producer's own terms: Lightning's
+    SpikeDetection reads skip_batches.json; the Trainer and a plain loop have no batch-skip list,
+    so the rows are dropped from the data (their indices are in replay.json)."""
+    what = f"step {step}'s batch" if whole_batch else f"these samples (or step {step}'s batch)"
+    inspect = (
+        "inspect its data source." if whole_batch else "inspect the samples' tokens for corruption."
+    )
+    if checkpoint_format == "lightning":
+        how = "skip_batches.json in the case folder lists it in Lightning's SpikeDetection format"
+    else:
+        how = (
+            "drop their rows from the dataset before resuming (replay.json's sample_attribution "
+            "names them; skip_batches.json lists the batch in Lightning's SpikeDetection format "
+            "for loops that read it)"
+        )
+    return f"Leave out {what} on restart: {how}; {inspect}"
