@@ -34,7 +34,7 @@ BASELINE_POINTS = 20
 #   bumps that stay up for 2–5 points with an effective length of 0.7–2.6 points (dev split, 7
 #   bumps in 10 controls); the planted causes whose loss bump recovers below 1.5× (a transient
 #   LR jump, an LR ramp) last 5–9 effective points (dev split) and carry their own cause finding;
-#   In the early phase (early_phase.py: the warm-up and its aftermath) the short-bump bound is
+#   in the early phase (early_phase.py: the warm-up and its aftermath) the short-bump bound is
 #   EARLY_TRANSIENT_MAX_RATIO instead;
 # - warning: everything else.
 DIVERGED_RATIO = 1.5
