@@ -28,7 +28,7 @@ rule change, with one command (it scores the spent splits, ~5 min, then writes i
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
 **Headline**: the confidence the verdict and the incident card state for the cause is how often a
-headline naming that cause category was right on the spent splits (dev, holdout7–15)
+headline naming that cause category was right on the spent splits (dev, holdout7–16)
 of bench/accuracy (runs from
 transformers.Trainer with GPT-2 and Llama, a plain-torch nanoGPT loop and Lightning, each with
 one planted cause, plus healthy controls), as (right + 1) / (named + 2) — the Laplace estimate,
