@@ -203,3 +203,20 @@ def test_review_dvclive_names_come_from_inside_the_input(tmp_path: Path) -> None
     (dvclive / "plots" / "metrics" / "loss.tsv").write_text("\n".join(rows) + "\n")
     _, read = analyze_run(dvclive)
     assert read.series(LOSS)[0].size == 100
+
+
+def test_lines_written_out_of_order_by_async_logging_are_read_in_logging_order(
+    tmp_path: Path,
+) -> None:
+    # The Trainer's MLflowCallback logs with synchronous=False (mlflow >= 2.8): the file store's
+    # queue appends lines out of order (steps 10, 40, 20, ...), once read as dozens of resumes.
+    run = _write_run(tmp_path / "mlruns" / "0" / "async1", jump=True)
+    for name in ("train/loss", "lr"):
+        lines = (run / "metrics" / name).read_text().splitlines()
+        shuffled = [line for block in zip(lines[1::3], lines[::3], lines[2::3]) for line in block]
+        (run / "metrics" / name).write_text("\n".join(shuffled) + "\n")
+    case, read = analyze_run(run)
+    assert read.series(LOSS)[0].tolist() == list(range(1, 301))
+    assert read.events_of("resume") == []
+    card = case.summary.card
+    assert card is not None and card.cause.category == "lr_schedule_jump"

@@ -144,17 +144,23 @@ def _read_metric(
     """Add the metric file's values to `rows`: (what was wrong with it, "" when nothing; whether
     its values were numbered for want of steps)."""
     malformed = 0
-    steps: list[int] = []
-    values: list[float] = []
+    logged: list[tuple[int, int, float]] = []  # (timestamp, step, value)
     for line in iter_lines(path, f"{shown_run}metrics/{key}"):
-        if len(steps) >= MAX_POINTS_PER_FILE:
+        if len(logged) >= MAX_POINTS_PER_FILE:
             break
         match = _METRIC_LINE.match(line)
         if match is None:
             malformed += line.strip() != ""
             continue
-        steps.append(int(match["step"]) if match["step"] is not None else 0)
-        values.append(float(match["value"]))
+        step = int(match["step"]) if match["step"] is not None else 0
+        logged.append((int(match["time"]), step, float(match["value"])))
+    # In logging order, as the SQLite store's reader reads them (ORDER BY timestamp, step): the
+    # file's line order is not it. The Trainer's MLflowCallback logs with synchronous=False
+    # (mlflow ≥ 2.8), whose queue appends lines out of order (steps 10, 40, 20), which read as
+    # dozens of resumes. A real resume re-logs its steps later, so it keeps its place.
+    logged.sort(key=lambda entry: (entry[0], entry[1]))
+    steps = [step for _, step, _ in logged]
+    values = [value for _, _, value in logged]
     numbered = unstepped(steps)
     for index, (step, value) in enumerate(zip(steps, values, strict=True)):
         if rows.full:
