@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tscope.ingest.base import Reader
 from tscope.ingest.readers.deepspeed_csv_monitor import DeepSpeedCsvMonitorReader
+from tscope.ingest.readers.llmc_log import LlmcLogReader
 from tscope.ingest.readers.megatron_log import MegatronLogReader
 from tscope.ingest.readers.metrics_table import MetricsTableReader
 from tscope.ingest.readers.mlflow_files import MlflowRunReader
@@ -31,6 +32,7 @@ READERS: tuple[Reader, ...] = (
     MegatronLogReader(),
     ModdedNanoGPTLogReader(),
     NanoGPTLogReader(),
+    LlmcLogReader(),
     TrainerStdoutReader(),
     # After every producer's own text reader: it claims any log of `step N … loss: X` lines.
     StepLineLogReader(),
