@@ -17,6 +17,16 @@ from tscope.model import LogRead, PartialInput
 SKIPPED_DIRS = {".git", "__pycache__", ".ipynb_checkpoints", "node_modules"}
 # Told about each entry of the input tree that is not read: (its path, why).
 OnSkipped = Callable[[Path, str], None]
+# The links the wandb client makes in every run folder it writes, to files it also keeps at their
+# real place (wandb/latest-run -> the newest run-*/ folder, wandb/debug*.log -> its logs, a run's
+# logs/debug-core.log -> the service's log in the user's cache): never followed like every link,
+# but nothing the run lacks, so not listed as partial (every W&B run read "partial").
+WANDB_OWN_LINKS = {
+    ("wandb", "latest-run"),
+    ("wandb", "debug.log"),
+    ("wandb", "debug-internal.log"),
+    ("logs", "debug-core.log"),
+}
 
 
 @dataclass
@@ -91,6 +101,8 @@ def discover(
     found = Discovery()
 
     def skipped(path: Path, problem: str) -> None:
+        if problem == SYMLINK_NOT_FOLLOWED and (path.parent.name, path.name) in WANDB_OWN_LINKS:
+            return
         found.partial.append(PartialInput(display_path(path, root), problem))
 
     with reading_input(root):
