@@ -108,6 +108,23 @@ def test_json_records_printed_by_a_logger(tmp_path: Path) -> None:
     assert series[GRAD_NORM] == {s: 1.5 for s in range(1, 6)}
 
 
+def test_fairseq_json_validation_records_keep_their_step(tmp_path: Path) -> None:
+    # fairseq's JsonProgressBar prefixes a validation record's stats with the subset's name,
+    # `valid_num_updates` included: its validation loss was dropped for want of a step.
+    lines = [
+        f'2025-01-01 12:00:00 | INFO | train_inner | {{"epoch": 1, "update": 0.{s:03d}, '
+        f'"loss": "{9.0 - s / 100:.3f}", "num_updates": "{s}", "lr": "0.0003", "gnorm": "1.5"}}'
+        for s in range(1, 6)
+    ] + [
+        '2025-01-01 12:00:00 | INFO | valid | {"epoch": 1, "valid_loss": "8.5", '
+        '"valid_nll_loss": "8.4", "valid_ppl": "362", "valid_num_updates": "5", '
+        '"valid_best_loss": "8.5"}'
+    ]
+    series = series_in(write_log(tmp_path, "\n".join(lines)))
+    assert series[EVAL_LOSS] == {5: pytest.approx(8.5 * np.log(2))}
+    assert set(series[LOSS]) == set(range(1, 6))
+
+
 @pytest.mark.parametrize(
     "crafted",
     ["loss", "loss:", "step", "step:", "loss: [", "step [", '"loss"', "train loss (s)"],

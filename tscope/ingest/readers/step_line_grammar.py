@@ -22,6 +22,7 @@ from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS
 STEP_KEY_PRIORITY = {
     "global_step": 0,
     "num_updates": 0,
+    "valid_num_updates": 0,  # fairseq's --log-format json validation record
     "step": 1,
     "steps": 1,
     "iter(train)": 2,  # MMEngine's iteration-based loop: `Iter(train) [  1/300]`
@@ -34,7 +35,8 @@ EPOCH_POSITION_PRIORITY = 1
 # start of a decimal ("step 0.5" is no step) and not inside another word ("Skipping step",
 # "micro_step", "substep").
 _STEP = re.compile(
-    r"(?<![\w/.\-])(?P<key>global[_ ]step|num_updates|steps?|iter\(train\)|iteration|iter|batch)"
+    r"(?<![\w/.\-])(?P<key>global[_ ]step|(?:valid_)?num_updates|steps?|iter\(train\)|iteration|iter"
+    r"|batch)"
     r"[\"']?(?:\s*[:=#]\s*[\"']?|\s*\[\s*|\s+)(?P<step>[1-9]\d{0,2}(?:,\d{3}){1,5}|\d{1,16})"
     r"(?![\d.eE])(?:\s*/\s*(?P<total>[1-9]\d{0,2}(?:,\d{3}){1,5}|\d{1,16}))?",
     re.IGNORECASE | re.ASCII,
