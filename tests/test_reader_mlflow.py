@@ -213,7 +213,11 @@ def test_lines_written_out_of_order_by_async_logging_are_read_in_logging_order(
     run = _write_run(tmp_path / "mlruns" / "0" / "async1", jump=True)
     for name in ("train/loss", "lr"):
         lines = (run / "metrics" / name).read_text().splitlines()
-        shuffled = [line for block in zip(lines[1::3], lines[::3], lines[2::3]) for line in block]
+        shuffled = [
+            line
+            for block in zip(lines[1::3], lines[::3], lines[2::3], strict=True)
+            for line in block
+        ]
         (run / "metrics" / name).write_text("\n".join(shuffled) + "\n")
     case, read = analyze_run(run)
     assert read.series(LOSS)[0].tolist() == list(range(1, 301))

@@ -125,6 +125,27 @@ def test_fairseq_json_validation_records_keep_their_step(tmp_path: Path) -> None
     assert set(series[LOSS]) == set(range(1, 6))
 
 
+def test_composer_console_evaluations_take_the_training_step_before_them(tmp_path: Path) -> None:
+    # Composer's ConsoleLogger: `[Eval batch=B/N] Eval on eval data:` counts the evaluation
+    # loader's batches; every evaluation was filed at step 10, the last three lost.
+    lines = []
+    for batch in range(10, 101, 10):
+        lines += [
+            f"[epoch=1][batch={batch}/100]:",
+            f"\t Train loss/train/total: {3.0 - batch / 100:.4f}",
+            "\t Train lr-DecoupledAdamW/group0: 0.0006",
+        ]
+        if batch % 50 == 0:
+            lines += [f"[Eval batch={b}/10] Eval on eval data" for b in (1, 5, 10)]
+            lines += [
+                "[Eval batch=10/10] Eval on eval data:",
+                f"\t Eval metrics/eval/LanguageCrossEntropy: {3.1 - batch / 100:.4f}",
+            ]
+    series = series_in(write_log(tmp_path, "\n".join(lines)))
+    assert series[EVAL_LOSS] == {50: pytest.approx(2.6), 100: pytest.approx(2.1)}
+    assert set(series[LOSS]) == set(range(10, 101, 10))
+
+
 @pytest.mark.parametrize(
     "crafted",
     ["loss", "loss:", "step", "step:", "loss: [", "step [", '"loss"', "train loss (s)"],

@@ -54,6 +54,9 @@ MIN_SNIFFED_RECORDS = 3
 # (a crafted 56 MB log of 400,000 names held 418 MB), the steps kept to find the logging interval.
 MAX_NAMES_CACHED = 10_000
 MAX_STEPS_KEPT_FOR_INTERVAL = 100_000
+# A step key this weak (an epoch's batch counter) in an evaluation record counts the evaluation
+# loader's batches, not training steps.
+BATCH_PRIORITY = grammar.STEP_KEY_PRIORITY["batch"]
 # The longest line the sniffing looks at (a step line is a few hundred characters).
 SNIFF_LINE_CHARACTERS = 4096
 
@@ -144,6 +147,7 @@ class _Record:
         self.in_bits = False  # fairseq's: its losses are in bits
         self.seen: set[str] = set()  # the series this record gave already (the first one counts)
         self.printed_steps: list[int] = []
+        self.last_train_step: int | None = None
         # A step key found counting something other than the steps (litgpt's micro-batch `iter`
         # beside its `step`): records keyed by it alone are on another axis and are skipped.
         self.other_count_priority: int | None = None
@@ -162,8 +166,15 @@ class _Record:
         found = grammar.pairs(line)
         self.evaluating = grammar.is_evaluation(line, found)
         # An evaluation's own counter (`Epoch 3 | Validation | Batch 20`) does not move the
-        # training counter's epochs.
-        self.step = self.epoch_counter.global_step(key, learn=not self.evaluating)
+        # training counter's epochs; an evaluation keyed by its loader's batch alone (Composer's
+        # `[Eval batch=10/10] Eval on eval data:`) belongs to the training step before it (it
+        # was filed at step 10, every evaluation on one step).
+        if self.evaluating and key.priority >= BATCH_PRIORITY and self.last_train_step is not None:
+            self.step = self.last_train_step
+        else:
+            self.step = self.epoch_counter.global_step(key, learn=not self.evaluating)
+        if not self.evaluating:
+            self.last_train_step = self.step
         self.in_bits = grammar.prints_bits(line)
         self.producers.update(name for name, sign in _PRODUCER_SIGNS if sign in line)
         self.seen = set()
