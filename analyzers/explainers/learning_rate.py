@@ -30,6 +30,16 @@ LR_JUMP_SLOPE_MULTIPLE = 3.0
 # ...and the LR moves by at least 25% in one logged interval (logged LRs are rounded, e.g. to
 # four digits by Megatron, and smooth schedules move far less per step than this).
 LR_JUMP_MIN_RELATIVE = 0.25
+# A log that prints the LR to a few decimals (Composer's console logger: `f"{value:.4f}"`, so a
+# cosine schedule near 2.4e-4 reads 0.0002, 0.0002, ..., 0.0003) moves in steps of one printed
+# unit that are the rounding, not the schedule: a healthy run's 0.0002 → 0.0003 read as a ×1.5
+# jump. The schedule's change per point is taken as at least that unit (`print_quantum`): the
+# largest power of ten every logged value is a multiple of (at most PRINT_DIGITS_MAX decimals),
+# when the log also moves by exactly one unit at least PRINT_STEPS_MIN times: a smooth schedule
+# seen through rounding. A constant LR of a round value (1e-4) that jumps to 3e-4 has no such
+# steps, and its jump stays one.
+PRINT_DIGITS_MAX = 12
+PRINT_STEPS_MIN = 2
 # An upward jump back to the run's earlier peak (within this band of it), from below RESTART_FROM of
 # it, is a warm restart (cosine with hard restarts, SGDR) when the loss does not react: info, not
 # a warning. Measured (scripts/measure_lr_ramp.py, --train-synthetic and --bench-split dev): the hard
@@ -88,6 +98,7 @@ def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
         relative = np.where(previous != 0, np.abs(current / previous - 1.0), np.inf)
         residual = np.abs(current - predicted)
         finite = np.isfinite(current) & np.isfinite(previous) & np.isfinite(earlier)
+    quantum = print_quantum(lrs)
     jumps: list[LrJump] = []
     broken: set[int] = set()  # points judged jumps
     for k in np.flatnonzero(finite & (relative >= LR_JUMP_MIN_RELATIVE)).tolist():
@@ -99,11 +110,26 @@ def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
             0.0 if j in broken and not after_break else slopes[j - 1]
             for j in range(max(1, point - 3), point)
         ]
-        typical = float(np.max(window)) * max(float(gap[k]), 1.0)
+        typical = max(float(np.max(window)), quantum) * max(float(gap[k]), 1.0)
         if residual[k] > LR_JUMP_SLOPE_MULTIPLE * typical:
             broken.add(point)
             jumps.append(LrJump(point, int(steps[point]), float(previous[k]), float(current[k])))
     return jumps
+
+
+def print_quantum(values: np.ndarray) -> float:
+    """The unit the values were printed in (see PRINT_DIGITS_MAX above), else 0: values logged
+    at full precision, or round values that never move by one unit."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0 or np.abs(finite).max() == 0:
+        return 0.0
+    for digits in range(1, PRINT_DIGITS_MAX + 1):
+        scaled = finite * 10.0**digits
+        whole = np.round(scaled)
+        if np.all(np.abs(scaled - whole) <= 1e-6 * np.maximum(np.abs(scaled), 1.0)):
+            one_unit_steps = int(np.count_nonzero(np.abs(np.diff(whole)) == 1))
+            return float(10.0**-digits) if one_unit_steps >= PRINT_STEPS_MIN else 0.0
+    return 0.0
 
 
 class LearningRateExplainer:
