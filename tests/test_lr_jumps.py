@@ -10,6 +10,7 @@ from tscope.analyzers.explainers.learning_rate import (
     LR_JUMP_SLOPE_MULTIPLE,
     LrJump,
     lr_jumps,
+    print_quantum,
 )
 
 KINDS = ("warmup_cosine", "step_decay", "planted_jumps", "rounded", "random")
@@ -19,6 +20,7 @@ def lr_jumps_loop(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
     """The rule one point at a time, in order: the reference for the vectorized one. The change
     into a jump is left out of the slope window, except for the point right after it."""
     jumps: list[LrJump] = []
+    quantum = print_quantum(lrs)
     for i in range(2, lrs.size):
         jumped = {jump.index for jump in jumps}
         if i - 1 in jumped:
@@ -34,7 +36,12 @@ def lr_jumps_loop(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
         typical = float(slopes.max()) * max(gap, 1.0) if slopes.size else 0.0
         relative = abs(lrs[i] / previous - 1.0) if previous else float("inf")
         residual = abs(lrs[i] - predicted)
-        if relative >= LR_JUMP_MIN_RELATIVE and residual > LR_JUMP_SLOPE_MULTIPLE * typical:
+        one_unit = abs(lrs[i] - previous) <= quantum * (1 + 1e-9)  # a printed digit's rounding
+        if (
+            relative >= LR_JUMP_MIN_RELATIVE
+            and residual > LR_JUMP_SLOPE_MULTIPLE * typical
+            and not one_unit
+        ):
             jumps.append(LrJump(i, int(steps[i]), float(previous), float(lrs[i])))
     return jumps
 

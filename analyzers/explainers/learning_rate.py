@@ -33,11 +33,10 @@ LR_JUMP_MIN_RELATIVE = 0.25
 # A log that prints the LR to a few decimals (Composer's console logger: `f"{value:.4f}"`, so a
 # cosine schedule near 2.4e-4 reads 0.0002, 0.0002, ..., 0.0003) moves in steps of one printed
 # unit that are the rounding, not the schedule: a healthy run's 0.0002 → 0.0003 read as a ×1.5
-# jump. The schedule's change per point is taken as at least that unit (`print_quantum`): the
-# largest power of ten every logged value is a multiple of (at most PRINT_DIGITS_MAX decimals),
-# when the log also moves by exactly one unit at least PRINT_STEPS_MIN times: a smooth schedule
-# seen through rounding. A constant LR of a round value (1e-4) that jumps to 3e-4 has no such
-# steps, and its jump stays one.
+# jump. A change of at most that unit is no jump (`print_quantum`: the largest power of ten
+# every logged value is a multiple of, at most PRINT_DIGITS_MAX decimals, when the log also moves
+# by exactly one unit at least PRINT_STEPS_MIN times: a smooth schedule seen through rounding). A
+# constant LR of a round value (1e-4) that jumps to 3e-4 has no such steps: its jump stays one.
 PRINT_DIGITS_MAX = 12
 PRINT_STEPS_MIN = 2
 # An upward jump back to the run's earlier peak (within this band of it), from below RESTART_FROM of
@@ -110,8 +109,9 @@ def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
             0.0 if j in broken and not after_break else slopes[j - 1]
             for j in range(max(1, point - 3), point)
         ]
-        typical = max(float(np.max(window)), quantum) * max(float(gap[k]), 1.0)
-        if residual[k] > LR_JUMP_SLOPE_MULTIPLE * typical:
+        typical = float(np.max(window)) * max(float(gap[k]), 1.0)
+        one_unit = abs(float(current[k] - previous[k])) <= quantum * (1 + 1e-9)
+        if residual[k] > LR_JUMP_SLOPE_MULTIPLE * typical and not one_unit:
             broken.add(point)
             jumps.append(LrJump(point, int(steps[point]), float(previous[k]), float(current[k])))
     return jumps
