@@ -306,3 +306,18 @@ def test_the_tenth_block_is_held_out_plants_each_cause_once_and_changes_no_earli
     assert sorted(s.cause for s in tenth if s.cause != CONTROL) == sorted(ALL_CAUSES)
     for spec in tenth:
         assert OodSpec.from_json(spec.to_json()) == spec
+
+
+def test_the_eleventh_block_is_held_out_plants_each_cause_once_and_changes_no_earlier_spec():
+    from ood_blocks_late import ELEVENTH_BLOCK
+    from smoke_runs import smoke_specs
+    from spec import ALL_CAUSES
+
+    earlier = build_ood_specs(blocks=tuple(range(1, 11)))
+    eleventh = build_ood_specs(blocks=(11,))
+    assert [s.index for s in eleventh] == list(range(202, 222))
+    assert build_ood_specs(blocks=tuple(range(1, 12))) == earlier + eleventh
+    keys = {s.key for s in earlier} | {s.key for s in build_specs() + smoke_specs()}
+    assert not {s.key for s in eleventh} & keys
+    assert not {row[0] for row in ELEVENTH_BLOCK} & {s.setup for s in earlier}
+    assert sorted(s.cause for s in eleventh if s.cause != CONTROL) == sorted(ALL_CAUSES)

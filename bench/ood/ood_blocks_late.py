@@ -1,4 +1,4 @@
-"""The out-of-distribution set's eighth, ninth and tenth blocks (ood_blocks.py holds the first seven;
+"""The out-of-distribution set's eighth to eleventh blocks (ood_blocks.py holds the first seven;
 ood_spec.py draws the runs). Each row: setup, producer, what it changes from the benchmark's
 draw, and the planted cause."""
 
@@ -198,6 +198,61 @@ TENTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         "nano-code-jsonl-lin-schedlost",
         "nanogpt",
         {"corpus": "code", "log_format": "jsonl", "schedule": "linear"},
+        RESUME_SCHEDULER_LOST,
+    ),
+)
+# The eleventh block (2026-12-07, trained after the session's rule changes, scored once at its
+# end): again earlier knobs in new combinations, each cause once, with two Trainer runs keeping
+# only two checkpoints (so a checkpoint window has a single past window to be judged against).
+ELEVENTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("gpt2-keep2-persistent", "trainer_gpt2", {"save_total_limit": 2}, LR_JUMP_PERSISTENT),
+    (
+        "llama-keep2-cos-reinit",
+        "trainer_llama",
+        {"save_total_limit": 2, "schedule": "cosine"},
+        RESUME_WEIGHTS_REINIT,
+    ),
+    (
+        "nano-stdout-log3-transient",
+        "nanogpt",
+        {"log_format": "stdout", "logging_steps": 3},
+        LR_JUMP_TRANSIENT,
+    ),
+    (
+        "lt-tb-bf16-accum2-ramp",
+        "lightning",
+        {"lightning_logger": "tensorboard", "precision": "bf16", "grad_accum": 2},
+        LR_RAMP,
+    ),
+    (
+        "gpt2-code-b8a2-badbatch",
+        "trainer_gpt2",
+        {"corpus": "code", "batch_size": 8, "grad_accum": 2},
+        BAD_BATCH,
+    ),
+    (
+        "qwen2-nowd-hot",
+        "trainer_llama",
+        {"model": "qwen2", "heads": 4, "kv_heads": 2, "weight_decay": 0.0},
+        WARMUP_TOO_HOT,
+    ),
+    (
+        "nano-csv-beta99-repeat",
+        "nanogpt",
+        {"adam_beta2": 0.99, "log_format": "csv"},
+        REPEATED_DATA,
+    ),
+    ("opt-eval20-frozen", "trainer_gpt2", {"model": "opt", "eval_every": 20}, FROZEN_LAYER),
+    (
+        "neox-linear-optlost",
+        "trainer_llama",
+        {"model": "gpt_neox", "schedule": "linear"},
+        RESUME_OPTIMIZER_LOST,
+    ),
+    (
+        "nano-jsonl-wsd-schedlost",
+        "nanogpt",
+        {"schedule": "wsd", "log_format": "jsonl"},
         RESUME_SCHEDULER_LOST,
     ),
 )
