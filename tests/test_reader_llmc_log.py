@@ -31,7 +31,9 @@ def _main_log(folder: Path, jump: bool = False, old: bool = False) -> Path:
         if old:
             lines.append(f"s:{step} trl:{loss:f}")
         else:
-            lines.append(f"s:{step} trl:{loss:.4f} lr:{lr:.6f} norm:{1.0 + 0.1 * math.cos(step):.2f}")
+            lines.append(
+                f"s:{step} trl:{loss:.4f} lr:{lr:.6f} norm:{1.0 + 0.1 * math.cos(step):.2f}"
+            )
     log = folder / "main.log"
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return log
