@@ -39,6 +39,9 @@ CASES_DIR = "runs"
 # beyond this many unstable runs none (case.json is always written; `tscope report` renders it).
 CASE_HTML_LIMIT = 50
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+# A run's case folder name, in characters (ASCII after _UNSAFE_NAME): far below NAME_MAX (255),
+# leaving room for the `-N` that tells apart runs of one name.
+MAX_FOLDER_NAME = 120
 RUN_LINK_OUTSIDE = (
     "a symbolic link to outside the runs folder; not followed (a stranger's sweep could point it "
     "at any folder of yours). If you made these links, pass --follow-run-links"
@@ -317,13 +320,27 @@ def _unique_names(names: list[str]) -> list[str]:
     folders differing in case are one folder on macOS and Windows): two runs never share a case
     folder, where one would overwrite the other's case."""
     taken: set[str] = set()
+    # The last number given to each name: 50,000 runs of one name (an MLflow store allows it)
+    # were numbered by trying -2, -3, ... from the start each time, quadratic (8,000: 5 s).
+    numbered: dict[str, int] = {}
     unique = []
     for name in names:
-        safe = _UNSAFE_NAME.sub("_", name) or "run"
-        candidate, number = safe, 1
+        safe = _folder_name(name)
+        candidate, number = safe, numbered.get(safe.casefold(), 1)
         while candidate.casefold() in taken:
             number += 1
             candidate = f"{safe}-{number}"
+        numbered[safe.casefold()] = number
         taken.add(candidate.casefold())
         unique.append(candidate)
     return unique
+
+
+def _folder_name(name: str) -> str:
+    """A run name as one folder name inside OUT/runs/. `.` and `..` pass _UNSAFE_NAME but name
+    the runs folder itself and OUT: an MLflow run named `.` had its case written over OUT/runs/
+    and ended the whole cluster report in an error; so leading dots become `_`. Cut to
+    MAX_FOLDER_NAME characters: a store's run name can be longer than a file name may be."""
+    safe = _UNSAFE_NAME.sub("_", name)[:MAX_FOLDER_NAME]
+    bare = safe.lstrip(".")
+    return "_" * (len(safe) - len(bare)) + bare or "run"

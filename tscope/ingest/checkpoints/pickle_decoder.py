@@ -218,6 +218,9 @@ def decode_pickle(
                 spent += sys.getsizeof(memo) + sys.getsizeof(memo_sparse) - before
             elif name in ("GET", "BINGET", "LONG_BINGET"):
                 index = int(arg or 0)
+                if not 0 <= index < len(memo) and index not in memo_sparse:
+                    # the KeyError's text alone was "5": name what the stream got wrong
+                    raise UndecodablePickle(f"a memo reference to entry {index}, never stored")
                 stack.append(memo[index] if 0 <= index < len(memo) else memo_sparse[index])
                 spent += _REFERENCE
             elif name in ("GLOBAL", "STACK_GLOBAL"):  # a name, recorded, never imported

@@ -44,7 +44,17 @@ from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file,
 TRUST_HINT = "If you trust the file, pass --trust-pickle."
 # torch's messages when weights_only meets a global (or a BUILD) outside its allow-list; only
 # then can --trust-pickle change the outcome. Every other failure is a damaged or foreign file.
-_REFUSED_GLOBAL_MARKERS = ("Unsupported global", "was not an allowed global", "allowlisted via")
+# "whose module os is blocked" is torch's message for a global of a module it blocks outright
+# (os, posix, sys, subprocess, ...): without it an `os.system` pickle read as torch's generic
+# paragraph ("Weights only load failed. In PyTorch 2.6, ...") instead of a refused global.
+_REFUSED_GLOBAL_MARKERS = (
+    "Unsupported global",
+    "was not an allowed global",
+    "allowlisted via",
+    "is blocked",
+)
+# The generic paragraphs torch wraps around a weights_only failure: never the reason itself.
+_TORCH_BOILERPLATE = ("Weights only load failed.", "Check the documentation of torch.load")
 # Containers walked after a load to check every tensor; a state dict has a few per parameter.
 MAX_OBJECTS_CHECKED = 10_000_000
 # Containers nested inside one another (a state dict nests under 10); the limit of the JSON and
@@ -290,4 +300,10 @@ def _torch_failure(error: Exception) -> str:
         reason = text.split("WeightsUnpickler error:", 1)[1].strip()
         text = reason or text
     lines = [line for line in text.splitlines() if line.strip()]
+    # torch's own paragraphs say nothing of the file: the first other line is the reason.
+    specific = [line for line in lines if not line.lstrip().startswith(_TORCH_BOILERPLATE)]
+    lines = specific or lines
+    if isinstance(error, (KeyError, IndexError)) and lines:
+        # str(KeyError(5)) is "5": a memo reference to nothing, which alone tells nobody anything
+        return f"{type(error).__name__} {lines[0][:180]} while unpickling"
     return lines[0][:200] if lines else type(error).__name__
