@@ -224,3 +224,13 @@ def test_lines_written_out_of_order_by_async_logging_are_read_in_logging_order(
     assert read.events_of("resume") == []
     card = case.summary.card
     assert card is not None and card.cause.category == "lr_schedule_jump"
+
+
+def test_a_run_named_by_run_uuid_only_is_read(tmp_path: Path) -> None:
+    # MLflow before 0.9 wrote `run_uuid:` and no `run_id:` in a run's meta.yaml.
+    run = _write_run(tmp_path / "mlruns" / "0" / "old1", jump=True)
+    (run / "meta.yaml").write_text(f"run_uuid: {run.name}\nstatus: 3\n")
+    case, read = analyze_run(run)
+    assert [s.kind for s in read.sources] == ["mlflow_run"]
+    card = case.summary.card
+    assert card is not None and card.cause.category == "lr_schedule_jump"

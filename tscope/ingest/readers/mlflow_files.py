@@ -37,7 +37,9 @@ METRICS_FOLDER = "metrics"
 PARAMS_FOLDER = "params"
 # A run folder's meta.yaml names its run_id (the experiment's own meta.yaml names none); a
 # deleted run says so and may sit under the store's .trash/.
-_RUN_META_KEYS = (b"run_id:",)
+# A run's meta.yaml names it by `run_id:`; MLflow before 0.9 wrote only `run_uuid:` (later ones
+# write both), and a run folder of such a store was "no supported log".
+_RUN_META_KEYS = (b"run_id:", b"run_uuid:")
 _DELETED = b"lifecycle_stage: deleted"
 TRASH_FOLDER = ".trash"
 # Bounds on what one run folder may make tscope read: MLflow caps a key at 250 characters and a
@@ -66,7 +68,7 @@ class MlflowRunReader:
         if TRASH_FOLDER in path.parts:  # runs deleted with `mlflow gc` pending
             return False
         head = read_head(path, 64 * 1024)
-        return all(key in head for key in _RUN_META_KEYS) and _DELETED not in head
+        return any(key in head for key in _RUN_META_KEYS) and _DELETED not in head
 
     def read(self, path: Path, display_path: str) -> LogRead:
         run = path.parent
