@@ -106,9 +106,7 @@ class Impact:
 
     @property
     def short_bump_bound(self) -> float:
-        """The ratio from which a short bump is a warning (TRANSIENT_MAX_RATIO, or
-        EARLY_TRANSIENT_MAX_RATIO in the early phase)."""
-        return EARLY_TRANSIENT_MAX_RATIO if self.early else TRANSIENT_MAX_RATIO
+        return short_bump_bound(self.early)
 
     @property
     def transient(self) -> bool:
@@ -216,6 +214,12 @@ def measure_impact(
         effective_points=effective,
         early=is_early_step(run, steps, peak_step),
     )
+
+
+def short_bump_bound(early: bool) -> float:
+    """The ratio from which a short bump is a warning: TRANSIENT_MAX_RATIO, or
+    EARLY_TRANSIENT_MAX_RATIO when it peaks in the early phase."""
+    return EARLY_TRANSIENT_MAX_RATIO if early else TRANSIENT_MAX_RATIO
 
 
 def impact_severity(impact: Impact) -> str:

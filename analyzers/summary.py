@@ -14,7 +14,7 @@ from tscope.analyzers.card import cause_words, incident_card
 from tscope.analyzers.cause_alternatives import corroborates
 from tscope.analyzers.causes import UNDETERMINED, Verdict, compete, incident_of
 from tscope.analyzers.detectors.spike_score import SPIKE_SCORE_MIN_POINTS
-from tscope.analyzers.impact import EARLY_TRANSIENT_MAX_RATIO, TRANSIENT_MAX_RATIO
+from tscope.analyzers.impact import short_bump_bound
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.next_steps import (
     alternatives,
@@ -197,7 +197,7 @@ def _largest_bump_note(findings: list[Finding]) -> str:
         return ""
     impact, finding = max(bumps, key=lambda pair: float(pair[0]["excess_nats"]))
     early = bool(impact.get("early_phase"))
-    bound = EARLY_TRANSIENT_MAX_RATIO if early else TRANSIENT_MAX_RATIO
+    bound = short_bump_bound(early)
     return (
         f" The largest loss bump, at step {finding.step} ({fmt(float(impact['baseline']))} → "
         f"{fmt(float(impact['peak']))}, {fmt(float(impact['ratio']))}×), recovered within "

@@ -34,15 +34,16 @@ runner = CliRunner()
 
 def test_the_default_window_starts_after_a_checkpoint_just_before_the_spike() -> None:
     run = RUNS / "lr_jump"  # checkpoints at 120, 180, 240
-    window, note = window_after_checkpoint(run, 123, DEFAULT_WINDOW)
+    window, note = window_after_checkpoint(replayable_checkpoints(run), 123, DEFAULT_WINDOW)
     assert window == (-2, DEFAULT_WINDOW[1])  # steps 121..128
     assert note is not None and "step 121" in note and "checkpoint-120" in note
 
 
 def test_a_window_that_a_checkpoint_already_precedes_is_kept() -> None:
-    assert window_after_checkpoint(RUNS / "lr_jump", 151, DEFAULT_WINDOW) == (DEFAULT_WINDOW, None)
+    available = replayable_checkpoints(RUNS / "lr_jump")
+    assert window_after_checkpoint(available, 151, DEFAULT_WINDOW) == (DEFAULT_WINDOW, None)
     # Nothing before the first checkpoint to start from: left for choose_checkpoint to refuse.
-    assert window_after_checkpoint(RUNS / "lr_jump", 110, DEFAULT_WINDOW) == (DEFAULT_WINDOW, None)
+    assert window_after_checkpoint(available, 110, DEFAULT_WINDOW) == (DEFAULT_WINDOW, None)
 
 
 def test_past_the_end_names_the_runs_last_step() -> None:

@@ -26,7 +26,7 @@ from tscope.output_location import CASE_PREFIX, check_outside_inputs, default_ou
 from tscope.output_writer import FORMATS, write_case, write_replay_files
 from tscope.replay.api import DEFAULT_WINDOW, replay
 from tscope.replay.loop import ProgressCallback
-from tscope.replay.select import check_earlier_state, choose_checkpoint, window_after_checkpoint
+from tscope.replay.select import checked_window
 from tscope.replay.whatif import WhatIf, parse_what_if, skip_intervention, window_intervention
 
 if TYPE_CHECKING:
@@ -205,15 +205,12 @@ def investigate(
 
     experiments = [parse_what_if(text) for text in what_ifs]  # bad specs fail before any work
     run = run if run is not None else logs_of(run_dir)
-    window_note = None
-    if window == DEFAULT_WINDOW:  # an explicit --window is replayed as asked, or refused
-        window, window_note = window_after_checkpoint(Path(run_dir), around, window)
-    # Checked before the baseline replay runs: a what-if from the baseline's own checkpoint is
-    # refused at once, not after minutes of replaying.
-    starting_state = choose_checkpoint(Path(run_dir), around + window[0], around + window[1], run)
-    for experiment in experiments:
-        if experiment.name == "from":
-            check_earlier_state(Path(run_dir), int(experiment.value or 0), starting_state)
+    # Before the baseline replay runs (a refusal comes at once, not after minutes of replaying);
+    # an explicit --window is replayed as asked, or refused.
+    from_steps = [int(e.value or 0) for e in experiments if e.name == "from"]
+    window, window_note = checked_window(
+        Path(run_dir), around, window, run, from_steps, fit=window == DEFAULT_WINDOW
+    )
     attribution = SampleAttribution(attribution_steps(around))
     observers: list[Any] = [attribution]  # first: it suspends the others' hooks for its passes
     suite = StatisticsSuite() if statistics else None

@@ -97,10 +97,12 @@ def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
         relative = np.where(previous != 0, np.abs(current / previous - 1.0), np.inf)
         residual = np.abs(current - predicted)
         finite = np.isfinite(current) & np.isfinite(previous) & np.isfinite(earlier)
-    quantum = print_quantum(lrs)
+    candidates = np.flatnonzero(finite & (relative >= LR_JUMP_MIN_RELATIVE))
+    # Only a log with a candidate needs its print precision (most smooth schedules have none).
+    quantum = print_quantum(lrs) if candidates.size else 0.0
     jumps: list[LrJump] = []
     broken: set[int] = set()  # points judged jumps
-    for k in np.flatnonzero(finite & (relative >= LR_JUMP_MIN_RELATIVE)).tolist():
+    for k in candidates.tolist():
         point = k + 2
         after_break = point - 1 in broken
         # The changes into points point-3 … point-1 (fewer at the start); a NaN among them

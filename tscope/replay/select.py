@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,11 +63,17 @@ def replayable_checkpoints(run_dir: Path) -> list[CheckpointChoice]:
 
 
 def choose_checkpoint(
-    run_dir: Path, window_start: int, window_end: int | None = None, run: Run | None = None
+    run_dir: Path,
+    window_start: int,
+    window_end: int | None = None,
+    run: Run | None = None,
+    available: list[CheckpointChoice] | None = None,
 ) -> CheckpointChoice:
     """The newest checkpoint from which step `window_start` can be replayed; with `window_end`,
-    refused when that step lies past the run's end (check_window_end)."""
-    available = replayable_checkpoints(run_dir)
+    refused when that step lies past the run's end (check_window_end). `available`: the run's
+    replayable_checkpoints when the caller has them (finding a nanoGPT ckpt.pt's step opens it)."""
+    if available is None:
+        available = replayable_checkpoints(run_dir)
     if not available:
         raise UsageError(
             f"No replayable checkpoint in {run_dir}: replay needs Hugging Face Trainer "
@@ -87,9 +94,13 @@ def choose_checkpoint(
     return max(usable, key=lambda c: (c.step, c.shown))
 
 
-def checkpoint_at_or_before(run_dir: Path, step: int) -> CheckpointChoice:
-    """The newest checkpoint saved at or before `step` (what-if "from=STEP")."""
-    available = replayable_checkpoints(run_dir)
+def checkpoint_at_or_before(
+    run_dir: Path, step: int, available: list[CheckpointChoice] | None = None
+) -> CheckpointChoice:
+    """The newest checkpoint saved at or before `step` (what-if "from=STEP"); `available` as
+    for choose_checkpoint."""
+    if available is None:
+        available = replayable_checkpoints(run_dir)
     usable = [c for c in available if c.step <= step]
     if not usable:
         steps = ", ".join(str(c.step) for c in available) or "none"
@@ -123,14 +134,13 @@ def check_window_end(
 
 
 def window_after_checkpoint(
-    run_dir: Path, around: int, window: tuple[int, int]
+    available: list[CheckpointChoice], around: int, window: tuple[int, int]
 ) -> tuple[tuple[int, int], str | None]:
     """`window`, started later when no checkpoint precedes its start but one precedes `around`
     (with the note saying so), else unchanged. A replay starts from a saved state and cannot
     replay the steps before it; a Trainer's `save_steps` often leave a checkpoint one to four
     steps before a spike, where the default window (5 steps before) was refused."""
     start = around + window[0]
-    available = replayable_checkpoints(run_dir)
     if not available or any(c.first_step <= start for c in available):
         return window, None
     before = [c for c in available if c.first_step <= around]
@@ -144,13 +154,15 @@ def window_after_checkpoint(
     return (newest.first_step - around, window[1]), note
 
 
-def check_earlier_state(run_dir: Path, from_step: int, baseline: CheckpointChoice) -> None:
+def check_earlier_state(
+    run_dir: Path, available: list[CheckpointChoice], from_step: int, baseline: CheckpointChoice
+) -> None:
     """Refuse a what-if "from=STEP" that restores the checkpoint the replay itself starts from:
     the same state fed the same batches says nothing about data against state."""
-    state = checkpoint_at_or_before(run_dir, from_step)
+    state = checkpoint_at_or_before(run_dir, from_step, available)
     if state.path != baseline.path:
         return
-    earlier = [c for c in replayable_checkpoints(run_dir) if c.step < baseline.step]
+    earlier = [c for c in available if c.step < baseline.step]
     hint = (
         f"Pick a step before {baseline.step} (checkpoints at steps "
         f"{', '.join(str(c.step) for c in earlier)})."
@@ -163,3 +175,26 @@ def check_earlier_state(run_dir: Path, from_step: int, baseline: CheckpointChoic
         f"starts from: the same state fed the same batches cannot tell the data from the state. "
         + hint
     )
+
+
+def checked_window(
+    run_dir: Path,
+    around: int,
+    window: tuple[int, int],
+    run: Run | None,
+    from_steps: Sequence[int],
+    fit: bool,
+) -> tuple[tuple[int, int], str | None]:
+    """The window a replay around `around` runs, and its note: with `fit`, the default window
+    started after a checkpoint just before it (window_after_checkpoint). Checked before anything
+    is replayed: a checkpoint it can start from (choose_checkpoint), and no what-if "from" at
+    `from_steps` restoring that same checkpoint (check_earlier_state). The checkpoints are listed
+    once (a nanoGPT ckpt.pt is opened to find its step)."""
+    available = replayable_checkpoints(run_dir)
+    note = None
+    if fit:
+        window, note = window_after_checkpoint(available, around, window)
+    start = choose_checkpoint(run_dir, around + window[0], around + window[1], run, available)
+    for step in from_steps:
+        check_earlier_state(run_dir, available, step, start)
+    return window, note
