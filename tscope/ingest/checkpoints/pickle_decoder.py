@@ -121,6 +121,7 @@ def decode_pickle(
     max_opcodes: int = MAX_OPCODES,
     max_decoded_bytes: int | None = None,
     admits_global: Callable[[str], bool] | None = None,
+    persistent_ids: list[Any] | None = None,
 ) -> Any:
     """The pickle's top value with every object left as an inert PickledObject record.
 
@@ -131,6 +132,8 @@ def decode_pickle(
     DecodeBudgetExceeded when what it holds would pass `max_decoded_bytes` (see `_REFERENCE`),
     ForeignGlobal for a global `admits_global` refuses (and for a call of anything but a global,
     named "?", or a persistent id, named "persistent_id"), checked as each one is decoded.
+    `persistent_ids`, when given, receives each persistent id as decoded (in torch files, the
+    `('storage', type, key, location, numel)` tuple naming a tensor's bytes).
     """
     stack: list[Any] = []
     marks: list[int] = []  # stack heights at each MARK
@@ -248,8 +251,9 @@ def decode_pickle(
                 if isinstance(target, PickledObject):
                     target.state = state
             elif name in ("BINPERSID", "PERSID"):  # a tensor storage reference in torch files
-                if name == "BINPERSID":
-                    _pop(stack, marks, 1)
+                (persistent_id,) = _pop(stack, marks, 1) if name == "BINPERSID" else (arg,)
+                if persistent_ids is not None:
+                    persistent_ids.append(persistent_id)
                 stack.append(record("persistent_id"))
                 spent += _REFERENCE + _RECORD_BYTES
             elif name == "DUP":

@@ -4,7 +4,7 @@ torch's zip reader (miniz) is looser than Python's zipfile, so a zip is handed t
 zipfile reads all of it, its records are stored uncompressed within the file's size, and its end
 records, local headers and names say what zipfile saw. Kept apart from safe_load.py, which decides
 how a file is unpickled and checks what the unpickling built: this module reads only the archive's
-structure and never unpickles anything.
+structure and decodes the pickle's storage claims inertly; it never unpickles anything.
 """
 
 from __future__ import annotations
@@ -14,9 +14,15 @@ import struct
 import zipfile
 from contextlib import nullcontext
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from tscope.errors import UnreadableInput
+from tscope.ingest.checkpoints.pickle_decoder import (
+    MAX_OPCODES,
+    PickledObject,
+    UndecodablePickle,
+    decode_pickle,
+)
 from tscope.ingest.safe_fs import open_regular
 
 
@@ -38,17 +44,26 @@ def zip_records_check(source: Path | io.BytesIO, size: int, display_path: str) -
         if handle.read(4) != b"PK\x03\x04":
             return False  # torch too tells its legacy format by these four bytes
         handle.seek(0)
+        overrun = ""
         try:
             with zipfile.ZipFile(handle) as archive:
                 records = archive.infolist()
                 _refuse_unbounded_records(records, size, display_path)
                 damage = _zip_damage(archive, handle, size)
+                overrun = "" if damage else _storage_overrun(archive)
         except UnreadableInput:
             raise
         except Exception as error:  # a stranger's zip: zipfile raises more than BadZipFile on one
             damage = _reason(error)
     if damage:
         raise UnreadableInput(display_path, damaged_zip(damage), DAMAGED_ZIP_HINT)
+    if overrun:
+        raise UnreadableInput(
+            display_path,
+            f"not a readable torch file ({overrun}); tscope reads a tensor only from its own "
+            "record",
+            DAMAGED_ZIP_HINT,
+        )
     return True
 
 
@@ -121,6 +136,68 @@ def _zip_damage(archive: zipfile.ZipFile, handle: BinaryIO, size: int) -> str:
             while record.read(_CRC_CHUNK_BYTES):  # a CRC-32 mismatch raises at the end
                 pass
     return ""
+
+
+def _storage_overrun(archive: zipfile.ZipFile) -> str:
+    """'' when every tensor storage the pickle names fits in its record, else which does not.
+
+    torch maps a storage as `numel` elements from the start of its record, as many as the pickle
+    claims: a claim past the record's end read the next records' headers and tensors as numbers
+    (in memory too, torch allocates the claim and copies the record into it). The claims are the
+    pickle's persistent ids, decoded inertly (nothing is imported or called).
+    """
+    record_bytes = {info.filename: info.file_size for info in archive.infolist()}
+    for info in archive.infolist():
+        if not info.filename.endswith("data.pkl"):
+            continue
+        claims: list[Any] = []
+        try:
+            # one opcode is at least one byte: the record's size bounds the walk
+            decode_pickle(
+                archive.read(info),
+                max_opcodes=max(MAX_OPCODES, info.file_size),
+                persistent_ids=claims,
+            )
+        except UndecodablePickle:
+            continue  # torch.load meets the same bytes and reports what it cannot read
+        folder = info.filename[: -len("data.pkl")]
+        for claim in claims:
+            problem = _claim_problem(claim, folder, record_bytes)
+            if problem:
+                return problem
+    return ""
+
+
+def _claim_problem(claim: Any, folder: str, record_bytes: dict[str, int]) -> str:
+    """'' unless the persistent id is a storage claim larger than its record."""
+    if not (isinstance(claim, tuple) and len(claim) == 5 and claim[0] == "storage"):
+        return ""  # not a storage: torch refuses what its reader does not know
+    _, storage_type, key, _, numel = claim
+    name = f"{folder}data/{key}"
+    type_name = storage_type.global_name if isinstance(storage_type, PickledObject) else ""
+    element = _STORAGE_ELEMENT_BYTES.get(type_name)
+    if element is None or not isinstance(numel, int) or name not in record_bytes:
+        return ""  # torch refuses an unknown type or a missing record itself
+    claimed = numel * element
+    if claimed <= record_bytes[name]:
+        return ""
+    return (
+        f"tensor storage {str(key)[:80]!r} claims {claimed} bytes but its record holds "
+        f"{record_bytes[name]}"
+    )
+
+
+# Bytes per element of each storage type torch.save names in a pickle: torch's legacy typed
+# storages (torch.storage._dtype_to_storage_type_map, closed to new dtypes, which are saved as
+# UntypedStorage of bytes) and UntypedStorage.
+_STORAGE_ELEMENT_BYTES = {
+    f"torch.{name}Storage": size
+    for name, size in {
+        "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+        "Char": 1, "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QInt8": 1,
+        "QInt32": 4, "QUInt8": 1, "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1,
+    }.items()
+}  # fmt: skip
 
 
 def _is_tensor_storage(name: str) -> bool:
