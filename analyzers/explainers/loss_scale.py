@@ -7,9 +7,9 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-from tscope.model import Finding
+from tscope.model import Finding, Run
 from tscope.model.categories import Category
-from tscope.model.metric_names import LOSS_SCALE
+from tscope.model.metric_names import GRAD_NORM, LOSS_SCALE, SKIPPED_STEPS
 
 # GradScaler halves the scale on every overflow and doubles it after 2,000 clean steps (PyTorch
 # amp/grad_scaler.py defaults; DeepSpeed: loss_scale_window 1000). Healthy fp16 runs halve now and
@@ -19,6 +19,11 @@ CONSECUTIVE_HALVINGS = 5
 MIN_HEALTHY_SCALE = 1.0
 # Overflow/skip events (DeepSpeed OVERFLOW lines, Megatron skipped iterations) in one run.
 MANY_SKIPPED_STEPS = 10
+# A scaler started above what the gradients allow halves on each of the first steps until it
+# fits: Megatron-LM starts at 2^32 (--initial-loss-scale), DeepSpeed at 2^initial_scale_power
+# (often 16 to 32). Halvings that begin at the first logged scale and stop above
+# MIN_HEALTHY_SCALE are that calibration, not a collapse (a healthy plain-loop GradScaler run
+# started at 2^32 halved 15 times to 2^17 and was warned before this).
 
 
 class LossScaleExplainer:
@@ -45,8 +50,12 @@ class LossScaleExplainer:
         finite = np.isfinite(scales) & (scales > 0)
         steps, scales = steps[finite], scales[finite]
         ratios = scales[1:] / scales[:-1] if scales.size > 1 else np.empty(0)
+        calibrated = _start_calibration(scales, ratios)
+        if calibrated:
+            # the start's halvings are the scaler finding its level; judge what follows
+            skipped = [e for e in skipped if e.step > int(steps[calibrated])]
         streak, longest, streak_end = 0, 0, 0
-        for index, ratio in enumerate(ratios):
+        for index, ratio in enumerate(ratios[calibrated:], start=calibrated):
             if ratio < 1.0:
                 streak += 1
                 if streak > longest:
@@ -59,7 +68,10 @@ class LossScaleExplainer:
             minimum is not None and minimum <= MIN_HEALTHY_SCALE and float(scales.max()) > minimum
         )
         if not (collapsed or longest >= CONSECUTIVE_HALVINGS or len(skipped) >= MANY_SKIPPED_STEPS):
-            return []
+            return [_calibration_note(steps, scales, calibrated)] if calibrated else []
+        # every record of skips (events, halvings, non-finite gradient norms), past the start-up
+        last_step = int(steps[-1]) if steps.size else max((e.step for e in skipped), default=0)
+        skipped_count = max(len(skipped), skipped_updates_through(run, last_step) - calibrated)
         first_skip = min((event.step for event in skipped), default=None)
         step = int(steps[streak_end]) if longest else first_skip
         # Where the collapse began: the streak's first reduction or the first skipped step.
@@ -69,7 +81,9 @@ class LossScaleExplainer:
         broke_at = _loss_broke_before(evidence, began_step)
         message = (
             f"The fp16 loss scale fell {longest} times in a row (to {fmt(minimum)})"
-            f" and {len(skipped)} steps were skipped for overflow: gradients overflow fp16 "
+            f" and {skipped_count} steps were skipped for overflow"
+            + (" after the scaler's start-up calibration" if calibrated else "")
+            + ": gradients overflow fp16 "
             "persistently."
         )
         if broke_at is not None:
@@ -90,7 +104,7 @@ class LossScaleExplainer:
                     "consecutive_reductions": longest,
                     "min_loss_scale": minimum,
                     "max_loss_scale": float(scales.max()) if scales.size else None,
-                    "skipped_or_overflow_steps": len(skipped),
+                    "skipped_or_overflow_steps": skipped_count,
                     "first_skipped_step": first_skip,
                     "began_step": began_step,
                     "loss_broke_at_step": broke_at,
@@ -128,3 +142,74 @@ def _loss_broke_before(evidence: Evidence, began_step: int | None) -> int | None
     if rise is not None and int(steps[rise[0]]) <= began_step:
         onsets.append(int(steps[rise[0]]))
     return min(onsets) if onsets else None
+
+
+def skipped_updates_through(run: Run, step: int) -> int:
+    """How many optimizer updates up to `step` the log shows skipped for overflow.
+
+    An fp16 step whose gradients overflow is skipped (no optimizer.step, so Adam's counter does
+    not advance) and halves the loss scale; its gradient norm is logged as inf or nan. Each
+    record sees the same skips, so this is the most any one of them shows, never their sum:
+    skip/overflow events and skipped-iteration counters, halvings of the logged loss scale (a
+    drop by 2^k between two logged points is k of them), non-finite gradient norms.
+    """
+    counts = [
+        sum(
+            1
+            for kind in ("skipped_step", "overflow")
+            for e in run.events_of(kind)
+            if e.step <= step
+        )
+    ]
+    if run.has(SKIPPED_STEPS):
+        steps, values = run.series(SKIPPED_STEPS)
+        kept = values[(steps <= step) & np.isfinite(values)]
+        counts.append(int(kept.clip(min=0).sum()))
+    if run.has(LOSS_SCALE):
+        steps, scales = run.series(LOSS_SCALE)
+        scales = scales[(steps <= step) & np.isfinite(scales) & (scales > 0)]
+        drops = scales[1:] / scales[:-1]
+        drops = drops[drops < 1.0]
+        counts.append(int(np.maximum(np.rint(-np.log2(drops)), 1).sum()) if drops.size else 0)
+    if run.has(GRAD_NORM):
+        steps, norms = run.series(GRAD_NORM)
+        counts.append(int(np.count_nonzero(~np.isfinite(norms[steps <= step]))))
+    return max(counts)
+
+
+def _start_calibration(scales: np.ndarray, ratios: np.ndarray) -> int:
+    """How many of the first logged scale changes are the start-up calibration: the halvings
+    from the first logged scale on, when they stop before the log ends and above
+    MIN_HEALTHY_SCALE (0 when the log does not start so)."""
+    count = 0
+    while count < ratios.size and ratios[count] < 1.0:
+        count += 1
+    ended = count < ratios.size and scales[count] > MIN_HEALTHY_SCALE
+    return count if count >= CONSECUTIVE_HALVINGS and ended else 0
+
+
+def _calibration_note(steps: np.ndarray, scales: np.ndarray, calibrated: int) -> Finding:
+    first, settled = float(scales[0]), float(scales[calibrated])
+    return Finding(
+        category="loss_scale_collapse",
+        severity="info",
+        confidence=0.8,
+        step=int(steps[calibrated]),
+        layer=None,
+        message=(
+            f"The fp16 loss scale halved {calibrated} times from the start ({fmt(first)} → "
+            f"{fmt(settled)} by step {int(steps[calibrated])}) and then held: the scaler "
+            "calibrating its start-up value, with those first updates skipped. Not a collapse."
+        ),
+        evidence={
+            "initial_loss_scale": first,
+            "calibrated_loss_scale": settled,
+            "calibration_halvings": calibrated,
+            "calibrated_by_step": int(steps[calibrated]),
+        },
+        suggestion="Nothing to do; a lower initial scale would skip fewer of the first updates.",
+        threshold=(
+            f"≥ {CONSECUTIVE_HALVINGS} halvings from the first logged scale, ending above "
+            f"{MIN_HEALTHY_SCALE}"
+        ),
+    )

@@ -29,6 +29,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.plateau import PlateauExplainer
+from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
@@ -84,6 +85,10 @@ PRETRAINED_FRACTION = 0.5
 # ln(vocab)); ≤ 4 nats is a pretrained model.
 SCRATCH_NATS = 7.0
 PRETRAINED_NATS = 4.0
+# ...judged only on a loss logged before the first updates have moved it: a fresh model with a
+# small vocabulary (bytes, characters) falls to its unigram level, ~3 nats, within ten steps
+# (a helper-made Lightning byte-level run logged first at step 9: 3.03 nats, read "pretrained").
+PRETRAINED_NATS_MAX_STEP = 1
 VOCAB_KEYS = ("model_config.vocab_size", "vocab_size", "padded_vocab_size", "model.vocab_size")
 LR_KEYS = ("learning_rate", "lr", "max_lr", "optimizer.lr", "optim.lr", "peak_lr")
 _PREFERENCE_METRICS = ("rewards/chosen", "logps/chosen", "rewards/margins")
@@ -151,7 +156,7 @@ def _start_kind(run: Run) -> tuple[str, str] | None:
             "pre_training",
             f"the loss starts at {fmt(start)} nats (≥ {SCRATCH_NATS:g}: from scratch)",
         )
-    if start <= PRETRAINED_NATS:
+    if start <= PRETRAINED_NATS and steps[0] <= PRETRAINED_NATS_MAX_STEP:
         return (
             "fine_tune",
             f"the loss starts at {fmt(start)} nats (≤ {PRETRAINED_NATS:g}: pretrained)",
@@ -207,8 +212,8 @@ def lr_range_findings(evidence: Evidence, curve_too_high: list[Finding]) -> list
     run = evidence.run
     kind = training_kind(run)
     peak = peak_lr(run)
-    if kind is None or peak is None:
-        return curve_too_high
+    if kind is None or peak is None or not adam_or_unknown(evidence):
+        return curve_too_high  # the ranges are AdamW's (optimizer_family.py)
     lr, lr_source = peak
     low, high = TYPICAL_LR[kind.kind]
     context = {

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.explainers.loss_scale import skipped_updates_through
 from tscope.analyzers.signals import fmt
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
@@ -40,7 +42,11 @@ ROUNDING_LEVEL_RELATIVE = 1e-6
 NEVER_UPDATED_NOTE = 0.05
 EMBEDDING = re.compile(r"(wte|embed|tok_embeddings)", re.IGNORECASE)
 # Adam's step counter trails the global step by more than this fraction (and at least
-# RESET_MIN_STEPS): the optimizer state was recreated after a resume.
+# RESET_MIN_STEPS): the optimizer state was recreated after a resume. The updates the log shows
+# skipped for fp16 overflow are taken off the global step first: a skipped step advances the
+# global step but not Adam's counter (a healthy plain-loop fp16 run whose GradScaler started at
+# 2^32 skipped its first 15 steps, and every checkpoint's counter trailed by exactly 15: a
+# critical "reset" before this).
 RESET_FRACTION = 0.9
 RESET_MIN_STEPS = 10
 # A resume counts as "from" a checkpoint when it lands within this many steps after it.
@@ -206,44 +212,75 @@ def _never_updated(latest: pd.DataFrame) -> Finding | None:
 
 def _resets(evidence: Evidence) -> list[Finding]:
     assert evidence.checkpoints is not None
+    counted = [
+        (snapshot, snapshot.info.step, snapshot.optimizer_step)
+        for snapshot in evidence.checkpoints.snapshots
+        if snapshot.info.step is not None
+        and snapshot.optimizer_step is not None
+        and snapshot.audit.has_optimizer_moments
+    ]
     findings = []
-    for snapshot in evidence.checkpoints.snapshots:
-        step, counter = snapshot.info.step, snapshot.optimizer_step
-        if step is None or counter is None or not snapshot.audit.has_optimizer_moments:
+    for snapshot, step, counter in counted:
+        updates = step - skipped_updates_through(evidence.run, step)
+        behind = updates - counter
+        if behind < RESET_MIN_STEPS or counter >= RESET_FRACTION * updates:
             continue
-        behind = step - counter
-        if behind >= RESET_MIN_STEPS and counter < RESET_FRACTION * step:
-            resume = _resume_near(evidence.run, step - counter)
-            findings.append(
-                Finding(
-                    category="optimizer_state_reset",
-                    severity="critical",
-                    confidence=0.85 if resume is not None else 0.7,
-                    step=step - counter,
-                    layer=None,
-                    message=(
-                        f"Checkpoint {snapshot.info.path} is at step {step} but Adam's step counter is "
-                        f"{counter}: the optimizer state restarted around step {step - counter}"
-                        + (f", where the run resumed (step {resume})" if resume is not None else "")
-                        + " — moments and bias correction were lost (a resume without optimizer state)."
-                    ),
-                    evidence={
-                        "checkpoint": snapshot.info.path,
-                        "global_step": step,
-                        "adam_step": counter,
-                        "steps_behind": behind,
-                        "resume_step": resume,
-                    },
-                    suggestion=(
-                        "Resume from a checkpoint that has optimizer.pt (and scheduler.pt: the Trainer "
-                        "loads the optimizer only when both exist), or re-warm the LR after a "
-                        "deliberate optimizer reset."
-                    ),
-                    source="checkpoints",
-                    threshold=f"Adam step < {RESET_FRACTION}× the global step and ≥ {RESET_MIN_STEPS} behind",
-                )
-            )
-    return findings[:1]  # later checkpoints repeat the same reset
+        resume = _resume_near(evidence.run, step - counter)
+        if resume is None and _counts_micro_steps(counted):
+            break  # the steps count micro-batches: no checkpoint is behind
+        findings.append(_reset_finding(snapshot, step, counter, behind, resume))
+        break  # later checkpoints repeat the same reset
+    return findings
+
+
+def _counts_micro_steps(counted: Sequence[tuple[CheckpointSnapshot, int, int]]) -> bool:
+    """Whether every checkpoint's step is the same whole multiple (≥ 2) of Adam's counter: the
+    steps (and checkpoint names) count micro-batches under gradient accumulation, not updates.
+    A reset leaves a constant offset instead, which no multiple fits at two checkpoints (a
+    plain loop accumulating 4 saved ckpt_200/400/600 with counters 50/100/150: a critical
+    "reset" before this). With one checkpoint a multiple could be either; the caller has
+    already found no resume at the step a reset would have happened."""
+    multiples = set()
+    for _, step, counter in counted:
+        if not step or not counter or step % counter:
+            return False
+        multiples.add(step // counter)
+    return len(multiples) == 1 and min(multiples) >= 2
+
+
+def _reset_finding(
+    snapshot: CheckpointSnapshot, step: int, counter: int, behind: int, resume: int | None
+) -> Finding:
+    return Finding(
+        category="optimizer_state_reset",
+        severity="critical",
+        confidence=0.85 if resume is not None else 0.7,
+        step=step - counter,
+        layer=None,
+        message=(
+            f"Checkpoint {snapshot.info.path} is at step {step} but Adam's step counter is "
+            f"{counter}: the optimizer state restarted around step {step - counter}"
+            + (f", where the run resumed (step {resume})" if resume is not None else "")
+            + " — moments and bias correction were lost (a resume without optimizer state)."
+        ),
+        evidence={
+            "checkpoint": snapshot.info.path,
+            "global_step": step,
+            "adam_step": counter,
+            "steps_behind": behind,
+            "resume_step": resume,
+        },
+        suggestion=(
+            "Resume from a checkpoint that has optimizer.pt (and scheduler.pt: the Trainer "
+            "loads the optimizer only when both exist), or re-warm the LR after a "
+            "deliberate optimizer reset."
+        ),
+        source="checkpoints",
+        threshold=(
+            f"Adam step < {RESET_FRACTION}× the global step less the updates skipped for "
+            f"overflow, and ≥ {RESET_MIN_STEPS} behind"
+        ),
+    )
 
 
 def _resume_near(run: Run, step: int) -> int | None:

@@ -36,6 +36,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import rolling_median
 from tscope.analyzers.explainers.lr_config import START_MAX_STEP, TYPICAL_LR, training_kind
 from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
+from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
 from tscope.model.metric_names import LEARNING_RATE
@@ -81,6 +82,8 @@ class WarmupStallExplainer:
         kind = training_kind(run)
         if kind is not None and kind.kind in FINE_TUNE_KINDS:
             return []
+        if not adam_or_unknown(evidence):
+            return []  # Adagrad, SGD, ...: neither AdamW's range nor its warm-up need applies
         steps, values = loss_series(run, loss)
         finite = np.isfinite(values)
         steps, values = steps[finite], values[finite]

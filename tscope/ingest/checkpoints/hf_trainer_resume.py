@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tscope.ingest.checkpoints.optimizer_mapping import summarize_optimizer
+from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.safe_fs import is_real_folder, is_regular_file
 from tscope.model.checkpoint import ResumeAudit
 

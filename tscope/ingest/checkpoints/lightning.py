@@ -30,9 +30,9 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
     aligned_order,
     map_optimizer_state,
     nanogpt_groups,
-    summarize_optimizer,
     trainer_groups,
 )
+from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.checkpoints.param_order import ParamSpec
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.safe_load import safe_torch_load

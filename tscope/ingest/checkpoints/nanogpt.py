@@ -21,8 +21,8 @@ from tscope.ingest.checkpoints.base import (
 from tscope.ingest.checkpoints.optimizer_mapping import (
     NANOGPT_RULES,
     map_optimizer_state,
-    summarize_optimizer,
 )
+from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.checkpoints.param_order import inferred_orders
 from tscope.ingest.checkpoints.pickle_literals import pickle_strings
 from tscope.ingest.checkpoints.safe_load import safe_torch_load

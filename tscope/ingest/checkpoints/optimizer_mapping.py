@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tscope.ingest.checkpoints.base import OptimizerState
@@ -318,54 +317,3 @@ def _plain_group(group: Mapping[str, Any]) -> dict[str, Any]:
             value = tuple(float(v) if hasattr(v, "numel") and v.numel() == 1 else v for v in value)
         out[key] = value
     return out
-
-
-@dataclass(frozen=True)
-class OptimizerSummary:
-    """What the raw state holds, per param group, whether or not it could be named."""
-
-    has_moments: bool  # every state entry holds per-coordinate moments (exp_avg, ...)
-    has_step_counters: bool  # every state entry holds its step counter
-    notes: tuple[str, ...]
-
-
-def summarize_optimizer(raw: Any) -> OptimizerSummary:
-    if not isinstance(raw, Mapping) or not isinstance(raw.get("state"), Mapping):
-        return OptimizerSummary(False, False, ("the optimizer file holds no per-parameter state",))
-    state: Mapping[Any, Any] = raw["state"]
-    groups: list[Any] = raw["param_groups"] if isinstance(raw.get("param_groups"), list) else []
-    notes = []
-    for index, group in enumerate(groups):
-        ids = group.get("params") if isinstance(group, Mapping) else None
-        ids = [i for i in ids if is_param_id(i)] if isinstance(ids, list | tuple) else []
-        entries = [state[i] for i in ids if i in state and isinstance(state[i], Mapping)]
-        with_moments = sum(1 for e in entries if _moment_shape(e) is not None)
-        steps = sorted({float(e["step"]) for e in entries if e.get("step") is not None})
-        counted = (
-            "no step counters"
-            if not steps
-            else f"step {steps[0]:g}"
-            if len(steps) == 1
-            else f"steps {steps[0]:g}-{steps[-1]:g}"
-        )
-        hyper = {k: group.get(k) for k in ("lr", "weight_decay") if k in group}
-        shown = ", ".join(f"{k}={_short(v)}" for k, v in hyper.items())
-        notes.append(
-            f"optimizer group {index} ({shown}): moments for {with_moments} of {len(ids)} "
-            f"parameters, {counted}"
-        )
-    entries = [e for e in state.values() if isinstance(e, Mapping)]
-    if not entries:
-        notes.append("the optimizer state is empty: saved before the first step, or reset")
-    return OptimizerSummary(
-        has_moments=bool(entries) and all(_moment_shape(e) is not None for e in entries),
-        has_step_counters=bool(entries) and all(e.get("step") is not None for e in entries),
-        notes=tuple(notes),
-    )
-
-
-def _short(value: Any) -> str:
-    try:
-        return f"{float(value):.3g}"
-    except (TypeError, ValueError):
-        return str(value)

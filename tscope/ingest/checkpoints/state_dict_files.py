@@ -20,8 +20,8 @@ from tscope.ingest.checkpoints.base import CheckpointHandle, LoadOptions, Optimi
 from tscope.ingest.checkpoints.optimizer_mapping import (
     ANY_PRODUCER_RULES,
     map_optimizer_state,
-    summarize_optimizer,
 )
+from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.checkpoints.param_order import ParamSpec, inferred_orders
 from tscope.ingest.checkpoints.pickle_decoder import UndecodablePickle
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
