@@ -17,6 +17,7 @@ from tscope.analyzers.baseline import per_read_only_array
 from tscope.analyzers.early_phase import is_early_step
 from tscope.analyzers.signals import last_finite, loss_series, primary_loss
 from tscope.model import Run
+from tscope.model.metric_names import EVAL_LOSS
 
 # The level before the event: the median of this many finite loss points before the onset (the
 # spike detectors' own window is 50; 20 keeps a slow pre-event drift from lowering it much).
@@ -36,6 +37,13 @@ BASELINE_POINTS = 20
 #   LR jump, an LR ramp) last 5–9 effective points (dev split) and carry their own cause finding;
 #   in the early phase (early_phase.py: the warm-up and its aftermath) the short-bump bound is
 #   EARLY_TRANSIENT_MAX_RATIO instead;
+# - info too: a lasting rise (not a short bump) through which the eval loss did not get worse
+#   (`eval_held`): every evaluation logged while the train loss was up is at or below the last
+#   one before the onset. The model was not damaged; what the train loss measures changed (a new
+#   data source or mixture). A helper-made healthy accelerate run that switched to harder code
+#   at step 270 went 1.56 -> 3.1 and stayed above 1.5x its best while its eval loss fell
+#   3.68 -> 2.51: critical before this. A short bump keeps its rule: a bad batch's own loss is
+#   high whatever the eval says;
 # - warning: everything else.
 DIVERGED_RATIO = 1.5
 MIN_WARNING_EXCESS = 0.10
@@ -103,6 +111,7 @@ class Impact:
     # logged points (1 for a one-point bump; inf when non-finite; 0 without an excess).
     effective_points: float = 0.0
     early: bool = False  # the peak lies in the run's early phase (early_phase.py)
+    eval_held: bool = False  # evaluations inside the window no worse than before the onset
 
     @property
     def short_bump_bound(self) -> float:
@@ -119,6 +128,11 @@ class Impact:
             self.recovered and not self.nonfinite and self.effective_points <= SHORT_BUMP_POINTS
         )
 
+    @property
+    def data_changed(self) -> bool:
+        """A lasting rise the eval loss did not share: the data changed, not the model."""
+        return self.eval_held and not self.short_bump
+
     def as_dict(self) -> dict[str, object]:
         return {
             "baseline": self.baseline,
@@ -133,6 +147,7 @@ class Impact:
             "returned_to_initial": self.returned_to_initial,
             "effective_points": self.effective_points,
             "early_phase": self.early,
+            "eval_held": self.eval_held,
             "severity": impact_severity(self),
         }
 
@@ -213,6 +228,43 @@ def measure_impact(
         returned_to_initial=returned,
         effective_points=effective,
         early=is_early_step(run, steps, peak_step),
+        eval_held=loss != EVAL_LOSS and eval_held_through(run, onset_step, last) is not None,
+    )
+
+
+def eval_held_through(run: Run, onset_step: int, end_step: int) -> tuple[float, float] | None:
+    """(the last eval loss before `onset_step`, the highest after it and before `end_step`)
+    when evaluations were logged in both and none after the onset is above the one before (see
+    the rule); None otherwise."""
+    if not run.has(EVAL_LOSS):
+        return None
+    steps, evals = run.series(EVAL_LOSS)
+    finite = np.isfinite(evals)
+    steps, evals = steps[finite], evals[finite]
+    before = evals[steps <= onset_step - EVAL_BEFORE_MARGIN_STEPS]
+    inside = evals[(steps > onset_step) & (steps < end_step)]
+    if not before.size or not inside.size or inside.max() > before[-1]:
+        return None
+    return float(before[-1]), float(inside.max())
+
+
+# An evaluation at step N may follow update N, while the loss logged at N preceded it: the eval
+# at the step before the onset can already see the update that broke the loss (an LR ×20 set at
+# update 300: the eval at 300 read 3.59 against 2.61 at 250, and the loss rose at 301). The
+# eval "before" is the last one at least this many steps before the onset.
+EVAL_BEFORE_MARGIN_STEPS = 2
+_NO_END = 2**62  # a window that runs to the end of the log
+
+
+def eval_held_text(run: Run, onset_step: int, end_step: int | None) -> str:
+    """The sentence a finding adds when the eval loss held through a lasting train-loss rise."""
+    held = eval_held_through(run, onset_step, end_step if end_step is not None else _NO_END)
+    if held is None:
+        return ""
+    return (
+        f" The eval loss did not get worse meanwhile (at most {held[1]:.4g}, against "
+        f"{held[0]:.4g} before the rise at step {onset_step}): the model was not damaged; what the training "
+        "loss measures changed (a new data source or mixture from here)."
     )
 
 
@@ -226,6 +278,8 @@ def impact_severity(impact: Impact) -> str:
     """The one rule from impact to severity (constants above)."""
     if impact.nonfinite or impact.returned_to_initial:
         return "critical"
+    if impact.data_changed:
+        return "info"
     if not impact.recovered and impact.ratio >= DIVERGED_RATIO:
         return "critical"
     if impact.ratio < 1 + MIN_WARNING_EXCESS:

@@ -105,6 +105,13 @@ def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
     return known
 
 
+def _data_changed(run: Run, spike: Spike) -> bool:
+    """A loss-like spike that lasted while the eval loss held (impact.py's rule)."""
+    return is_loss_like(spike.metric) and (
+        measure_impact(run, spike.onset_step, spike.end_step, spike.metric).data_changed
+    )
+
+
 def _is_notable(run: Run, spike: Spike, spikes: list[Spike], index: _SpikeIndex) -> bool:
     if spike.nonfinite:
         return True
@@ -113,6 +120,9 @@ def _is_notable(run: Run, spike: Spike, spikes: list[Spike], index: _SpikeIndex)
     # points of an EMA-smoothed loss (many σ of the smoothed noise) was a warning on 2 of 300
     # healthy synthetic logs (bench/synthetic_logs.py); a rise that lasts is loss_divergence's.
     if ratio < 1 + MIN_WARNING_EXCESS:
+        return False
+    # A lasting rise the eval loss did not share is the data changing, not a spike to warn of.
+    if _data_changed(run, spike):
         return False
     if spike.end_step is None:
         return True
@@ -229,6 +239,8 @@ def loss_reacts(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
             > LOSS_REACTION_POINTS
         ):
             break
+        if _data_changed(run, other):
+            return False  # the loss rose with it, but as the data changed (eval loss held)
         if is_notable(run, other, spikes):
             return True
     impact = measure_impact(run, spike.onset_step, reaction_end(run, spike))

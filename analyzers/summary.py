@@ -191,11 +191,22 @@ def _largest_bump_note(findings: list[Finding]) -> str:
         for f in findings
         if f.category == "loss_spike"
         and isinstance(impact := f.evidence.get("impact"), dict)
-        and impact.get("recovered")
+        and (impact.get("recovered") or impact.get("eval_held"))
     ]
     if not bumps:
         return ""
     impact, finding = max(bumps, key=lambda pair: float(pair[0]["excess_nats"]))
+    if (
+        impact.get("eval_held")
+        and impact.get("severity") == "info"
+        and (float(impact["ratio"]) >= short_bump_bound(bool(impact.get("early_phase"))))
+    ):
+        return (
+            f" The largest loss bump, at step {finding.step} ({fmt(float(impact['baseline']))} "
+            f"→ {fmt(float(impact['peak']))}, {fmt(float(impact['ratio']))}×), came with no "
+            "rise of the eval loss: the training data changed there, not the model (see its "
+            "note)."
+        )
     early = bool(impact.get("early_phase"))
     bound = short_bump_bound(early)
     return (

@@ -11,9 +11,9 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
     NANOGPT_RULES,
     TRAINER_RULES,
     map_optimizer_state,
-    summarize_optimizer,
     trainer_groups,
 )
+from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.checkpoints.param_order import ParamSpec, architecture_order, inferred_orders
 
 

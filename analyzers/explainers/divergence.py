@@ -12,6 +12,7 @@ from tscope.analyzers.baseline import (
     rolling_median,
 )
 from tscope.analyzers.explainers.overfitting import overfitting_onset
+from tscope.analyzers.impact import eval_held_text
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
 from tscope.model.categories import Category
@@ -251,9 +252,12 @@ def _divergence(
         + ")."
     )
     min_fraction = DIVERGENCE_MIN_FRACTION if severe else ELEVATED_MIN_FRACTION
+    # The eval loss held through the rise: the data changed, not the model (impact.py's rule).
+    data_changed = eval_held_text(evidence.run, int(steps[onset]), None) if not nonfinite else ""
+    message += data_changed
     return Finding(
         category="loss_divergence",
-        severity="critical" if severe else "warning",
+        severity="info" if data_changed else "critical" if severe else "warning",
         confidence=(0.9 if tail.size >= 2 * DIVERGENCE_MIN_POINTS else 0.75) if severe else 0.65,
         step=int(steps[onset]),
         layer=None,
@@ -269,9 +273,12 @@ def _divergence(
             "nonfinite_points": nonfinite,
         },
         suggestion=(
-            "Restart from the last checkpoint before the onset with a lower peak learning rate, a "
-            "longer warm-up or tighter clipping; the LR findings and the story show what moved "
-            "first."
+            "Check what the data loader served from the onset on (a new source, shard or mixture "
+            "weight); if the change was intended, nothing to do."
+            if data_changed
+            else "Restart from the last checkpoint before the onset with a lower peak learning "
+            "rate, a longer warm-up or tighter clipping; the LR findings and the story show what "
+            "moved first."
         ),
         spike_id=linked[0].id if linked else None,
         threshold=(

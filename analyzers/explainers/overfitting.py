@@ -46,6 +46,13 @@ MIN_TRAIN_POINTS_PER_INTERVAL = 1
 # not overfitting. The same 1% floor. The planted overfitting runs and the healthy ones keep
 # their verdicts (tests/test_overfitting*.py); it cleared a warning on a planted LR ×30 jump
 # printed as MaxText logs (fixtures/data/step_lines/lr_jump/maxtext.log).
+# Overfitting is the train loss falling through the eval's rise; one that stepped up right after
+# the best eval (the first interval's median this much above the interval before the best) is a
+# change of the training data, which moves the model away from the eval's distribution: a
+# helper-made healthy accelerate run that switched its training text to Markdown at step 250
+# (train 2.54 -> 3.73, then falling) was "overfitting from step 250" with early stopping advised.
+# It is judged by eval_divergence instead.
+TRAIN_STEP_UP_RELATIVE = 0.05
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,8 @@ def overfitting_onset(run: Run) -> Overfitting | None:
     since_best = [m for i in range(best + 1, evals.size) if (m := interval_median(i)) is not None]
     if at_end > min(since_best) + TRAIN_MIN_RELATIVE_DROP * abs(at_best):
         return None  # the train loss rose again after the best eval: an incident, not overfitting
+    if max(since_best[:1], default=at_best) > (1 + TRAIN_STEP_UP_RELATIVE) * at_best:
+        return None  # the eval rise began as the train loss stepped up: the data changed there
     rise = best + 1 + int(np.flatnonzero(evals[best + 1 :] >= EVAL_RISE_RATIO * evals[best])[0])
     return Overfitting(
         selection=selection_metric(run),

@@ -10,9 +10,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.explainers.overfitting import Overfitting, overfitting_onset
-from tscope.analyzers.impact import (
-    measure_impact,
-)
+from tscope.analyzers.impact import eval_held_text, measure_impact
 from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
 from tscope.analyzers.spike_judgement import (
     is_notable,
@@ -145,6 +143,8 @@ def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
         f"{spike.metric} spiked from {fmt(spike.baseline)} to {peak} at step {spike.peak_step} "
         f"{_size_text(spike)}{_recovery_text(spike, impact.points)}."
     )
+    if impact.data_changed:
+        message += eval_held_text(run, spike.onset_step, spike.end_step)
     if overfit is not None:
         message += (
             f" It is the eval loss rising from its best (step {overfit.best_step}) while the "

@@ -1,0 +1,39 @@
+"""A training loss that rises for good while the eval loss keeps improving is the data changing,
+not the model breaking (tests/data/data_switch/, fixtures/make_data_switch_runs.py: accelerate
+loops logging to TensorBoard, an eval loss every 50 steps).
+
+A helper-made healthy accelerate run that switched its training text to harder code at step 270
+went 1.56 -> 3.1 and stayed there while its eval loss fell 3.68 -> 2.51: it was a critical
+loss_divergence with a setback warning. The same fixture switch (an easy first phase, then the
+eval's own distribution) was critical before too. A real incident at the same step (an LR ×20)
+makes the eval loss worse, and keeps its alarms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tscope
+
+RUNS = Path(__file__).resolve().parent / "data" / "data_switch"
+
+
+def test_a_switch_to_harder_data_with_the_eval_improving_is_healthy() -> None:
+    case = tscope.analyze(RUNS / "switch_to_docstrings")
+    assert case.summary.status == "healthy"
+    assert not [f for f in case.findings if f.severity in ("warning", "critical")]
+    divergence = [f for f in case.findings if f.category == "loss_divergence"]
+    assert divergence and divergence[0].severity == "info"
+    assert "eval loss did not get worse" in divergence[0].message
+    assert "training data changed there" in case.summary.verdict
+    spike = [f for f in case.findings if f.category == "loss_spike" and f.step >= 300]
+    assert spike and spike[0].evidence["impact"]["eval_held"] is True
+
+
+def test_an_lr_jump_that_hurts_the_eval_loss_keeps_its_alarms() -> None:
+    case = tscope.analyze(RUNS / "lr_jump_on_docstrings")
+    assert case.summary.status == "incident"
+    assert case.summary.card is not None
+    assert case.summary.card.cause.category == "lr_schedule_jump"
+    spikes = [f for f in case.findings if f.category == "loss_spike" and f.severity == "warning"]
+    assert spikes and spikes[0].evidence["impact"]["eval_held"] is False
