@@ -144,3 +144,16 @@ def test_a_low_loss_logged_after_updates_does_not_make_the_run_a_fine_tune() -> 
     first = make_run({LOSS: np.array([1.2, 1.1, 1.0])}, first_step=1)
     kind = training_kind(first)
     assert kind is not None and kind.kind == "fine_tune"
+
+
+def test_a_resume_is_matched_to_its_checkpoint_at_the_logging_interval() -> None:
+    """Logged every 5 steps, a resume from checkpoint-100 shows at step 105: the checkpoint's
+    gaps must still count as the resume's (a warning when they change the updates)."""
+    from tscope.analyzers.explainers.optimizer_state import _resume_tolerance
+    from tscope.ingest.assemble import assemble_run
+    from tscope.model import LogRead
+
+    rows = [(step, LOSS, 3.0 - step / 1000, LOSS) for step in range(5, 205, 5)]
+    read = LogRead(kind="synthetic", path="l.jsonl", metrics=LogRead.rows_to_table(rows, "l.jsonl"))
+    assert _resume_tolerance(assemble_run("r", "/r", [read], [])) == 5
+    assert _resume_tolerance(make_run({LOSS: np.linspace(3, 2, 50)})) == 2

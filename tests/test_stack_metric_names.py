@@ -269,3 +269,14 @@ def test_a_loss_named_after_an_evaluation_split_is_not_the_training_loss(tmp_pat
     analysis = analyze_run(path)
     assert _originals(analysis.run, EVAL_LOSS) == {"valid_loss"}
     assert primary_loss(analysis.run) == "total_loss"
+
+
+@pytest.mark.parametrize("tag", ["grad/total_norm", "train/grad/total_norm", "grad/norm"])
+def test_a_plain_loops_clip_grad_norm_total_is_the_gradient_norm(tag: str) -> None:
+    """A plain loop logging clip_grad_norm_'s `total_norm` under a `grad/` group (a helper-made
+    OneCycle run's TensorBoard tags): its gradient norm was not recognized."""
+    from tscope.ingest.logs.names import canonical_metric
+    from tscope.model.metric_names import GRAD_NORM
+
+    assert canonical_metric(tag) == GRAD_NORM
+    assert canonical_metric("param/total_norm") != GRAD_NORM

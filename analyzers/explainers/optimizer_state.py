@@ -6,9 +6,11 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.loss_scale import skipped_updates_through
-from tscope.analyzers.signals import fmt
+from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
 from tscope.model.checkpoint import CheckpointSnapshot
@@ -284,8 +286,9 @@ def _reset_finding(
 
 
 def _resume_near(run: Run, step: int) -> int | None:
+    tolerance = _resume_tolerance(run)
     for event in run.events_of("resume"):
-        if abs(event.step - step) <= RESUME_TOLERANCE_STEPS + 1:
+        if abs(event.step - step) <= tolerance + 1:
             return event.step
     return None
 
@@ -293,10 +296,23 @@ def _resume_near(run: Run, step: int) -> int | None:
 def _resumed_from(run: Run, snapshot: CheckpointSnapshot) -> int | None:
     if snapshot.info.step is None:
         return None
+    tolerance = _resume_tolerance(run)
     for event in run.events_of("resume"):
-        if 0 <= event.step - snapshot.info.step <= RESUME_TOLERANCE_STEPS:
+        if 0 <= event.step - snapshot.info.step <= tolerance:
             return event.step
     return None
+
+
+def _resume_tolerance(run: Run) -> int:
+    """RESUME_TOLERANCE_STEPS, or the loss's logging interval when longer: a resume is seen at the
+    first step logged after it (a Trainer logging every 5 steps, resumed from checkpoint-100,
+    shows it at 105: a resume from an Adafactor checkpoint missing state went unmatched)."""
+    loss = primary_loss(run)
+    if loss is None:
+        return RESUME_TOLERANCE_STEPS
+    steps, _ = run.series(loss)
+    interval = int(np.median(np.diff(steps))) if steps.size > 1 else 1
+    return max(RESUME_TOLERANCE_STEPS, interval)
 
 
 def _changes_updates(gap: str) -> bool:

@@ -54,6 +54,10 @@ _CANONICAL = {
     "gradient_norm": GRAD_NORM,
     "grad_norm_total": GRAD_NORM,
     "global_grad_norm": GRAD_NORM,
+    "total_grad_norm": GRAD_NORM,
+    # a plain loop logging clip_grad_norm_'s return value (`total_norm`) under a `grad/` group
+    "grad/total_norm": GRAD_NORM,
+    "grad/norm": GRAD_NORM,
     "learning_rate": LEARNING_RATE,
     "lr": LEARNING_RATE,
     "lr_group_0": LEARNING_RATE,
