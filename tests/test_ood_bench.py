@@ -321,3 +321,18 @@ def test_the_eleventh_block_is_held_out_plants_each_cause_once_and_changes_no_ea
     assert not {s.key for s in eleventh} & keys
     assert not {row[0] for row in ELEVENTH_BLOCK} & {s.setup for s in earlier}
     assert sorted(s.cause for s in eleventh if s.cause != CONTROL) == sorted(ALL_CAUSES)
+
+
+def test_the_twelfth_block_is_held_out_plants_each_cause_once_and_changes_no_earlier_spec():
+    from ood_blocks_late import TWELFTH_BLOCK
+    from smoke_runs import smoke_specs
+    from spec import ALL_CAUSES
+
+    earlier = build_ood_specs(blocks=tuple(range(1, 12)))
+    twelfth = build_ood_specs(blocks=(12,))
+    assert [s.index for s in twelfth] == list(range(222, 242))
+    assert build_ood_specs(blocks=tuple(range(1, 13))) == earlier + twelfth
+    keys = {s.key for s in earlier} | {s.key for s in build_specs() + smoke_specs()}
+    assert not {s.key for s in twelfth} & keys
+    assert not {row[0] for row in TWELFTH_BLOCK} & {s.setup for s in earlier}
+    assert sorted(s.cause for s in twelfth if s.cause != CONTROL) == sorted(ALL_CAUSES)

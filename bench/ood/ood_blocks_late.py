@@ -1,4 +1,4 @@
-"""The out-of-distribution set's eighth to eleventh blocks (ood_blocks.py holds the first seven;
+"""The out-of-distribution set's eighth to twelfth blocks (ood_blocks.py holds the first seven;
 ood_spec.py draws the runs). Each row: setup, producer, what it changes from the benchmark's
 draw, and the planted cause."""
 
@@ -253,6 +253,67 @@ ELEVENTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         "nano-jsonl-wsd-schedlost",
         "nanogpt",
         {"schedule": "wsd", "log_format": "jsonl"},
+        RESUME_SCHEDULER_LOST,
+    ),
+)
+
+# The twelfth block (added 2026-12-07, trained after that session's rule changes for optimizer
+# families, fp16 skips and data changes, scored once): earlier knobs in new combinations, each
+# cause once; SGD and Adafactor with checkpoints, fp16 with SGD and with a cyclic schedule.
+TWELFTH_BLOCK: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    (
+        "nano-fp16-sgd-csv-transient",
+        "nanogpt",
+        {"precision": "fp16", "optimizer": "sgd", "log_format": "csv"},
+        LR_JUMP_TRANSIENT,
+    ),
+    (
+        "llama-adafactor-log5-optlost",
+        "trainer_llama",
+        {"optimizer": "adafactor", "logging_steps": 5},
+        RESUME_OPTIMIZER_LOST,
+    ),
+    ("gpt2-sgd-eval10-ramp", "trainer_gpt2", {"optimizer": "sgd", "eval_every": 10}, LR_RAMP),
+    (
+        "lt-csv-step-badbatch",
+        "lightning",
+        {"lightning_logger": "csv", "schedule": "step"},
+        BAD_BATCH,
+    ),
+    (
+        "nano-code-eval20-reinit",
+        "nanogpt",
+        {"corpus": "code", "eval_every": 20},
+        RESUME_WEIGHTS_REINIT,
+    ),
+    (
+        "phi-cosrestart-hot",
+        "trainer_gpt2",
+        {"model": "phi", "schedule": "cosine_restarts"},
+        WARMUP_TOO_HOT,
+    ),
+    (
+        "mistral-bf16-accum2-repeat",
+        "trainer_llama",
+        {"model": "mistral", "precision": "bf16", "grad_accum": 2},
+        REPEATED_DATA,
+    ),
+    (
+        "lt-tb-invsqrt-frozen",
+        "lightning",
+        {"lightning_logger": "tensorboard", "schedule": "inverse_sqrt"},
+        FROZEN_LAYER,
+    ),
+    (
+        "gpt2-smooth-log2-persistent",
+        "trainer_gpt2",
+        {"label_smoothing": 0.1, "logging_steps": 2},
+        LR_JUMP_PERSISTENT,
+    ),
+    (
+        "nano-fp16-cyclic-schedlost",
+        "nanogpt",
+        {"precision": "fp16", "schedule": "cyclic"},
         RESUME_SCHEDULER_LOST,
     ),
 )

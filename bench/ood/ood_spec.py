@@ -11,7 +11,7 @@ planting, scoring and cause windows are the benchmark's (imported); only the dra
 Blocks are numbered by when they were added; their setup tables, each with a comment saying
 what it covers, are in ood_blocks.py and ood_blocks_late.py, and their scores in docs/accuracy-ood.md. The first two
 (`SETUPS`, `SECOND_BLOCK`, ood00–49) are built by default. Every later block (the third,
-`THIRD_BLOCK`, ood50–69, to the eleventh, `ELEVENTH_BLOCK`, ood202–221) is held out: built only by
+`THIRD_BLOCK`, ood50–69, to the twelfth, `TWELFTH_BLOCK`, ood222–241) is held out: built only by
 `build_ood_specs(blocks=(..., N))` and trained or scored only by `run.py --blocks N`, trained by
 someone who does not analyze it, scored once as an honest out-of-distribution number, and spent
 after. From the third on, each block plants each cause of spec.ALL_CAUSES once, except the
@@ -43,7 +43,13 @@ from ood_blocks import (
     THIRD_BLOCK,
     THIRD_BLOCK_KNOBS,
 )
-from ood_blocks_late import EIGHTH_BLOCK, ELEVENTH_BLOCK, NINTH_BLOCK, TENTH_BLOCK
+from ood_blocks_late import (
+    EIGHTH_BLOCK,
+    ELEVENTH_BLOCK,
+    NINTH_BLOCK,
+    TENTH_BLOCK,
+    TWELFTH_BLOCK,
+)
 from spec import (
     BAD_BATCH,
     CONTROL,
@@ -310,7 +316,8 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
     asked for, the third (THIRD_BLOCK, 50–69), the fourth (FOURTH_BLOCK, 70–89), the fifth
     (FIFTH_BLOCK, 90–109), the sixth (SIXTH_BLOCK, 110–129), the seventh (SEVENTH_BLOCK,
     130–149), the eighth (EIGHTH_BLOCK, 150–161), the ninth (NINTH_BLOCK, 162–181), the tenth
-    (TENTH_BLOCK, 182–201) and the eleventh (ELEVENTH_BLOCK, 202–221), all held out (see the
+    (TENTH_BLOCK, 182–201), the eleventh (ELEVENTH_BLOCK, 202–221) and the twelfth
+    (TWELFTH_BLOCK, 222–241), all held out (see the
     module's docstring)."""
     first = _first_block()
     second = _second_block(len(first))
@@ -329,6 +336,7 @@ def build_ood_specs(blocks: tuple[int, ...] = (1, 2)) -> list[OodSpec]:
         NINTH_BLOCK,
         TENTH_BLOCK,
         ELEVENTH_BLOCK,
+        TWELFTH_BLOCK,
     )
     first_index = third_index
     for block, table in enumerate(tables, start=3):

@@ -5,8 +5,9 @@ The first two blocks by default: `ood_spec.SETUPS` (ood00–31) and `ood_spec.SE
 (ood70–89), the fifth, `ood_spec.FIFTH_BLOCK` (ood90–109), the sixth, `ood_spec.SIXTH_BLOCK`
 (ood110–129), the seventh, `ood_spec.SEVENTH_BLOCK` (ood130–149), the eighth,
 `ood_spec.EIGHTH_BLOCK` (ood150–161), the ninth, `ood_spec.NINTH_BLOCK` (ood162–181), and the
-tenth, `ood_spec.TENTH_BLOCK` (ood182–201), and the eleventh, `ood_spec.ELEVENTH_BLOCK`
-(ood202–221), are held out: only `--blocks` names them.
+tenth, `ood_spec.TENTH_BLOCK` (ood182–201), the eleventh, `ood_spec.ELEVENTH_BLOCK`
+(ood202–221), and the twelfth, `ood_spec.TWELFTH_BLOCK` (ood222–241), are held out: only
+`--blocks` names them.
 
     .venv/bin/python bench/ood/run.py                  # train what is missing (1 job), score all
     .venv/bin/python bench/ood/run.py --no-generate    # score what is cached only
@@ -22,6 +23,7 @@ tenth, `ood_spec.TENTH_BLOCK` (ood182–201), and the eleventh, `ood_spec.ELEVEN
     .venv/bin/python bench/ood/run.py --blocks 9 --train-only   # the ninth: train only
     .venv/bin/python bench/ood/run.py --blocks 10 --train-only  # the tenth: train only
     .venv/bin/python bench/ood/run.py --blocks 11 --train-only  # the eleventh: train only
+    .venv/bin/python bench/ood/run.py --blocks 12 --train-only  # the twelfth: train only
 
 Runs are trained by the accuracy benchmark's producers (bench/accuracy/generate.py, each phase a
 fresh `nice -n 10` process that this script serves with `--child`) into `~/.cache/tscope-ood`
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--blocks",
         default="1,2",
-        help="comma-separated blocks (1-11); default 1,2: the third to eleventh are held out",
+        help="comma-separated blocks (1-12); default 1,2: the third to twelfth are held out",
     )
     parser.add_argument(
         "--train-only", action="store_true", help="train what is missing; analyze and score none"
@@ -137,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         importlib.import_module(module).train_phase(spec, Path(run_dir), phase, Path(record))
         return 0
     blocks = tuple(int(b) for b in options.blocks.split(",") if b.strip())
-    if not blocks or not set(blocks) <= set(range(1, 12)):
-        parser.error(f"--blocks takes 1 to 11, not {options.blocks!r}")
+    if not blocks or not set(blocks) <= set(range(1, 13)):
+        parser.error(f"--blocks takes 1 to 12, not {options.blocks!r}")
     specs = build_ood_specs(blocks)
     if options.only:
         specs = [s for s in specs if s.name in set(options.only)]
