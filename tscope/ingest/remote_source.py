@@ -34,6 +34,13 @@ _BACKEND_PACKAGES = {
     "az": "adlfs",
     "abfs": "adlfs",
 }
+# The object stores a run is read from (README, "Runs in object stores"). Every other fsspec
+# protocol is refused before fsspec sees the URL: `zip://a::file:///etc/passwd` (a chained URL)
+# read a local file past the file:// refusal and ended in a BadZipFile traceback, `tar://` in
+# ReadError, `reference://x` in TypeError, `github://a:b@/` in a network traceback.
+SUPPORTED_SCHEMES = ("s3", "s3a", "gs", "gcs", "hf", "az", "abfs", "abfss")
+# fsspec's separator of chained URLs (`outer://path::inner://path`): one store per URL here.
+_CHAIN_SEPARATOR = "::"
 # A listing beyond this many files is refused rather than mirrored: a run folder holds hundreds
 # (a sharded DCP checkpoint a few thousand per step); a bucket prefix of millions is a mistake.
 MAX_LISTED_FILES = 200_000
@@ -92,6 +99,17 @@ def open_filesystem(url: str, storage_options: dict[str, Any] | None = None) -> 
     scheme = match["scheme"].lower()
     if scheme in _LOCAL_SCHEMES:
         raise UsageError(f"{url}: pass the local path itself ({match['rest']}), not a file:// URL.")
+    if _CHAIN_SEPARATOR in url:
+        raise UsageError(
+            f"{url[:200]}: chained URLs ('::') are not read; give one object-store URL "
+            f"({', '.join(s + '://' for s in SUPPORTED_SCHEMES)}), or a local path."
+        )
+    if scheme not in SUPPORTED_SCHEMES:
+        raise UsageError(
+            f"{url[:200]}: tscope reads runs from object stores "
+            f"({', '.join(s + '://' for s in SUPPORTED_SCHEMES)}), not {scheme}://; copy the run "
+            "to a local folder and pass its path."
+        )
     try:
         import fsspec
     except ImportError:
@@ -106,8 +124,10 @@ def open_filesystem(url: str, storage_options: dict[str, Any] | None = None) -> 
             f"Reading {scheme}:// URLs needs {package} ({INSTALL_HINT} covers s3://; "
             f"pip install {package} for {scheme}://): {str(error).splitlines()[0][:200]}"
         ) from None
-    except ValueError as error:  # an unknown protocol
+    except ValueError as error:  # options the backend rejects
         raise UsageError(f"{url}: {str(error).splitlines()[0][:200]}") from None
+    except Exception as error:  # a backend's own classes (network, credentials): one line each
+        raise unavailable(url, error) from None
     return filesystem, str(root).rstrip("/")
 
 

@@ -131,4 +131,6 @@ def _int_as_float(value: int) -> float:
     try:
         return float(value)
     except OverflowError:
-        return math.copysign(math.inf, value)
+        # By the sign's comparison: math.copysign(math.inf, value) converts `value` to float
+        # again, and an integer of 400 digits (or 0x and 5,000 hex digits) overflowed there too.
+        return math.inf if value > 0 else -math.inf

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tscope.errors import UsageError
+from tscope.errors import TscopeError, UnreadableInput, UsageError
 from tscope.replay.entry import Entry
 from tscope.replay.files import CheckpointFiles
 
@@ -24,6 +24,28 @@ if TYPE_CHECKING:
 HF_INSTALL_HINT = "pip install 'tscope-ml[hf]'"
 # How many offending names an error message lists before "...".
 NAMES_SHOWN = 5
+# A config.json may describe a model this much larger than the weights beside it (parameters the
+# checkpoint does not store, such as untied twins), plus this many parameters for tiny models.
+# Past it the config is not these weights': `vocab_size: 1e13` asked for 320 TB and
+# `n_layer: 3e6` ran 30-45 s into a MemoryError before either was refused.
+MAX_PARAMETERS_PER_STORED = 2
+PARAMETER_SLACK = 1_000_000
+HF_CONFIG_HINT = "Define build_model(config) in the entry file, or replay the run's own checkpoint"
+# transformers config keys that count modules (layers, experts), each storing at least one tensor.
+# Not every key naming layers counts them: Qwen2's `max_window_layers` (28 by default) exceeds a
+# tiny checkpoint's tensor count.
+MODULE_COUNT_KEYS = frozenset(
+    {
+        "n_layer",
+        "n_layers",
+        "num_layers",
+        "num_hidden_layers",
+        "num_experts",
+        "num_local_experts",
+        "n_routed_experts",
+        "moe_num_experts",
+    }
+)
 
 
 @dataclass
@@ -41,8 +63,13 @@ def build_model(files: CheckpointFiles, entry: Entry) -> BuiltModel:
         model = _call_build_model(entry, config)
         notes.append(f"model built by {entry.path}: build_model")
     elif files.choice.facts.model_from_config_json and config is not None:
-        model = _from_hf_config(files)
-        notes.append(f"model built from config.json ({config.get('architectures', ['?'])[0]})")
+        architecture = _architecture(config, files)
+        weights = files.weights()
+        model = _from_hf_config(files, weights)
+        notes.append(f"model built from config.json ({architecture})")
+        notes.extend(_load_weights(model, files, weights))
+        model.train()
+        return BuiltModel(model, _is_transformers(model), notes)
     else:
         from_file = files.choice.facts.model_from_config_json
         what = "config.json" if from_file else "transformers config"
@@ -50,9 +77,24 @@ def build_model(files: CheckpointFiles, entry: Entry) -> BuiltModel:
             f"{files.choice.shown} has no {what} to build the model from. Define "
             f"build_model(config) in the entry file ({entry.path})."
         )
-    notes.extend(_load_weights(model, files))
+    notes.extend(_load_weights(model, files, files.weights()))
     model.train()
     return BuiltModel(model, _is_transformers(model), notes)
+
+
+def _architecture(config: dict[str, Any], files: CheckpointFiles) -> str:
+    """The model class config.json names, "?" when it names none; a stranger's config.json with
+    `"architectures": 5` or `[5]` is refused (it indexed into an int: a TypeError traceback)."""
+    named = config.get("architectures")
+    if named is None or named == []:
+        return "?"
+    if not isinstance(named, list) or not all(isinstance(name, str) for name in named):
+        raise UnreadableInput(
+            f"{files.choice.shown}/config.json",
+            f"'architectures' is {str(named)[:60]}, not a list of model class names",
+            f'transformers writes a list such as ["GPT2LMHeadModel"]. {HF_CONFIG_HINT}',
+        )
+    return str(named[0])
 
 
 def _call_build_model(entry: Entry, config: dict[str, Any] | None) -> torch.nn.Module:
@@ -67,7 +109,11 @@ def _call_build_model(entry: Entry, config: dict[str, Any] | None) -> torch.nn.M
     return model
 
 
-def _from_hf_config(files: CheckpointFiles) -> torch.nn.Module:
+def _from_hf_config(
+    files: CheckpointFiles, weights: dict[str, torch.Tensor] | None = None
+) -> torch.nn.Module:
+    """The model config.json describes, refused when far larger than `weights` (the
+    checkpoint's, loaded here when not given)."""
     try:
         import transformers
     except ImportError as error:
@@ -86,16 +132,69 @@ def _from_hf_config(files: CheckpointFiles) -> torch.nn.Module:
             config = transformers.AutoConfig.from_pretrained(
                 str(files.choice.path), trust_remote_code=False
             )
+            if weights is None:
+                weights = files.weights()
+            _refuse_more_layers_than_tensors(config, weights, files)
+            _refuse_more_parameters_than_stored(config, weights, files, transformers)
             model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
                 config, trust_remote_code=False
             )
     except (ValueError, KeyError, OSError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(
             f"transformers cannot build the model of {files.choice.shown}/config.json "
-            f"({first[:200]}). Define build_model(config) in the entry file."
+            f"({_first_line(error)}). Define build_model(config) in the entry file."
+        ) from error
+    except TscopeError:  # a refusal above, already one line
+        raise
+    except Exception as error:  # a stranger's config: any failure is one line
+        # RuntimeError, MemoryError, TypeError, RecursionError: what a crafted value makes
+        # transformers or torch raise while building.
+        raise UnreadableInput(
+            f"{files.choice.shown}/config.json",
+            f"transformers cannot build the model it describes ({_first_line(error)})",
+            HF_CONFIG_HINT,
         ) from error
     return model
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]
+
+
+def _refuse_more_layers_than_tensors(
+    config: Any, weights: dict[str, torch.Tensor], files: CheckpointFiles
+) -> None:
+    """Every layer or expert of a model stores at least one tensor: more of them than the
+    checkpoint has tensors is a crafted count. Checked before any module exists, since even on
+    the meta device `n_layer: 3e6` would build millions of modules (minutes, gigabytes)."""
+    for key, value in config.to_dict().items():
+        if key in MODULE_COUNT_KEYS and type(value) is int and value > len(weights):
+            raise UnreadableInput(
+                f"{files.choice.shown}/config.json",
+                f"{key} = {value}, more than the {len(weights)} tensors the checkpoint stores",
+                HF_CONFIG_HINT,
+            )
+
+
+def _refuse_more_parameters_than_stored(
+    config: Any, weights: dict[str, torch.Tensor], files: CheckpointFiles, transformers: Any
+) -> None:
+    """Build the model on torch's meta device (shapes only, no memory) and refuse a config whose
+    model is far larger than the weights beside it."""
+    import torch
+
+    with torch.device("meta"):
+        skeleton = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    wanted = sum(parameter.numel() for parameter in skeleton.parameters())
+    stored = sum(tensor.numel() for tensor in weights.values())
+    if wanted > MAX_PARAMETERS_PER_STORED * stored + PARAMETER_SLACK:
+        raise UnreadableInput(
+            f"{files.choice.shown}/config.json",
+            f"it describes a model of {wanted:,} parameters, but the checkpoint stores "
+            f"{stored:,} weights",
+            HF_CONFIG_HINT,
+        )
 
 
 @contextmanager
@@ -114,8 +213,9 @@ def quiet_transformers() -> Iterator[None]:
         module.logging.set_verbosity(verbosity)
 
 
-def _load_weights(model: torch.nn.Module, files: CheckpointFiles) -> list[str]:
-    weights = files.weights()
+def _load_weights(
+    model: torch.nn.Module, files: CheckpointFiles, weights: dict[str, torch.Tensor]
+) -> list[str]:
     notes = _match_dtype(model, weights)
     result = model.load_state_dict(weights, strict=False)
     if result.unexpected_keys:

@@ -8,11 +8,12 @@ fused/foreach included, and the same kernel is what makes chaotic runs replay bi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tscope.errors import UsageError
+from tscope.errors import UnreadableInput, UsageError
 from tscope.ingest.checkpoints.optimizer_mapping import TRAINER_NO_DECAY_PATTERN
 from tscope.replay.entry import Entry
 from tscope.replay.files import CheckpointFiles
@@ -53,6 +54,7 @@ def build_optimizer(
         restore, scheduler_state = _resume_rule(files, saved, notes)
     if saved is not None and not _is_state_dict(saved):
         raise UsageError(f"{files.optimizer_file()} holds no optimizer state_dict to restore.")
+    saved_lrs = _saved_learning_rates(saved, files) if saved is not None else []
     if entry.build_optimizer is not None:
         optimizer = entry.build_optimizer(model)
         notes.append(f"optimizer built by {entry.path}: build_optimizer")
@@ -61,9 +63,7 @@ def build_optimizer(
     else:
         optimizer = _fresh_from_training_args(model, files, notes)
         caveats.append("the checkpoint holds no optimizer state: AdamW restarts from zero moments")
-    group_lrs = [float(g["lr"]) for g in (saved or {}).get("param_groups", [])] or [
-        float(g["lr"]) for g in optimizer.param_groups
-    ]
+    group_lrs = saved_lrs or [float(g["lr"]) for g in optimizer.param_groups]
     if restore:
         assert saved is not None
         try:
@@ -120,15 +120,82 @@ def _adamw_like_saved(
     groups, rule_name = _matching_groups(model, saved, files)
     hyper = [_hyper(g) for g in saved["param_groups"]]
     first = hyper[0]
-    optimizer = torch.optim.AdamW(
-        [{"params": [p for _, p in group], **h} for group, h in zip(groups, hyper, strict=True)],
-        lr=float(first["lr"]),
-        fused=first.get("fused"),
-        foreach=first.get("foreach"),
-    )
+    try:
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": [p for _, p in group], **h}
+                for group, h in zip(groups, hyper, strict=True)
+            ],
+            lr=float(first["lr"]),
+            fused=first.get("fused"),
+            foreach=first.get("foreach"),
+        )
+    except (ValueError, TypeError, RuntimeError) as error:
+        # A crafted setting torch refuses: betas=(0.9,), eps=-1, weight_decay="x".
+        raise UnreadableInput(
+            _optimizer_shown(files),
+            f"its saved AdamW settings are not valid ({str(error).strip()[:200]})",
+            _OPTIMIZER_HINT,
+        ) from error
     kernel = "fused" if first.get("fused") else "foreach" if first.get("foreach") else "default"
     notes.append(f"AdamW in {rule_name}, {kernel} kernel as saved")
     return optimizer
+
+
+_OPTIMIZER_HINT = (
+    "Define build_optimizer(model) in the entry file, or replay the run's own checkpoint"
+)
+
+
+def _optimizer_shown(files: CheckpointFiles) -> str:
+    """The optimizer file as the user knows it: inside the checkpoint folder, or the checkpoint
+    file itself for one-file layouts (nanoGPT's ckpt.pt)."""
+    name = files.optimizer_file() or "optimizer.pt"
+    return name if name == files.choice.shown else f"{files.choice.shown}/{name}"
+
+
+def _saved_learning_rates(saved: Mapping[str, Any], files: CheckpointFiles) -> list[float]:
+    """Each saved group's lr, the group's numeric settings checked first: they are imposed on
+    the optimizer (load_state_dict) whoever built it. A crafted one is refused in one line, where
+    lr "abc" raised ValueError from float(), lr -1.0 torch's "Invalid learning rate", and
+    betas (0.9,) a ValueError from the first optimizer step."""
+    rates: list[float] = []
+    for group in saved["param_groups"]:
+        settings = group if isinstance(group, Mapping) else {}
+        for key in ("lr", "eps", "weight_decay"):
+            if key == "lr" or key in settings:
+                _refuse_unless_rate(settings.get(key), f"{key}", files)
+        if "betas" in settings:
+            betas = settings["betas"]
+            if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+                _refuse(f"a parameter group's betas is {str(betas)[:40]}, not a pair", files)
+            for beta in betas:
+                if _as_rate(beta) >= 1:
+                    _refuse(f"a parameter group's betas is {str(betas)[:40]}, not in [0, 1)", files)
+                _refuse_unless_rate(beta, "betas", files)
+        rates.append(_as_rate(settings.get("lr")))
+    return rates
+
+
+def _as_rate(value: Any) -> float:
+    """A saved setting as a float; NaN when it is no number (text is none even when float()
+    reads it, "0.001": torch would not)."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
+        return math.nan
+
+
+def _refuse_unless_rate(value: Any, key: str, files: CheckpointFiles) -> None:
+    rate = _as_rate(value)
+    if not (math.isfinite(rate) and rate >= 0):
+        _refuse(f"a parameter group's {key} is {str(value)[:40]}, not a number >= 0", files)
+
+
+def _refuse(problem: str, files: CheckpointFiles) -> None:
+    raise UnreadableInput(_optimizer_shown(files), problem, _OPTIMIZER_HINT)
 
 
 def _require_adam(saved: Mapping[str, Any], files: CheckpointFiles) -> None:

@@ -9,7 +9,6 @@ its `config.json` names the model class; together they set up the real Trainer s
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
@@ -24,6 +23,7 @@ from tscope.model.xray import XrayResult
 from tscope.torchrun import last_error_line, run_ranks
 from tscope.xray.probe import DEFAULT_LENGTHS, Probe, cycled_lengths, make_probe
 from tscope.xray.tracer import ForwardCall
+from tscope.xray.trainer_args_values import count_setting, number_setting, seed_setting
 from tscope.xray.trainer_step import TrainerSettings
 
 # The probe batch of a Trainer step has per_device × accumulation × ranks sequences; above this
@@ -92,14 +92,18 @@ def read_settings(run_dir: Path) -> tuple[TrainerSettings, list[str]]:
     world = state.get("num_processes") if isinstance(state, dict) else None
     model_class, accepts = _model_class(config_file, notes)
     settings = TrainerSettings(
-        per_device_train_batch_size=_int(decoded, "per_device_train_batch_size", defaults),
-        gradient_accumulation_steps=_int(decoded, "gradient_accumulation_steps", defaults),
+        per_device_train_batch_size=count_setting(
+            decoded, "per_device_train_batch_size", arguments_file
+        ),
+        gradient_accumulation_steps=count_setting(
+            decoded, "gradient_accumulation_steps", arguments_file
+        ),
         average_tokens_across_devices=bool(
             decoded.get("average_tokens_across_devices", defaults.average_tokens_across_devices)
         ),
-        label_smoothing_factor=_float(decoded, "label_smoothing_factor", defaults),
+        label_smoothing_factor=number_setting(decoded, "label_smoothing_factor", defaults),
         world_size=int(world) if isinstance(world, int) and world > 0 else 1,
-        seed=_int(decoded, "seed", defaults),
+        seed=seed_setting(decoded, arguments_file),
         train_sampling_strategy=str(
             decoded.get("train_sampling_strategy") or defaults.train_sampling_strategy
         ),
@@ -151,23 +155,6 @@ def _sft_settings(decoded: dict[str, Any], notes: list[str]) -> dict[str, Any]:
             "every token, so the audit shows how labelled tokens are weighted, not which are."
         )
     return settings
-
-
-def _float(decoded: dict[str, Any], key: str, defaults: TrainerSettings) -> float:
-    """A finite number the arguments hold, else the default: a crafted training_args.bin with
-    label_smoothing_factor "abc" ended `tscope xray` in a ValueError traceback."""
-    value = decoded.get(key)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    default: float = getattr(defaults, key)
-    return default
-
-
-def _int(decoded: dict[str, Any], key: str, defaults: TrainerSettings) -> int:
-    value = decoded.get(key)
-    return (
-        value if isinstance(value, int) and not isinstance(value, bool) else getattr(defaults, key)
-    )
 
 
 def _model_class(config_file: Path | None, notes: list[str]) -> tuple[str, bool]:

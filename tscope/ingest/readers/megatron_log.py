@@ -23,6 +23,7 @@ from tscope.ingest.readers.text_logs import (
     iter_lines,
     no_records_error,
     parse_config_value,
+    parse_int,
     parse_number,
     sniff_matches,
     strip_launcher_prefix,
@@ -148,8 +149,12 @@ class _MegatronParser:
         head = _RECORD_START.match(text)
         if head is None:  # pragma: no cover - the caller matched at this position
             return
-        step = int(head["step"])
-        self.config.setdefault("train_iters", int(head["total"]))
+        step = parse_int(head["step"])
+        if step is None:  # more digits than any iteration has: not an iteration record
+            return
+        total = parse_int(head["total"])
+        if total is not None:
+            self.config.setdefault("train_iters", total)
         self._flush_overflows(step)
         if self.last_step is not None and step > self.last_step:
             self.step_gaps[step - self.last_step] += 1
@@ -171,7 +176,12 @@ class _MegatronParser:
         where = head["where"]
         at = re.search(r"iteration\s+(\d+)", where)
         # "at the end of training for val data" carries no number: it follows the last iteration.
-        step = int(at.group(1)) if at else self.last_step
+        if at and parse_int(at.group(1)) is None:  # more digits than any iteration has
+            self.partial.append(
+                PartialInput(self.source, "a validation line with an impossible iteration skipped")
+            )
+            return
+        step = parse_int(at.group(1)) if at else self.last_step
         if step is None:
             self.partial.append(
                 PartialInput(self.source, "a validation line before any iteration was skipped")

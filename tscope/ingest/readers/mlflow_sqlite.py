@@ -193,6 +193,7 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
     del counts, logged
     rows = MetricRows()
     untyped = 0
+    negative = 0  # rows with a step below 0: MetricRows would call them "beyond 2**53"
     unstepped_keys: list[str] = []
     for batch in _batches(known_first(names), points, _most_parameters(store)):
         read, untyped_rows = _points_of(store, run_id, batch)
@@ -203,6 +204,9 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
             if numbered:
                 unstepped_keys.append(key)
             for index, (step, number) in enumerate(zip(steps, values, strict=True)):
+                if step < 0 and not numbered:
+                    negative += 1
+                    continue
                 rows.add(index if numbered else step, names[key], number, key)
             if rows.full:
                 break
@@ -223,6 +227,11 @@ def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
             )
         )
     problems.extend(rows.problems())
+    if negative:
+        problems.append(
+            f"{negative} metric row(s) with a negative step left out: mlflow.log_metric steps "
+            "count up from 0"
+        )
     if untyped:
         problems.append(f"{untyped} metric rows whose step or value is not a number left out")
     return LogRead(

@@ -63,7 +63,6 @@ MFU_PERCENT = "train/mfu_percent"
 
 # ---- modded-nanogpt ------------------------------------------------------------------------------
 _MODDED_STEP = re.compile(r"^step:(?P<step>\d+)/(?P<total>\d+) (?P<rest>.*)$")
-_MODDED_FIELD = re.compile(r"(?P<key>[a-z_]+):(?P<value>\S+)")
 _MODDED_METRICS = {"train_loss": LOSS, "val_loss": EVAL_LOSS}
 # Its logs open with the training script, whose print f-string is a cheap, certain fingerprint
 # even when the step lines sit beyond the sniffed bytes.
@@ -131,15 +130,23 @@ class ModdedNanoGPTLogReader:
             match = _MODDED_STEP.match(line)
             if match is None:
                 continue
-            step = int(match["step"])
-            config["num_iterations"] = int(match["total"])
+            step = parse_int(match["step"])
+            if step is None:  # more digits than any step has: not a step line
+                continue
+            total = parse_int(match["total"])
+            if total is not None:
+                config["num_iterations"] = total
             # train_time and step_avg are left out: train_time is reset after the warm-up steps
             # and step_avg is derived from it, so neither is a per-step measurement.
-            for field_match in _MODDED_FIELD.finditer(match["rest"]):
-                metric = _MODDED_METRICS.get(field_match["key"])
-                value = parse_number(field_match["value"])
+            # `key:value` fields split on whitespace, not found by a regex: finditer of
+            # `([a-z_]+):(\S+)` restarted inside every word it failed on, so one line of 200,000
+            # letters took over 60 s (quadratic); splitting is linear.
+            for field in match["rest"].split():
+                key, _, printed = field.partition(":")
+                metric = _MODDED_METRICS.get(key)
+                value = parse_number(printed) if metric is not None else None
                 if metric is not None and value is not None:
-                    rows.add(step, metric, value, field_match["key"])
+                    rows.add(step, metric, value, key)
         if not rows:
             raise no_records_error(display_path, "modded-nanogpt")
         return LogRead(
@@ -153,7 +160,9 @@ class ModdedNanoGPTLogReader:
 
 
 def _add_iteration(match: re.Match[str], rows: MetricRows) -> None:
-    step = int(match["step"])
+    step = parse_int(match["step"])
+    if step is None:  # more digits than any step has: not an iteration line
+        return
     loss = parse_number(match["loss"])
     if loss is not None:
         rows.add(step, LOSS, loss, "loss")
@@ -169,7 +178,9 @@ def _add_iteration(match: re.Match[str], rows: MetricRows) -> None:
 
 
 def _add_evaluation(match: re.Match[str], rows: MetricRows) -> None:
-    step = int(match["step"])
+    step = parse_int(match["step"])
+    if step is None:  # more digits than any step has: not an evaluation line
+        return
     train, val = parse_number(match["train"]), parse_number(match["val"])
     if train is not None:
         rows.add(step, EVAL_TRAIN_LOSS, train, "train loss")

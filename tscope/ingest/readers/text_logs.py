@@ -37,6 +37,11 @@ _LAUNCHER_PREFIX = re.compile(
 # the character-set selections `tput sgr0` ends with (ESC(B).
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
 _CONFIG_INT = re.compile(r"[-+]?\d+")
+# Most digits an integer read from a log may have: every 18-digit integer fits in int64, and no
+# step, count or size gets near 10**18. int() of a longer run is not only meaningless but raises
+# ValueError past 4,300 digits (Python's int_max_str_digits), so `iter <5000 digits>:` was a
+# traceback; a longer number is not a step (the line is skipped) nor a count (kept as text).
+MAX_INT_DIGITS = 18
 
 
 def is_text_log_name(path: Path) -> bool:
@@ -127,8 +132,15 @@ def parse_number(text: str) -> float | None:
 
 
 def parse_int(text: str) -> int | None:
+    """A printed integer ("1,234" too), or None when not one or longer than MAX_INT_DIGITS digits.
+
+    Every step, count and setting a reader takes from a text log goes through here, so that no
+    stranger's digits reach int() unbounded.
+    """
     token = text.strip().replace(",", "")
-    return int(token) if _CONFIG_INT.fullmatch(token) else None
+    if not _CONFIG_INT.fullmatch(token) or len(token.lstrip("+-")) > MAX_INT_DIGITS:
+        return None
+    return int(token)
 
 
 def parse_config_value(text: str) -> int | float | bool | str | None:
@@ -142,9 +154,10 @@ def parse_config_value(text: str) -> int | float | bool | str | None:
         return value == "True"
     if value == "None":
         return None
-    as_int = parse_int(value) if "," not in value else None
-    if as_int is not None:
-        return as_int
+    if _CONFIG_INT.fullmatch(value):
+        as_int = parse_int(value)
+        # Past MAX_INT_DIGITS digits it is no setting's value: shown as printed, not as a number.
+        return value if as_int is None else as_int
     number = parse_number(value)
     if number is not None:
         return number

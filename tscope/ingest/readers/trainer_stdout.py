@@ -18,10 +18,11 @@ import itertools
 import re
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.readers.progress_bars import ProgressBars
 from tscope.ingest.readers.text_logs import (
     iter_lines,
     no_records_error,
@@ -84,8 +85,8 @@ class _PrintedRow:
     values: dict[str, float]
     is_eval: bool
     epoch: float | None
-    bar_before: dict[int, int]  # bar total -> last position shown before the row
-    bar_after: dict[int, int] = field(default_factory=dict)  # first position after, per total
+    # The total of the first bar drawn after the row; the bars' positions around each row are
+    # in ProgressBars, not copied into every row.
     first_total_after: int | None = None
 
 
@@ -98,8 +99,7 @@ class TrainerStdoutReader:
     def read(self, path: Path, display_path: str) -> LogRead:
         rows: list[_PrintedRow] = []
         banner: dict[str, int] = {}
-        bar_position: dict[int, int] = {}
-        bar_moves: Counter[int] = Counter()
+        bars = ProgressBars()
         in_banner = False
         for line in iter_lines(path, display_path):
             if len(rows) >= MAX_PRINTED_ROWS:
@@ -115,10 +115,10 @@ class TrainerStdoutReader:
                     banner[_BANNER_FIELDS[setting["name"]]] = value
                     continue
             for segment in line.split("\r"):  # tqdm redraws its bar after a carriage return
-                _scan_segment(strip_ansi(segment), rows, bar_position, bar_moves)
+                _scan_segment(strip_ansi(segment), rows, bars)
         if not rows:
             raise no_records_error(display_path, "Hugging Face Trainer")
-        steps, caveats = _resolve_steps(rows, banner, bar_moves, display_path)
+        steps, caveats = _resolve_steps(rows, banner, bars, display_path)
         points = MetricRows()
         names: dict[str, str] = {}  # key -> canonical name: a log repeats a few keys
         for row, step in zip(rows, steps, strict=True):
@@ -128,7 +128,7 @@ class TrainerStdoutReader:
                     name = names[key] = canonical_metric(key)
                 points.add(step, name, number, key)
         caveats.extend(_trainer_caveats(rows, steps, display_path))
-        problems = points.problems()
+        problems = points.problems() + bars.problems()
         if len(rows) >= MAX_PRINTED_ROWS:
             problems.append(
                 f"only the first {MAX_PRINTED_ROWS:,} printed rows were read: tscope reads at "
@@ -144,12 +144,7 @@ class TrainerStdoutReader:
         )
 
 
-def _scan_segment(
-    segment: str,
-    rows: list[_PrintedRow],
-    bar_position: dict[int, int],
-    bar_moves: Counter[int],
-) -> None:
+def _scan_segment(segment: str, rows: list[_PrintedRow], bars: ProgressBars) -> None:
     """Record the progress bars and the printed row of one redraw, in the order they appear.
 
     A row runs to the end of its segment (tqdm starts every redraw with "\\r"), so any bar in
@@ -158,27 +153,19 @@ def _scan_segment(
     row_start = segment.find("{'")
     row_end = row_start if row_start >= 0 else len(segment)
     for bar in _PROGRESS.finditer(segment, 0, row_end):
-        _see_bar(int(bar["n"]), int(bar["total"]), rows, bar_position, bar_moves)
+        n, total = parse_int(bar["n"]), parse_int(bar["total"])
+        if n is None or total is None:  # more digits than any bar counts to
+            continue
+        followed = bars.see(n, total, len(rows))  # False past the cap on distinct bars
+        if followed and rows and rows[-1].first_total_after is None:
+            rows[-1].first_total_after = total
     if row_start >= 0:
-        row = _parse_printed_row(segment[row_start:], bar_position)
+        row = _parse_printed_row(segment[row_start:])
         if row is not None:
             rows.append(row)
 
 
-def _see_bar(
-    n: int, total: int, rows: list[_PrintedRow], position: dict[int, int], moves: Counter[int]
-) -> None:
-    if position.get(total) != n:
-        moves[total] += 1
-    position[total] = n
-    if rows:
-        latest = rows[-1]
-        latest.bar_after.setdefault(total, n)
-        if latest.first_total_after is None:
-            latest.first_total_after = total
-
-
-def _parse_printed_row(text: str, bar_position: dict[int, int]) -> _PrintedRow | None:
+def _parse_printed_row(text: str) -> _PrintedRow | None:
     """A Trainer log row from `{'key': value, ...}`, or None if the text is anything else."""
     body = text.rstrip()
     if not (body.startswith("{") and body.endswith("}")):
@@ -204,7 +191,7 @@ def _parse_printed_row(text: str, bar_position: dict[int, int]) -> _PrintedRow |
     if not is_trainer_row or _SUMMARY_KEY in keys or not values:
         return None
     is_eval = any(key.startswith(_EVAL_PREFIXES) for key in keys)
-    return _PrintedRow(values, is_eval, epoch, dict(bar_position))
+    return _PrintedRow(values, is_eval, epoch)
 
 
 def _split_top_level(inner: str) -> list[str] | None:
@@ -248,12 +235,12 @@ def _printed_number(text: str) -> float | None:
 
 
 def _resolve_steps(
-    rows: list[_PrintedRow], banner: dict[str, int], bar_moves: Counter[int], source: str
+    rows: list[_PrintedRow], banner: dict[str, int], bars: ProgressBars, source: str
 ) -> tuple[list[int], list[Caveat]]:
     """The step of every printed row, and the caveats that say how it was found."""
-    training_total = _training_bar_total(rows, banner, bar_moves)
+    training_total = _training_bar_total(rows, banner, bars.moves)
     if training_total is not None:
-        steps, caveats = _steps_from_bar(rows, training_total, banner, source)
+        steps, caveats = _steps_from_bar(rows, training_total, banner, bars, source)
         # Rows printed in one late burst (stdout flushed at exit) all sit after the last bar:
         # they would collapse onto one step, so the bar cannot place them.
         if not _repeats_a_step(rows, steps):
@@ -303,11 +290,9 @@ def _training_bar_total(
 
 
 def _steps_from_bar(
-    rows: list[_PrintedRow], total: int, banner: dict[str, int], source: str
+    rows: list[_PrintedRow], total: int, banner: dict[str, int], bars: ProgressBars, source: str
 ) -> tuple[list[int], list[Caveat]]:
-    exact = {
-        index: row.bar_after[total] for index, row in enumerate(rows) if total in row.bar_after
-    }
+    exact = bars.first_after_rows(total)
     ratios = [
         exact[index] / row.epoch
         for index, row in enumerate(rows)
@@ -325,7 +310,7 @@ def _steps_from_bar(
         # Not redrawn after this row (stdout buffered, or the run ended): the step lies between
         # the last bar position shown before the row and the end of training.
         estimated += 1
-        lower = row.bar_before.get(total, 0)
+        lower = bars.before_row(total, index) or 0
         guess = lower
         if steps_per_epoch is not None and row.epoch is not None:
             guess = round(row.epoch * steps_per_epoch)

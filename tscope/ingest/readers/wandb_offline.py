@@ -20,8 +20,11 @@ Read without wandb (which has no local reader since 0.31, DOMAIN.md §4):
 from __future__ import annotations
 
 import math
+from array import array
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
@@ -45,6 +48,7 @@ from tscope.ingest.readers.wandb_history import (
 from tscope.ingest.readers.wandb_records import MAX_STEP, RunLog
 from tscope.ingest.safe_fs import is_real_folder, read_bytes_bounded
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
+from tscope.model.metric_table import MetricTable, TextColumn
 
 # The sibling files are small; a huge one is not what wandb writes and is not worth the memory.
 SIBLING_MAX_BYTES = 16 * 1024 * 1024
@@ -105,7 +109,7 @@ class WandbOfflineReader:
 def _log_read(log: RunLog, kind: str, display_path: str, problems: list[str]) -> LogRead:
     """What the records said as a LogRead: metric rows, resume and exit events, the caveat of a
     missing exit record, and the config with the summary's scalars."""
-    rows, step_problem = _metric_rows(log.rows)
+    metrics, step_problem = _metric_rows(log.rows, display_path)
     if step_problem:
         problems.append(step_problem)
     if log.dropped_items:
@@ -114,11 +118,23 @@ def _log_read(log: RunLog, kind: str, display_path: str, problems: list[str]) ->
             f"{wandb_records.MAX_HISTORY_KEYS:,} distinct ones not read (no training run logs that many; the "
             "file is crafted or damaged)"
         )
-    if not rows and not log.rows:
+    if log.reached_point_cap:
+        problems.append(
+            f"only the first {wandb_records.MAX_HISTORY_POINTS:,} history items were read: "
+            "tscope reads at most that many from one log file (no training run logs more); the "
+            "rest of the file's history is left out"
+        )
+    if log.oversized_rows:
+        problems.append(
+            f"{log.oversized_rows} history record(s) over "
+            f"{wandb_records.MAX_HISTORY_RECORD_BYTES:,} bytes skipped (no training run logs "
+            "such a row; the file is crafted or damaged)"
+        )
+    if metrics.empty and not log.history_rows:
         problems.append("the log holds no history rows (wandb.log was never called)")
     events: list[RunEvent] = []
     caveats: list[Caveat] = []
-    last_step = max((row[0] for row in rows), default=0)
+    last_step = int(metrics.step.max()) if not metrics.empty else 0
     if log.resumed_at is not None:
         events.append(
             RunEvent(
@@ -154,7 +170,7 @@ def _log_read(log: RunLog, kind: str, display_path: str, problems: list[str]) ->
     return LogRead(
         kind=kind,
         path=display_path,
-        metrics=LogRead.rows_to_table(rows, display_path),
+        metrics=metrics,
         events=events,
         caveats=caveats,
         config=config,
@@ -164,12 +180,15 @@ def _log_read(log: RunLog, kind: str, display_path: str, problems: list[str]) ->
 
 
 def _metric_rows(
-    history: list[tuple[int | None, list[tuple[str, float]]]],
-) -> tuple[list[tuple[int, str, float, str]], str]:
-    """Long-form rows; the optimizer-step key is the step when any row logs one."""
+    history: list[tuple[int | None, list[tuple[str, float]]]], source: str
+) -> tuple[MetricTable, str]:
+    """The long-form table; the optimizer-step key is the step when any row logs one.
+
+    Built in typed arrays (24 bytes a point), not a tuple a point (~100 bytes): at the
+    MAX_HISTORY_POINTS cap the tuples took another 0.5 GB on top of the history read.
+    """
     logged_keys = {key.lower() for _, items in history for key, _ in items}
     global_key = next((key for key in GLOBAL_STEP_KEYS if key in logged_keys), None)
-    rows: list[tuple[int, str, float, str]] = []
     # The series cap, applied before any name is canonicalized: naming costs ~30 us a key, and
     # one history row of 1,000,000 distinct keys (19 MB) took over a minute.
     logged = list(dict.fromkeys(key for _, items in history for key, _ in items))
@@ -178,6 +197,8 @@ def _metric_rows(
         key for key in read_keys if is_wandb_metric_key(key) and not is_bookkeeping_column(key)
     ]
     names = dict(canonical_column_names(metric_keys))
+    key_codes = {key: code for code, key in enumerate(names)}
+    steps, values, codes = array("q"), array("d"), array("i")
     skipped = beyond = 0
     for wandb_step, items in history:
         step = wandb_step
@@ -193,7 +214,12 @@ def _metric_rows(
         if step is None:
             skipped += any(is_wandb_metric_key(key) for key, _ in items)
             continue
-        rows.extend((step, names[key], value, key) for key, value in items if key in names)
+        for key, value in items:
+            code = key_codes.get(key)
+            if code is not None:
+                steps.append(step)
+                values.append(value)
+                codes.append(code)
     problems = []
     if len(read_keys) < len(logged):
         problems.append(
@@ -207,7 +233,23 @@ def _metric_rows(
             f"{beyond} history row(s) skipped: their step is beyond 2**53, which no training "
             "run reaches"
         )
-    return rows, "; ".join(problems)
+    return _table(steps, values, codes, names, source), "; ".join(problems)
+
+
+def _table(
+    steps: array[int], values: array[float], codes: array[int], names: dict[str, str], source: str
+) -> MetricTable:
+    if not steps:
+        return MetricTable.no_rows()
+    key_codes = np.frombuffer(codes, dtype=np.int32).astype(np.intp)
+    return MetricTable(
+        np.frombuffer(steps, dtype=np.int64),
+        TextColumn(key_codes, tuple(names.values())),
+        np.frombuffer(values, dtype=np.float64),
+        source,
+        TextColumn(key_codes, tuple(names)),
+        np.arange(len(steps), dtype=np.int64),
+    ).without_unused_labels()
 
 
 def _as_step(value: float) -> int | None:

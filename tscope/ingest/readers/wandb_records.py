@@ -25,6 +25,7 @@ from tscope.ingest.readers.protobuf_wire import (
     signed64,
     text,
 )
+from tscope.model.metric_rows import MAX_POINTS_PER_FILE
 
 # wandb_internal.Record and the messages it holds (wandb/proto/wandb_internal.proto).
 RECORD_HISTORY, RECORD_SUMMARY, RECORD_CONFIG, RECORD_RUN, RECORD_EXIT = 2, 3, 5, 17, 18
@@ -51,6 +52,14 @@ MAX_HISTORY_KEYS = 100_000
 # levels (run_config.MAX_CONFIG_DEPTH reads 16); one of 1,000 parts built a dict 1,000 deep
 # that writing case.json recursed through (RecursionError, found by fuzzing).
 MAX_KEY_PATH_PARTS = 16
+# History items kept from one log: the points cap every reader applies (metric_rows), counted
+# while reading. A kept item costs ~90 bytes here and as much again as a table row, for ~7 bytes
+# of file: a 100 MB log of small integer items took over 3 GB; at the cap it stops near 1 GB.
+MAX_HISTORY_POINTS = MAX_POINTS_PER_FILE
+# Largest history record decoded. Its fields are listed before its items are kept (~100 bytes a
+# 7-byte item), so one 100 MB record would cost 1.5 GB on its own. A row of MAX_HISTORY_KEYS keys
+# of 30-character names is ~5 MB; a larger record is skipped and counted.
+MAX_HISTORY_RECORD_BYTES = 16 * 1024 * 1024
 
 
 def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | None, bytes]:
@@ -98,6 +107,10 @@ class RunLog:
     key_names: _KeyNames = field(default_factory=dict)
     history_keys: set[str] = field(default_factory=set)  # at most MAX_HISTORY_KEYS
     dropped_items: int = 0  # history items under keys beyond MAX_HISTORY_KEYS
+    history_rows: int = 0  # history records read; `rows` keeps only those with items
+    kept_points: int = 0  # items in `rows`, at most MAX_HISTORY_POINTS
+    reached_point_cap: bool = False  # set when the cap is hit: later history is not read
+    oversized_rows: int = 0  # history records over MAX_HISTORY_RECORD_BYTES, skipped
     started_at: float | None = None
     resumed_at: int | None = None
     exit_code: int | None = None
@@ -107,7 +120,7 @@ class RunLog:
             if wire != LENGTH_DELIMITED or not isinstance(value, bytes):
                 continue
             if number == RECORD_HISTORY:
-                self.rows.append(self._history_row(value))
+                self._add_history(value)
             elif number == RECORD_SUMMARY:
                 self.summary_records.append(value)
             elif number == RECORD_CONFIG:
@@ -120,11 +133,26 @@ class RunLog:
                     if exit_field == EXIT_CODE and isinstance(exit_value, int):
                         self.exit_code = signed64(exit_value)
 
+    def _add_history(self, buffer: bytes) -> None:
+        if self.reached_point_cap:
+            return
+        self.history_rows += 1
+        if len(buffer) > MAX_HISTORY_RECORD_BYTES:
+            self.oversized_rows += 1
+            return
+        step, items = self._history_row(buffer)
+        if items:  # a row without items adds no point (and cost ~120 bytes for ~9 in the file)
+            self.rows.append((step, items))
+            self.kept_points += len(items)
+
     def _history_row(self, buffer: bytes) -> tuple[int | None, list[tuple[str, float]]]:
         step: int | None = None
         items: list[tuple[str, float]] = []
+        room = MAX_HISTORY_POINTS - self.kept_points
         for number, _, value in field_values(buffer):
-            if number == HISTORY_ITEM and isinstance(value, bytes):
+            if number == HISTORY_ITEM and isinstance(value, bytes) and len(items) >= room:
+                self.reached_point_cap = True  # this row's step is still read: it comes last
+            elif number == HISTORY_ITEM and isinstance(value, bytes):
                 _, key, numeric, _ = _item(value, self.key_names)
                 if numeric is None or not key:
                     continue
