@@ -39,8 +39,10 @@ from tscope.analyzers.cause_evidence import (
 )
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, ONE_STEP_CAUSE_LOOKBACK
+from tscope.analyzers.spike_judgement import is_notable
 from tscope.model import Finding
 from tscope.model.categories import ALERT_SEVERITIES
+from tscope.model.metric_names import is_loss_like
 
 # The three evidence terms' weights (see the module docstring; powers of two: lexicographic).
 WEIGHT_MEASURED = 4
@@ -337,11 +339,20 @@ def _inferred(
     # Only for a spike worth a warning by the impact rule: a bump below it is no incident to
     # explain, and a checkpoint statistic whose window holds one (holdout16 trainer_gpt2-
     # control-102: a 1.17× bump for two steps) was headlined "most likely a bad batch (0.95)".
+    # Nor for a loss spike its own finding judged routine (`spike_judgement.is_notable`: a
+    # recovered excursion under 1.5× at a steady LR, a lasting rise the eval loss did not share):
+    # a helper-made run whose training text changed at step 200 had an info loss spike there and
+    # an eval_divergence headline, and the verdict still read "most likely a bad batch (0.70)".
     if (
         incident is not None
         and incident.kind == "spike"
         and incident.end_step is not None
         and incident.severity != "info"
+        and (
+            incident.spike is None
+            or not is_loss_like(incident.spike.metric)
+            or is_notable(evidence.run, incident.spike, evidence.spikes)
+        )
     ):
         found.append(
             Candidate(

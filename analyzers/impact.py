@@ -83,6 +83,12 @@ UNTRAINED_MIN_POINTS = 3
 # synthetic logs (bench/synthetic_logs.py): exponential climbs over 10–30 points were told "as if
 # the weights were lost".
 UNTRAINED_ABRUPT_POINTS = 2
+# ...and the loss stays under this multiple of the first logged loss: lost weights put the
+# loss back near the untrained level (≈ ln V), not far above it (a helper-made SGD run whose LR
+# ×20 drove the loss from ~2.5 to 132, with a first logged loss of 5.73, read "back at the
+# run's first logged loss (132): as if the weights were lost"). Twice the first loss leaves
+# room for a first loss logged after some updates, below ln V.
+UNTRAINED_CEILING = 2.0
 
 
 def back_at_initial(initial: float, level: float, after: np.ndarray) -> bool:
@@ -91,6 +97,8 @@ def back_at_initial(initial: float, level: float, after: np.ndarray) -> bool:
     gain = initial - level
     if not (np.isfinite(initial) and initial > 0 and gain >= UNTRAINED_MIN_GAIN * initial):
         return False
+    if after.size and float(after.max()) > UNTRAINED_CEILING * initial:
+        return False  # a blow-up past the untrained level, not a return to it
     lost = (after - level) / gain >= UNTRAINED_LOST_FRACTION
     return bool(lost[:UNTRAINED_ABRUPT_POINTS].any()) and int(lost.sum()) >= UNTRAINED_MIN_POINTS
 
@@ -111,6 +119,7 @@ class Impact:
     # logged points (1 for a one-point bump; inf when non-finite; 0 without an excess).
     effective_points: float = 0.0
     early: bool = False  # the peak lies in the run's early phase (early_phase.py)
+    initial: float = float("nan")  # the run's first finite logged loss
     eval_held: bool = False  # evaluations inside the window no worse than before the onset
 
     @property
@@ -228,6 +237,7 @@ def measure_impact(
         returned_to_initial=returned,
         effective_points=effective,
         early=is_early_step(run, steps, peak_step),
+        initial=initial,
         eval_held=loss != EVAL_LOSS and eval_held_through(run, onset_step, last) is not None,
     )
 

@@ -37,3 +37,14 @@ def test_an_lr_jump_that_hurts_the_eval_loss_keeps_its_alarms() -> None:
     assert case.summary.card.cause.category == "lr_schedule_jump"
     spikes = [f for f in case.findings if f.category == "loss_spike" and f.severity == "warning"]
     assert spikes and spikes[0].evidence["impact"]["eval_held"] is False
+
+
+def test_a_switch_away_from_the_eval_data_is_not_called_a_bad_batch() -> None:
+    """tests/data/eval_domain_switch/ (fixtures/make_eval_domain_switch_run.py): training moves
+    from torch.nn's source to Markdown at step 200, the eval stays on the source. The train loss
+    steps up and adapts (its loss_spike finding is info: under 1.5× at a steady LR), the eval
+    loss rises and stays up. The verdict read "most likely a bad batch (confidence 0.70)"."""
+    case = tscope.analyze(Path(__file__).resolve().parent / "data" / "eval_domain_switch")
+    assert [f.category for f in case.findings if f.severity != "info"] == ["eval_divergence"]
+    assert "bad batch" not in case.summary.verdict
+    assert case.summary.card is None or case.summary.card.cause.category != "bad_batch"

@@ -75,13 +75,13 @@ class GradNormExplainer:
         findings = []
         if early > 0:
             finding = _sustained_above(
-                steps, rolling, window, HIGH_FACTOR * early, "early", early, clip
+                steps, values, rolling, window, HIGH_FACTOR * early, "early", early, clip
             )
             if finding is not None:
                 findings.append(finding)
         if clip is not None and not findings:
             finding = _sustained_above(
-                steps, rolling, window, CLIP_FACTOR * clip, "clip", early, clip
+                steps, values, rolling, window, CLIP_FACTOR * clip, "clip", early, clip
             )
             if finding is not None:
                 findings.append(finding)
@@ -98,6 +98,7 @@ def clip_threshold(config: dict[str, object]) -> float | None:
 
 def _sustained_above(
     steps: np.ndarray,
+    values: np.ndarray,
     rolling: np.ndarray,
     window: int,
     threshold: float,
@@ -109,8 +110,12 @@ def _sustained_above(
         above = np.flatnonzero(rolling > threshold)
     if above.size == 0:
         return None
-    # The first window whose median is above: its first point is where the high level began.
-    onset_index = max(int(above[0]) - window + 1, 0)
+    # The first window whose median is above holds where the high level began: its first raw
+    # point above the threshold. (The window's first point was up to a window early: a jump at
+    # step 200 read "from about step 181", before the LR jump that caused it.)
+    start = max(int(above[0]) - window + 1, 0)
+    raised = np.flatnonzero(values[start : int(above[0]) + 1] > threshold)
+    onset_index = start + (int(raised[0]) if raised.size else 0)
     onset_step = int(steps[onset_index])
     level = float(np.nanmax(rolling))
     if reference == "early":

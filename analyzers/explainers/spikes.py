@@ -154,8 +154,9 @@ def _loss_spike(run: Run, spike: Spike, notable: bool) -> Finding:
         message += " A transient bump: back to baseline within two logged points."
     if impact.returned_to_initial:
         message += (
-            f" The peak is back at the run's first logged loss ({fmt(impact.peak)}): the level of "
-            "a model that has learned nothing, as if the weights were lost."
+            f" The loss went back to the run's first logged level ({fmt(impact.initial)}, "
+            f"the peak {fmt(impact.peak)}): the level of a model that has learned nothing, as if "
+            "the weights were lost."
         )
     return Finding(
         category="loss_spike",
