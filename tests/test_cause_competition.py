@@ -62,6 +62,8 @@ def test_a_block_frozen_mid_run_is_the_cause_seen_in_one_checkpoint(cases):
     # nanoGPT overwrites one ckpt.pt: the frozen block shows in its Adam step counters alone.
     assert cause.severity == "warning"
     assert cause.evidence["frozen_since_step"] == FROZEN.plant["step"]
+    # dated where the block stopped, not at the checkpoint that shows it (it was before)
+    assert cause.step == FROZEN.plant["step"] < cause.evidence["seen_at_step"]
     assert all(t.startswith("transformer.h.1.") for t in cause.evidence["frozen_tensors"])
     assert bench_causes.cause_is_right(FROZEN, "frozen_parameters", cause.step, cause.source)
     # No spike elsewhere in the run is offered as the frozen block's incident.

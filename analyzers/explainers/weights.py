@@ -358,11 +358,14 @@ def _stopped_finding(
         if confirmed
         else ""
     )
+    # Dated where they stopped, not where a checkpoint saw it (the card of a layer frozen at step
+    # 150 said step 400): the rest's counter maps update counts to this checkpoint's steps.
+    since = max(step - (top - stopped) + 1, 0)
     return Finding(
         category="frozen_parameters",
         severity="warning",
         confidence=0.8,
-        step=step,
+        step=since,
         layer=names[0],
         message=(
             f"{len(names)} tensor(s) stopped training after optimizer step {stopped}: at step "
@@ -373,7 +376,8 @@ def _stopped_finding(
             "frozen_tensors": names[:20],
             "adam_step_of_frozen": stopped,
             "adam_step_of_rest": top,
-            "frozen_since_step": stopped + 1,
+            "frozen_since_step": since,
+            "seen_at_step": step,
             "windows": windows,
             "intentional": False,
         },
