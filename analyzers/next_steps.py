@@ -8,6 +8,7 @@ from tscope.analyzers.cause_alternatives import against, corroborates
 from tscope.analyzers.cause_evidence import lr_change_note
 from tscope.analyzers.causes import compete, incident_of, incident_shape
 from tscope.analyzers.incidents import Incident
+from tscope.analyzers.step_axes import logged_steps_per_checkpoint_step
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
@@ -21,12 +22,18 @@ def incident_step(headline: Finding, incident: Incident | None) -> int | None:
 
 
 def restart_checkpoint(
-    headline: Finding, incident: Incident | None, checkpoints: list[CheckpointInfo]
+    headline: Finding,
+    incident: Incident | None,
+    checkpoints: list[CheckpointInfo],
+    per_checkpoint_step: int = 1,
 ) -> CheckpointInfo | None:
     """The newest checkpoint before whichever came first, the cause or the incident: the newest
-    whose state precedes the onset step's update (see _precedes)."""
+    whose state precedes the onset step's update (see _precedes), its step taken onto the log's
+    axis (`per_checkpoint_step` logged steps each: step_axes.py)."""
     onset = first_step(headline, incident)
-    before = [c for c in checkpoints if onset is not None and _precedes(c, onset)]
+    before = [
+        c for c in checkpoints if onset is not None and _precedes(c, onset, per_checkpoint_step)
+    ]
     return max(before, key=lambda c: c.step or 0) if before else None
 
 
@@ -36,12 +43,13 @@ def restart_checkpoint(
 STATE_BEFORE_LOGGED_STEP = frozenset({"nanogpt", "lightning"})
 
 
-def _precedes(checkpoint: CheckpointInfo, onset: int) -> bool:
+def _precedes(checkpoint: CheckpointInfo, onset: int, per_checkpoint_step: int = 1) -> bool:
     if checkpoint.step is None:
         return False
+    logged = checkpoint.step * per_checkpoint_step
     if checkpoint.format in STATE_BEFORE_LOGGED_STEP:
-        return checkpoint.step <= onset
-    return checkpoint.step < onset
+        return logged <= onset
+    return logged < onset
 
 
 def first_step(headline: Finding, incident: Incident | None) -> int | None:
@@ -66,8 +74,15 @@ def next_steps(
         holds = (
             "with optimizer state" if restart.has_optimizer else "weights only: no optimizer state"
         )
+        per_step = logged_steps_per_checkpoint_step(evidence)
+        where = (
+            f"step {restart.step}"
+            if per_step == 1 or restart.step is None
+            else f"update {restart.step}, logged step {restart.step * per_step}: the log counts "
+            f"{per_step} micro-batches per update"
+        )
         steps.append(
-            f"Restart point: `{restart.path}` (step {restart.step}, {holds}), the newest "
+            f"Restart point: `{restart.path}` ({where}, {holds}), the newest "
             f"checkpoint from before step {onset}'s update."
         )
         step = incident_step(headline, incident)

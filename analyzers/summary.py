@@ -28,6 +28,7 @@ from tscope.analyzers.ranking import (
     STANDALONE_CATEGORIES,
 )
 from tscope.analyzers.signals import fmt, primary_loss, spike_size
+from tscope.analyzers.step_axes import logged_steps_per_checkpoint_step
 from tscope.model import CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.visible_text import sentence_start, visible
@@ -99,7 +100,9 @@ def summarize(
     if headline.category in STANDALONE_CATEGORIES and headline.spike_id is None:
         incident = None  # overfitting, a plateau: the condition is the news, not a nearby spike
     diagnosis = _diagnose(evidence, headline, incident, findings)
-    restart = restart_checkpoint(headline, incident, checkpoints)
+    restart = restart_checkpoint(
+        headline, incident, checkpoints, logged_steps_per_checkpoint_step(evidence)
+    )
     return {
         "status": "incident",
         "verdict": diagnosis.sentence(),

@@ -106,13 +106,22 @@ def _stair_starts(lrs: np.ndarray) -> np.ndarray | None:
     """The index where each run of equal values starts, when the runs are stairs of one length
     (see STAIR_SHARE); None otherwise."""
     starts = np.concatenate(([0], np.flatnonzero(lrs[1:] != lrs[:-1]) + 1))
+    return starts if _stair_length_of(starts) is not None else None
+
+
+def stair_length(lrs: np.ndarray) -> int | None:
+    """How many logged points each LR value is held for when the log is stairs (≥ 2), else None."""
+    return _stair_length_of(np.concatenate(([0], np.flatnonzero(lrs[1:] != lrs[:-1]) + 1)))
+
+
+def _stair_length_of(starts: np.ndarray) -> int | None:
     interior = np.diff(starts)[1:]  # the first run may be cut by the log's start, the last too
     if interior.size < STAIR_MIN_RUNS:
         return None
     lengths, counts = np.unique(interior, return_counts=True)
     if lengths[np.argmax(counts)] < 2 or counts.max() < STAIR_SHARE * interior.size:
         return None
-    return starts
+    return int(lengths[np.argmax(counts)])
 
 
 def _schedule_breaks(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
