@@ -244,20 +244,46 @@ def measure_impact(
 
 def eval_held_through(run: Run, onset_step: int, end_step: int) -> tuple[float, float] | None:
     """(the last eval loss before `onset_step`, the highest after it and before `end_step`)
-    when evaluations were logged in both and none after the onset is above the one before (see
+    when evaluations were logged in both, at least one of them while the train loss was still
+    up (EVAL_WITNESS_SHARE of the rise), and none after the onset is above the one before (see
     the rule); None otherwise."""
-    if not run.has(EVAL_LOSS):
+    loss = primary_loss(run)
+    if not run.has(EVAL_LOSS) or loss is None or loss == EVAL_LOSS:
         return None
     steps, evals = run.series(EVAL_LOSS)
     finite = np.isfinite(evals)
     steps, evals = steps[finite], evals[finite]
     before = evals[steps <= onset_step - EVAL_BEFORE_MARGIN_STEPS]
-    inside = evals[(steps > onset_step) & (steps < end_step)]
+    inside_at = (steps > onset_step) & (steps < end_step)
+    inside = evals[inside_at]
     if not before.size or not inside.size or inside.max() > before[-1]:
         return None
+    raised = _raised_steps(run, loss, onset_step, end_step)
+    witnessed = steps[inside_at]
+    if not raised.size or not np.any((witnessed >= raised[0]) & (witnessed <= raised[-1])):
+        return None  # every evaluation came after the train loss had come back down
     return float(before[-1]), float(inside.max())
 
 
+def _raised_steps(run: Run, loss: str, onset_step: int, end_step: int) -> np.ndarray:
+    """The steps in the window where the train loss stood at least EVAL_WITNESS_SHARE of its
+    rise above its level before the onset."""
+    steps, values = loss_series(run, loss)
+    onset_index = int(np.searchsorted(steps, onset_step, "left"))
+    before = last_finite(values, onset_index, BASELINE_POINTS)
+    window = (steps >= onset_step) & (steps < end_step) & np.isfinite(values)
+    if not before.size or not window.any():
+        return np.empty(0, dtype=steps.dtype)
+    level = float(np.median(before))
+    peak = float(values[window].max())
+    raised: np.ndarray = steps[window & (values >= level + EVAL_WITNESS_SHARE * (peak - level))]
+    return raised
+
+
+# An eval counts as a witness only when taken while the train loss was still at least this share
+# of its rise above its earlier level: an eval taken after a real setback had mostly recovered can
+# be below the one before the onset (training went on between the two).
+EVAL_WITNESS_SHARE = 0.5
 # An evaluation at step N may follow update N, while the loss logged at N preceded it: the eval
 # at the step before the onset can already see the update that broke the loss (an LR ×20 set at
 # update 300: the eval at 300 read 3.59 against 2.61 at 250, and the loss rose at 301). The

@@ -48,3 +48,24 @@ def test_a_switch_away_from_the_eval_data_is_not_called_a_bad_batch() -> None:
     assert [f.category for f in case.findings if f.severity != "info"] == ["eval_divergence"]
     assert "bad batch" not in case.summary.verdict
     assert case.summary.card is None or case.summary.card.cause.category != "bad_batch"
+
+
+def test_an_eval_taken_after_the_train_loss_came_back_down_witnesses_nothing() -> None:
+    """A setback at step 200 mostly recovered by the eval at 250: that eval is below the one at
+    150 (training went on in between) but says nothing of the damage while the loss was up."""
+    import numpy as np
+
+    from tests.planted_logs import as_run
+    from tscope.analyzers.impact import eval_held_through, measure_impact
+
+    steps = np.arange(1, 401)
+    loss = 2.5 - 0.001 * steps + 0.01 * np.random.default_rng(0).standard_normal(400)
+    loss[199:] += 1.2 * np.exp(-(steps[199:] - 200) / 12.0)  # up at 200, mostly back by 240
+    evals = np.full(400, np.nan)
+    evals[[149, 249, 349]] = [2.40, 2.33, 2.25]  # steps 150, 250, 350: ever lower
+    run = as_run({"loss": loss, "eval_loss": evals})
+    assert eval_held_through(run, 200, 300) is None
+    assert not measure_impact(run, 200, 300).eval_held
+    evals[204] = 2.30  # an eval at step 205, while the loss was still up, no worse than before
+    held = as_run({"loss": loss, "eval_loss": evals})
+    assert eval_held_through(held, 200, 300) == (2.40, 2.33)
