@@ -8,7 +8,6 @@ from tscope.analyzers.cause_alternatives import against, corroborates
 from tscope.analyzers.cause_evidence import lr_change_note
 from tscope.analyzers.causes import compete, incident_of, incident_shape
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.step_axes import logged_steps_per_checkpoint_step
 from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
@@ -65,7 +64,10 @@ def next_steps(
     incident: Incident | None,
     checkpoints: list[CheckpointInfo],
     restart: CheckpointInfo | None,
+    per_step: int = 1,
 ) -> list[str]:
+    """The headline's suggestion, the restart point (its step on the log's axis when the log
+    counts `per_step` micro-batches per checkpoint step) and the replay that would test a fix."""
     steps = [headline.suggestion]
     onset = first_step(headline, incident)
     if onset is None:
@@ -74,7 +76,6 @@ def next_steps(
         holds = (
             "with optimizer state" if restart.has_optimizer else "weights only: no optimizer state"
         )
-        per_step = logged_steps_per_checkpoint_step(evidence)
         where = (
             f"step {restart.step}"
             if per_step == 1 or restart.step is None

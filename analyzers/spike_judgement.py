@@ -21,7 +21,7 @@ from tscope.analyzers.impact import (
 from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import primary_loss
 from tscope.model import Run, Spike
-from tscope.model.metric_names import LEARNING_RATE, is_loss_like
+from tscope.model.metric_names import EVAL_LOSS, LEARNING_RATE, is_loss_like
 
 # When a spike is worth a warning: the severity rule's constants live in analyzers/impact.py
 # (TRANSIENT_MAX_POINTS, TRANSIENT_MAX_RATIO, MIN_WARNING_EXCESS), the one rule for every incident.
@@ -106,9 +106,12 @@ def is_notable(run: Run, spike: Spike, spikes: list[Spike]) -> bool:
 
 
 def _data_changed(run: Run, spike: Spike) -> bool:
-    """A loss-like spike that lasted while the eval loss held (impact.py's rule)."""
-    return is_loss_like(spike.metric) and (
-        measure_impact(run, spike.onset_step, spike.end_step, spike.metric).data_changed
+    """A loss-like spike that lasted while the eval loss held (impact.py's rule). Without an
+    eval loss there is nothing to measure: no impact is computed for every spike then."""
+    return (
+        run.has(EVAL_LOSS)
+        and is_loss_like(spike.metric)
+        and (measure_impact(run, spike.onset_step, spike.end_step, spike.metric).data_changed)
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.learning_rate import stair_length
+from tscope.analyzers.lr_stairs import stair_length
 from tscope.model.metric_names import LEARNING_RATE
 
 # A checkpoint's stored LR matches a logged one within this (float32 storage, printed digits).

@@ -100,13 +100,12 @@ def summarize(
     if headline.category in STANDALONE_CATEGORIES and headline.spike_id is None:
         incident = None  # overfitting, a plateau: the condition is the news, not a nearby spike
     diagnosis = _diagnose(evidence, headline, incident, findings)
-    restart = restart_checkpoint(
-        headline, incident, checkpoints, logged_steps_per_checkpoint_step(evidence)
-    )
+    per_step = logged_steps_per_checkpoint_step(evidence)
+    restart = restart_checkpoint(headline, incident, checkpoints, per_step)
     return {
         "status": "incident",
         "verdict": diagnosis.sentence(),
-        "next_steps": next_steps(evidence, headline, incident, checkpoints, restart),
+        "next_steps": next_steps(evidence, headline, incident, checkpoints, restart, per_step),
         "headline_finding": headline.id,
         "card": incident_card(
             diagnosis.what,

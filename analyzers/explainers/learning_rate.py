@@ -16,6 +16,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.lr_config import LR_TOO_LOW, lr_range_findings
 from tscope.analyzers.explainers.lr_peak_instability import lr_too_high_at_peak
 from tscope.analyzers.explainers.warmup_instability import warmup_too_short
+from tscope.analyzers.lr_stairs import stair_starts
 from tscope.analyzers.reach import LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.analyzers.spike_judgement import is_notable
@@ -39,14 +40,6 @@ LR_JUMP_MIN_RELATIVE = 0.25
 # constant LR of a round value (1e-4) that jumps to 3e-4 has no such steps: its jump stays one.
 PRINT_DIGITS_MAX = 12
 PRINT_STEPS_MIN = 2
-# A loop that logs the LR once per micro-batch under gradient accumulation (an accelerate loop
-# logging by batch index) holds each value for k points, then steps: against the flat points
-# before it, every stair of a linear warm-up read as a jump (×2, ×1.5, ×1.33 on two healthy
-# helper-made runs, 3-5 warnings each). When at least STAIR_SHARE of the interior runs of equal
-# values have the same length k ≥ 2 (and there are STAIR_MIN_RUNS of them), the schedule is
-# judged on the first point of each stair. A constant LR that jumps once has two runs, not stairs.
-STAIR_MIN_RUNS = 4
-STAIR_SHARE = 0.8
 # An upward jump back to the run's earlier peak (within this band of it), from below RESTART_FROM of
 # it, is a warm restart (cosine with hard restarts, SGDR) when the loss does not react: info, not
 # a warning. Measured (scripts/measure_lr_ramp.py, --train-synthetic and --bench-split dev): the hard
@@ -93,35 +86,13 @@ def lr_jumps(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
     10^4-point schedule is judged in about a millisecond.
     """
     lrs = np.asarray(lrs, dtype=np.float64)
-    starts = _stair_starts(lrs)
+    starts = stair_starts(lrs)  # one point per stair (lr_stairs.py)
     if starts is not None:
         return [
             LrJump(int(starts[jump.index]), jump.step, jump.before, jump.after)
             for jump in _schedule_breaks(np.asarray(steps)[starts], lrs[starts])
         ]
     return _schedule_breaks(steps, lrs)
-
-
-def _stair_starts(lrs: np.ndarray) -> np.ndarray | None:
-    """The index where each run of equal values starts, when the runs are stairs of one length
-    (see STAIR_SHARE); None otherwise."""
-    starts = np.concatenate(([0], np.flatnonzero(lrs[1:] != lrs[:-1]) + 1))
-    return starts if _stair_length_of(starts) is not None else None
-
-
-def stair_length(lrs: np.ndarray) -> int | None:
-    """How many logged points each LR value is held for when the log is stairs (≥ 2), else None."""
-    return _stair_length_of(np.concatenate(([0], np.flatnonzero(lrs[1:] != lrs[:-1]) + 1)))
-
-
-def _stair_length_of(starts: np.ndarray) -> int | None:
-    interior = np.diff(starts)[1:]  # the first run may be cut by the log's start, the last too
-    if interior.size < STAIR_MIN_RUNS:
-        return None
-    lengths, counts = np.unique(interior, return_counts=True)
-    if lengths[np.argmax(counts)] < 2 or counts.max() < STAIR_SHARE * interior.size:
-        return None
-    return int(lengths[np.argmax(counts)])
 
 
 def _schedule_breaks(steps: np.ndarray, lrs: np.ndarray) -> list[LrJump]:
