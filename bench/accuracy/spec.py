@@ -85,6 +85,7 @@ HELD_OUT_SPLITS = {
     "holdout15": 15,
     "holdout16": 100,
     "holdout17": 105,
+    "holdout18": 110,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
