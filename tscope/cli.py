@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from tscope.child_python import guard_child_pythons
 from tscope.cli_audit import replay, xray
 from tscope.cli_help import PlainCommand, PlainGroup
 from tscope.cli_options import (
@@ -283,6 +284,7 @@ def demo(
 
 
 def main() -> None:
+    guard_child_pythons()  # before any command can start a worker (child_python.py)
     app()
 
 

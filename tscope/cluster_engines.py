@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
+from tscope.child_python import guard_child_pythons
 from tscope.cluster_workers import Named, run_in_workers
 from tscope.errors import UsageError
 
@@ -74,6 +75,7 @@ def _on_dask(
 
     local: Any = None
     if address is None:
+        guard_child_pythons()  # the local workers are spawned interpreters (child_python.py)
         # One single-threaded worker process per core asked for, as the local pool: the readers
         # and analyzers hold the GIL, so threads in one worker would not run side by side.
         local = LocalCluster(  # type: ignore[no-untyped-call]

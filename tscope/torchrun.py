@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from tscope.child_python import child_environment
 from tscope.errors import UsageError
 
 # What torchrun's failure summary says of the first rank that failed ("Root Cause" section).
@@ -43,7 +44,7 @@ def run_ranks(
             worker,
             str(spec_file),
         ]
-        return _run_once(command, environment, timeout_s, what)
+        return _run_once(command, environment, timeout_s, what, spec_file.parent)
 
     done = launch()
     if done.returncode != 0 and RENDEZVOUS_ERROR.search(done.stderr):
@@ -54,15 +55,23 @@ def run_ranks(
 
 
 def _run_once(
-    command: list[str], environment: Mapping[str, str], timeout_s: int, what: str
+    command: list[str],
+    environment: Mapping[str, str],
+    timeout_s: int,
+    what: str,
+    folder: Path,
 ) -> subprocess.CompletedProcess[str]:
+    # Started in tscope's own scratch folder (the spec's), never in the user's working
+    # directory, which may be a stranger's run folder: `-m` would import from it
+    # (child_python.py), and the ranks' stray files would land there.
     try:
         return subprocess.run(
             command,
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            env=dict(environment),
+            env=child_environment(environment),
+            cwd=folder,
             check=False,
         )
     except subprocess.TimeoutExpired:
