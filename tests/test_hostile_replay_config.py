@@ -61,3 +61,44 @@ def test_a_config_json_with_auto_map_is_never_offered_to_run(tmp_path, monkeypat
     assert not (checkpoint / "PWNED").exists()
     assert not any(Path(tmp_path).rglob("PWNED"))
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("asked", ["kernels-community/flash-attn2", "flash_attention_2"])
+def test_a_config_json_naming_a_hub_kernel_is_built_with_local_attention(
+    tmp_path, monkeypatch, asked
+):
+    # transformers looks such an attention up on the Hugging Face Hub (a kernel whose code it
+    # downloads and imports): the replay must not even ask the network.
+    import socket
+
+    import torch
+    import transformers
+
+    checkpoint = tmp_path / "checkpoint-10"
+    checkpoint.mkdir()
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
+    config.save_pretrained(checkpoint)
+    weights = {k: v.clone() for k, v in transformers.LlamaForCausalLM(config).state_dict().items()}
+    saved = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**saved, "attn_implementation": asked}))
+    looked_up: list[object] = []
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        looked_up.append(args)
+        raise OSError("tscope must not reach the network here")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    files = SimpleNamespace(choice=SimpleNamespace(path=checkpoint, shown="checkpoint-10"))
+    model = _from_hf_config(files, weights)  # type: ignore[arg-type]
+    assert looked_up == []
+    assert model.config._attn_implementation == "sdpa"
+    assert isinstance(model, torch.nn.Module)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import TscopeError, UnreadableInput, UsageError
+from tscope.model.visible_text import visible
 from tscope.replay.entry import Entry
 from tscope.replay.files import CheckpointFiles
 
@@ -30,6 +31,8 @@ NAMES_SHOWN = 5
 # `n_layer: 3e6` ran 30-45 s into a MemoryError before either was refused.
 MAX_PARAMETERS_PER_STORED = 2
 PARAMETER_SLACK = 1_000_000
+# Attention implementations that run only torch code already installed (no Hub kernel).
+LOCAL_ATTENTION = frozenset({"eager", "sdpa"})
 HF_CONFIG_HINT = "Define build_model(config) in the entry file, or replay the run's own checkpoint"
 # transformers config keys that count modules (layers, experts), each storing at least one tensor.
 # Not every key naming layers counts them: Qwen2's `max_window_layers` (28 by default) exceeds a
@@ -67,6 +70,12 @@ def build_model(files: CheckpointFiles, entry: Entry) -> BuiltModel:
         weights = files.weights()
         model = _from_hf_config(files, weights)
         notes.append(f"model built from config.json ({architecture})")
+        asked = config.get("attn_implementation", config.get("_attn_implementation"))
+        if asked is not None and asked not in LOCAL_ATTENTION:
+            notes.append(
+                f"config.json asks for attention {visible(str(asked)[:80])}; replayed with sdpa "
+                "(tscope fetches no kernel from the Hugging Face Hub)"
+            )
         notes.extend(_load_weights(model, files, weights))
         model.train()
         return BuiltModel(model, _is_transformers(model), notes)
@@ -135,9 +144,10 @@ def _from_hf_config(
             if weights is None:
                 weights = files.weights()
             _refuse_more_layers_than_tensors(config, weights, files)
-            _refuse_more_parameters_than_stored(config, weights, files, transformers)
+            attention = local_attention(config)
+            _refuse_more_parameters_than_stored(config, weights, files, transformers, attention)
             model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-                config, trust_remote_code=False
+                config, trust_remote_code=False, attn_implementation=attention
             )
     except (ValueError, KeyError, OSError) as error:
         raise UsageError(
@@ -155,6 +165,16 @@ def _from_hf_config(
             HF_CONFIG_HINT,
         ) from error
     return model
+
+
+def local_attention(config: Any) -> str:
+    """The attention implementation the model is built with: the config's own when it is one
+    that runs torch code installed here, else "sdpa" (transformers' default). Any other value is
+    looked up by transformers on the Hugging Face Hub: a config.json naming
+    `kernels-community/flash-attn2` (or `flash_attention_2` without flash-attn installed) made
+    the replay query the Hub for a kernel to download and import, a stranger's code."""
+    named = getattr(config, "_attn_implementation", None)
+    return named if named in LOCAL_ATTENTION else "sdpa"
 
 
 def _first_line(error: BaseException) -> str:
@@ -178,14 +198,20 @@ def _refuse_more_layers_than_tensors(
 
 
 def _refuse_more_parameters_than_stored(
-    config: Any, weights: dict[str, torch.Tensor], files: CheckpointFiles, transformers: Any
+    config: Any,
+    weights: dict[str, torch.Tensor],
+    files: CheckpointFiles,
+    transformers: Any,
+    attention: str,
 ) -> None:
     """Build the model on torch's meta device (shapes only, no memory) and refuse a config whose
     model is far larger than the weights beside it."""
     import torch
 
     with torch.device("meta"):
-        skeleton = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+        skeleton = transformers.AutoModelForCausalLM.from_config(
+            config, trust_remote_code=False, attn_implementation=attention
+        )
     wanted = sum(parameter.numel() for parameter in skeleton.parameters())
     stored = sum(tensor.numel() for tensor in weights.values())
     if wanted > MAX_PARAMETERS_PER_STORED * stored + PARAMETER_SLACK:
