@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from tscope.model import LogRead
+from tscope.model.plain_digits import is_plain_digits
 
 # Folders a producer creates inside one run: everything below one belongs to the run above it
 # (DVCLive's `plots/metrics/<key>.tsv`, a key's `/` as sub-folders; MLflow's `<run>/metrics/`
@@ -120,7 +121,11 @@ def _log_name(kind: str, file_name: str) -> str:
     if kind in _PRODUCER_NAMED:
         return _PRODUCER_NAMED[kind]
     stem = file_name.lower()
-    while "." in stem and len(stem.rsplit(".", 1)[1]) <= 5 and not stem.rsplit(".", 1)[1].isdigit():
+    while (
+        "." in stem
+        and len(stem.rsplit(".", 1)[1]) <= 5
+        and not is_plain_digits(stem.rsplit(".", 1)[1])
+    ):
         stem = stem.rsplit(".", 1)[0]  # .log, .csv, .jsonl, .json, .txt (and .tar.gz-like runs)
     while True:
         shorter = _SEGMENT_SUFFIX.sub("", stem)

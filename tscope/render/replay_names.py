@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tscope.model.plain_digits import is_plain_digits
 from tscope.render.formatting import format_number, format_step, format_value, parse_number
 
 MAX_CHARTED_STATISTICS = 6
@@ -97,6 +98,6 @@ def _number(value: Any) -> str:
 
 def _sort_step(step: Any) -> tuple[float, str]:
     number = parse_number(step)
-    if number is None and isinstance(step, str) and step.lstrip("-").isdigit():
+    if number is None and isinstance(step, str) and is_plain_digits(step.lstrip("-")):
         number = float(step)
     return (number if number is not None else float("inf"), str(step))

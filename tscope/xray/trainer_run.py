@@ -19,6 +19,7 @@ from typing import Any
 
 from tscope.errors import UnreadableInput, UsageError
 from tscope.ingest.safe_fs import is_real_folder, is_regular_file
+from tscope.model.plain_digits import is_plain_digits
 from tscope.model.xray import XrayResult
 from tscope.torchrun import last_error_line, run_ranks
 from tscope.xray.probe import DEFAULT_LENGTHS, Probe, cycled_lengths, make_probe
@@ -62,7 +63,9 @@ def find_run_files(run_dir: Path) -> tuple[Path, Path | None]:
         )
     folders = [run_dir]
     checkpoints = [  # a linked checkpoint folder is not read through (docs/security.md)
-        p for p in run_dir.glob("checkpoint-*") if is_real_folder(p) and p.name[11:].isdigit()
+        p
+        for p in run_dir.glob("checkpoint-*")
+        if is_real_folder(p) and is_plain_digits(p.name[11:])
     ]
     folders += sorted(checkpoints, key=lambda p: -int(p.name[11:]))
     for folder in folders:

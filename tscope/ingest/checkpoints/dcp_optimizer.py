@@ -19,6 +19,7 @@ from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
 from tscope.ingest.checkpoints.dcp_layout import HYPER_KEYS, DcpFolder, Where
 from tscope.ingest.checkpoints.state_dict_files import normalize_name
 from tscope.model import PartialInput
+from tscope.model.plain_digits import is_plain_digits
 
 
 def read_optimizer_state(
@@ -75,9 +76,9 @@ def _read_groups(
             owner, _, hyper = key[len(groups_prefix) :].rpartition(".")
             if hyper in (*HYPER_KEYS, "params"):
                 by_owner.setdefault(owner, {})[hyper] = key
-        indexed = all(owner.isdigit() for owner in by_owner)
+        indexed = all(is_plain_digits(owner) for owner in by_owner)
         for owner in sorted(
-            by_owner, key=lambda o: (not o.isdigit(), int(o) if o.isdigit() else 0, o)
+            by_owner, key=lambda o: (not is_plain_digits(o), int(o) if is_plain_digits(o) else 0, o)
         ):
             values = {
                 hyper: _hyper(folder, key, options, partial)

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tscope.model.plain_digits import is_plain_digits
+
 
 @dataclass(frozen=True)
 class ParamSpec:
@@ -99,7 +101,7 @@ def _ranks(model_type: str | None, norms_last: bool) -> dict[str, int]:
 
 
 def _segment_key(segment: str, ranks: dict[str, int]) -> tuple[int, int, str]:
-    if segment.isdigit():  # ModuleList index: numeric order
+    if is_plain_digits(segment):  # ModuleList index: numeric order
         return (-1, int(segment), "")
     return (ranks.get(segment.lower(), _UNKNOWN_RANK), 0, segment)
 
@@ -124,7 +126,7 @@ def inferred_orders(
 
 
 def _natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    return tuple((0, int(s)) if s.isdigit() else (1, s) for s in name.split("."))
+    return tuple((0, int(s)) if is_plain_digits(s) else (1, s) for s in name.split("."))
 
 
 def architecture_order(

@@ -31,6 +31,7 @@ from tscope.ingest.lfs_pointer import is_lfs_pointer, refuse_lfs_pointer
 from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
+from tscope.model.plain_digits import is_plain_digits
 
 if TYPE_CHECKING:
     import torch
@@ -82,7 +83,7 @@ def step_value(value: Any) -> int | None:
     try:
         if isinstance(value, str):
             value = value.strip()
-            number: Any = int(value) if value.lstrip("+-").isdigit() else float(value)
+            number: Any = int(value) if is_plain_digits(value.lstrip("+-")) else float(value)
         else:
             number = value.item() if hasattr(value, "item") and hasattr(value, "numel") else value
             if hasattr(number, "numel"):

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tscope.model.plain_digits import is_plain_digits
+
 if TYPE_CHECKING:
     import torch
 
@@ -41,7 +43,7 @@ def block_of(parameter_name: str, block_names: list[str]) -> str | None:
     if not parameter_name.startswith(start):
         return None
     index = parameter_name[len(start) :].split(".", 1)[0]
-    return f"{start}{index}" if index.isdigit() else None
+    return f"{start}{index}" if is_plain_digits(index) else None
 
 
 def model_config(model: torch.nn.Module, config: Any = None) -> Any:
