@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from tscope.ingest.checkpoints.param_order import ParamSpec, inferred_orders
-from tscope.ingest.checkpoints.state_dict_files import step_value
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.model.plain_digits import is_plain_digits
 from tscope.render.replay_names import _sort_step
 from tscope.xray.trainer_run import find_run_files

@@ -23,7 +23,8 @@ from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.optimizer_mapping import ACCELERATE_RULES
 from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.checkpoints.rng_state import read_accelerate_rng_state
-from tscope.ingest.checkpoints.state_dict_files import step_from_name, step_value
+from tscope.ingest.checkpoints.state_dict_files import step_from_name
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.ingest.checkpoints.weights_folder import (
     WEIGHT_FILES,
     WeightsFolderCheckpoint,

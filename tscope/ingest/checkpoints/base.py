@@ -33,6 +33,9 @@ class OptimizerState:
     group_of: dict[str, int] = field(default_factory=dict)  # parameter name -> group index
     # state entries that could not be given a name, each with the reason (shape mismatch, ...)
     unmapped: list[str] = field(default_factory=list)
+    # values of the wrong kind (a step counter in text, a moment that is no array), ignored: the
+    # case lists them as partial
+    malformed: list[str] = field(default_factory=list)
     # fp32 master weights when the producer keeps them apart (DeepSpeed), by parameter name
     master_weights: dict[str, Any] | None = None
 

@@ -39,7 +39,8 @@ from tscope.ingest.checkpoints.dcp_layout import (
     load_folder,
 )
 from tscope.ingest.checkpoints.dcp_optimizer import read_optimizer_state
-from tscope.ingest.checkpoints.state_dict_files import read_json, step_from_name, step_value
+from tscope.ingest.checkpoints.state_dict_files import read_json, step_from_name
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.ingest.safe_fs import is_inside
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit

@@ -37,7 +37,8 @@ from tscope.ingest.checkpoints.deepspeed_optimizer import (
 )
 from tscope.ingest.checkpoints.deepspeed_pickle import load_deepspeed_file
 from tscope.ingest.checkpoints.pickle_literals import pickle_strings
-from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name, step_value
+from tscope.ingest.checkpoints.state_dict_files import normalize_name, step_from_name
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.ingest.safe_fs import is_real_folder, is_regular_file, read_bytes_bounded
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit

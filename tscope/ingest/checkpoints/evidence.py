@@ -63,6 +63,7 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
             for group in state.param_groups
         )
         unmapped = tuple(state.unmapped)
+        partial.extend(PartialInput(handle.info.path, problem) for problem in state.malformed)
     info = handle.info
     audit = handle.audit()
     # Read last: optimizer_state() and audit() add the files they refused to the handle.

@@ -27,7 +27,8 @@ from tscope.ingest.checkpoints.deepspeed import DeepSpeedCheckpoint, DeepSpeedRe
 from tscope.ingest.checkpoints.deepspeed_optimizer import optim_files
 from tscope.ingest.checkpoints.hf_trainer_resume import TrainerResumeFiles, trainer_resume_audit
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
-from tscope.ingest.checkpoints.state_dict_files import step_from_name, step_value
+from tscope.ingest.checkpoints.state_dict_files import step_from_name
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.ingest.checkpoints.weights_folder import (
     WEIGHT_FILES,
     WeightsFolderCheckpoint,

@@ -40,8 +40,8 @@ from tscope.ingest.checkpoints.state_dict_files import (
     describe_torch_file,
     normalize_name,
     step_from_name,
-    step_value,
 )
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 

@@ -30,8 +30,8 @@ from tscope.ingest.checkpoints.state_dict_files import (
     TensorSource,
     describe_torch_file,
     step_from_name,
-    step_value,
 )
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -91,8 +91,8 @@ class NanoGptCheckpoint:
         if not self._source.order:
             raise UnreadableInput(display_path, "its `model` state dict holds no parameters")
         iter_num = loaded.get("iter_num")
-        self.config: dict[str, Any] = dict(loaded.get("config") or {})
-        self.model_args: dict[str, Any] = dict(loaded.get("model_args") or {})
+        self.config: dict[str, Any] = self._mapping(loaded, "config")
+        self.model_args: dict[str, Any] = self._mapping(loaded, "model_args")
         self.info = CheckpointInfo(
             step=step_value(iter_num) if isinstance(iter_num, int) else step_from_name(path.name),
             path=display_path,
@@ -102,6 +102,19 @@ class NanoGptCheckpoint:
         )
         self._optimizer: OptimizerState | None = None
         self._mapping_note = ""
+
+    def _mapping(self, loaded: Mapping[str, Any], key: str) -> dict[str, Any]:
+        """nanoGPT's `config` or `model_args` dict; anything else a stranger put there is noted
+        and read as empty (a float or a list there was a TypeError traceback)."""
+        value = loaded.get(key)
+        if value is None or isinstance(value, Mapping):
+            return dict(value or {})
+        self.partial.append(
+            PartialInput(
+                self._shown, f"its `{key}` is a {type(value).__name__}, not a dict: ignored"
+            )
+        )
+        return {}
 
     def tensor_names(self) -> list[str]:
         return self._source.names()

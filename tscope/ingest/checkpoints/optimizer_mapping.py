@@ -16,6 +16,7 @@ from typing import Any
 
 from tscope.ingest.checkpoints.base import OptimizerState
 from tscope.ingest.checkpoints.param_order import ParamSpec
+from tscope.ingest.checkpoints.step_numbers import step_value
 
 # A grouping rule: parameters in named_parameters() order -> the names of each param group.
 GroupingRule = Callable[[Sequence[ParamSpec]], list[list[str]]]
@@ -72,6 +73,10 @@ def single_group(params: Sequence[ParamSpec]) -> list[list[str]]:
 # themselves: `no_decay = ["bias", "layer_norm.weight"]` (older ones "LayerNorm.weight"), matched
 # as case-sensitive substrings of the name, so GPT-2's ln_1.weight and Llama's
 # input_layernorm.weight decay there, unlike in the Trainer.
+# Per-coordinate optimizer state whose shape is the parameter's, in the order it is checked.
+MOMENT_KEYS = ("exp_avg", "momentum_buffer", "exp_avg_sq", "square_avg")
+# Malformed state entries named one by one; past this, counted (a crafted file can hold millions).
+MALFORMED_NOTES = 5
 _NO_TRAINER_NO_DECAY = ("bias", "layer_norm.weight", "LayerNorm.weight")
 
 
@@ -267,11 +272,16 @@ def _try(
 def _moment_shape(entry: Any) -> tuple[int, ...] | None:
     if not isinstance(entry, Mapping):
         return None
-    for key in ("exp_avg", "momentum_buffer", "exp_avg_sq", "square_avg"):
-        value = entry.get(key)
-        if value is not None and hasattr(value, "shape"):
+    for key in MOMENT_KEYS:
+        value: Any = entry.get(key)
+        if _is_array(value):
             return tuple(int(d) for d in value.shape)
     return None
+
+
+def _is_array(value: Any) -> bool:
+    """A tensor (or an array) rather than a number or text that a crafted file put there."""
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, str)
 
 
 def _build(
@@ -282,6 +292,7 @@ def _build(
     shapes: Mapping[str, tuple[int, ...]],
 ) -> OptimizerState:
     result = OptimizerState(param_groups=hyper)
+    malformed = 0
     for index, group in enumerate(groups):
         for param_id in group["params"]:
             if param_id in id_to_name:
@@ -298,10 +309,23 @@ def _build(
                 f"parameter has {list(shapes[name])}"
             )
             continue
-        moments = {k: v for k, v in entry.items() if k != "step"}
-        step = entry.get("step")
-        moments["step"] = float(step) if step is not None else None
+        # A stranger's entry can hold anything: only arrays are moments, and the step counter
+        # must be a step ("abc", a 2-value tensor and -2^63 were tracebacks downstream).
+        moments = {k: v for k, v in entry.items() if k != "step" and _is_array(v)}
+        dropped = sorted(
+            str(k) for k in entry if k != "step" and k in MOMENT_KEYS and k not in moments
+        )
+        step, counter = entry.get("step"), step_value(entry.get("step"))
+        problems = [f"`{key}` is not an array" for key in dropped]
+        if step is not None and counter is None:
+            problems.append("its step counter is not a step")
+        if problems and len(result.malformed) < MALFORMED_NOTES:
+            result.malformed.append(f"optimizer state of {name}: {', '.join(problems)}; ignored")
+        malformed += bool(problems)
+        moments["step"] = float(counter) if counter is not None else None
         result.per_param[name] = moments
+    if malformed > len(result.malformed):
+        result.malformed.append(f"{malformed - len(result.malformed)} more such entries ignored")
     return result
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tscope.ingest.checkpoints.optimizer_mapping import is_param_id
+from tscope.ingest.checkpoints.step_numbers import step_value
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,17 @@ def summarize_optimizer(raw: Any) -> OptimizerSummary:
     groups: list[Any] = raw["param_groups"] if isinstance(raw.get("param_groups"), list) else []
     notes = []
     for index, group in enumerate(groups):
-        ids = group.get("params") if isinstance(group, Mapping) else None
+        if not isinstance(group, Mapping):
+            notes.append(
+                f"optimizer group {index} is a {type(group).__name__}, not a group: ignored"
+            )
+            continue
+        ids = group.get("params")
         ids = [i for i in ids if is_param_id(i)] if isinstance(ids, list | tuple) else []
         entries = [state[i] for i in ids if i in state and isinstance(state[i], Mapping)]
         with_moments = sum(1 for e in entries if _holds_moments(e))
-        steps = sorted({float(e["step"]) for e in entries if e.get("step") is not None})
+        counters = (step_value(e.get("step")) for e in entries)
+        steps = sorted({float(c) for c in counters if c is not None})
         counted = (
             "no step counters"
             if not steps
@@ -91,5 +98,5 @@ def _keeps_no_state(groups: list[Any]) -> bool:
 def _short(value: Any) -> str:
     try:
         return f"{float(value):.3g}"
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):  # text, a 2-value tensor, 10**400
+        return str(value)[:40]

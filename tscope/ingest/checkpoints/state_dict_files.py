@@ -27,11 +27,11 @@ from tscope.ingest.checkpoints.pickle_decoder import UndecodablePickle
 from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.safe_load import safe_torch_load
 from tscope.ingest.checkpoints.safetensors_header import HeaderEntry, read_header, read_tensor
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.ingest.lfs_pointer import is_lfs_pointer, refuse_lfs_pointer
 from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
-from tscope.model.plain_digits import is_plain_digits
 
 if TYPE_CHECKING:
     import torch
@@ -68,32 +68,6 @@ SCHEDULER_KEYS = ("lr_scheduler", "scheduler", "scheduler_state_dict")
 SCALER_KEYS = ("scaler", "grad_scaler", "scaler_state_dict")
 RNG_KEYS = ("rng_state", "rng_states", "rng", "cpu_rng_state", "torch_rng_state")
 SAMPLER_KEYS = ("sampler", "sampler_state", "dataloader", "data_loader")
-
-
-# Steps beyond 2^53 are not exact as floats (the layers table and charts hold them as such) and
-# far beyond any run; a file claiming one is forged or damaged, so its step counts as unknown.
-MAX_STEP = 1 << 53
-
-
-def step_value(value: Any) -> int | None:
-    """A step read from a file (int, float, numeric string, 0-d tensor) if it is a plausible
-    one: a whole number in 0..MAX_STEP. NaN, 1e400, 2^63, "abc", True and [1] give None."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        if isinstance(value, str):
-            value = value.strip()
-            number: Any = int(value) if is_plain_digits(value.lstrip("+-")) else float(value)
-        else:
-            number = value.item() if hasattr(value, "item") and hasattr(value, "numel") else value
-            if hasattr(number, "numel"):
-                return None
-        as_int = int(number)
-        if isinstance(number, float) and number != as_int:
-            return None
-    except (TypeError, ValueError, OverflowError, RuntimeError):
-        return None
-    return as_int if 0 <= as_int <= MAX_STEP else None
 
 
 def step_from_name(name: str) -> int | None:

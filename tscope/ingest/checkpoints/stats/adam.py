@@ -57,8 +57,16 @@ def _scalar(value: Any) -> float:
     """A step counter or hyper-parameter saved as a float, an int or a 0-d tensor."""
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):  # text, a 2-value tensor, 10**400
         return NAN
+
+
+def _bias_correction(beta: float, step: float) -> float:
+    """1 − β^t for an Adam β in [0, 1) and a step ≥ 0, else NaN: a crafted β of 1e300 overflows,
+    a negative one to a fractional power is complex."""
+    if not (0.0 <= beta < 1.0 and step >= 0.0):
+        return NAN
+    return 1.0 - float(beta**step)
 
 
 def _adam_chunk(
@@ -107,11 +115,10 @@ def adam_stats(
     eps = _scalar(group.get("eps")) if group else NAN
     betas = group.get("betas") if group else None
     beta1 = beta2 = NAN
-    if betas is not None and len(betas) == 2:
+    if isinstance(betas, list | tuple) and len(betas) == 2:
         beta1, beta2 = _scalar(betas[0]), _scalar(betas[1])
     # Bias corrections 1 − β^t; NaN (norms only) without a usable step, betas or eps.
-    correction1 = 1.0 - beta1**step
-    correction2 = 1.0 - beta2**step
+    correction1, correction2 = _bias_correction(beta1, step), _bias_correction(beta2, step)
     usable = step > 0 and math.isfinite(eps) and correction1 > 0 and correction2 > 0
     sum_m2 = sum_v2 = sum_update2 = 0.0
     dominated = never = 0

@@ -1,0 +1,83 @@
+"""Checkpoint values of the wrong kind (red-team pass of session 25). Each file is a plain
+torch.save of dicts, tensors, text and numbers, loadable with weights_only=True: no pickle trick,
+only a value where another kind belongs. Each was a traceback; now the value is ignored, the
+file still analyzed, and the case says what was ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from tscope.pipeline import analyze_run
+
+
+def nanogpt_checkpoint() -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = {
+        "transformer.wte.weight": torch.randn(8, 4),
+        "transformer.h.0.mlp.weight": torch.randn(4, 4),
+        "transformer.h.0.ln.weight": torch.ones(4),
+    }
+    state = {
+        index: {
+            "step": torch.tensor(100.0),
+            "exp_avg": torch.randn_like(tensor) * 1e-3,
+            "exp_avg_sq": torch.rand_like(tensor) * 1e-6,
+        }
+        for index, tensor in enumerate(model.values())
+    }
+    groups = [
+        {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "params": [0, 1]},
+        {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0, "params": [2]},
+    ]
+    return {
+        "model": model,
+        "optimizer": {"state": state, "param_groups": groups},
+        "model_args": {"n_layer": 1, "n_embd": 4},
+        "iter_num": 100,
+        "config": {"learning_rate": 1e-3},
+    }
+
+
+def _state(checkpoint: dict[str, Any], index: int) -> dict[str, Any]:
+    return checkpoint["optimizer"]["state"][index]
+
+
+def _group(checkpoint: dict[str, Any], index: int) -> dict[str, Any]:
+    return checkpoint["optimizer"]["param_groups"][index]
+
+
+EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str | None]] = {
+    "step_text": (lambda c: _state(c, 1).update(step="abc"), "step counter is not a step"),
+    "step_two_values": (
+        lambda c: _state(c, 1).update(step=torch.tensor([1.0, 2.0])),
+        "step counter is not a step",
+    ),
+    "step_int64_min": (lambda c: _state(c, 1).update(step=-(2**63)), "step counter is not a step"),
+    "moment_text": (
+        lambda c: _state(c, 0).update(exp_avg_sq="abc"),
+        "`exp_avg_sq` is not an array",
+    ),
+    "betas_number": (lambda c: _group(c, 0).update(betas=0.9), None),
+    "betas_dict": (lambda c: _group(c, 0).update(betas={"a": 1, "b": 2}), None),
+    "betas_huge": (lambda c: _group(c, 0).update(betas=(1e300, -0.5)), None),
+    "lr_two_values": (lambda c: _group(c, 0).update(lr=torch.tensor([1e-3, 2e-3])), None),
+    "group_not_a_dict": (lambda c: c["optimizer"]["param_groups"].__setitem__(1, 7), None),
+    "config_number": (lambda c: c.update(config=float("nan")), "`config` is a float"),
+    "model_args_list": (lambda c: c.update(model_args=[1, "a", None]), "`model_args` is a list"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(EDITS))
+def test_a_checkpoint_value_of_the_wrong_kind_is_ignored_and_said(tmp_path, variant):
+    edit, said = EDITS[variant]
+    checkpoint = nanogpt_checkpoint()
+    edit(checkpoint)
+    torch.save(checkpoint, tmp_path / "ckpt_000100.pt")
+    case, _ = analyze_run(str(tmp_path))
+    assert [c.step for c in case.checkpoints] == [100]
+    if said is not None:
+        assert any(said in entry.problem for entry in case.partial), case.partial
