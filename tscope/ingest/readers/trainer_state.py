@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +27,31 @@ MAX_STEP = 2**53
 
 # Keys of log_history rows that are bookkeeping, not metrics.
 _NON_METRIC_KEYS = {"step", "epoch"}
-# The final row written by Trainer.train() summarizes the run; it is not a per-step measurement.
-SUMMARY_ROW_MARKER = "train_runtime"
-# Eval rows carry throughput numbers that are not training signals.
+# Eval rows carry throughput numbers that are not training signals; with
+# include_num_input_tokens_seen, every training row carries the session's runtime and token rate.
 IGNORED_KEYS = {
     "eval_runtime",
     "eval_samples_per_second",
     "eval_steps_per_second",
     "total_flos",
     "num_input_tokens_seen",
+    "train_runtime",
+    "train_tokens_per_second",
 }
+
+
+def is_summary_row(keys: Collection[str]) -> bool:
+    """The final row Trainer.train() writes summarizes the run (train_runtime, train_loss, …); it
+    is no measurement at a step. Told by its shape: with include_num_input_tokens_seen every
+    training row holds `train_runtime` too (and `loss`), and reading that key as the summary's
+    mark dropped every training row of such a run."""
+    return (
+        "train_runtime" in keys
+        and "loss" not in keys
+        and not any(key.startswith("eval_") for key in keys)
+    )
+
+
 _CONFIG_KEYS = (
     "logging_steps",
     "eval_steps",
@@ -81,7 +97,7 @@ class TrainerStateReader:
         for entry in history:
             if rows.full:
                 break
-            if not isinstance(entry, dict) or SUMMARY_ROW_MARKER in entry:
+            if not isinstance(entry, dict) or is_summary_row(entry):
                 continue
             step = _as_step(entry.get("step"))
             if step is None:

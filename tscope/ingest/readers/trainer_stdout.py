@@ -33,7 +33,7 @@ from tscope.ingest.readers.text_logs import (
 )
 from tscope.ingest.readers.trainer_state import (
     IGNORED_KEYS,
-    SUMMARY_ROW_MARKER,
+    is_summary_row,
     trainer_logging_caveats,
 )
 from tscope.model import Caveat, LogRead, PartialInput
@@ -62,8 +62,6 @@ _BANNER_FIELDS = {
 _BANNER_LINE = re.compile(
     "(?P<name>" + "|".join(re.escape(name) for name in _BANNER_FIELDS) + r") = (?P<value>[\d,]+)"
 )
-# The row written when training ends summarizes the run; it is not a measurement at a step.
-_SUMMARY_KEY = SUMMARY_ROW_MARKER
 _NON_METRIC_KEYS = {"epoch", "step"}
 _IGNORED_KEYS = IGNORED_KEYS
 _EVAL_PREFIXES = ("eval_", "test_")
@@ -188,7 +186,7 @@ def _parse_printed_row(text: str) -> _PrintedRow | None:
         elif number is not None and key not in _NON_METRIC_KEYS and key not in _IGNORED_KEYS:
             values[key] = number
     is_trainer_row = "epoch" in keys or "loss" in keys or any(k.startswith("eval_") for k in keys)
-    if not is_trainer_row or _SUMMARY_KEY in keys or not values:
+    if not is_trainer_row or is_summary_row(keys) or not values:
         return None
     is_eval = any(key.startswith(_EVAL_PREFIXES) for key in keys)
     return _PrintedRow(values, is_eval, epoch)
