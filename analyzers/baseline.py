@@ -205,3 +205,11 @@ def median_of_finite(values: np.ndarray) -> float:
         return float(0.0 + np.partition(values, middle)[middle])
     low, high = np.partition(values, (middle - 1, middle))[middle - 1 : middle + 1]
     return float((0.0 + low + high) / 2)
+
+
+def ratio_above(values: Any, reference: Any, ratio: float) -> Any:
+    """`values` more than `ratio`× `reference` above it, for a reference of either sign: the
+    margin is (ratio − 1)·|reference|. `values > ratio * reference` flips for a negative loss
+    (a Gaussian NLL's best of −1.59: every later eval, the best's equal included, is above
+    1.1 × −1.59 = −1.75), and read a healthy run's flat end as a rising eval loss."""
+    return values > reference + (ratio - 1.0) * np.abs(reference)

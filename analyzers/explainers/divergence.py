@@ -9,6 +9,7 @@ from tscope.analyzers.baseline import (
     MAD_TO_SIGMA,
     difference_sigma,
     per_read_only_array,
+    ratio_above,
     rolling_median,
 )
 from tscope.analyzers.explainers.overfitting import overfitting_onset
@@ -155,10 +156,10 @@ def divergence_onset(
         return None
     level = smoothed(values)
     best = np.minimum.accumulate(np.where(np.isfinite(level), level, np.inf))
-    above = level > ratio * best
+    above = ratio_above(level, best, ratio)
     # The last logged value must be above too: a smoothed tail lags a recovery.
     last = values[-1]
-    if not above[-1] or (np.isfinite(last) and last <= ratio * best[-1]):
+    if not above[-1] or (np.isfinite(last) and not ratio_above(last, best[-1], ratio)):
         return None
     # The excursion that reaches the end of the log: walk back to its first point.
     below = np.flatnonzero(~above)
@@ -237,7 +238,7 @@ def _divergence(
         and (s.end_step is None or s.end_step >= int(steps[onset]))
     ]
     verb = "diverged" if severe else "rose and did not come back"
-    above = np.flatnonzero(smoothed(values)[onset:] > ratio * best)
+    above = np.flatnonzero(ratio_above(smoothed(values)[onset:], best, ratio))
     crossing = onset + int(above[0]) if above.size else onset
     crossed = (
         f": it began climbing there, went above {ratio}× its best level ({fmt(best)}) at step "
@@ -295,7 +296,7 @@ def _eval_divergence(steps: np.ndarray, values: np.ndarray) -> Finding | None:
     best_index = int(np.argmin(np.where(nonfinite, np.inf, values)))
     best = float(values[best_index])
     tail = values[-EVAL_MIN_RISING_POINTS:]
-    rising = bool(np.all(~np.isfinite(tail) | (tail > EVAL_RISE_RATIO * best)))
+    rising = bool(np.all(~np.isfinite(tail) | ratio_above(tail, best, EVAL_RISE_RATIO)))
     if best_index >= values.size - EVAL_MIN_RISING_POINTS or not rising:
         return None
     severity = "critical" if nonfinite[-1] else "warning"

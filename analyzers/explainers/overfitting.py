@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tscope.analyzers.base import Evidence
+from tscope.analyzers.baseline import ratio_above
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
@@ -69,8 +70,9 @@ class SelectionMetric:
     @property
     def got_worse(self) -> bool:
         if self.lower_is_better:
-            return self.tail_best >= EVAL_RISE_RATIO * self.best
-        return self.tail_best * EVAL_RISE_RATIO <= self.best
+            return bool(ratio_above(self.tail_best, self.best, EVAL_RISE_RATIO))
+        # Higher is better (accuracy): worse is the best more than the ratio above the tail's.
+        return bool(ratio_above(self.best, self.tail_best, EVAL_RISE_RATIO))
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,9 @@ def overfitting_onset(run: Run) -> Overfitting | None:
         return None
     best = int(np.argmin(evals))
     tail = evals[-EVAL_RISING_POINTS:]
-    if best >= evals.size - EVAL_RISING_POINTS or not np.all(tail >= EVAL_RISE_RATIO * evals[best]):
+    if best >= evals.size - EVAL_RISING_POINTS or not np.all(
+        ratio_above(tail, evals[best], EVAL_RISE_RATIO)
+    ):
         return None
     train_steps, train = loss_series(run, loss)
     keep = np.isfinite(train)
@@ -127,7 +131,11 @@ def overfitting_onset(run: Run) -> Overfitting | None:
         return None  # the train loss rose again after the best eval: an incident, not overfitting
     if max(since_best[:1], default=at_best) > (1 + TRAIN_STEP_UP_RELATIVE) * at_best:
         return None  # the eval rise began as the train loss stepped up: the data changed there
-    rise = best + 1 + int(np.flatnonzero(evals[best + 1 :] >= EVAL_RISE_RATIO * evals[best])[0])
+    rise = (
+        best
+        + 1
+        + int(np.flatnonzero(ratio_above(evals[best + 1 :], evals[best], EVAL_RISE_RATIO))[0])
+    )
     return Overfitting(
         selection=selection_metric(run),
         best_step=int(eval_steps[best]),
