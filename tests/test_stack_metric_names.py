@@ -34,6 +34,7 @@ from tests.stack_runs import (
     write_summary_writer,
 )
 from tscope.analyzers.signals import primary_loss
+from tscope.ingest.logs.names import canonical_metric
 from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.pipeline import analyze_run
 
@@ -280,3 +281,20 @@ def test_a_plain_loops_clip_grad_norm_total_is_the_gradient_norm(tag: str) -> No
 
     assert canonical_metric(tag) == GRAD_NORM
     assert canonical_metric("param/total_norm") != GRAD_NORM
+
+
+@pytest.mark.parametrize(
+    ("tag", "canonical"),
+    [
+        ("optim/lr", LEARNING_RATE),
+        ("optimizer/learning_rate", LEARNING_RATE),
+        ("optim/grad_norm", GRAD_NORM),
+        ("opt/gnorm", GRAD_NORM),
+        ("optim/momentum", "optim/momentum"),  # other optimizer numbers stay themselves
+        ("optimizer/loss", "optimizer/loss"),
+    ],
+)
+def test_the_optimizers_own_group_names_its_lr_and_grad_norm(tag: str, canonical: str) -> None:
+    # A custom loop's `optim/lr` and `optim/grad_norm` TensorBoard tags (healthy-run hunt of
+    # session 25) stayed raw metrics, and the LR-based reasoning had nothing to read.
+    assert canonical_metric(tag) == canonical

@@ -127,6 +127,8 @@ ORDINARY = 2
 SECOND_CHOICE = 3
 _FIRST_CHOICE_KEYS = frozenset({"learning/raw_grad_norm"})
 _FIRST_CHOICE_PREFIXES = ("train_inner/",)
+# Groups that custom loops and trackers log the optimizer's own numbers under (`optim/lr`).
+_OPTIMIZER_GROUPS = frozenset({"optim", "optimizer", "opt"})
 _SECOND_CHOICE_KEYS = frozenset(
     {
         "learning/grad_norm",
@@ -213,6 +215,12 @@ def canonical_metric(name: str) -> str:
         inner = canonical_metric(key.split("/", 1)[1])
         if inner in (LOSS, GRAD_NORM, LEARNING_RATE, LOSS_SCALE):
             return inner
+    group, _, inner = key.partition("/")
+    if group in _OPTIMIZER_GROUPS and inner:
+        # `optim/lr`, `optimizer/grad_norm`: what the optimizer reports, under its own group.
+        named = canonical_metric(inner)
+        if named in (GRAD_NORM, LEARNING_RATE, LOSS_SCALE):
+            return named
     base, _, split = key.rpartition("/")
     if base and "/" not in base and split in _SPLIT_SUFFIXES:
         key = _SPLIT_SUFFIXES[split] + base  # "loss/train" -> "loss", "loss/val" -> "val_loss"
