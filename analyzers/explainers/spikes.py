@@ -264,11 +264,22 @@ def _nan_losses(run: Run) -> list[Finding]:
     ]
 
 
+# The HF Trainer's readers (trainer_state.json, its printed log rows): the producer whose
+# logging_nan_inf_filter (on by default) logs a running mean where the loss was NaN.
+TRAINER_SOURCE_PREFIX = "hf_trainer"
+
+
 def _hidden_note(run: Run, loss: str, index: int) -> str:
     logged = float(run.series(loss)[1][index])
-    if np.isfinite(logged):
+    if not np.isfinite(logged):
+        return ""
+    if any(source.kind.startswith(TRAINER_SOURCE_PREFIX) for source in run.sources):
         return (
             f" (logged as {fmt(logged)}, but the gradient norm of that step is non-finite: the "
             "Trainer's logging_nan_inf_filter hid the NaN)"
         )
-    return ""
+    # Another loop logs the real loss: that step's was still a number, the gradient no longer.
+    return (
+        f" (counted from there: the loss logged {fmt(logged)}, but the gradient norm of that "
+        "step and every later one is non-finite)"
+    )
