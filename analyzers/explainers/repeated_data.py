@@ -106,6 +106,14 @@ DEEP_LOW_TO_LEVEL = 0.90
 # healthy Lightning run with accumulate_grad_batches=4 (ood42), steps 20–29 right after its
 # 10-step warm-up, 0.10 smooth and 0.77× the median of steps 0–19, whose later half sat 0.91
 # (23% of the level) under the earlier; mid-run planted repetitions come after a level.
+# Any stretch, deep or not, needs the points before it to hold a level within MAX_FALL_BEFORE ×
+# level: on a fast, low-noise descent the loss p steps apart falls smoothly at every point with no
+# batch seen twice. Found by a healthy-run hunt (session 25): a BERT classifier near zero loss
+# (0.057 → 0.040 at steps 691-706 under a random sampler) read as 3 batches fed again, its
+# 20 points before falling 31% of the level. Measured (2026-12-07) on the 95 stretches found in
+# the cached benchmark runs of every spent split: planted repetitions fall at most 0.119 × level
+# before their stretch (trainer_llama-repeated_data-81), most under 0.05.
+MAX_FALL_BEFORE = 0.2
 # Memorised batches score at or below the level before the repetition: the stretch's lowest loss
 # is ≤ this × the median of the BASELINE_POINTS before it (planted: 0.89–1.00 on dev; the
 # re-descent after lost weights, the other smooth phase, 1.22–1.50).
@@ -297,6 +305,8 @@ def _judge(
         return None
     half = before.size // 2
     fall_before = median_of_finite(before[:half]) - median_of_finite(before[half:]) if half else 0.0
+    if fall_before >= MAX_FALL_BEFORE * level:
+        return None  # still in a fast descent: its smooth stretches are the trend's
     deep = lowest <= DEEP_LOW_TO_LEVEL * level and fall_before < (1 - DEEP_LOW_TO_LEVEL) * level
     if smoothness > (DEEP_MAX_SMOOTHNESS if deep else MAX_SMOOTHNESS):
         return None
