@@ -113,6 +113,8 @@ class CheckpointSnapshot:
     param_groups: tuple[dict[str, Any], ...] = ()  # lr, eps, betas, weight_decay (no params lists)
     unmapped_optimizer_state: tuple[str, ...] = ()  # state entries that could not be named, why
     partial: tuple[PartialInput, ...] = ()
+    # parameters with per-coordinate state in the optimizer file, named or not (None: unknown)
+    optimizer_entries: int | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,11 @@ class CheckpointEvidence:
         if self.layers.empty:
             return self.layers
         return self.layers[self.layers["step"].notna()]
+
+    def latest_optimizer_entries(self) -> int | None:
+        """How many parameters the optimizer of the latest dated checkpoint holds state for."""
+        dated = [s for s in self.snapshots if s.info.step is not None]
+        return max(dated, key=lambda s: s.info.step or 0).optimizer_entries if dated else None
 
     def lr_by_step(self) -> dict[int, float]:
         """The learning rate each checkpoint's optimizer state holds (its first param group)."""

@@ -36,6 +36,8 @@ class OptimizerState:
     # values of the wrong kind (a step counter in text, a moment that is no array), ignored: the
     # case lists them as partial
     malformed: list[str] = field(default_factory=list)
+    # parameters the file holds per-coordinate state for, mapped to names or not (None: unknown)
+    held_entries: int | None = None
     # fp32 master weights when the producer keeps them apart (DeepSpeed), by parameter name
     master_weights: dict[str, Any] | None = None
 

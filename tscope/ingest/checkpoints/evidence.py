@@ -50,6 +50,7 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
     optimizer_step: int | None = None
     groups: tuple[dict[str, Any], ...] = ()
     unmapped: tuple[str, ...] = ()
+    entries: int | None = None
     try:
         state = handle.optimizer_state()
     except UnreadableInput as error:
@@ -63,6 +64,7 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
             for group in state.param_groups
         )
         unmapped = tuple(state.unmapped)
+        entries = state.held_entries
         partial.extend(PartialInput(handle.info.path, problem) for problem in state.malformed)
     info = handle.info
     audit = handle.audit()
@@ -74,6 +76,7 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
         optimizer_step=optimizer_step,
         param_groups=groups,
         unmapped_optimizer_state=unmapped,
+        optimizer_entries=entries,
         partial=_once_per_refusal(partial),
     )
 

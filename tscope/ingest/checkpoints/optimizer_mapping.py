@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tscope.ingest.checkpoints.base import OptimizerState
@@ -139,6 +140,17 @@ def map_optimizer_state(
         unmapped = ["its `param_groups` list ids that are neither parameter numbers nor names"]
         return OptimizerState(unmapped=unmapped), "not mapped"
     state: Mapping[Any, Any] = raw["state"]
+    held = sum(1 for entry in state.values() if _moment_shape(entry) is not None)
+    mapped, how = _map_named(state, groups, orders, rules)
+    return replace(mapped, held_entries=held), how
+
+
+def _map_named(
+    state: Mapping[Any, Any],
+    groups: list[Any],
+    orders: Sequence[tuple[str, Sequence[ParamSpec]]],
+    rules: Sequence[tuple[str, GroupingRule]],
+) -> tuple[OptimizerState, str]:
     hyper = [_plain_group(g) for g in groups]
     known = {spec.name: spec.shape for _, order in orders for spec in order}
 

@@ -1,0 +1,175 @@
+"""frozen_parameters: tensors that never change across checkpoints, or stopped changing; a defect
+when the optimizer was meant to train them, intentional when it never held them (the weights
+explainer, weights.py, asks)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tscope.model import Finding
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Frozen: no change at all in any checkpoint window while at least this share of tensors moved.
+FROZEN_MIN_MOVING_SHARE = 0.5
+# Stopped mid-run, seen in one checkpoint: torch's Adam/AdamW counts steps per parameter and skips
+# a parameter without a gradient, so a block frozen at step S keeps its moments with a counter
+# stuck at S - 1 while the rest count on. Flagged when the counter trails the checkpoint's largest
+# by at least FROZEN_MIN_LAG_STEPS and by more than (1 - FROZEN_LAG_FRACTION) of it (the reset
+# rule's margins, analyzers/explainers/optimizer_state.py). Measured on the dev split (2026-12-01):
+# in every checkpoint of the 21 controls all counters are equal (lag 0: 0 warnings); the 8
+# planted frozen blocks trail by 90–185 steps at the latest checkpoint (8 of 8 flagged, nanoGPT's
+# single ckpt.pt included).
+# A block that was never in the optimizer (adapters, LoRA's frozen base, requires_grad=False from
+# the start) has no state at all: intentional, an info note.
+FROZEN_MIN_LAG_STEPS = 10
+FROZEN_LAG_FRACTION = 0.9
+MAX_NAMED = 5  # tensors named in one message
+
+
+def frozen_finding(layers: pd.DataFrame, optimizer_entries: int | None = None) -> Finding | None:
+    """Parameters that stopped training: a defect when the optimizer holds state for them (it
+    was meant to train them), intentional when it never did."""
+    latest = layers[layers["step"] == layers["step"].max()]
+    stale = _stale_counters(latest)
+    unchanged, moving_share, windows = _unchanged(layers)
+    if stale:
+        return _stopped_finding(latest, stale, unchanged, windows)
+    if not unchanged or moving_share < FROZEN_MIN_MOVING_SHARE:
+        return None
+    counters = latest.set_index("tensor")["adam_step"]
+    outside = [t for t in unchanged if t in counters and not np.isfinite(counters[t])]
+    optimizer_held = bool(np.isfinite(counters.to_numpy(dtype=float)).any())
+    intentional = optimizer_held and len(outside) == len(unchanged)
+    # Unmapped state still counts: the HF Trainer builds its optimizer from the parameters with
+    # requires_grad only, so a base frozen from the start leaves exactly the moving tensors in it
+    # (and breaks the name mapping, which expects every parameter).
+    moved = latest["tensor"].nunique() - len(unchanged)
+    held_for_moved = (
+        not optimizer_held and optimizer_entries is not None and optimizer_entries == moved
+    )
+    intentional = intentional or held_for_moved
+    step = int(layers["step"].max())
+    if held_for_moved:
+        detail = (
+            f"; the optimizer holds state for {optimizer_entries} parameters, exactly the tensors "
+            "that moved, and none for these: never trained (requires_grad=False from the start), "
+            "as intended"
+        )
+    elif intentional:
+        detail = (
+            "; the optimizer holds no state for them while it does for the rest: they were never "
+            "trained (adapters, a frozen base, requires_grad=False from the start), as intended"
+        )
+    elif optimizer_held:
+        detail = "; the optimizer holds state for them, so they were meant to train"
+    else:
+        detail = (
+            "; the checkpoints hold no optimizer state, so an intentional freeze cannot be told "
+            "from a defect"
+        )
+    return Finding(
+        category="frozen_parameters",
+        severity="info" if intentional else "warning",
+        confidence=0.9 if intentional else 0.8,
+        step=step,
+        layer=unchanged[0],
+        message=(
+            f"{len(unchanged)} tensor(s) never changed across {windows} checkpoint window(s) while "
+            f"{moving_share:.0%} of tensors trained: {', '.join(unchanged[:MAX_NAMED])}{detail}."
+        ),
+        evidence={
+            "frozen_tensors": unchanged[:20],
+            "moving_share": moving_share,
+            "windows": windows,
+            "intentional": intentional,
+        },
+        suggestion=(
+            "Nothing to do if they are meant to stay fixed."
+            if intentional
+            else "If these should train, they get no gradient (a router whose output is detached, "
+            "a norm configured but never applied, requires_grad=False by mistake); if they are "
+            "intentionally frozen, nothing to do."
+        ),
+        source="checkpoints",
+        threshold="‖ΔW‖ = 0 in every window while most tensors moved",
+    )
+
+
+def _unchanged(layers: pd.DataFrame) -> tuple[list[str], float, int]:
+    """(tensors with ‖ΔW‖ = 0 in every window, the share that moved, windows); needs two
+    checkpoints."""
+    deltas = layers.dropna(subset=["delta_norm"])
+    if deltas.empty:
+        return [], 0.0, 0
+    per_tensor = deltas.groupby("tensor")["delta_norm"].max()
+    moving_share = float((per_tensor > 0).mean())
+    return per_tensor[per_tensor == 0].index.tolist(), moving_share, int(deltas["step"].nunique())
+
+
+def _stale_counters(latest: pd.DataFrame) -> dict[str, int]:
+    """{tensor: its Adam step counter} for the tensors whose counter stopped while most counted
+    on (see FROZEN_MIN_LAG_STEPS); empty when none did or there are no counters."""
+    counters = latest.set_index("tensor")["adam_step"].astype(float)
+    counters = counters[np.isfinite(counters.to_numpy())]
+    if counters.empty:
+        return {}
+    top = float(counters.max())
+    lagging = counters[
+        (top - counters >= FROZEN_MIN_LAG_STEPS) & (counters < FROZEN_LAG_FRACTION * top)
+    ]
+    if lagging.empty or float((counters == top).mean()) < FROZEN_MIN_MOVING_SHARE:
+        return {}
+    return {str(t): int(v) for t, v in lagging.items()}
+
+
+def _stopped_finding(
+    latest: pd.DataFrame, stale: dict[str, int], unchanged: list[str], windows: int
+) -> Finding:
+    names = sorted(stale, key=lambda t: (stale[t], t))
+    stopped = min(stale.values())
+    top = int(latest["adam_step"].max())
+    step = int(latest["step"].iloc[0])
+    confirmed = [t for t in names if t in unchanged]
+    also = (
+        f"; {len(confirmed)} of them never changed across {windows} checkpoint window(s)"
+        if confirmed
+        else ""
+    )
+    # Dated where they stopped, not where a checkpoint saw it (the card of a layer frozen at step
+    # 150 said step 400): the rest's counter maps update counts to this checkpoint's steps.
+    since = max(step - (top - stopped) + 1, 0)
+    return Finding(
+        category="frozen_parameters",
+        severity="warning",
+        confidence=0.8,
+        step=since,
+        layer=names[0],
+        message=(
+            f"{len(names)} tensor(s) stopped training after optimizer step {stopped}: at step "
+            f"{step} the optimizer holds their Adam moments but their step counter is "
+            f"{stopped} while the rest reached {top}: {', '.join(names[:MAX_NAMED])}{also}."
+        ),
+        evidence={
+            "frozen_tensors": names[:20],
+            "adam_step_of_frozen": stopped,
+            "adam_step_of_rest": top,
+            "frozen_since_step": since,
+            "seen_at_step": step,
+            "windows": windows,
+            "intentional": False,
+        },
+        suggestion=(
+            "They were in the optimizer and then got no gradient: requires_grad turned off "
+            "mid-run, a detached branch, a parameter dropped from the graph; if freezing them "
+            "was intended, remove them from the optimizer too."
+        ),
+        source="checkpoints",
+        threshold=(
+            f"a tensor's Adam step counter ≥ {FROZEN_MIN_LAG_STEPS} behind and < "
+            f"{FROZEN_LAG_FRACTION}× the checkpoint's largest"
+        ),
+    )
