@@ -13,7 +13,12 @@ from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run, RunEvent
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
-from tscope.model.run import RELOGGED_KEY
+from tscope.model.run import (
+    EPOCH_AFTER_KEY,
+    EPOCH_BEFORE_KEY,
+    RELOGGED_KEY,
+    STEPS_AGAIN_KEY,
+)
 
 # The loss right after a resume is compared with the points before it; the same bar as a spike.
 RESUME_LOSS_SIGMA = 6.0
@@ -123,6 +128,21 @@ def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
     return initial, float(np.max(after)), how
 
 
+def _data_rewound(event: RunEvent) -> str | None:
+    """The data position lost at a resume: the logged epoch went back while the step counted on,
+    so the loader started its epoch over and the run trains again on data it has seen."""
+    before, after = event.numbers.get(EPOCH_BEFORE_KEY), event.numbers.get(EPOCH_AFTER_KEY)
+    if before is None or after is None:
+        return None
+    steps_again = round(event.numbers.get(STEPS_AGAIN_KEY, 0.0))
+    again = f", about {steps_again:,} steps of data seen again" if steps_again > 0 else ""
+    return (
+        f"the logged epoch goes back from {fmt(before)} to {fmt(after)} while the step counts on "
+        f"— the data loader started over instead of skipping to where the run was{again} "
+        "(the Trainer's ignore_data_skip=True, or a sampler state that was not restored)"
+    )
+
+
 def _check(run: Run, event: RunEvent) -> Finding:
     lr = _lr_change(run, event)
     loss = _loss_jump(run, event.step)
@@ -154,6 +174,9 @@ def _check(run: Run, event: RunEvent) -> Finding:
                 "in the first steps after it — weights, optimizer state or data position differ "
                 "from the original run"
             )
+    rewound = _data_rewound(event)
+    if rewound is not None:
+        problems.append(rewound)
     lost = _weights_lost(run, event.step)
     if lost is not None:
         evidence.update(untrained_level=lost[0], loss_after=lost[1], weights_lost=True)

@@ -34,6 +34,11 @@ class PartialInput:
 # A resume event's number holding what the earlier attempt logged for a metric at the first
 # re-logged step (ingest/assemble.py `relogged_numbers`), followed by the metric's name.
 RELOGGED_KEY = "logged_before_rewind:"
+# A resume event's numbers when the data position went back (the logged epoch fell while the step
+# counted on): the epoch before and after.
+EPOCH_BEFORE_KEY = "epoch_before"
+EPOCH_AFTER_KEY = "epoch_after"
+STEPS_AGAIN_KEY = "steps_of_data_again"  # how many steps' data the loader serves twice (0: unknown)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from tscope.ingest.base import read_head
 from tscope.ingest.logs.names import canonical_metric
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 from tscope.model.metric_rows import MetricRows
+from tscope.model.run import EPOCH_AFTER_KEY, EPOCH_BEFORE_KEY, STEPS_AGAIN_KEY
 
 # Real files are KB to tens of MB (the Trainer writes ~150 bytes per logged step, indent=2, so a
 # run logging every one of 1M steps has ~150 MB). The whole document is parsed into Python
@@ -38,6 +39,29 @@ IGNORED_KEYS = {
     "train_runtime",
     "train_tokens_per_second",
 }
+
+
+# The Trainer logs `epoch` as global_step / steps per epoch (a float): it goes back only when the
+# data position did, beyond float rounding.
+EPOCH_REWIND_MIN = 1e-4
+
+
+def _data_rewind(
+    step: int, before: float, after: float, steps_again: float, display_path: str
+) -> RunEvent:
+    """A resume that restarted the data loader: the step counts on, the epoch goes back (the
+    Trainer resumed with ignore_data_skip=True, or a sampler state that was not restored)."""
+    return RunEvent(
+        "resume",
+        step,
+        "seen in the logged epoch",
+        display_path,
+        numbers={
+            EPOCH_BEFORE_KEY: before,
+            EPOCH_AFTER_KEY: after,
+            STEPS_AGAIN_KEY: steps_again,
+        },
+    )
 
 
 def is_summary_row(keys: Collection[str]) -> bool:
@@ -93,6 +117,8 @@ class TrainerStateReader:
         wide_entries = 0
         events: list[RunEvent] = []
         last_epoch_index: int | None = None
+        last_epoch: float | None = None
+        last_epoch_step = 0
         bad_steps: list[Any] = []
         for entry in history:
             if rows.full:
@@ -124,6 +150,13 @@ class TrainerStateReader:
                 and not isinstance(epoch, bool)
                 and math.isfinite(epoch)
             ):
+                if last_epoch is not None and epoch < last_epoch - EPOCH_REWIND_MIN:
+                    # The log's own steps per epoch: the steps fed since the epoch's value
+                    # before, plus what it went back by, is the data fed twice.
+                    rate = last_epoch_step / last_epoch if last_epoch > 0 else 0.0
+                    again = (last_epoch - epoch) * rate + (step - last_epoch_step) if rate else 0.0
+                    events.append(_data_rewind(step, last_epoch, float(epoch), again, display_path))
+                last_epoch, last_epoch_step = float(epoch), step
                 epoch_index = math.floor(epoch + 1e-9)
                 if last_epoch_index is not None and epoch_index > last_epoch_index:
                     events.append(
