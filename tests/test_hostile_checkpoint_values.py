@@ -6,6 +6,7 @@ file still analyzed, and the case says what was ignored."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,3 +82,28 @@ def test_a_checkpoint_value_of_the_wrong_kind_is_ignored_and_said(tmp_path, vari
     assert [c.step for c in case.checkpoints] == [100]
     if said is not None:
         assert any(said in entry.problem for entry in case.partial), case.partial
+
+
+LIGHTNING_CHECKPOINT = (
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "data"
+    / "layouts"
+    / "lightning_named_groups"
+    / "epoch=0-step=2.ckpt"
+)
+LIGHTNING_EDITS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
+    "param_names_bool": lambda groups: groups[0]["param_names"].__setitem__(2, True),
+    "params_int": lambda groups: groups[0].update(params=-1),
+    "param_names_dict": lambda groups: groups[1]["param_names"].__setitem__(3, {}),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(LIGHTNING_EDITS))
+def test_a_lightning_param_group_of_the_wrong_kind_is_analyzed(tmp_path, variant):
+    # A real Lightning checkpoint (fixtures/make_checkpoint_layouts.py), one group entry forged.
+    checkpoint = torch.load(LIGHTNING_CHECKPOINT, weights_only=True)
+    LIGHTNING_EDITS[variant](checkpoint["optimizer_states"][0]["param_groups"])
+    torch.save(checkpoint, tmp_path / LIGHTNING_CHECKPOINT.name)
+    case, _ = analyze_run(str(tmp_path))
+    assert [c.step for c in case.checkpoints] == [2]

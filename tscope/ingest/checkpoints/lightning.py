@@ -313,7 +313,12 @@ def _aligned_order(
 def _in_order_groups(raw_optimizer: Any) -> GroupingRule:
     """The optimizer's groups as consecutive runs of the module order (sizes from the file)."""
     groups = raw_optimizer.get("param_groups") if isinstance(raw_optimizer, Mapping) else None
-    sizes = [len(g.get("params", [])) for g in groups or [] if isinstance(g, Mapping)]
+    # A stranger's `params` may be anything but a list (-1 was a TypeError): counted as empty.
+    sizes = [
+        len(ids) if isinstance(ids := g.get("params"), list) else 0
+        for g in groups or []
+        if isinstance(g, Mapping)
+    ]
 
     def rule(params: Sequence[ParamSpec]) -> list[list[str]]:
         names = [p.name for p in params]

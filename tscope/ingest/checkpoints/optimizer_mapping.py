@@ -242,7 +242,9 @@ def _names_from_producer(groups: list[Any]) -> dict[Any, str] | None:
     if all(isinstance(p, str) for g in groups for p in g["params"]):
         return {p: p for g in groups for p in g["params"]}
     if all(
-        isinstance(g.get("param_names"), list) and len(g["param_names"]) == len(g["params"])
+        isinstance(g.get("param_names"), list)
+        and len(g["param_names"]) == len(g["params"])
+        and all(isinstance(name, str) for name in g["param_names"])  # True or {}: forged
         for g in groups
     ):
         return {i: n for g in groups for i, n in zip(g["params"], g["param_names"], strict=True)}
