@@ -63,3 +63,37 @@ def test_a_plain_saved_adamw_still_builds():
     built = _build(model, saved)
     assert built.checkpoint_group_lrs == [1e-3]
     assert built.restored
+
+
+def _with_state(edit: Any) -> tuple[torch.nn.Module, dict[str, Any]]:
+    model, saved = _saved_adamw()
+    edit(saved)
+    return model, saved
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda s: s["state"][0].update(step=None), "parameter 0's step counter is None"),
+        (lambda s: s["state"][0].update(step=-(2**63)), "step counter is -9223372036854775808"),
+        (lambda s: s["state"][0].update(exp_avg_sq=(1, 2)), "exp_avg_sq is a tuple, not a tensor"),
+        (lambda s: s["state"].update({1: 1e-300}), "the state of parameter 1 is a float"),
+        (lambda s: s["param_groups"][0]["params"].__setitem__(1, {"a": 1}), "not a list of"),
+    ],
+)
+def test_a_crafted_parameter_state_is_one_line_naming_the_file(edit, fragment):
+    # Red team, session 25: each was a traceback from load_state_dict or the first step.
+    model, saved = _with_state(edit)
+    with pytest.raises(UnreadableInput) as caught:
+        _build(model, saved)
+    assert fragment in caught.value.problem
+    assert "\n" not in str(caught.value)
+
+
+def test_a_capturable_adamw_steps_eagerly_on_cpu():
+    # A checkpoint saved for CUDA graphs: torch asserts capturable parameters are on CUDA.
+    model, saved = _saved_adamw(capturable=True)
+    built = _build(model, saved)
+    model(torch.ones(1, 2)).sum().backward()
+    built.optimizer.step()
+    assert any("stepped eagerly on CPU" in note for note in built.notes)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import UnreadableInput, UsageError
-from tscope.ingest.checkpoints.optimizer_mapping import TRAINER_NO_DECAY_PATTERN
+from tscope.ingest.checkpoints.optimizer_mapping import TRAINER_NO_DECAY_PATTERN, is_param_id
+from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.replay.entry import Entry
 from tscope.replay.files import CheckpointFiles
 
@@ -55,6 +56,8 @@ def build_optimizer(
     if saved is not None and not _is_state_dict(saved):
         raise UsageError(f"{files.optimizer_file()} holds no optimizer state_dict to restore.")
     saved_lrs = _saved_learning_rates(saved, files) if saved is not None else []
+    if saved is not None:
+        _check_saved_state(saved, files)
     if entry.build_optimizer is not None:
         optimizer = entry.build_optimizer(model)
         notes.append(f"optimizer built by {entry.path}: build_optimizer")
@@ -74,6 +77,7 @@ def build_optimizer(
                 "build_optimizer(model) in the entry file with the run's parameter groups."
             ) from error
         notes.append(f"optimizer state restored from {files.optimizer_file()}")
+        _eager_on_cpu(optimizer, notes)
     elif saved is not None and entry.build_optimizer is None:
         # Same groups and kernel flags, fresh moments: what the resumed run trained with.
         for group, saved_group in zip(optimizer.param_groups, saved["param_groups"], strict=True):
@@ -175,6 +179,53 @@ def _saved_learning_rates(saved: Mapping[str, Any], files: CheckpointFiles) -> l
                 _refuse_unless_rate(beta, "betas", files)
         rates.append(_as_rate(settings.get("lr")))
     return rates
+
+
+def _check_saved_state(saved: Mapping[str, Any], files: CheckpointFiles) -> None:
+    """Each group's ids and each parameter's state as torch wrote them, refused in one line
+    otherwise: load_state_dict and the first step took a stranger's None step counter, a tuple
+    moment, a float entry or a dict id, and each was a traceback from torch."""
+    for group in saved["param_groups"]:
+        ids = group.get("params") if isinstance(group, Mapping) else None
+        if not isinstance(ids, list) or not all(is_param_id(i) for i in ids):
+            _refuse("a parameter group's params is not a list of parameter ids", files)
+    for key, entry in saved["state"].items():
+        shown = str(key)[:40]
+        if not isinstance(entry, Mapping):
+            _refuse(
+                f"the state of parameter {shown} is a {type(entry).__name__}, not a dict", files
+            )
+        if "step" in entry and step_value(entry["step"]) is None:
+            _refuse(f"parameter {shown}'s step counter is {str(entry['step'])[:40]}", files)
+        for name, value in entry.items():
+            # Tensors, plain numbers (Adafactor keeps its RMS as a float) or None (SGD's
+            # momentum_buffer without momentum).
+            if value is not None and not _is_tensor_or_number(value):
+                _refuse(
+                    f"parameter {shown}'s {str(name)[:40]} is a {type(value).__name__}, "
+                    "not a tensor",
+                    files,
+                )
+
+
+def _is_tensor_or_number(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor) or (
+        isinstance(value, (int, float)) and not isinstance(value, bool)
+    )
+
+
+def _eager_on_cpu(optimizer: torch.optim.Optimizer, notes: list[str]) -> None:
+    """A checkpoint saved with capturable Adam (CUDA graphs) asserts its parameters are on CUDA:
+    on CPU the replay steps it eagerly, which changes where the step counter lives, not the
+    update."""
+    grouped = [g for g in optimizer.param_groups if g.get("capturable")]
+    on_cpu = all(p.device.type == "cpu" for g in grouped for p in g["params"])
+    if grouped and on_cpu:
+        for group in grouped:
+            group["capturable"] = False
+        notes.append("capturable=True saved for CUDA graphs: stepped eagerly on CPU")
 
 
 def _as_rate(value: Any) -> float:
