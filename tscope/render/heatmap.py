@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from tscope.chart_data import HEATMAP_MAX_LAYERS
 from tscope.model.case_parts import LayerHeatmap
 from tscope.render.charts import WIDTH, Chart
 from tscope.render.formatting import format_number, format_step, parse_number
@@ -36,6 +37,8 @@ RAMP = ((255, 247, 230), (253, 212, 158), (252, 141, 89), (215, 48, 31), (127, 0
 NOT_MEASURED = "#eeeeee"
 NONFINITE = "#111111"
 LEGEND_CELLS = 24
+# Columns drawn at most (checkpoint steps); rows are capped as analyze caps them.
+HEATMAP_MAX_STEPS = 120
 
 
 def layers_heatmap(layers: LayerHeatmap | None) -> Chart | None:
@@ -43,15 +46,24 @@ def layers_heatmap(layers: LayerHeatmap | None) -> Chart | None:
         return None
     steps = [parse_number(step) for step in layers.steps]
     names = list(layers.names)
+    notes: list[str] = []
+    # A case.json given to `tscope report` may come from anyone: the map draws what analyze would
+    # (a 2,000 × 2,000 matrix in 16 MB of case.json drew 555 MB of SVG in 3.3 GB of memory).
+    if len(names) > HEATMAP_MAX_LAYERS:
+        notes.append(f"the first {HEATMAP_MAX_LAYERS} of {len(names):,} layers drawn")
+        names = names[:HEATMAP_MAX_LAYERS]
+    columns = _drawn_columns(len(steps))
+    if len(columns) < len(steps):
+        notes.append(f"{len(columns)} of {len(steps):,} checkpoint steps drawn, evenly spaced")
     blocks = [
-        (title, _matrix(layers.measure(key), len(names), len(steps)))
+        (title, _columns(_matrix(layers.measure(key), len(names), len(steps)), columns))
         for key, title in MEASURES
         if layers.measure(key)
     ]
+    steps = [steps[i] for i in columns]
     if not steps or not names or not blocks:
         return None
     body: list[str] = []
-    notes: list[str] = []
     top = 8.0
     for title, matrix in blocks:
         top = _block_svg(body, notes, top, title, names, steps, matrix)
@@ -169,6 +181,19 @@ def _ramp(fraction: float) -> str:
         for start, end in zip(RAMP[index], RAMP[index + 1], strict=True)
     ]
     return "#{:02x}{:02x}{:02x}".format(*channels)
+
+
+def _drawn_columns(count: int) -> list[int]:
+    """Every column up to HEATMAP_MAX_STEPS, else that many evenly spaced, first and last kept."""
+    if count <= HEATMAP_MAX_STEPS:
+        return list(range(count))
+    return sorted(
+        {round(i * (count - 1) / (HEATMAP_MAX_STEPS - 1)) for i in range(HEATMAP_MAX_STEPS)}
+    )
+
+
+def _columns(matrix: list[list[float | None]], columns: list[int]) -> list[list[float | None]]:
+    return [[row[i] for i in columns] for row in matrix]
 
 
 def _matrix(
