@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 
-from tscope.chart_data import HEATMAP_MAX_LAYERS
-from tscope.model.case_parts import LayerHeatmap
+from tscope.model.case_parts import HEATMAP_MAX_LAYERS, LayerHeatmap
 from tscope.model.cluster import CHART_MAX_RUNS, CHART_POINTS
 from tscope.model.cluster_file import ClusterFile
 from tscope.render.cluster_plot import chart_runs

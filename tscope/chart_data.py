@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tscope.model import Run
-from tscope.model.case_parts import LayerHeatmap
+from tscope.model.case_parts import HEATMAP_MAX_LAYERS, LayerHeatmap
 from tscope.model.metric_names import LOSS
 
 # Charts keep at most this many buckets per series; each bucket keeps its last value and its
@@ -72,10 +72,6 @@ def chart_series(run: Run, metric: str) -> dict[str, list[object]]:
             "max": values.tolist(),
         }
     return bucketed(steps, values, CHART_BUCKETS)
-
-
-# Heat-map size: the layers with the largest peak update ratio (a report is read in a minute).
-HEATMAP_MAX_LAYERS = 40
 
 
 def layer_heatmap(layers: Any) -> LayerHeatmap | None:

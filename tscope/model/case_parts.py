@@ -207,6 +207,11 @@ class Summary:
         )
 
 
+# Heat-map size: the layers with the largest peak update ratio (a report is read in a minute);
+# a re-rendered case.json is drawn to the same bound.
+HEATMAP_MAX_LAYERS = 40
+
+
 @dataclass(frozen=True)
 class LayerHeatmap:
     """names × checkpoint steps matrices of the per-step update ratio and norm growth; None

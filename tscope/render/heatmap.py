@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tscope.chart_data import HEATMAP_MAX_LAYERS
-from tscope.model.case_parts import LayerHeatmap
+from tscope.model.case_parts import HEATMAP_MAX_LAYERS, LayerHeatmap
 from tscope.render.charts import WIDTH, Chart
 from tscope.render.formatting import format_number, format_step, parse_number
 from tscope.render.series import nice_ticks
