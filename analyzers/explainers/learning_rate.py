@@ -14,6 +14,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.lr_config import LR_TOO_LOW, lr_range_findings
+from tscope.analyzers.explainers.lr_exhausted import lr_exhausted
 from tscope.analyzers.explainers.lr_peak_instability import lr_too_high_at_peak
 from tscope.analyzers.explainers.warmup_instability import warmup_too_short
 from tscope.analyzers.lr_stairs import stair_starts
@@ -213,6 +214,7 @@ class LearningRateExplainer:
         # An instability in the effect window of an upward jump is the jump's, not the warm-up's.
         jump_effects = [(j.step, effect_end(run, j.step)) for j in jumps if j.factor > 1]
         findings.extend(warmup_too_short(run, steps, lrs, evidence.spikes, jump_effects))
+        findings.extend(lr_exhausted(run, steps, lrs, print_quantum(lrs)))
         return findings
 
 

@@ -19,6 +19,11 @@ CONSECUTIVE_HALVINGS = 5
 MIN_HEALTHY_SCALE = 1.0
 # Overflow/skip events (DeepSpeed OVERFLOW lines, Megatron skipped iterations) in one run.
 MANY_SKIPPED_STEPS = 10
+# ...or, counted from the scale's halvings and non-finite gradient norms, at least that many and
+# this share of the steps judged: a healthy GradScaler skips once per growth interval (2,000
+# steps: 0.05%; DeepSpeed's window of 1,000: 0.1%). A planted-cause hunt (session 25) found a
+# run with growth_interval=1 skipping 190 of 383 steps read as healthy.
+FREQUENT_SKIPS = 0.01
 # A scaler started above what the gradients allow halves on each of the first steps until it
 # fits: Megatron-LM starts at 2^32 (--initial-loss-scale), DeepSpeed at 2^initial_scale_power
 # (often 16 to 32). Halvings that begin at the first logged scale and stop above
@@ -67,11 +72,19 @@ class LossScaleExplainer:
         collapsed = (
             minimum is not None and minimum <= MIN_HEALTHY_SCALE and float(scales.max()) > minimum
         )
-        if not (collapsed or longest >= CONSECUTIVE_HALVINGS or len(skipped) >= MANY_SKIPPED_STEPS):
-            return [_calibration_note(steps, scales, calibrated)] if calibrated else []
         # every record of skips (events, halvings, non-finite gradient norms), past the start-up
         last_step = int(steps[-1]) if steps.size else max((e.step for e in skipped), default=0)
         skipped_count = max(len(skipped), skipped_updates_through(run, last_step) - calibrated)
+        judged_from = int(steps[calibrated]) if calibrated else int(steps[0]) if steps.size else 0
+        span = max(last_step - judged_from, 1)
+        frequent = skipped_count >= MANY_SKIPPED_STEPS and skipped_count >= FREQUENT_SKIPS * span
+        if not (
+            collapsed
+            or longest >= CONSECUTIVE_HALVINGS
+            or len(skipped) >= MANY_SKIPPED_STEPS
+            or frequent
+        ):
+            return [_calibration_note(steps, scales, calibrated)] if calibrated else []
         first_skip = min((event.step for event in skipped), default=None)
         step = int(steps[streak_end]) if longest else first_skip
         # Where the collapse began: the streak's first reduction or the first skipped step.
@@ -86,6 +99,16 @@ class LossScaleExplainer:
             + ": gradients overflow fp16 "
             "persistently."
         )
+        if frequent and not (collapsed or longest >= CONSECUTIVE_HALVINGS):
+            message = (
+                f"{skipped_count} of the {span} steps from step {judged_from} were skipped for "
+                f"overflow ({skipped_count / span:.0%})"
+                + (" after the scaler's start-up calibration" if calibrated else "")
+                + f"; the loss scale went {fmt(float(scales[calibrated:].min()))}–"
+                f"{fmt(float(scales[calibrated:].max()))}, growing and "
+                "overflowing again and again: those steps trained nothing (a growth interval "
+                "too short, or gradients at the edge of fp16's range)."
+            )
         if broke_at is not None:
             message += (
                 f" It began at step {began_step}, when the loss had already broken (from step "
@@ -115,7 +138,8 @@ class LossScaleExplainer:
                 ),
                 threshold=(
                     f"≥ {CONSECUTIVE_HALVINGS} reductions without growth, scale ≤ "
-                    f"{MIN_HEALTHY_SCALE}, or ≥ {MANY_SKIPPED_STEPS} skipped steps"
+                    f"{MIN_HEALTHY_SCALE}, or ≥ {MANY_SKIPPED_STEPS} skipped steps (counted "
+                    f"from halvings and non-finite norms: and ≥ {FREQUENT_SKIPS:.0%} of the steps)"
                 ),
             )
         ]
