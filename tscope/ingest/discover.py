@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.base import Reader, reading_input
+from tscope.ingest.base import Reader, read_head, reading_input
 from tscope.ingest.registry import READERS
 from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_NOT_FOLLOWED
 from tscope.model import LogRead, PartialInput
@@ -137,6 +137,26 @@ def _read_claimed(first: Reader, later: Iterator[Reader], file: Path, shown: str
     return read
 
 
+UTF16_PROBLEM = (
+    "UTF-16 text, which tscope does not read: re-save it as UTF-8 "
+    "(`iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8`)"
+)
+
+
+def _is_utf16_text(file: Path) -> bool:
+    """A UTF-16 byte-order mark, or ASCII text interleaved with NULs (UTF-16 without one)."""
+    head = read_head(file, 512)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return True
+    pairs = head[: len(head) // 2 * 2]
+    if len(pairs) < 16:
+        return False
+    for text, zeros in ((pairs[::2], pairs[1::2]), (pairs[1::2], pairs[::2])):
+        if zeros.count(0) == len(zeros) and all(9 <= byte <= 126 for byte in text):
+            return True
+    return False
+
+
 def _read_one(
     file: Path,
     root: Path,
@@ -148,7 +168,12 @@ def _read_one(
     claiming = (r for r in readers if r.can_read(file))
     reader = next(claiming, None)
     if reader is None:
-        found.unclaimed.append(shown)
+        if _is_utf16_text(file):
+            # Excel's "Unicode text" and PowerShell's `>` write UTF-16: the readers take UTF-8,
+            # and "unknown format" named the wrong reason.
+            found.partial.append(PartialInput(shown, UTF16_PROBLEM))
+        else:
+            found.unclaimed.append(shown)
         return
     if on_file is not None:
         on_file(shown)

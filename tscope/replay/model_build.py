@@ -82,6 +82,12 @@ def build_model(files: CheckpointFiles, entry: Entry) -> BuiltModel:
     else:
         from_file = files.choice.facts.model_from_config_json
         what = "config.json" if from_file else "transformers config"
+        if from_file and (files.choice.path / "config.json").is_symlink():
+            raise UsageError(
+                f"{files.choice.shown}/config.json is a symbolic link, which tscope does not "
+                "follow (it may lead outside the input): copy the file it points to into the "
+                f"checkpoint folder, or define build_model(config) in the entry file ({entry.path})."
+            )
         raise UsageError(
             f"{files.choice.shown} has no {what} to build the model from. Define "
             f"build_model(config) in the entry file ({entry.path})."

@@ -35,7 +35,7 @@ from tscope.ingest.checkpoints.weights_folder import (
     partial_of,
 )
 from tscope.ingest.lfs_pointer import LFS_POINTER_PROBLEM, is_lfs_pointer
-from tscope.ingest.safe_fs import is_real_folder
+from tscope.ingest.safe_fs import is_real_folder, is_regular_file
 from tscope.model import CheckpointInfo, PartialInput
 from tscope.model.checkpoint import ResumeAudit
 
@@ -282,7 +282,7 @@ class HfTrainerCheckpoint(WeightsFolderCheckpoint):
     def _training_args(self) -> dict[str, Any] | None:
         """TrainingArguments as plain data, decoded without unpickling (never runs the file)."""
         file = self._dir / "training_args.bin"
-        if not file.is_file():
+        if not is_regular_file(file):  # a link is listed (and not followed) by discovery
             return None
         if is_lfs_pointer(file):
             self.partial.append(
