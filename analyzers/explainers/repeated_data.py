@@ -18,6 +18,7 @@ noisy stretch before it) and by asking the repeated stretch to sit at or below t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -29,10 +30,15 @@ from tscope.analyzers.signals import finite_loss_series, fmt, last_finite
 from tscope.model import Finding
 from tscope.model.categories import Category
 
-# The periods looked for: one batch repeated (1) up to four batches in turn. A repetition of
-# many distinct batches (an epoch boundary, a shard served twice) shows as a drop in level, not
-# as this smoothness, and is not detected here.
-PERIODS = (1, 2, 3, 4)
+# The periods looked for: one batch repeated (1) up to eight batches in turn (a loader cycling a
+# small set: a planted-cause hunt of session 25 fed 8 batches again and again from step 250 of a
+# plain loop, and periods up to 4 found nothing). Measured (2026-12-07) with 1-8 and the segment
+# rule below: on the 1,037 cached runs of every spent split and ~100 hunt runs, no stretch that
+# 1-4 did not find except that 8-batch one; none lost but two resume re-descents (not planted)
+# and one chance stretch after an LR jump (a hunt's false warning). A repetition of many distinct
+# batches (an epoch boundary, a shard served twice) shows as a drop in level, not as this
+# smoothness, and is not detected here.
+PERIODS = (1, 2, 3, 4, 5, 6, 7, 8)
 # A point is "repeat-like" when its p-step drop is negative and its change d2 is below this
 # fraction of the run's robust σ of d2 (independent noise: |d2| < 0.3σ about 24% of the time, the
 # drop negative about half of that, ≈ 12%; measured on the dev runs 12–22%, a falling trend
@@ -145,13 +151,18 @@ def robust_sigma(values: np.ndarray) -> float:
     return float(1.4826 * median_of_finite(np.abs(finite - median_of_finite(finite))))
 
 
-def repetitions(steps: np.ndarray, values: np.ndarray) -> list[Repetition]:
-    """Every stretch that reads as repeated batches, longest first (one per stretch of steps)."""
+def repetitions(
+    steps: np.ndarray, values: np.ndarray, resume_steps: Sequence[int] = ()
+) -> list[Repetition]:
+    """Every stretch that reads as repeated batches, longest first (one per stretch of steps).
+    `resume_steps`: where the run resumed; a stretch is judged against the points of its own
+    segment only (see RESUMES)."""
+    resumes = np.asarray(sorted(resume_steps), dtype=np.int64)
     found: list[Repetition] = []
     for period in PERIODS:
-        found.extend(_stretches(steps, values, period))
+        found.extend(_stretches(steps, values, period, resumes))
     for period in PERIODS:  # after every falling reading: those are kept where both read one
-        found.extend(_periodic_stretches(steps, values, period))
+        found.extend(_periodic_stretches(steps, values, period, resumes))
     # Smallest period first: one batch repeated is also smooth at periods 2–4 and two batches at
     # 4, and a multiple's reading has more phases for a chance repeat-like point to extend its
     # start with. Longest first (as before) picked such a reading: on dev + holdout a 2-batch
@@ -182,7 +193,9 @@ def _period_differences(values: np.ndarray, period: int) -> tuple[np.ndarray, np
     return drop, change
 
 
-def _stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repetition]:
+def _stretches(
+    steps: np.ndarray, values: np.ndarray, period: int, resumes: np.ndarray
+) -> list[Repetition]:
     n = values.size
     if n < 2 * period + MIN_CONTEXT_POINTS + MIN_REPEAT_POINTS:
         return []
@@ -202,7 +215,7 @@ def _stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repet
     for index, end in zip(starts.tolist(), ends.tolist(), strict=True):
         if end - index < MIN_REPEAT_POINTS:
             continue
-        repetition = _judge(steps, values, drop, change, period, index, end)
+        repetition = _judge(steps, values, drop, change, period, index, end, resumes)
         chance = chance_stretches(n, *counts.rates(index, end), end - index)
         if repetition is not None and (
             chance <= MAX_CHANCE_STRETCHES
@@ -212,7 +225,9 @@ def _stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repet
     return found
 
 
-def _periodic_stretches(steps: np.ndarray, values: np.ndarray, period: int) -> list[Repetition]:
+def _periodic_stretches(
+    steps: np.ndarray, values: np.ndarray, period: int, resumes: np.ndarray
+) -> list[Repetition]:
     """Stretches where the loss p steps apart stays within PERIODIC_FRACTION × the run's p-step
     spread of itself (not exactly equal), judged as `_stretches` judges the falling ones; the
     first such point is the first repeat, so the batches' first pass is p points before it."""
@@ -235,11 +250,19 @@ def _periodic_stretches(steps: np.ndarray, values: np.ndarray, period: int) -> l
             continue
         if chance_stretches(n, *counts.rates(index, end), end - index) > (MAX_PERIODIC_CHANCE):
             continue
-        repetition = _judge(steps, values, drop, change, period, index, end, first=index - period)
+        repetition = _judge(
+            steps, values, drop, change, period, index, end, resumes, first=index - period
+        )
         if repetition is not None:
             largest = float(np.max(np.abs(drop[index:end])))
             found.append(replace(repetition, periodic=True, largest_drop=largest))
     return found
+
+
+def _segment_start(steps: np.ndarray, resumes: np.ndarray, first: int) -> int:
+    """The index of the first logged point at or after the last resume before index `first`."""
+    earlier = resumes[resumes <= steps[first]] if resumes.size else resumes
+    return int(np.searchsorted(steps, earlier[-1])) if earlier.size else 0
 
 
 def _smooth_chance(drop: np.ndarray, change: np.ndarray, start: int, end: int) -> float:
@@ -273,6 +296,7 @@ def _judge(
     period: int,
     start: int,
     end: int,
+    resumes: np.ndarray,
     first: int | None = None,
 ) -> Repetition | None:
     """The stretch of repeat-like points start..end-1 (period p), if it passes every test;
@@ -289,7 +313,10 @@ def _judge(
     # plant; by the first repeat, 1 (its stretch began two periods early), and every on-time
     # stretch is dated at its first repeat, inside the repetition.
     first = start - 2 * period if first is None else first
-    context = change[max(0, first - CONTEXT_POINTS) : first]
+    # Only the stretch's own segment: the points before a resume belong to another run state,
+    # and the re-descent after one (weights lost) is smooth at any period.
+    segment = _segment_start(steps, resumes, first)
+    context = change[max(segment + 2 * period, first - CONTEXT_POINTS) : first]
     context = context[np.isfinite(context)]
     if points < MIN_REPEAT_POINTS or context.size < MIN_CONTEXT_POINTS:
         return None
@@ -299,6 +326,7 @@ def _judge(
     # The stretch's points are repeat-like, so finite; `before` holds finite values only.
     smoothness = median_of_finite(np.abs(change[start:end])) / noise
     before = last_finite(values, first, BASELINE_POINTS)
+    before = before[max(0, before.size - (first - segment)) :]
     level = median_of_finite(before) if before.size else float("nan")
     lowest = float(np.nanmin(values[first:end]))
     if level <= 0 or lowest > MAX_LOW_TO_LEVEL * level:
@@ -343,7 +371,8 @@ class RepeatedDataExplainer:
         if series is None:
             return []
         loss, steps, values = series
-        return [_finding(loss, r) for r in repetitions(steps, values)]
+        resumes = [event.step for event in evidence.run.events_of("resume")]
+        return [_finding(loss, r) for r in repetitions(steps, values, resumes)]
 
 
 def _batches_text(period: int) -> str:
