@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
-from tscope.child_python import guard_child_pythons
+from tscope.child_python import guarded_child_pythons
 from tscope.cluster_workers import Named, run_in_workers
 from tscope.errors import UsageError
 
@@ -75,16 +75,17 @@ def _on_dask(
 
     local: Any = None
     if address is None:
-        guard_child_pythons()  # the local workers are spawned interpreters (child_python.py)
         # One single-threaded worker process per core asked for, as the local pool: the readers
         # and analyzers hold the GIL, so threads in one worker would not run side by side.
-        local = LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=40,  # errors only: dask's start-up chatter is not tscope's output
-        )
+        # The workers are spawned interpreters, started here (child_python.py).
+        with guarded_child_pythons():
+            local = LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=40,  # errors only: dask's start-up chatter is not tscope's output
+            )
     client = Client(local if local is not None else address)  # type: ignore[no-untyped-call]
     try:
         # pure=False: every run is analyzed once even when two tasks compare equal.

@@ -25,7 +25,6 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 
 from tscope import __version__
-from tscope.child_python import guard_child_pythons
 from tscope.cluster_cache_seal import seal_key
 from tscope.cluster_case_cache import analyze_and_store, fingerprint_of, load_cached
 from tscope.cluster_engines import check_engine, run_on_engine
@@ -247,9 +246,6 @@ def _pool_context() -> BaseContext:
         and threading.active_count() == 1
     ):
         return get_context("fork")
-    # A spawned worker starts as `python -c …`, which imports from the working directory (often
-    # the sweep's folder) before tscope's code runs: child_python.py.
-    guard_child_pythons()
     return get_context("spawn")
 
 

@@ -18,6 +18,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
 from typing import Any, Protocol, TypeVar, cast
 
+from tscope.child_python import guarded_child_pythons
+
 
 class Named(Protocol):
     @property
@@ -38,9 +40,16 @@ def run_in_workers(
     """(task, work(task)) for every task, in completion order; `on_crash(task, why)` stands in
     for the result of a task whose process died. `work` must be picklable (module level)."""
     done: set[str] = set()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    # The pool starts multiprocessing's resource tracker when it is made and its processes as
+    # tasks are submitted: spawned, each imports from the working directory (often the sweep's
+    # folder) unless guarded (child_python.py).
+    with guarded_child_pythons():
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     try:
-        futures: dict[Future[ResultT], TaskT] = {pool.submit(work, task): task for task in tasks}
+        with guarded_child_pythons():
+            futures: dict[Future[ResultT], TaskT] = {
+                pool.submit(work, task): task for task in tasks
+            }
         try:
             for future in as_completed(futures):
                 result = future.result()
@@ -76,7 +85,8 @@ def _one_process_each(
             process = context.Process(  # type: ignore[attr-defined]
                 target=_child, args=(work, task, sender), daemon=True
             )
-            process.start()
+            with guarded_child_pythons():
+                process.start()
             sender.close()  # the child holds the only writer: EOF on our end means it is gone
             running[receiver] = (task, process)
         for ready in wait(list(running)):
