@@ -67,6 +67,13 @@ EARLY_TRANSIENT_MAX_RATIO = 2.0
 # sequential-data bumps of 1.13–1.25× fall in (3.5, 4.5] (3.57, 3.5, 4.0, 4.13) while no dev
 # incident, planted or control, does. 4.5 sits between 4.13 and 4.8.
 SHORT_BUMP_POINTS = 4.5
+# ...and info too: a short bump whose excess is under this share of what the run had gained from
+# its first logged loss. Near a loss floor ratios say nothing: a contrastive run at 0.029 went to
+# 0.073 for a step (2.5×, +0.044 nats: 1.3% of the 3.44 it had gained) and a BERT classifier's
+# one hard example per batch doubled its 0.016 — warnings on healthy runs (hunt of session 25).
+# A language model's level sits at a third or more of its gain (2–3 nats after ~7–9), so a 1.5×
+# bump there is ≥ 15% of the gain: this bound never reaches it.
+MIN_EXCESS_OF_GAIN = 0.05
 # "Back at the untrained level" (weights lost): for at least UNTRAINED_MIN_POINTS logged points
 # the loss gives back ≥ UNTRAINED_LOST_FRACTION of what the run had gained from its first logged
 # loss (≈ ln V for a model trained from scratch) down to the level before the event, after a gain
@@ -322,7 +329,21 @@ def impact_severity(impact: Impact) -> str:
         return "info"
     if impact.short_bump and impact.ratio < impact.short_bump_bound:
         return "info"
+    if small_against_gain(impact):
+        return "info"
     return "warning"
+
+
+def small_against_gain(impact: Impact) -> bool:
+    """A short bump under MIN_EXCESS_OF_GAIN of what the run had gained from its first logged
+    loss down to the level before it."""
+    gained = impact.initial - impact.baseline
+    return (
+        impact.short_bump
+        and bool(np.isfinite(gained))
+        and gained > 0
+        and impact.excess_nats < MIN_EXCESS_OF_GAIN * gained
+    )
 
 
 def impact_order(impact: Impact) -> tuple[bool, float, float]:

@@ -17,6 +17,7 @@ from tscope.analyzers.impact import (
     TRANSIENT_MAX_RATIO,
     impact_severity,
     measure_impact,
+    small_against_gain,
 )
 from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import primary_loss
@@ -145,6 +146,8 @@ def _is_notable(run: Run, spike: Spike, spikes: list[Spike], index: _SpikeIndex)
         else None
     )
     bound = impact.short_bump_bound if impact is not None else TRANSIENT_MAX_RATIO
+    if impact is not None and small_against_gain(impact):
+        return False  # near a loss floor a ratio says nothing (impact.MIN_EXCESS_OF_GAIN)
     if is_transient(run, spike):
         return ratio >= bound
     if impact is None:
