@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.impact import measure_impact
+from tscope.analyzers.impact import measure_impact, small_against_gain
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.analyzers.spike_judgement import is_notable, is_texture
 from tscope.model import Finding
@@ -60,7 +60,11 @@ class RecurringSpikesExplainer:
         spacing = float(np.median(np.diff(peaks))) if peaks.size > 1 else 0.0
         median_ratio = float(np.median(ratios))
         largest = routine[int(np.argmax([i.excess_nats for i in impacts]))]
-        severity = "warning" if median_ratio >= RECURRING_WARNING_RATIO else "info"
+        # Large against the level, and not small against what the run gained (impact.py's
+        # MIN_EXCESS_OF_GAIN): an MSE objective's batch means are heavy-tailed, 3-10x one-batch
+        # peaks at a level 40x under its start are routine (a healthy-run hunt, session 25).
+        small = sum(small_against_gain(i) for i in impacts) > len(impacts) / 2
+        severity = "warning" if median_ratio >= RECURRING_WARNING_RATIO and not small else "info"
         return [
             Finding(
                 category="recurring_loss_spikes",
