@@ -16,6 +16,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.lr_config import LR_TOO_LOW, lr_range_findings
 from tscope.analyzers.explainers.lr_exhausted import lr_exhausted
 from tscope.analyzers.explainers.lr_peak_instability import lr_too_high_at_peak
+from tscope.analyzers.explainers.lr_rewarm import schedule_restart
 from tscope.analyzers.explainers.warmup_instability import warmup_too_short
 from tscope.analyzers.lr_stairs import stair_starts
 from tscope.analyzers.reach import LR_EFFECT_WINDOW_POINTS
@@ -198,7 +199,10 @@ class LearningRateExplainer:
             for jump, restart in _with_restarts(steps, lrs, jumps)
             if jump.step not in resume_steps  # reported as resume_discontinuity instead
         ]
-        findings = [_jump_finding(run, jump, evidence.spikes, restart) for jump, restart in judged]
+        findings = [
+            schedule_restart(steps, lrs, jump) or _jump_finding(run, jump, evidence.spikes, restart)
+            for jump, restart in judged
+        ]
         # A blow-up in the effect window of an upward jump the schedule does not explain is the
         # jump's (lr_schedule_jump names it): the LR did not climb to it, it stepped.
         raised_by_jump = [
