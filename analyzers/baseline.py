@@ -213,3 +213,11 @@ def ratio_above(values: Any, reference: Any, ratio: float) -> Any:
     (a Gaussian NLL's best of −1.59: every later eval, the best's equal included, is above
     1.1 × −1.59 = −1.75), and read a healthy run's flat end as a rising eval loss."""
     return values > reference + (ratio - 1.0) * np.abs(reference)
+
+
+def robust_sigma(values: np.ndarray) -> float:
+    """MAD_TO_SIGMA × the median absolute deviation of the finite values (NaN without any)."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return float("nan")
+    return float(MAD_TO_SIGMA * median_of_finite(np.abs(finite - median_of_finite(finite))))

@@ -88,3 +88,40 @@ def _running_sum(mask: np.ndarray) -> np.ndarray:
     counts = np.zeros(mask.size + 1, dtype=np.int64)
     np.cumsum(mask, out=counts[1:])
     return counts
+
+
+def smooth_chance(
+    drop: np.ndarray, change: np.ndarray, start: int, end: int, periods: int
+) -> float:
+    """chance_stretches with the repeat-like test at the stretch's own roughness: the run's rate
+    (outside the stretch) of points whose p-step drop is negative and whose |d2| is at most the
+    stretch's largest, to the stretch's length."""
+    roughest = float(np.max(np.abs(change[start:end])))
+    with np.errstate(invalid="ignore"):
+        as_smooth = (drop < 0) & (np.abs(change) <= roughest)
+    rates = FlagCounts(as_smooth, np.isfinite(change)).rates(start, end)
+    return chance_stretches(change.size, *rates, end - start, periods)
+
+
+def chance_stretches(
+    points_in_run: int, rate: float, persistence: float, length: int, periods: int
+) -> float:
+    """About how many runs of `length` repeat-like points in a row a run of fresh data shows by
+    chance: a start at each point and each of the `periods` looked for, the first point repeat-like at the run's own rate
+    and each next one at its persistence (the run's rate of a flagged point following a flagged
+    one). Fresh batches are independent, so the two are equal; a loss whose noise is
+    autocorrelated (sequential data, a smoothed log) flags points in runs, and so does chance
+    there: counted at the rate alone, 2 of 300 healthy synthetic logs with AR(1) batch noise
+    (bench/synthetic_logs.py, φ 0.5–0.9) got a repeated_data warning. The smoothness and level
+    tests come on top, as margin: a real log's chance stretch passed them."""
+    return periods * points_in_run * rate * persistence ** (length - 1)
+
+
+def period_differences(values: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """(drop, change): v[t] − v[t−p], and its own p-step change d2[t] = drop[t] − drop[t−p]
+    (NaN where a term is missing)."""
+    drop = np.full(values.size, np.nan)
+    drop[period:] = values[period:] - values[:-period]
+    change = np.full(values.size, np.nan)
+    change[2 * period :] = drop[2 * period :] - drop[period:-period]
+    return drop, change

@@ -24,8 +24,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.baseline import median_of_finite
-from tscope.analyzers.repetition_chance import FlagCounts
+from tscope.analyzers.baseline import median_of_finite, robust_sigma
+from tscope.analyzers.repetition_chance import (
+    FlagCounts,
+    chance_stretches,
+    period_differences,
+    smooth_chance,
+)
 from tscope.analyzers.signals import finite_loss_series, fmt, last_finite
 from tscope.model import Finding
 from tscope.model.categories import Category
@@ -55,7 +60,7 @@ MIN_REPEAT_POINTS = 6
 # (0/76 real logs with this bound, 1/76 without); the cost is the shortest planted dev repetition
 # (10 steps of 2 batches in a 160-step run: 6 points where the bound asks 7), so dev recall is 7/8.
 MAX_CHANCE_STRETCHES = 0.01
-# ...or the same count with "repeat-like" read at the stretch's own roughness (`_smooth_chance`:
+# ...or the same count with "repeat-like" read at the stretch's own roughness (`smooth_chance`:
 # the run's rate of points with a negative drop and |d2| ≤ the stretch's largest |d2|) is ≤ this.
 # The shortest planted repetition (10 steps of 2 batches: 6 points) fails MAX_CHANCE_STRETCHES in
 # runs whose fresh data is often repeat-like at 0.3σ (0.014–0.033: dev lightning-repeated_data-02,
@@ -144,13 +149,6 @@ class Repetition:
     largest_drop: float = 0.0  # periodic: the largest |loss − loss p steps before| in the stretch
 
 
-def robust_sigma(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return float("nan")
-    return float(1.4826 * median_of_finite(np.abs(finite - median_of_finite(finite))))
-
-
 def repetitions(
     steps: np.ndarray, values: np.ndarray, resume_steps: Sequence[int] = ()
 ) -> list[Repetition]:
@@ -183,23 +181,13 @@ def repetitions(
     return kept
 
 
-def _period_differences(values: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
-    """(drop, change): v[t] − v[t−p], and its own p-step change d2[t] = drop[t] − drop[t−p]
-    (NaN where a term is missing)."""
-    drop = np.full(values.size, np.nan)
-    drop[period:] = values[period:] - values[:-period]
-    change = np.full(values.size, np.nan)
-    change[2 * period :] = drop[2 * period :] - drop[period:-period]
-    return drop, change
-
-
 def _stretches(
     steps: np.ndarray, values: np.ndarray, period: int, resumes: np.ndarray
 ) -> list[Repetition]:
     n = values.size
     if n < 2 * period + MIN_CONTEXT_POINTS + MIN_REPEAT_POINTS:
         return []
-    drop, change = _period_differences(values, period)
+    drop, change = period_differences(values, period)
     scale = robust_sigma(change)
     if not np.isfinite(scale) or scale <= 0:
         return []
@@ -216,10 +204,10 @@ def _stretches(
         if end - index < MIN_REPEAT_POINTS:
             continue
         repetition = _judge(steps, values, drop, change, period, index, end, resumes)
-        chance = chance_stretches(n, *counts.rates(index, end), end - index)
+        chance = chance_stretches(n, *counts.rates(index, end), end - index, len(PERIODS))
         if repetition is not None and (
             chance <= MAX_CHANCE_STRETCHES
-            or _smooth_chance(drop, change, index, end) <= MAX_SMOOTH_CHANCE
+            or smooth_chance(drop, change, index, end, len(PERIODS)) <= MAX_SMOOTH_CHANCE
         ):
             found.append(repetition)
     return found
@@ -234,7 +222,7 @@ def _periodic_stretches(
     n = values.size
     if n < 2 * period + MIN_CONTEXT_POINTS + MIN_REPEAT_POINTS:
         return []
-    drop, change = _period_differences(values, period)
+    drop, change = period_differences(values, period)
     spread = robust_sigma(drop)
     if not np.isfinite(spread) or spread <= 0:
         return []
@@ -248,7 +236,9 @@ def _periodic_stretches(
     ):
         if end - index < MIN_REPEAT_POINTS or index < 2 * period:
             continue
-        if chance_stretches(n, *counts.rates(index, end), end - index) > (MAX_PERIODIC_CHANCE):
+        if chance_stretches(n, *counts.rates(index, end), end - index, len(PERIODS)) > (
+            MAX_PERIODIC_CHANCE
+        ):
             continue
         repetition = _judge(
             steps, values, drop, change, period, index, end, resumes, first=index - period
@@ -263,29 +253,6 @@ def _segment_start(steps: np.ndarray, resumes: np.ndarray, first: int) -> int:
     """The index of the first logged point at or after the last resume before index `first`."""
     earlier = resumes[resumes <= steps[first]] if resumes.size else resumes
     return int(np.searchsorted(steps, earlier[-1])) if earlier.size else 0
-
-
-def _smooth_chance(drop: np.ndarray, change: np.ndarray, start: int, end: int) -> float:
-    """chance_stretches with the repeat-like test at the stretch's own roughness: the run's rate
-    (outside the stretch) of points whose p-step drop is negative and whose |d2| is at most the
-    stretch's largest, to the stretch's length."""
-    roughest = float(np.max(np.abs(change[start:end])))
-    with np.errstate(invalid="ignore"):
-        as_smooth = (drop < 0) & (np.abs(change) <= roughest)
-    rates = FlagCounts(as_smooth, np.isfinite(change)).rates(start, end)
-    return chance_stretches(change.size, *rates, end - start)
-
-
-def chance_stretches(points_in_run: int, rate: float, persistence: float, length: int) -> float:
-    """About how many runs of `length` repeat-like points in a row a run of fresh data shows by
-    chance: a start at each point and period, the first point repeat-like at the run's own rate
-    and each next one at its persistence (the run's rate of a flagged point following a flagged
-    one). Fresh batches are independent, so the two are equal; a loss whose noise is
-    autocorrelated (sequential data, a smoothed log) flags points in runs, and so does chance
-    there: counted at the rate alone, 2 of 300 healthy synthetic logs with AR(1) batch noise
-    (bench/synthetic_logs.py, φ 0.5–0.9) got a repeated_data warning. The smoothness and level
-    tests come on top, as margin: a real log's chance stretch passed them."""
-    return len(PERIODS) * points_in_run * rate * persistence ** (length - 1)
 
 
 def _judge(
