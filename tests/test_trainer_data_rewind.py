@@ -63,3 +63,22 @@ def test_a_resume_that_skips_to_its_data_position_says_nothing_of_it(tmp_path):
     case, _ = analyze_run(str(tmp_path))
     assert not any("data loader" in f.message for f in case.findings)
     assert all(f.severity == "info" for f in case.findings if f.category == "resume_discontinuity")
+
+
+def test_a_forged_epoch_that_goes_back_at_every_row_is_bounded(tmp_path):
+    import json
+
+    rows = [
+        {
+            "step": step,
+            "epoch": 1.0 + (0.5 if step % 2 else 0.0),
+            "loss": 2.0,
+            "learning_rate": 1e-3,
+        }
+        for step in range(1, 20_001)
+    ]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": rows}))
+    case, _ = analyze_run(str(tmp_path))
+    resumes = [f for f in case.findings if f.category == "resume_discontinuity"]
+    assert len(resumes) <= 20
+    assert any("goes back 10000 times" in p.problem for p in case.partial)

@@ -44,6 +44,9 @@ IGNORED_KEYS = {
 # The Trainer logs `epoch` as global_step / steps per epoch (a float): it goes back only when the
 # data position did, beyond float rounding.
 EPOCH_REWIND_MIN = 1e-4
+# A run resumes a handful of times; a file whose epoch goes back at every row is forged (each
+# resume event is judged over the whole log: 100,000 of them would not finish).
+MAX_REWINDS = 20
 
 
 def _data_rewind(
@@ -118,7 +121,7 @@ class TrainerStateReader:
         events: list[RunEvent] = []
         last_epoch_index: int | None = None
         last_epoch: float | None = None
-        last_epoch_step = 0
+        last_epoch_step = rewinds = 0
         bad_steps: list[Any] = []
         for entry in history:
             if rows.full:
@@ -155,7 +158,11 @@ class TrainerStateReader:
                     # before, plus what it went back by, is the data fed twice.
                     rate = last_epoch_step / last_epoch if last_epoch > 0 else 0.0
                     again = (last_epoch - epoch) * rate + (step - last_epoch_step) if rate else 0.0
-                    events.append(_data_rewind(step, last_epoch, float(epoch), again, display_path))
+                    rewinds += 1
+                    if rewinds <= MAX_REWINDS:
+                        events.append(
+                            _data_rewind(step, last_epoch, float(epoch), again, display_path)
+                        )
                 last_epoch, last_epoch_step = float(epoch), step
                 epoch_index = math.floor(epoch + 1e-9)
                 if last_epoch_index is not None and epoch_index > last_epoch_index:
@@ -189,6 +196,14 @@ class TrainerStateReader:
                     f"{wide_entries} log_history row(s) hold more than {MAX_KEYS_PER_ENTRY} "
                     f"numeric keys: only their first {MAX_KEYS_PER_ENTRY} were read (the Trainer "
                     "logs a few dozen at most)",
+                )
+            )
+        if rewinds > MAX_REWINDS:
+            partial.append(
+                PartialInput(
+                    display_path,
+                    f"the logged epoch goes back {rewinds} times: the first {MAX_REWINDS} are "
+                    "judged as resumes, the rest left out (a run resumes a handful of times)",
                 )
             )
         partial.extend(PartialInput(display_path, problem) for problem in rows.problems())
