@@ -16,7 +16,7 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.lr_config import LR_TOO_LOW, lr_range_findings
 from tscope.analyzers.explainers.lr_exhausted import lr_exhausted
 from tscope.analyzers.explainers.lr_peak_instability import lr_too_high_at_peak
-from tscope.analyzers.explainers.lr_rewarm import schedule_restart
+from tscope.analyzers.explainers.lr_rewarm import earlier_peak, schedule_restart
 from tscope.analyzers.explainers.warmup_instability import warmup_too_short
 from tscope.analyzers.lr_stairs import stair_starts
 from tscope.analyzers.reach import LR_EFFECT_WINDOW_POINTS
@@ -288,17 +288,14 @@ def _restart_peak(
 ) -> tuple[int, float] | None:
     """(step, LR) of the earlier peak (before index `until`, the jump's own by default) an upward
     jump returns to, as a warm restart does; None when the jump is no restart (RESTART_* above)."""
-    until = jump.index if until is None else until
-    earlier = lrs[:until]
-    earlier = earlier[np.isfinite(earlier)]
-    if jump.factor <= 1 or earlier.size == 0:
+    found = earlier_peak(steps, lrs, jump.index if until is None else until)
+    if jump.factor <= 1 or found is None:
         return None
-    peak = float(earlier.max())
+    peak = found[1]
     low, high = RESTART_PEAK_BAND
     if not (low * peak <= jump.after <= high * peak and jump.before < RESTART_FROM * peak):
         return None
-    finite_steps = steps[:until][np.isfinite(lrs[:until])]
-    return int(finite_steps[int(np.argmax(earlier))]), peak
+    return found
 
 
 def _jump_finding(

@@ -84,7 +84,7 @@ def _loss_text(run: Run, step: int) -> str:
         return ""
     steps, values = loss_series(run, loss)
     after = values[(steps >= step) & np.isfinite(values)]
-    if after.size < 2 * EXHAUSTED_MIN_POINTS // 2:
+    if after.size < EXHAUSTED_MIN_POINTS:
         return ""
     head, tail = after[: after.size // 5 or 1], after[-(after.size // 5 or 1) :]
     return f" ({loss} {fmt(float(np.median(head)))} → {fmt(float(np.median(tail)))} over it)"

@@ -32,13 +32,22 @@ REWARM_PEAK_SHARE = 0.9
 REWARM_POINTS = 200
 
 
+def earlier_peak(steps: np.ndarray, lrs: np.ndarray, until: int) -> tuple[int, float] | None:
+    """(step, LR) of the highest finite LR before index `until`; None when there is none."""
+    finite = np.isfinite(lrs[:until])
+    if not finite.any():
+        return None
+    earlier = lrs[:until][finite]
+    best = int(np.argmax(earlier))
+    return int(steps[:until][finite][best]), float(earlier[best])
+
+
 def schedule_restart(steps: np.ndarray, lrs: np.ndarray, jump: LrJump) -> Finding | None:
     """The warning for a downward `jump` that is the schedule starting over, else None."""
-    earlier = lrs[: jump.index]
-    earlier = earlier[np.isfinite(earlier)]
-    if jump.factor >= 1 or earlier.size == 0:
+    found = earlier_peak(steps, lrs, jump.index)
+    if jump.factor >= 1 or found is None:
         return None
-    peak = float(earlier.max())
+    peak_step, peak = found
     if not (jump.before >= REWARM_FROM * peak and jump.after <= REWARM_DROP * jump.before):
         return None
     ahead = lrs[jump.index : jump.index + REWARM_POINTS]
@@ -51,7 +60,6 @@ def schedule_restart(steps: np.ndarray, lrs: np.ndarray, jump: LrJump) -> Findin
     between = lrs[jump.index + 1 : top]
     if np.count_nonzero((between > jump.after) & (between < REWARM_PEAK_SHARE * peak)) < 2:
         return None
-    peak_step = int(steps[: jump.index][np.isfinite(lrs[: jump.index])][int(np.argmax(earlier))])
     return Finding(
         category="lr_schedule_jump",
         severity="warning",
