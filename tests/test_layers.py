@@ -19,8 +19,10 @@ ALLOWED = {
         "tscope.errors",
         "tscope.output_files",
         "tscope.user_cache",
+        "tscope.numba_loader",
     },
-    "analyzers": {"tscope.analyzers", "tscope.model", "tscope.errors"},
+    # tscope.numba_loader: the one import of numba, away from the working directory's config file
+    "analyzers": {"tscope.analyzers", "tscope.model", "tscope.errors", "tscope.numba_loader"},
     "tscope/render": {
         "tscope.render",
         "tscope.model",

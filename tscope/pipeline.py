@@ -17,6 +17,7 @@ from tscope.model import Case, CheckpointInfo, Finding, Run
 from tscope.model.case_fields import Fields
 from tscope.model.case_parts import RunHeader, Summary
 from tscope.model.checkpoint import CheckpointEvidence
+from tscope.numba_loader import load_numba
 
 
 class Analysis(NamedTuple):
@@ -98,10 +99,10 @@ def _freeze_after_heavy_imports(run: Run) -> None:
         return
     _HEAVY_FROZEN.append(True)
     for name in wanted:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # numba is the optional `fast` extra
+        if name == "numba":
+            load_numba()  # None without the optional `fast` extra
             continue
+        importlib.import_module(name)
     gc.collect()
     gc.freeze()
 

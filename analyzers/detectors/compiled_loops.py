@@ -34,6 +34,7 @@ from tscope.analyzers.detectors.rolling_kernels import (
     rolling_mean_std_loop,
     rolling_median_loop,
 )
+from tscope.numba_loader import load_numba
 
 # Below this many points the numpy loops take a few milliseconds: not worth importing numba
 # (0.3–0.5 s on a quiet core) and loading the cached kernels in a short run's process.
@@ -230,9 +231,8 @@ def kernel(name: str = "pelt") -> Kernel | None:
     None without numba or with TSCOPE_COMPILED_LOOPS=0 (the numpy code: benchmarks compare)."""
     if not compiled_loops_available():
         return None
-    try:
-        numba: Any = importlib.import_module("numba")
-    except ImportError:  # the optional `fast` extra is not installed
+    numba = load_numba()
+    if numba is None:  # the optional `fast` extra is not installed
         return None
     compiled: Kernel = without_unused_optional_modules(
         numba.njit(cache=True, nogil=True)(_PYTHON_LOOPS[name])

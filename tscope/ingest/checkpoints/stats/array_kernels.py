@@ -23,7 +23,6 @@ within rel 1e-9 (bench/check_checkpoint_stats_equal.py compares whole layers tab
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -31,11 +30,10 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from tscope.numba_loader import load_numba
+
 Kernel = TypeVar("Kernel", bound=Callable[..., Any])
-try:
-    _numba: Any = importlib.import_module("numba")
-except ImportError:  # the optional `fast` extra is not installed
-    _numba = None
+_numba: Any = load_numba()  # None without the optional `fast` extra
 HAVE_NUMBA = _numba is not None
 
 # Fields of float_chunk's summary vector (float64).
