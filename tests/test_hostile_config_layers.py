@@ -15,6 +15,7 @@ import pytest
 
 import tscope
 from tscope.ingest.checkpoints import param_order
+from tscope.ingest.checkpoints.module_budget import module_budget_for
 from tscope.ingest.checkpoints.param_order import MAX_LAYERS_TO_BUILD, ParamSpec
 
 LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"
@@ -38,7 +39,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The architectures architecture_order asks transformers to build (none is built)."""
     asked: list[str] = []
 
-    def spy(config_json: str, architecture: str) -> None:
+    def spy(config_json: str, architecture: str, most_modules: int) -> None:
         asked.append(architecture)
 
     monkeypatch.setattr(param_order, "_architecture_names", spy)
@@ -86,3 +87,30 @@ def test_an_accelerate_run_whose_config_asks_for_12000_layers_is_read_without_bu
     # The rest is read as before: the learning-rate jump between steps 2 and 4 is found.
     headline = next(f for f in case.findings if f.id == case.summary.headline_finding)
     assert headline.category == "lr_schedule_jump" and headline.step == 4
+
+
+def test_a_count_under_a_name_no_check_knows_stops_at_the_module_budget() -> None:
+    # Funnel's `block_sizes` is no key _too_many_modules reads: 30,000 blocks took 96 s and 2 GB
+    # on meta (red team). Modules are counted as transformers builds them.
+    pytest.importorskip("transformers")
+    from torch.nn.modules.module import register_module_module_registration_hook
+
+    funnel = {
+        "architectures": ["FunnelModel"],
+        "model_type": "funnel",
+        "block_sizes": [30_000],
+        "block_repeats": [1],
+        "num_decoder_layers": 1,
+        "d_model": 8,
+        "n_head": 1,
+        "d_head": 8,
+        "d_inner": 8,
+        "vocab_size": 10,
+    }
+    registered: list[str] = []
+    handle = register_module_module_registration_hook(lambda m, name, sub: registered.append(name))
+    try:
+        assert param_order.architecture_order(funnel, PARAMS) is None
+    finally:
+        handle.remove()
+    assert 0 < len(registered) <= module_budget_for(len(PARAMS)) + 1

@@ -69,3 +69,14 @@ def test_any_other_failure_while_building_is_one_line(tmp_path: Path):
     # A negative width: torch raises RuntimeError (negative dimension) while building.
     problem = _refusal(_checkpoint(tmp_path, n_embd=-8))
     assert problem.startswith("transformers cannot build the model it describes")
+
+
+def test_modules_counted_under_a_name_no_check_knows_are_refused_while_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Every architecture names its counts its own way (Funnel's `block_sizes`): with the key
+    # check blind, the module budget stops the build on meta, wherever the count came from.
+    monkeypatch.setattr("tscope.replay.model_build.MODULE_COUNT_KEYS", frozenset())
+    problem = _refusal(_checkpoint(tmp_path, n_layer=1000))
+    assert problem.startswith("it describes a model of more than")
+    assert "modules, for a checkpoint of" in problem

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tscope.errors import TscopeError, UnreadableInput, UsageError
+from tscope.ingest.checkpoints.module_budget import TooManyModules, module_budget, module_budget_for
 from tscope.model.visible_text import visible
 from tscope.replay.entry import Entry
 from tscope.replay.files import CheckpointFiles
@@ -211,13 +212,22 @@ def _refuse_more_parameters_than_stored(
     attention: str,
 ) -> None:
     """Build the model on torch's meta device (shapes only, no memory) and refuse a config whose
-    model is far larger than the weights beside it."""
+    model is far larger than the weights beside it, in modules (counted while they are built,
+    whatever the config calls its counts) or in parameters."""
     import torch
 
-    with torch.device("meta"):
-        skeleton = transformers.AutoModelForCausalLM.from_config(
-            config, trust_remote_code=False, attn_implementation=attention
-        )
+    most_modules = module_budget_for(len(weights))
+    try:
+        with torch.device("meta"), module_budget(most_modules):
+            skeleton = transformers.AutoModelForCausalLM.from_config(
+                config, trust_remote_code=False, attn_implementation=attention
+            )
+    except TooManyModules as error:
+        raise UnreadableInput(
+            f"{files.choice.shown}/config.json",
+            f"it describes a model of {error}, for a checkpoint of {len(weights):,} tensors",
+            HF_CONFIG_HINT,
+        ) from error
     wanted = sum(parameter.numel() for parameter in skeleton.parameters())
     stored = sum(tensor.numel() for tensor in weights.values())
     if wanted > MAX_PARAMETERS_PER_STORED * stored + PARAMETER_SLACK:

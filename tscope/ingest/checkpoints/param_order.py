@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tscope.ingest.checkpoints.module_budget import module_budget, module_budget_for
 from tscope.model.plain_digits import is_plain_digits
 
 
@@ -144,7 +145,9 @@ def architecture_order(
     # A config that asks for thousands of layers would take long to build even on meta.
     if _too_many_modules(config):
         return None
-    names = _architecture_names(json.dumps(config, sort_keys=True), str(architectures[0]))
+    names = _architecture_names(
+        json.dumps(config, sort_keys=True), str(architectures[0]), module_budget_for(len(params))
+    )
     if names is None:
         return None
     by_name = {spec.name: spec for spec in params}
@@ -207,7 +210,9 @@ def _count(value: Any, summed: bool) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _architecture_names(config_json: str, architecture: str) -> tuple[str, ...] | None:
+def _architecture_names(
+    config_json: str, architecture: str, most_modules: int
+) -> tuple[str, ...] | None:
     try:
         import torch
         import transformers
@@ -221,12 +226,13 @@ def _architecture_names(config_json: str, architecture: str) -> tuple[str, ...] 
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity(logging.ERROR)
     try:
-        with warnings.catch_warnings(), torch.device("meta"):
+        with warnings.catch_warnings(), torch.device("meta"), module_budget(most_modules):
             warnings.simplefilter("ignore")
             config = model_class.config_class.from_dict(json.loads(config_json))  # type: ignore[union-attr]
             model = model_class(config)
         return tuple(name for name, _ in model.named_parameters())
-    except Exception:  # any config transformers cannot build: use the inferred orders instead
+    except Exception:  # any config transformers cannot build (TooManyModules included): use the
+        # inferred orders instead
         return None
     finally:
         transformers.logging.set_verbosity(verbosity)
