@@ -10,7 +10,7 @@ from pathlib import Path
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import Reader, read_head, reading_input
 from tscope.ingest.registry import READERS
-from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_NOT_FOLLOWED
+from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_NOT_FOLLOWED, hollow_file_problem
 from tscope.model import LogRead, PartialInput
 
 # Folders that never hold run artifacts and can be huge.
@@ -165,6 +165,10 @@ def _read_one(
     on_file: Callable[[str], None] | None,
 ) -> None:
     shown = display_path(file, root)
+    hollow = hollow_file_problem(file)
+    if hollow is not None:  # every reader would refuse it: named, not "unknown format"
+        found.partial.append(PartialInput(shown, hollow))
+        return
     claiming = (r for r in readers if r.can_read(file))
     reader = next(claiming, None)
     if reader is None:

@@ -2,8 +2,8 @@
 
 Every reader opens its files through this module so the promises in docs/security.md hold in one
 place: only regular files are read (a FIFO, a device or a socket can hang or never end), nothing
-is read through a symlink inside the input tree or outside it, and no read is larger than the
-file can hold.
+is read through a symlink inside the input tree or outside it, no read is larger than the
+file can hold, and a large file that stores far less than its length (sparse) is not read.
 """
 
 from __future__ import annotations
@@ -69,6 +69,49 @@ def is_real_folder(path: Path) -> bool:
         return False
 
 
+# A sparse file claims bytes it does not store: a 16 KB safetensors file claiming a 1.1 TB
+# tensor kept the statistics scan reading zeros for an hour, a 5 KB JSONL claiming 4 GB took
+# 4.25 GB of memory (red team, session 26). Memory and time must follow what a file holds, so a
+# large file storing under 1/HOLLOW_RATIO of its length is refused. Compressing file systems
+# (ZFS, btrfs) also store less than the length; real logs and weights compress far less than
+# 64× (text ~3-15×, weights ~1.1×).
+HOLLOW_FROM_BYTES = 64 * 1024 * 1024
+HOLLOW_RATIO = 64
+
+
+def stored_bytes(found: os.stat_result) -> int:
+    return getattr(found, "st_blocks", 0) * 512
+
+
+def is_hollow(found: os.stat_result) -> bool:
+    """A large regular file of which the disk stores under 1/HOLLOW_RATIO (st_blocks counts
+    512-byte units on every POSIX system)."""
+    if found.st_size < HOLLOW_FROM_BYTES or not hasattr(found, "st_blocks"):
+        return False
+    return stored_bytes(found) * HOLLOW_RATIO < found.st_size
+
+
+HOLLOW_HINT = "Copy it without holes (cp --sparse=never) if it is a real file"
+
+
+def hollow_problem(found: os.stat_result) -> str:
+    return (
+        f"{found.st_size:,} bytes long but only {stored_bytes(found):,} stored on disk "
+        "(a sparse file); tscope reads files whose bytes are all there"
+    )
+
+
+def hollow_file_problem(path: Path) -> str | None:
+    """The problem (with its hint) of a hollow regular file at `path`, else None."""
+    try:
+        found = os.lstat(path)
+    except UNUSABLE_PATH:
+        return None
+    if stat.S_ISREG(found.st_mode) and is_hollow(found):
+        return f"{hollow_problem(found)}. {HOLLOW_HINT}"
+    return None
+
+
 def open_regular(path: Path, display_path: str) -> BinaryIO:
     """Open `path` for reading only if it is a regular file reached without a symlink.
 
@@ -88,8 +131,11 @@ def open_regular(path: Path, display_path: str) -> BinaryIO:
             raise UnreadableInput(display_path, SYMLINK_REFUSED) from error
         raise UnreadableInput(display_path, f"cannot open the file ({error.strerror})") from error
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        found = os.fstat(descriptor)
+        if not stat.S_ISREG(found.st_mode):
             raise UnreadableInput(display_path, NOT_REGULAR)
+        if is_hollow(found):
+            raise UnreadableInput(display_path, hollow_problem(found), HOLLOW_HINT)
         os.set_blocking(descriptor, True)
         return os.fdopen(descriptor, "rb")
     except BaseException:
