@@ -216,3 +216,17 @@ def test_a_pickle_describing_an_exponential_tree_is_cut_short():
     for _ in range(60):  # 2**60 leaves through shared references, a few kB of pickle
         level = [level, level]
     assert pickle_literals(pickle.dumps({"args": level}, protocol=2)) is None
+
+
+def test_the_trust_pickle_warning_shows_a_hostile_file_name_escaped(tmp_path, capsys):
+    # An ESC/BEL in the name reached the terminal raw (set the title, cleared the screen).
+    from tscope.ingest.checkpoints.base import LoadOptions
+    from tscope.ingest.checkpoints.safe_load import safe_torch_load
+
+    name = "ckpt_100\x1b]0;OWNED\x07\x1b[2J.pt"
+    path = tmp_path / name
+    torch.save({"w": torch.ones(2)}, path)
+    safe_torch_load(path, name, LoadOptions(trust_pickle=True))
+    warning = capsys.readouterr().err
+    assert "--trust-pickle" in warning
+    assert "\x1b" not in warning and "\x07" not in warning

@@ -65,3 +65,11 @@ def test_a_list_with_a_non_finite_float_is_left_to_json_safe_per_item():
     assert rounded_floats(values) is None
     assert json_safe(values)[-2:] == ["nan", "-inf"]
     assert json_safe(values)[:200] == _by_strings(values[:200])
+
+
+def test_integers_wider_than_int64_are_written_as_report_reads_them():
+    # `tscope report` refuses an integer beyond int64 in case.json (not written by tscope).
+    import numpy as np
+
+    safe = json_safe({"a": 10**4000, "b": -(10**30), "c": 2**63 - 1, "d": np.int64(7)})
+    assert safe == {"a": "inf", "b": -1e30, "c": 2**63 - 1, "d": 7}

@@ -126,3 +126,32 @@ def test_links_inside_a_recording_are_not_followed(tmp_path: Path) -> None:
     analysis = _case(run)
     assert not analysis.run.has(layer_metric_name("elsewhere", "grad_norm"))
     assert [p.path for p in analysis.case.partial] == ["layers/elsewhere.arrow"]
+
+
+def test_a_meta_json_nested_deep_is_one_partial_line(tmp_path: Path) -> None:
+    # Read with plain json.loads, 100,000 levels once ended in a RecursionError traceback.
+    run = tmp_path / "rec"
+    shutil.copytree(DATA / "healthy", run)
+    (run / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    analysis = _case(run)
+    problems = {p.path: p.problem for p in analysis.case.partial}
+    assert "nested" in problems["meta.json"]
+    assert analysis.run.series(LOSS)[0].size
+
+
+def test_an_integer_wider_than_int64_in_meta_json_never_reaches_case_json(tmp_path: Path) -> None:
+    # A 4,000-digit integer once went into case.json, which `tscope report` then refused.
+    from tscope.render.report_files import read_payload
+
+    run = tmp_path / "rec"
+    shutil.copytree(DATA / "healthy", run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta.setdefault("trainscope_config", {})["trace_every_n_steps"] = 10**30
+    (run / "meta.json").write_text(json.dumps(meta))
+    out = tmp_path / "case"
+    from tscope.cli import app
+
+    with pytest.raises(SystemExit) as exited:
+        app(["analyze", str(run), "--out", str(out), "--quiet"])
+    assert exited.value.code == 0
+    read_payload(out, "case.json", "case", "analyze", "")  # raises if report would refuse it

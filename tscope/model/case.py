@@ -336,7 +336,9 @@ def json_safe(value: Any) -> Any:
     kind = type(value)  # exact-type fast paths: case files hold ~10^5 chart floats
     if kind is float:
         return _json_float(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is int:
+        return value if _INT64_LOW <= value <= _INT64_HIGH else _beyond_int64(value)
+    if kind is str or kind is bool or value is None:
         return value
     if kind is list or kind is tuple:
         # A chart's list of floats (~11,000 of them in a 10,000-step run's case) rounded by
@@ -358,13 +360,26 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (bool, str)):
         return value
     if isinstance(value, numbers.Integral):
-        return int(value)
+        return json_safe(int(value))
     if isinstance(value, numbers.Real):
         return _json_float(float(value))
     return value
 
 
 _INF = math.inf
+# case.json holds int64 integers only: `tscope report` refuses anything wider as not written by
+# tscope, so a wider one from an input (a 4,000-digit integer in a meta.json) is written the way
+# tscope.model.json_parse reads one, as a float (inf beyond float range).
+_INT64_LOW, _INT64_HIGH = -(2**63), 2**63 - 1
+
+
+def _beyond_int64(value: int) -> Any:
+    try:
+        return _json_float(float(value))
+    except OverflowError:
+        return _json_float(_INF if value > 0 else -_INF)
+
+
 # Below this many items a list is rounded item by item: numpy's fixed cost per call (~20 µs)
 # outweighs the ~0.3 µs it saves per float.
 VECTOR_ROUNDING_MIN_ITEMS = 128

@@ -23,7 +23,6 @@ import io
 import math
 import os
 import pickle
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +39,11 @@ from tscope.ingest.checkpoints.dcp_metadata import (
     from_unpickled,
     parse_metadata,
 )
-from tscope.ingest.checkpoints.safe_load import TRUST_HINT, safe_torch_loads
+from tscope.ingest.checkpoints.safe_load import (
+    TRUST_HINT,
+    safe_torch_loads,
+    warn_trusted_unpickling,
+)
 from tscope.ingest.safe_fs import SYMLINK_REFUSED, is_real_folder, open_regular, read_bytes_bounded
 
 if TYPE_CHECKING:
@@ -93,10 +96,7 @@ def metadata_from_bytes(payload: bytes, shown: str, options: LoadOptions) -> Dcp
 
 def _trusted_metadata(payload: bytes, shown: str) -> DcpMetadata:
     """--trust-pickle: a Metadata with globals we do not know, unpickled by pickle itself."""
-    print(
-        f"tscope: warning: unpickling {shown} with --trust-pickle: this runs code from the file.",
-        file=sys.stderr,
-    )
+    warn_trusted_unpickling(shown)
     try:
         return from_unpickled(pickle.loads(payload))
     except Exception as error:  # the trusted file is still a stranger's: explain its failure

@@ -40,6 +40,7 @@ from tscope.ingest.checkpoints.torch_zip_checks import (
 )
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
 from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file, open_regular
+from tscope.model.visible_text import visible
 
 TRUST_HINT = "If you trust the file, pass --trust-pickle."
 # torch's messages when weights_only meets a global (or a BUILD) outside its allow-list; only
@@ -123,6 +124,16 @@ def _refuse_deep_nesting(handle: BinaryIO, size: int, display_path: str) -> None
         )
 
 
+def warn_trusted_unpickling(display_path: str) -> None:
+    """The stderr line before a file is unpickled under --trust-pickle; the name is a
+    stranger's, escaped (an ESC or BEL in it would drive the user's terminal)."""
+    print(
+        f"tscope: warning: unpickling {visible(display_path)} with --trust-pickle: this runs "
+        "code from the file.",
+        file=sys.stderr,
+    )
+
+
 def _load(
     source: Path | io.BytesIO,
     mmap: bool,
@@ -134,11 +145,7 @@ def _load(
     import torch
 
     if options.trust_pickle:
-        print(
-            f"tscope: warning: unpickling {display_path} with --trust-pickle: this runs code "
-            "from the file.",
-            file=sys.stderr,
-        )
+        warn_trusted_unpickling(display_path)
     try:
         # torch warns on stderr about what it meets in a file ("Detected pickle protocol 4 in
         # the checkpoint"): noise about a stranger's file, on the user's terminal. What matters

@@ -21,7 +21,10 @@ keeps apart (the same series in two run folders).
 from __future__ import annotations
 
 import re
+from array import array
 from pathlib import Path
+
+import numpy as np
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import inside_input, read_head
@@ -50,6 +53,7 @@ MAX_PARAM_CHARACTERS = 8_000
 MAX_PARAM_BYTES = 4 * MAX_PARAM_CHARACTERS  # UTF-8
 # All params together, as they go into the case's config.
 MAX_PARAMS_TOTAL_BYTES = 1024 * 1024
+_INT64_LOW, _INT64_HIGH = -(2**63), 2**63 - 1
 # `<timestamp> <value> [<step> [<dataset name> <dataset digest>]]` (MLflow before 1.0: no step).
 _METRIC_LINE = re.compile(
     r"^(?P<time>\d{1,16}) (?P<value>[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
@@ -146,25 +150,29 @@ def _read_metric(
     """Add the metric file's values to `rows`: (what was wrong with it, "" when nothing; whether
     its values were numbered for want of steps)."""
     malformed = 0
-    logged: list[tuple[int, int, float]] = []  # (timestamp, step, value)
+    # Typed arrays, not a tuple per line: a 20 MB file of 5M points held 1.1 GB as tuples.
+    times, steps, values = array("q"), array("q"), array("d")
     for line in iter_lines(path, f"{shown_run}metrics/{key}"):
-        if len(logged) >= MAX_POINTS_PER_FILE:
+        if len(values) >= MAX_POINTS_PER_FILE:
             break
         match = _METRIC_LINE.match(line)
         if match is None:
             malformed += line.strip() != ""
             continue
         step = int(match["step"]) if match["step"] is not None else 0
-        logged.append((int(match["time"]), step, float(match["value"])))
+        times.append(int(match["time"]))
+        steps.append(step if _INT64_LOW <= step <= _INT64_HIGH else -1)  # -1: dropped by rows
+        values.append(float(match["value"]))
     # In logging order, as the SQLite store's reader reads them (ORDER BY timestamp, step): the
     # file's line order is not it. The Trainer's MLflowCallback logs with synchronous=False
     # (mlflow ≥ 2.8), whose queue appends lines out of order (steps 10, 40, 20), which read as
     # dozens of resumes. A real resume re-logs its steps later, so it keeps its place.
-    logged.sort(key=lambda entry: (entry[0], entry[1]))
-    steps = [step for _, step, _ in logged]
-    values = [value for _, _, value in logged]
-    numbered = unstepped(steps)
-    for index, (step, value) in enumerate(zip(steps, values, strict=True)):
+    step_array = np.frombuffer(steps, dtype=np.int64)
+    order = np.lexsort((step_array, np.frombuffer(times, dtype=np.int64)))  # stable
+    ordered_steps = step_array[order].tolist()
+    ordered_values = np.frombuffer(values, dtype=np.float64)[order].tolist()
+    numbered = unstepped(ordered_steps)
+    for index, (step, value) in enumerate(zip(ordered_steps, ordered_values, strict=True)):
         if rows.full:
             break
         rows.add(index if numbered else step, name, value, key)

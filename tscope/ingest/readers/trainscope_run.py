@@ -21,7 +21,6 @@ older versions; both are read, a cut tail is dropped and listed as partial. One 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import urllib.parse
@@ -31,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tscope.errors import UnreadableInput
+from tscope.ingest import safe_json
 from tscope.ingest.base import inside_input, read_head
 from tscope.ingest.readers.arrow_ipc import ARROW_FILE_MAGIC, ARROW_STREAM_CONTINUATION
 from tscope.ingest.readers.arrow_ipc import read_arrow as read_arrow_columns
-from tscope.ingest.safe_fs import is_regular_file, read_bytes_bounded
+from tscope.ingest.safe_fs import is_regular_file
 from tscope.model import Caveat, LogRead, MetricTable, PartialInput, RunEvent
 from tscope.model.layer_metrics import (
     ACT_KURTOSIS,
@@ -315,9 +315,11 @@ def _meta_config(folder: Path, shown: str, partial: list[PartialInput]) -> dict[
         return {}
     file_shown = _join(shown, "meta.json")
     try:
-        meta = json.loads(read_bytes_bounded(path, file_shown, MAX_META_BYTES))
-    except (UnreadableInput, ValueError, UnicodeDecodeError) as error:
-        partial.append(PartialInput(file_shown, f"not readable JSON ({error})"))
+        # Nesting bounded, integers int64-safe: 100,000 levels once ended in a RecursionError
+        # traceback, and a 4,000-digit integer reached case.json, which `tscope report` refuses.
+        meta = safe_json.load_file(path, file_shown, MAX_META_BYTES)
+    except UnreadableInput as error:
+        partial.append(PartialInput(error.path, error.problem_text))
         return {}
     if not isinstance(meta, dict):
         return {}
