@@ -148,7 +148,12 @@ def alternatives(
         ruled_out.append(
             Alternative(
                 "resume_discontinuity",
-                "not a resume: no resume point within 100 steps of the onset",
+                # A resume the log does not record is only ruled out where no checkpoint it
+                # could have restarted from lies before the onset.
+                "not a resume: no resume point within 100 steps of the onset"
+                if not _checkpoint_before(evidence, incident.onset_step)
+                else "no resume recorded within 100 steps of the onset, and the loss did not "
+                "return to its untrained level there (as it does when a resume loses the weights)",
                 spike_id,
             )
         )
@@ -208,3 +213,9 @@ def limits(evidence: Evidence, has_checkpoints: bool) -> list[str]:
             f"{len(run.partial)} input(s) could not be fully read (see Inputs): the case is partial."
         )
     return notes
+
+
+def _checkpoint_before(evidence: Evidence, onset: int) -> bool:
+    """A checkpoint saved within 100 steps before the onset: a resume from it is possible."""
+    steps = evidence.checkpoints.steps if evidence.checkpoints is not None else []
+    return any(0 <= onset - step <= 100 for step in steps)

@@ -36,6 +36,14 @@ LEVEL_POINTS = 5
 # optimizer or the scheduler lost −5% … +11%, which the LR and checkpoint evidence name instead.
 
 
+# A resume the log does not record (the steps run on, nothing rewound: a plain loop that appends
+# to its log, a Trainer whose restored state carries the history on) is looked for at the saved
+# checkpoints: the loss back at the untrained level from the first logged points after one
+# (back_at_initial, the same test as at a recorded resume) is weights lost there. Checkpoints
+# within this many steps of a recorded resume are that resume's.
+UNMARKED_RESUME_SLACK = 1
+
+
 class ResumeExplainer:
     name = "resume"
     categories: tuple[str, ...] = ("resume_discontinuity",)
@@ -52,7 +60,19 @@ class ResumeExplainer:
     )
 
     def run(self, evidence: Evidence) -> list[Finding]:
-        return [_check(evidence.run, event) for event in evidence.run.events_of("resume")]
+        run = evidence.run
+        resumes = run.events_of("resume")
+        findings = [_check(run, event) for event in resumes]
+        if evidence.checkpoints is not None:
+            marked = [event.step for event in resumes]
+            for step in sorted(set(evidence.checkpoints.steps)):
+                if any(abs(step - resumed) <= UNMARKED_RESUME_SLACK for resumed in marked):
+                    continue
+                unmarked = _unmarked_weights_lost(run, step)
+                if unmarked is not None:
+                    findings.append(unmarked)
+                    break  # the first one: the training after it starts over
+        return findings
 
 
 def _lr_change(run: Run, event: RunEvent) -> tuple[float, float, float] | None:
@@ -126,6 +146,63 @@ def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
     if not back_at_initial(initial, level_before(before), after):
         return None
     return initial, float(np.max(after)), how
+
+
+def _unmarked_weights_lost(run: Run, checkpoint_step: int) -> Finding | None:
+    """Weights lost at a resume from the checkpoint saved at `checkpoint_step` that the log does
+    not record. The first loss computed with the resumed weights is logged at the checkpoint's
+    step (nanoGPT and Lightning count from 0) or the one after (the Trainer and most loops log
+    update k's loss at step k): the return to the untrained level is looked for from either, and
+    the last point before must still be at the trained level (a divergence already under way is
+    not a resume)."""
+    loss = primary_loss(run)
+    if loss is None:
+        return None
+    steps, values = run.series(loss)
+    finite = np.isfinite(values)
+    for first in (checkpoint_step, checkpoint_step + 1):
+        lost = _weights_lost(run, first)
+        if lost is not None:
+            break
+    else:
+        return None
+    before = values[(steps < first) & finite]
+    level = level_before(before)
+    if (float(before[-1]) - level) >= 0.5 * (lost[0] - level):
+        return None
+    first_after = steps[(steps >= first) & finite]
+    return Finding(
+        category="resume_discontinuity",
+        severity="critical",
+        confidence=0.7,
+        step=int(first_after[0]),
+        layer=None,
+        message=(
+            f"The loss goes back to {fmt(lost[1])}, the run's untrained level ({fmt(lost[0])}"
+            f"{lost[2]}), in the first logged steps after the checkpoint of step "
+            f"{checkpoint_step}, down from {fmt(level)} before it — the run most likely resumed "
+            "from that checkpoint without restoring the weights (a fresh model trained on). The "
+            "log itself records no resume: its steps run on"
+        )
+        + ".",
+        evidence={
+            "checkpoint_step": checkpoint_step,
+            "loss_before": level,
+            "loss_after": lost[1],
+            "untrained_level": lost[0],
+            "weights_lost": True,
+            "resume_recorded": False,
+        },
+        suggestion=(
+            f"Check how the run was restarted after step {checkpoint_step}: the model's weights "
+            "must be loaded from the checkpoint (model.safetensors / the state dict) before "
+            "training goes on; resume again from a complete checkpoint."
+        ),
+        threshold=(
+            "the loss gives back ≥ 80% of what the run had gained, within 2 logged points of a "
+            "saved checkpoint, for ≥ 3 points"
+        ),
+    )
 
 
 def _data_rewound(event: RunEvent) -> str | None:
