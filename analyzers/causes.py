@@ -151,8 +151,12 @@ def incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None:
     for incident in incidents:
         if incident.spike is not None and incident.spike.id == finding.spike_id:
             return incident
+    # Matched by step only, an incident must matter itself: a one-point gradient blip (info
+    # impact) at a checkpoint's step took over the card of that checkpoint's ε warning, "the
+    # gradient norm spiked, cause undetermined" (planted-cause hunt, session 26).
+    alerts = [incident for incident in incidents if incident.severity in ALERT_SEVERITIES]
     if finding.step is not None:
-        for incident in incidents:
+        for incident in alerts:
             end = incident.end_step if incident.end_step is not None else incident.peak_step
             if incident.onset_step - CAUSE_LOOKBACK_STEPS <= finding.step <= end:
                 return incident
@@ -160,7 +164,7 @@ def incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None:
         return None  # a cause with no incident in reach is its own news, not a far spike's
     if finding.source == "checkpoints":
         return None  # a checkpoint window's statistic: no loss incident it overlaps
-    return incidents[0] if incidents else None
+    return alerts[0] if alerts else None
 
 
 def compete(

@@ -194,6 +194,27 @@ def test_a_producer_sniff_that_finds_no_records_falls_back_to_step_lines(tmp_pat
     assert case.summary.status == "healthy"
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        "config: lr=0.001 batch_size=128 steps=3000 model=mlp-2x64 loss=gaussian_nll",
+        "Namespace(lr=0.001, steps=3000, batch_size=128)",
+        "2026-01-01 12:00:00 INFO args: steps=3000 lr=0.001",
+    ],
+)
+def test_a_settings_line_printed_before_training_is_not_a_step(settings: str, tmp_path: Path):
+    # Its `steps=3000` read as step 3000 before step 20: a resume (healthy-run hunt, session 26).
+    log = write_log(
+        tmp_path,
+        settings
+        + "\n"
+        + "".join(f"step={s} loss={1.2 - s / 5000:.4f} lr=0.001\n" for s in range(20, 3001, 20)),
+    )
+    _case, run = analyze_run(log)
+    assert run.events_of("resume") == []
+    assert int(run.series(LOSS)[0][0]) == 20
+
+
 def _healthy_numbers() -> list[tuple[float, float, float]]:
     """(loss, grad norm, lr) of each step of the healthy fixture run, read from its llm.c log."""
     numbers = []

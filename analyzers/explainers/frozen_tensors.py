@@ -34,7 +34,7 @@ def frozen_finding(layers: pd.DataFrame, optimizer_entries: int | None = None) -
     """Parameters that stopped training: a defect when the optimizer holds state for them (it
     was meant to train them), intentional when it never did."""
     latest = layers[layers["step"] == layers["step"].max()]
-    stale = _stale_counters(latest)
+    stale = _still_stopped(layers, _stale_counters(latest))
     unchanged, moving_share, windows = _unchanged(layers)
     if stale:
         return _stopped_finding(latest, stale, unchanged, windows)
@@ -124,6 +124,27 @@ def _stale_counters(latest: pd.DataFrame) -> dict[str, int]:
     if lagging.empty or float((counters == top).mean()) < FROZEN_MIN_MOVING_SHARE:
         return {}
     return {str(t): int(v) for t, v in lagging.items()}
+
+
+def _still_stopped(layers: pd.DataFrame, stale: dict[str, int]) -> dict[str, int]:
+    """The stale counters of tensors that stopped, leaving out tensors trained on a share of the
+    steps all along (multi-task heads taking turns: a healthy-run hunt of session 26 had both
+    heads of an alternating run "stopped at step 298"). Such a counter already trailed at the
+    checkpoint before and has advanced since; a stopped one stands still, or trailed nothing
+    before (stopped within the last window)."""
+    steps = sorted(layers["step"].dropna().unique())
+    if not stale or len(steps) < 2:
+        return stale
+    previous = layers[layers["step"] == steps[-2]].set_index("tensor")["adam_step"].astype(float)
+    previous = previous[np.isfinite(previous.to_numpy())]
+    if previous.empty:
+        return stale
+    trailing_before = _stale_counters(layers[layers["step"] == steps[-2]])
+    return {
+        tensor: counter
+        for tensor, counter in stale.items()
+        if not (tensor in trailing_before and counter > trailing_before[tensor])
+    }
 
 
 def _stopped_finding(

@@ -51,6 +51,14 @@ PLATEAU_MIN_POINTS = 50
 # pythia 70m's segment 67001–143000 moves 0.3% — flat, and healthy.
 MID_RUN_START_FRACTION = 0.10
 # Reasons the message names when the logs show them.
+# A loss that fell by half or more in its first logged points (max of the first EARLY_POINTS ≥
+# EARLY_FALL_RATIO × the start window's median) did move: a diffusion model's noise-prediction
+# loss falls 1.11 → 0.37 in its first points and then improves by a few percent over thousands
+# of steps (healthy-run hunt, session 26: "did not move from step 0" was a warning). A run that
+# is not learning at all starts flat; one stuck after a first fall (a classifier at its class
+# prior falls ~1.2×) stays a warning.
+EARLY_POINTS = 3
+EARLY_FALL_RATIO = 1.5
 LR_NEAR_ZERO = 1e-7  # below every LR in use for training LMs (DOMAIN.md B.7: 3e-4 … 3e-1 sweep)
 GRAD_NORM_NEAR_ZERO = 1e-6  # a gradient this small moves no weight under any LR in use
 
@@ -151,23 +159,34 @@ def _finding(
     last: int,
 ) -> Finding:
     mid_run = first > MID_RUN_START_FRACTION * last
+    opening = float(np.max(values[:EARLY_POINTS]))
+    fell_first = start_level > 0 and opening >= EARLY_FALL_RATIO * start_level
     end_step = int(steps[flat_until])
     whole = flat_until == values.size - 1
     reasons = likely_reasons(run, first, end_step)
     span = "for the whole log" if whole else f"until step {end_step}, then it began to fall"
-    message = (
-        f"The loss did not move from step {first} {span}: its smoothed level stayed within "
-        f"{fmt(band)} of the starting {fmt(start_level)} over {flat_until + 1} logged points. "
-        + ("Likely: " + "; ".join(reasons) + "." if reasons else "")
-    )
+    likely = "Likely: " + "; ".join(reasons) + "." if reasons else ""
+    if fell_first:
+        message = (
+            f"After falling from {fmt(opening)} in its first logged points, the loss stayed "
+            f"within {fmt(band)} of {fmt(start_level)} {span} ({flat_until + 1} logged points): "
+            "it converged early and improves slowly, unless the eval metrics stalled too. " + likely
+        )
+    else:
+        message = (
+            f"The loss did not move from step {first} {span}: its smoothed level stayed within "
+            f"{fmt(band)} of the starting {fmt(start_level)} over {flat_until + 1} logged "
+            "points. " + likely
+        )
     if mid_run:
         message += (
             f" The log starts at step {first}: if the run had converged before, this is expected."
         )
+    quiet = mid_run or (fell_first and not reasons)
     return Finding(
         category="loss_plateau",
-        severity="info" if mid_run else "warning",
-        confidence=0.35 if mid_run else (0.7 if reasons else 0.55),
+        severity="info" if quiet else "warning",
+        confidence=0.35 if quiet else (0.7 if reasons else 0.55),
         step=first,
         layer=None,
         message=message.strip(),
@@ -177,6 +196,7 @@ def _finding(
             "flat_until_step": end_step,
             "flat_points": flat_until + 1,
             "log_starts_mid_run": mid_run,
+            "fell_first_from": opening if fell_first else None,
         },
         suggestion=(
             "Check, in this order: the learning rate actually applied (scheduler, optimizer param "

@@ -86,6 +86,7 @@ HELD_OUT_SPLITS = {
     "holdout16": 100,
     "holdout17": 105,
     "holdout18": 110,
+    "holdout19": 115,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split

@@ -227,6 +227,21 @@ def is_evaluation(line: str, found: list[Pair]) -> bool:
     return marker.start() < first_value
 
 
+# A settings dump printed before training (`config: lr=0.001 steps=3000 …`, `Namespace(…)`,
+# `args: …`): its `steps=3000` is the run's length, not a step (healthy-run hunt, session 26:
+# read as step 3000 before step 20, a resume).
+_SETTINGS_DUMP = re.compile(
+    r"(?:^|[\s\]|:])(?:config|configuration|args|arguments|hparams|hyper-?parameters|settings"
+    r"|namespace|options)\s*[:(]",
+    re.ASCII | re.IGNORECASE,
+)
+
+
+def is_settings_dump(line: str, key: StepKey) -> bool:
+    """The step key follows a settings word (`config:`, `args:`, `Namespace(`) on its line."""
+    return _SETTINGS_DUMP.search(line, 0, key.span[0]) is not None
+
+
 def is_epoch_summary(line: str) -> bool:
     return _EPOCH_SUMMARY.search(line) is not None
 

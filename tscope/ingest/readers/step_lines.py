@@ -160,7 +160,7 @@ class _Record:
         on_another_axis = (
             self.other_count_priority is not None and key.priority >= self.other_count_priority
         )
-        if on_another_axis or grammar.is_epoch_summary(line):
+        if on_another_axis or grammar.is_epoch_summary(line) or grammar.is_settings_dump(line, key):
             self.step, self.lines_left = None, 0
             return
         found = grammar.pairs(line)
