@@ -128,6 +128,16 @@ def corroborated(b: OneStepBreak) -> bool:
     return b.grad_ratio is not None and b.grad_ratio >= MIN_GRAD_RATIO
 
 
+# A run whose gradient norm blows up again and again (≥ UNSTABLE_BLOWUPS other spikes of ≥
+# UNSTABLE_GRAD_RATIO× their baseline) is an unstable optimization: its largest one-step loss
+# break is that instability's, not one batch's (planted-cause hunt, session 26: Adam β2 = 0.6
+# broke the loss 12× at step 244 among gradient blow-ups of 100-1,600× at 208, 231, 362 and 393,
+# and was "most likely a bad batch (0.98)"). A planted bad batch blows the norm up at its own
+# step only.
+UNSTABLE_GRAD_RATIO = 10.0
+UNSTABLE_BLOWUPS = 3
+
+
 def stands_out(b: OneStepBreak) -> bool:
     """Visible and dominant enough for the evidence at hand (see DOMINANCE_*)."""
     return (
@@ -172,8 +182,25 @@ class BadBatchLogsExplainer:
         return [
             _finding(str(loss), b, spikes.get(b.step), evidence.run.has(GRAD_NORM))
             for b in breaks
-            if not lr_moved_up(evidence.run, b.step) and not at_resume(evidence.run, b.step)
+            if not lr_moved_up(evidence.run, b.step)
+            and not at_resume(evidence.run, b.step)
+            and len(gradient_blowups_elsewhere(evidence, b.step)) < UNSTABLE_BLOWUPS
         ]
+
+
+def gradient_blowups_elsewhere(evidence: Evidence, step: int) -> list[int]:
+    """Peaks of the gradient-norm spikes of ≥ UNSTABLE_GRAD_RATIO× their baseline away from
+    `step` (outside the break's own recovery)."""
+    return sorted(
+        {
+            s.peak_step
+            for s in evidence.spikes
+            if s.metric == GRAD_NORM
+            and s.baseline > 0
+            and s.peak_value >= UNSTABLE_GRAD_RATIO * s.baseline
+            and not s.onset_step <= step <= (s.end_step if s.end_step is not None else step)
+        }
+    )
 
 
 def _standout_steps(evidence: Evidence, loss: str) -> set[int]:
