@@ -45,7 +45,8 @@ def train(folder: Path, lose_weights: bool) -> Path:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            log.write(json.dumps({"step": step, "loss": loss.item(), "lr": 3e-3}) + "\n")
+            lr = optimizer.param_groups[0]["lr"]
+            log.write(json.dumps({"step": step, "loss": loss.item(), "lr": lr}) + "\n")
             if step % 40 == 0:
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
                 torch.save({**state, "iter_num": step}, folder / f"ckpt_{step:06d}.pt")
@@ -77,3 +78,34 @@ def test_a_restart_that_restored_the_weights_is_not_called_a_resume(
     case = analyze_run(runs["kept"]).case
     assert not [f for f in case.findings if f.category == "resume_discontinuity"]
     assert case.summary.status == "healthy"
+
+
+def _resume_findings(disturbed_before: bool) -> list[str]:
+    """A benchmark Trainer run's shape (trainer_gpt2-lr_jump_persistent-81): the loss falls 4.5 →
+    3.2, a checkpoint at step 50, and the loss at 5-5.4 after it; with `disturbed_before` the LR
+    jumped ×10 at 46 and the loss broke from 47 on (4.68, 4.12, 3.57), before the checkpoint."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from synthetic import make_run
+
+    from tscope.analyzers.base import Evidence
+    from tscope.analyzers.explainers.resume import ResumeExplainer
+    from tscope.model.metric_names import LEARNING_RATE, LOSS
+
+    rng = np.random.default_rng(5)
+    steps = np.arange(1, 81)
+    loss = 3.2 + 1.3 * np.exp(-(steps - 1) / 8) + 0.03 * rng.standard_normal(80)
+    lr = np.full(80, 1e-4)
+    loss[49:] = 5.2 + 0.1 * rng.standard_normal(31)
+    if disturbed_before:
+        loss[46:49] = [4.68, 4.12, 3.57]
+        lr[45:] = 1e-3
+    run = make_run({LOSS: loss, LEARNING_RATE: lr})
+    evidence = Evidence(run, checkpoints=SimpleNamespace(steps=[25, 50]))  # type: ignore[arg-type]
+    return [f.category for f in ResumeExplainer().run(evidence)]
+
+
+def test_a_loss_already_breaking_before_the_checkpoint_is_not_a_lost_resume() -> None:
+    assert _resume_findings(disturbed_before=False) == ["resume_discontinuity"]
+    assert _resume_findings(disturbed_before=True) == []

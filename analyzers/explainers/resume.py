@@ -6,6 +6,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, difference_sigma
+from tscope.analyzers.explainers.bad_batch_logs import lr_moved_up
 from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
 from tscope.analyzers.impact import MIN_WARNING_EXCESS, UNTRAINED_MIN_POINTS, back_at_initial
 from tscope.analyzers.resume_window import RESUME_CHECK_POINTS
@@ -153,8 +154,8 @@ def _unmarked_weights_lost(run: Run, checkpoint_step: int) -> Finding | None:
     not record. The first loss computed with the resumed weights is logged at the checkpoint's
     step (nanoGPT and Lightning count from 0) or the one after (the Trainer and most loops log
     update k's loss at step k): the return to the untrained level is looked for from either, and
-    the last point before must still be at the trained level (a divergence already under way is
-    not a resume)."""
+    the points just before must still be at the trained level, with no LR jump or climb (a
+    divergence already under way is not a resume)."""
     loss = primary_loss(run)
     if loss is None:
         return None
@@ -168,8 +169,12 @@ def _unmarked_weights_lost(run: Run, checkpoint_step: int) -> Finding | None:
         return None
     before = values[(steps < first) & finite]
     level = level_before(before)
-    if (float(before[-1]) - level) >= 0.5 * (lost[0] - level):
-        return None
+    settled = before[-BASELINE_WINDOW_POINTS - LEVEL_POINTS : -LEVEL_POINTS]
+    disturbed = settled.size >= LEVEL_POINTS and float(np.max(before[-LEVEL_POINTS:])) - float(
+        np.median(settled)
+    ) >= 0.5 * (lost[0] - level)
+    if disturbed or lr_moved_up(run, first):
+        return None  # already breaking before the checkpoint (an LR jump at 46, saved at 50)
     first_after = steps[(steps >= first) & finite]
     return Finding(
         category="resume_discontinuity",
