@@ -65,10 +65,13 @@ def next_steps(
     checkpoints: list[CheckpointInfo],
     restart: CheckpointInfo | None,
     per_step: int = 1,
+    cause: Finding | None = None,
 ) -> list[str]:
-    """The headline's suggestion, the restart point (its step on the log's axis when the log
-    counts `per_step` micro-batches per checkpoint step) and the replay that would test a fix."""
-    steps = [headline.suggestion]
+    """The named cause's suggestion (else the headline's), the restart point (its step on the
+    log's axis when the log counts `per_step` micro-batches per checkpoint step) and the replay
+    that would test a fix. A divergence's own advice is about the LR: under a verdict naming
+    repeated data it told the reader to lower the LR (planted-cause hunt, session 26)."""
+    steps = [cause.suggestion if cause is not None and cause.suggestion else headline.suggestion]
     onset = first_step(headline, incident)
     if onset is None:
         return steps

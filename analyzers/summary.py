@@ -105,7 +105,9 @@ def summarize(
     return {
         "status": "incident",
         "verdict": diagnosis.sentence(),
-        "next_steps": next_steps(evidence, headline, incident, checkpoints, restart, per_step),
+        "next_steps": next_steps(
+            evidence, headline, incident, checkpoints, restart, per_step, diagnosis.cause
+        ),
         "headline_finding": headline.id,
         "card": incident_card(
             diagnosis.what,

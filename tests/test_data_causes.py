@@ -120,3 +120,13 @@ def test_healthy_controls_get_neither(cache: Path, scores: dict[str, RunScore], 
     assert _findings(cache, spec, "repeated_data") == []
     assert _findings(cache, spec, "bad_batch") == []
     assert scores[spec.name].alerts == []
+
+
+def test_the_first_thing_to_do_is_the_named_cause_s_advice() -> None:
+    # The headline is the divergence the repetition led to, whose own advice is about the LR:
+    # "lower the peak learning rate" under a verdict naming repeated data (planted hunt).
+    case = tscope.analyze(Path(__file__).parent / "data" / "loader_stuck", read_weights=False)
+    (repeated,) = [f for f in case.findings if f.category == "repeated_data"]
+    assert case.summary.card is not None and case.summary.card.cause.category == "repeated_data"
+    assert case.findings[0].category != "repeated_data"
+    assert case.summary.next_steps[0] == repeated.suggestion
