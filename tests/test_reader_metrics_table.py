@@ -267,7 +267,7 @@ def test_unusable_tables_raise_unreadable(tmp_path: Path, name: str, text: str) 
 @pytest.mark.parametrize(
     ("name", "text"),
     [
-        ("no_step.csv", "epoch,loss\n1,2.0\n"),
+        ("no_step.csv", "epoch_time,loss\n1,2.0\n"),
         ("notes.txt", "step,loss\n1,2.0\n"),
         ("config.json", '{"step_size": 10, "lr": 0.1}'),
         ("summary.json", '{"step": 10, "loss": 2.0}'),
@@ -364,3 +364,24 @@ def test_a_million_row_csv_reads_in_seconds(tmp_path: Path) -> None:
 
     assert len(read.metrics) == 3 * LARGE_ROWS
     assert elapsed < LARGE_READ_SECONDS
+
+
+def test_a_table_logged_once_per_epoch_is_read_on_the_epoch_axis(tmp_path: Path) -> None:
+    # Keras' CSVLogger (epoch 0-based, no step column) was "unknown format" (healthy-run hunt).
+    from tscope.pipeline import analyze_run
+
+    rows = ["epoch,accuracy,loss,val_accuracy,val_loss"]
+    for epoch in range(30):
+        loss = 0.7 * math.exp(-epoch / 8) + 0.02
+        rows.append(
+            f"{epoch},{1 - loss / 2:.4f},{loss:.5f},{0.8 + epoch / 300:.4f},{loss + 0.1:.5f}"
+        )
+    (tmp_path / "training.log.csv").write_text("\n".join(rows) + "\n")
+    case, run = analyze_run(tmp_path)
+    from tscope.model.metric_names import LOSS
+
+    steps, _ = run.series(LOSS)
+    assert steps.tolist() == list(range(30))
+    assert "epoch_axis" in [c.kind for c in case.caveats]
+    assert case.summary.status == "healthy"
+    assert not any(name.endswith("epoch") for name in run.metric_names)

@@ -215,6 +215,44 @@ def test_a_settings_line_printed_before_training_is_not_a_step(settings: str, tm
     assert int(run.series(LOSS)[0][0]) == 20
 
 
+def _mnist_example_log(spike_at: int | None = None) -> str:
+    """The exact lines of PyTorch's examples/mnist/main.py (batch 64, --log-interval 10): the
+    sample position within the epoch, its percent, a tab, the loss; a test-set summary after
+    each epoch."""
+    lines = []
+    for epoch in range(1, 6):
+        for batch in range(0, 938, 10):
+            seen = batch * 64
+            loss = 0.05 + 2.25 * np.exp(-((epoch - 1) * 938 + batch) / 400)
+            loss *= 1 + 0.05 * np.sin(batch)
+            if spike_at == (epoch - 1) * 60000 + seen:
+                loss *= 8
+            lines.append(
+                f"Train Epoch: {epoch} [{seen}/60000 ({100.0 * batch / 938:.0f}%)]\tLoss: {loss:.6f}"
+            )
+        lines.append("\nTest set: Average loss: 0.0400, Accuracy: 9870/10000 (99%)\n")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_pytorch_mnist_example_s_log_is_read_on_a_sample_axis(tmp_path: Path) -> None:
+    # The most copied PyTorch loop was "unknown format" (healthy-run hunt, session 26).
+    case, run = analyze_run(write_log(tmp_path, _mnist_example_log()))
+    steps, _ = run.series(LOSS)
+    assert steps[:3].tolist() == [0, 640, 1280]
+    assert int(steps[-1]) == 4 * 60000 + 930 * 64
+    assert "epoch_sample_position" in [c.kind for c in case.caveats]
+    assert case.summary.status == "healthy"
+
+
+def test_a_spike_in_the_mnist_example_s_log_is_found_at_its_sample_position(
+    tmp_path: Path,
+) -> None:
+    at = 2 * 60000 + 500 * 64
+    case, _ = analyze_run(write_log(tmp_path, _mnist_example_log(spike_at=at)))
+    assert case.summary.status == "incident"
+    assert case.findings[0].step == at
+
+
 def _healthy_numbers() -> list[tuple[float, float, float]]:
     """(loss, grad norm, lr) of each step of the healthy fixture run, read from its llm.c log."""
     numbers = []

@@ -34,7 +34,7 @@ from tscope.ingest.logs.table_columns import (
 from tscope.ingest.logs.tabular import read_table
 from tscope.ingest.readers.wandb_export import is_wandb_export
 from tscope.ingest.readers.wandb_history import is_wandb_history
-from tscope.model import LogRead, PartialInput
+from tscope.model import Caveat, LogRead, PartialInput
 
 # In preference order when a table has several: the most specific optimizer-step counter first.
 # `_step` is W&B's own counter, handled by the history reader; it is listed for completeness.
@@ -46,6 +46,15 @@ STEP_COLUMNS = (
     "iteration",
     "iter",
     "_step",
+)
+
+# A table with no step counter but one row per epoch (Keras' CSVLogger: `epoch,loss,val_loss`,
+# and the loops that copy it) is read on the epoch axis: "unknown format" before (healthy-run
+# hunt, session 26).
+EPOCH_COLUMNS = ("epoch",)
+EPOCH_AXIS_CAVEAT = (
+    "The table has no step column: it is read with one point per epoch, so the step axis counts "
+    "epochs and a spike within an epoch is averaged away."
 )
 
 
@@ -75,20 +84,20 @@ class MetricsTableReader:
 
     def can_read(self, path: Path) -> bool:
         columns = sniff_columns(path)
-        if columns is None or find_column(columns, STEP_COLUMNS) is None:
+        if columns is None or _step_column(columns) is None:
             return False
         return not is_wandb_export(columns) and not is_wandb_history(columns)
 
     def read(self, path: Path, display_path: str) -> LogRead:
         table = read_table(path, display_path)
-        step_column = find_column(table.names, STEP_COLUMNS)
+        step_column = _step_column(table.names)
         if step_column is None:
             raise UnreadableInput(
                 display_path,
                 f"no numeric step column (looked for {', '.join(STEP_COLUMNS)})",
                 "Add a step column, or point tscope at the run's own logs",
             )
-        step_like = {name.lower() for name in STEP_COLUMNS}
+        step_like = {name.lower() for name in STEP_COLUMNS} | {step_column.strip().lower()}
         metric_columns = [
             name
             for name in table.names
@@ -105,9 +114,16 @@ class MetricsTableReader:
         if metrics.empty:
             raise UnreadableInput(display_path, "no metric value has a usable step")
         problems = table.problems + step_problems
+        by_epoch = step_column.strip().lower() in EPOCH_COLUMNS
         return LogRead(
             kind=self.name,
             path=display_path,
             metrics=metrics,
+            caveats=[Caveat("epoch_axis", EPOCH_AXIS_CAVEAT, display_path)] if by_epoch else [],
             partial=[PartialInput(display_path, problem) for problem in problems],
         )
+
+
+def _step_column(names: list[str]) -> str | None:
+    """The step counter, else the epoch column of a table logged once per epoch."""
+    return find_column(names, STEP_COLUMNS) or find_column(names, EPOCH_COLUMNS)

@@ -48,6 +48,8 @@ _STEP = re.compile(
 #   timm                 Train: 1 [ 100/500 ( 20%)]     epoch 0-based, update 0-based
 #   torchvision's references (MetricLogger)  Epoch: [1]  [ 100/500]  epoch 0-based, index 0-based
 #   PyTorch examples' word_language_model    | epoch   2 |   200/ 2983 batches |  epoch 1-based
+#   PyTorch examples' mnist (and the loops copied from it)  Train Epoch: 2 [640/60000 (1%)]
+#                        epoch 1-based, position in samples 0-based: the axis counts samples
 _EPOCH_POSITIONS = (
     (
         re.compile(
@@ -75,6 +77,15 @@ _EPOCH_POSITIONS = (
             re.ASCII,
         ),
         0,
+    ),
+    (
+        re.compile(
+            r"(?<![\w/.\-])(?:Train )?Epoch:?\s{1,8}(?P<epoch>\d{1,9})(?:\s{0,8}/\s{0,8}\d{1,9})?"
+            r"\s{0,8}\[\s{0,16}(?P<at>\d{1,12})\s{0,8}/\s{0,8}(?P<of>\d{1,12})"
+            r"(?:\s{1,8}\(\s{0,8}\d{1,3}(?:\.\d{1,3})?%\))?\]",
+            re.ASCII | re.IGNORECASE,
+        ),
+        1,
     ),
     (
         re.compile(

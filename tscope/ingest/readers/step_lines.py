@@ -275,12 +275,19 @@ _PRODUCER_SIGNS = (
     ("mmengine", "Iter(train)"),
     ("mmengine", "Epoch(train)"),
     ("fairseq", "train_inner"),
+    ("pytorch_examples", "Train Epoch:"),
 )
 _PRODUCER_CAVEATS = {
     "mmengine": (
         "mmengine_window_mean",
         "MMEngine's LogProcessor prints the loss and grad_norm as means over its window "
         "(window_size, 10 iterations by default): a one-step spike is diluted.",
+    ),
+    "pytorch_examples": (
+        "epoch_sample_position",
+        "The log prints each record's position within its epoch in samples (PyTorch's mnist "
+        "example: `Train Epoch: 2 [640/60000 (1%)]`): the step axis here counts samples seen, "
+        "(epoch − 1) × the epoch's size + the position, not optimizer steps.",
     ),
     "fairseq": (
         "fairseq_interval_mean",
@@ -304,7 +311,7 @@ def _caveats(record: _Record, ranks: int, source: str) -> list[Caveat]:
     if len(steps) >= 3:
         gaps = sorted(later - earlier for earlier, later in pairwise(steps))
         interval = gaps[len(gaps) // 2]
-        if interval > 1:
+        if interval > 1 and "pytorch_examples" not in record.producers:  # there: samples
             caveats.append(
                 Caveat(
                     "sampled_iterations",
