@@ -80,3 +80,25 @@ def test_modules_counted_under_a_name_no_check_knows_are_refused_while_building(
     problem = _refusal(_checkpoint(tmp_path, n_layer=1000))
     assert problem.startswith("it describes a model of more than")
     assert "modules, for a checkpoint of" in problem
+
+
+def test_a_position_table_far_beyond_the_weights_is_refused_before_it_is_allocated(
+    tmp_path: Path,
+):
+    # GPT-J keeps n_positions × rotary_dim floats as a buffer, not a parameter: `n_positions:
+    # 5e7` beside 44 KB of weights took 6 GB (red team, session 26). Buffers count too.
+    config = transformers.GPTJConfig(
+        n_layer=1, n_embd=16, n_head=2, rotary_dim=8, vocab_size=32, n_positions=16
+    )
+    model = transformers.GPTJForCausalLM(config)
+    folder = tmp_path / "checkpoint-10"
+    model.save_pretrained(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    saved["n_positions"] = 50_000_000
+    (folder / "config.json").write_text(json.dumps(saved))
+    weights = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    facts = SimpleNamespace(model_from_config_json=True)
+    choice = SimpleNamespace(path=folder, shown="checkpoint-10", facts=facts)
+    files = SimpleNamespace(choice=choice, model_config=saved, weights=lambda: weights)
+    problem = _refusal(files)
+    assert problem.startswith("it describes a model of 400,0")

@@ -19,14 +19,23 @@ from collections.abc import Iterable
 # lone surrogates: Python decodes a file name that is not UTF-8 with surrogateescape (byte 0xff
 # becomes U+DCFF), and no UTF-8 writer or terminal can encode one (a `metrics\xff.csv` once
 # ended the analysis in a UnicodeEncodeError while writing case.html).
+# Also every other Unicode format character (category Cf, Unicode 15): zero-width spaces and
+# joiners, the BOM, invisible operators, and the tag characters U+E0000–U+E007F, which spell
+# hidden text inside a name that looks plain (red team, session 26). tests/test_visible_text.py
+# checks the list against unicodedata.
+_FORMAT_CHARACTERS = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
 CONTROL_CHARACTERS = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\ud800-\udfff]"
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029" + _FORMAT_CHARACTERS + "\ud800-\udfff]"
 )
 # The same, except the two characters that lay text out in a multi-line document (a template's own
 # newlines and indentation); used where tscope renders a document rather than a single name.
 CONTROL_CHARACTERS_BUT_LAYOUT = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c"
-    "\ud800-\udfff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029" + _FORMAT_CHARACTERS + "\ud800-\udfff]"
 )
 # Lone surrogates alone: what case.json, which keeps every other character raw, must escape.
 SURROGATES = re.compile("[\ud800-\udfff]")
@@ -43,6 +52,8 @@ def escape_character(char: str) -> str:
     code = ord(char)
     if code in _ESCAPED_BYTES:  # a byte of a non-UTF-8 name: shown as the byte, as bash's $'\xff'
         return f"\\x{code - 0xDC00:02x}"
+    if code > 0xFFFF:
+        return f"\\U{code:08x}"
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 

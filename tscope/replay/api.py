@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tscope import __version__
-from tscope.errors import UsageError
+from tscope.errors import TscopeError, UnreadableInput, UsageError
+from tscope.ingest.checkpoints.hub_guard import hub_code_refused
 from tscope.model import Run
 from tscope.model.replay import ReplayResult, RestoreReport
+from tscope.model.visible_text import visible
 from tscope.replay.determinism import replay_settings
 from tscope.replay.diagnosis import ReplayConditions
 from tscope.replay.entry import load_entry
@@ -102,6 +104,7 @@ def replay(
         with (
             replay_settings(torch_device.type, relaxed=not deterministic) as settings_report,
             caller_rng_preserved(torch_device.type),
+            hub_code_refused(),  # a stranger's config.json may ask transformers for Hub kernels
         ):
             restored = restore(
                 files,
@@ -119,6 +122,9 @@ def replay(
             restored.settings.interventions = tuple(interventions)
             rng_before = rng_fingerprint(torch_device.type)
             dropout = max_dropout(restored.model)
+            stranger_built = (
+                loaded_entry.build_model is None and choice.facts.model_from_config_json
+            )
             try:
                 with quiet_transformers():
                     steps, skipped = run_steps(
@@ -135,6 +141,17 @@ def replay(
             except RuntimeError as error:
                 if "deterministic" in str(error):
                     raise _nondeterministic_op(error) from error
+                if stranger_built:
+                    raise _config_model_failed(files, error) from error
+                raise
+            except (TscopeError, KeyboardInterrupt):
+                raise
+            except Exception as error:
+                # A model built from a stranger's config.json failing in its forward pass (a
+                # crafted setting transformers accepts at build time) is one line, not a
+                # traceback; the entry file's own code failing keeps its traceback.
+                if stranger_built:
+                    raise _config_model_failed(files, error) from error
                 raise
     finally:
         files.close()
@@ -204,4 +221,14 @@ def _nondeterministic_op(error: RuntimeError) -> UsageError:
     return UsageError(
         f"The model uses an operation without a deterministic kernel ({first}). Replay with "
         "deterministic settings relaxed (deterministic=False) to run it anyway."
+    )
+
+
+def _config_model_failed(files: CheckpointFiles, error: BaseException) -> UnreadableInput:
+    text = str(error).strip()
+    first_line = (text.splitlines()[0] if text else type(error).__name__)[:200]
+    return UnreadableInput(
+        f"{files.choice.shown}/config.json",
+        f"the model it describes fails in its forward pass ({visible(first_line)})",
+        "Define build_model(config) in the entry file, or replay the run's own checkpoint",
     )

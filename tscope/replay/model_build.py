@@ -77,6 +77,12 @@ def build_model(files: CheckpointFiles, entry: Entry) -> BuiltModel:
                 f"config.json asks for attention {visible(str(asked)[:80])}; replayed with sdpa "
                 "(tscope fetches no kernel from the Hugging Face Hub)"
             )
+        experts = config.get("experts_implementation", config.get("_experts_implementation"))
+        if experts is not None and experts != "eager":
+            notes.append(
+                f"config.json asks for experts {visible(str(experts)[:80])}; replayed with eager "
+                "(tscope fetches no kernel from the Hugging Face Hub)"
+            )
         notes.extend(_load_weights(model, files, weights))
         model.train()
         return BuiltModel(model, _is_transformers(model), notes)
@@ -151,10 +157,10 @@ def _from_hf_config(
             if weights is None:
                 weights = files.weights()
             _refuse_more_layers_than_tensors(config, weights, files)
-            attention = local_attention(config)
-            _refuse_more_parameters_than_stored(config, weights, files, transformers, attention)
+            local = local_implementations(config)
+            _refuse_more_parameters_than_stored(config, weights, files, transformers, local)
             model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-                config, trust_remote_code=False, attn_implementation=attention
+                config, trust_remote_code=False, **local
             )
     except (ValueError, KeyError, OSError) as error:
         raise UsageError(
@@ -172,6 +178,18 @@ def _from_hf_config(
             HF_CONFIG_HINT,
         ) from error
     return model
+
+
+def local_implementations(config: Any) -> dict[str, str]:
+    """The implementation choices the model is built with: attention always (local_attention),
+    and the experts' (MoE) only when the config asks for one other than eager: `sonicmoe` or
+    `deepgemm` fetch a kernel from the Hugging Face Hub at the first forward pass (red team,
+    session 26); eager runs torch code."""
+    chosen = {"attn_implementation": local_attention(config)}
+    experts = getattr(config, "_experts_implementation", None)
+    if experts is not None and experts != "eager":
+        chosen["experts_implementation"] = "eager"
+    return chosen
 
 
 def local_attention(config: Any) -> str:
@@ -209,7 +227,7 @@ def _refuse_more_parameters_than_stored(
     weights: dict[str, torch.Tensor],
     files: CheckpointFiles,
     transformers: Any,
-    attention: str,
+    local: dict[str, str],
 ) -> None:
     """Build the model on torch's meta device (shapes only, no memory) and refuse a config whose
     model is far larger than the weights beside it, in modules (counted while they are built,
@@ -220,7 +238,7 @@ def _refuse_more_parameters_than_stored(
     try:
         with torch.device("meta"), module_budget(most_modules):
             skeleton = transformers.AutoModelForCausalLM.from_config(
-                config, trust_remote_code=False, attn_implementation=attention
+                config, trust_remote_code=False, **local
             )
     except TooManyModules as error:
         raise UnreadableInput(
@@ -228,7 +246,11 @@ def _refuse_more_parameters_than_stored(
             f"it describes a model of {error}, for a checkpoint of {len(weights):,} tensors",
             HF_CONFIG_HINT,
         ) from error
-    wanted = sum(parameter.numel() for parameter in skeleton.parameters())
+    # Buffers too: GPT-J's position table (n_positions × rotary_dim) is one, not a parameter;
+    # `n_positions: 5e7` beside 44 KB of weights took 6 GB (red team, session 26).
+    wanted = sum(parameter.numel() for parameter in skeleton.parameters()) + sum(
+        buffer.numel() for buffer in skeleton.buffers()
+    )
     stored = sum(tensor.numel() for tensor in weights.values())
     if wanted > MAX_PARAMETERS_PER_STORED * stored + PARAMETER_SLACK:
         raise UnreadableInput(

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tscope.ingest.checkpoints.hub_guard import hub_code_refused
 from tscope.ingest.checkpoints.module_budget import module_budget, module_budget_for
 from tscope.model.plain_digits import is_plain_digits
 
@@ -226,7 +227,12 @@ def _architecture_names(
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity(logging.ERROR)
     try:
-        with warnings.catch_warnings(), torch.device("meta"), module_budget(most_modules):
+        with (
+            warnings.catch_warnings(),
+            torch.device("meta"),
+            module_budget(most_modules),
+            hub_code_refused(),
+        ):
             warnings.simplefilter("ignore")
             config = model_class.config_class.from_dict(json.loads(config_json))  # type: ignore[union-attr]
             model = model_class(config)
