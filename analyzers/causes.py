@@ -151,20 +151,23 @@ def incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None:
     for incident in incidents:
         if incident.spike is not None and incident.spike.id == finding.spike_id:
             return incident
-    # Matched by step only, an incident must matter itself: a one-point gradient blip (info
-    # impact) at a checkpoint's step took over the card of that checkpoint's ε warning, "the
-    # gradient norm spiked, cause undetermined" (planted-cause hunt, session 26).
+    # Matched by step only, a cause joins an incident that matters itself: an optimizer reset at
+    # a resume (150) took the card of a one-point gradient blip at 187, "cause undetermined"
+    # (planted-cause hunt, session 26). Other findings join any incident in reach, whose cause
+    # competition explains them (an update-ratio warning at 190 beside a gradient blip there,
+    # caused by an LR ramp).
+    is_cause = finding.category in CAUSES or finding.category in CHECKPOINT_CAUSES
     alerts = [incident for incident in incidents if incident.severity in ALERT_SEVERITIES]
     if finding.step is not None:
-        for incident in alerts:
+        for incident in alerts if is_cause else incidents:
             end = incident.end_step if incident.end_step is not None else incident.peak_step
             if incident.onset_step - CAUSE_LOOKBACK_STEPS <= finding.step <= end:
                 return incident
-    if finding.category in CAUSES or finding.category in CHECKPOINT_CAUSES:
+    if is_cause:
         return None  # a cause with no incident in reach is its own news, not a far spike's
     if finding.source == "checkpoints":
         return None  # a checkpoint window's statistic: no loss incident it overlaps
-    return alerts[0] if alerts else None
+    return incidents[0] if incidents else None
 
 
 def compete(

@@ -78,6 +78,10 @@ class OptimizerStateExplainer:
             "checkpoints",
             "Adam's ε dominating the second moment",
             "Adam's ε dominates √v for many coordinates",
+            # A standing condition of the optimizer: heading the findings, it is the first
+            # screen's news, not a gradient blip at the same checkpoint (planted-cause hunt,
+            # session 26: "the gradient norm spiked at 300, cause undetermined").
+            standalone=True,
         ),
         Category(
             "checkpoint_incomplete",
