@@ -85,6 +85,8 @@ def test_fp16_loss_scale_collapse():
     case = build_case(fp16_collapse_run(), [])
     finding = next(f for f in case.findings if f.category == "loss_scale_collapse")
     assert finding.severity == "warning" and finding.evidence["consecutive_reductions"] >= 5
+    # Dated where the scale began to fall (index 300 is step 301), not where the streak ended.
+    assert finding.step == finding.evidence["began_step"] == 301
 
 
 def test_resume_with_lr_restart_is_flagged_at_the_resume():

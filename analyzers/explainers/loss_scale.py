@@ -59,14 +59,19 @@ class LossScaleExplainer:
         if calibrated:
             # the start's halvings are the scaler finding its level; judge what follows
             skipped = [e for e in skipped if e.step > int(steps[calibrated])]
-        streak, longest, streak_end = 0, 0, 0
+        # A streak is reductions with no growth between them (steps at an unchanged scale may
+        # separate them).
+        streak: list[int] = []  # the indices of the current streak's reductions
+        longest_streak: list[int] = []
         for index, ratio in enumerate(ratios[calibrated:], start=calibrated):
             if ratio < 1.0:
-                streak += 1
-                if streak > longest:
-                    longest, streak_end = streak, index + 1
+                streak.append(index + 1)
+                if len(streak) > len(longest_streak):
+                    longest_streak = list(streak)
             elif ratio > 1.0:
-                streak = 0
+                streak = []
+        longest = len(longest_streak)
+        streak_end = longest_streak[-1] if longest_streak else 0
         minimum = float(scales.min()) if scales.size else None
         # A scale that is 1 from the start is bf16/fp32 (no dynamic scaling), not a collapse.
         collapsed = (
@@ -88,7 +93,7 @@ class LossScaleExplainer:
         first_skip = min((event.step for event in skipped), default=None)
         step = int(steps[streak_end]) if longest else first_skip
         # Where the collapse began: the streak's first reduction or the first skipped step.
-        began = [int(steps[streak_end - longest + 1])] if longest else []
+        began = [int(steps[_collapse_start(longest_streak)])] if longest else []
         began += [first_skip] if first_skip is not None else []
         began_step = min(began) if began else step
         broke_at = _loss_broke_before(evidence, began_step)
@@ -120,7 +125,9 @@ class LossScaleExplainer:
                 category="loss_scale_collapse",
                 severity="info" if broke_at is not None else "critical" if collapsed else "warning",
                 confidence=0.85 if collapsed else 0.7,
-                step=step,
+                # Dated where the collapse began (the planted-cause hunt's fp16 run: the scale
+                # halved every step from 220; the finding said 239, where the streak ended).
+                step=began_step,
                 layer=None,
                 message=message,
                 evidence={
@@ -237,3 +244,18 @@ def _calibration_note(steps: np.ndarray, scales: np.ndarray, calibrated: int) ->
             f"{MIN_HEALTHY_SCALE}"
         ),
     )
+
+
+def _collapse_start(reductions: list[int]) -> int:
+    """Where a streak of reductions began: its first one, leaving out leading reductions set
+    apart by more than twice the streak's typical spacing (the planted-cause hunt's fp16 run: one
+    ordinary overflow at 206, then a halving every step from 220; a synthetic collapse halving
+    every 5 steps from 301 began at 301)."""
+    gaps = np.diff(reductions)
+    if gaps.size == 0:
+        return reductions[0]
+    typical = float(np.median(gaps))
+    start = len(reductions) - 1
+    while start > 0 and gaps[start - 1] <= 2 * typical:
+        start -= 1
+    return reductions[start]
