@@ -13,12 +13,8 @@ from typing import Any
 import numpy as np
 
 from tscope.model import Run
-from tscope.model.case_parts import HEATMAP_MAX_LAYERS, LayerHeatmap
+from tscope.model.case_parts import CHART_BUCKETS, HEATMAP_MAX_LAYERS, LayerHeatmap
 from tscope.model.metric_names import LOSS
-
-# Charts keep at most this many buckets per series; each bucket keeps its last value and its
-# min/max, so a one-step spike in a 10^6-step run still shows at full height.
-CHART_BUCKETS = 1200
 
 
 def bucketed(steps: np.ndarray, values: np.ndarray, count: int) -> dict[str, list[object]]:

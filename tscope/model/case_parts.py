@@ -207,6 +207,11 @@ class Summary:
         )
 
 
+# Charts keep at most this many buckets per series; each bucket keeps its last value and its
+# min/max, so a one-step spike in a 10^6-step run still shows at full height (tscope.chart_data).
+# A re-rendered case.json is read to the same bound (case._chart_series).
+CHART_BUCKETS = 1200
+
 # Heat-map size: the layers with the largest peak update ratio (a report is read in a minute);
 # a re-rendered case.json is drawn to the same bound.
 HEATMAP_MAX_LAYERS = 40

@@ -20,7 +20,7 @@ from typing import Any
 from markupsafe import Markup
 
 from tscope.errors import UnreadableInput
-from tscope.model.cluster import ClusterReport
+from tscope.model.cluster import CHART_MAX_RUNS, CHART_POINTS, ClusterReport
 from tscope.model.cluster_file import ClusterFile
 from tscope.output_writer import write_texts
 from tscope.render.charts import Chart
@@ -139,4 +139,24 @@ def load_cluster_payload(dir_or_file: str | os.PathLike[str]) -> dict[str, Any]:
             "A case.json is rendered by `tscope report`",
         )
     cluster_file(payload, str(file))  # a field of the wrong type: one line naming the file
+    _bound_chart(payload)
     return payload
+
+
+def _bound_chart(payload: dict[str, Any]) -> None:
+    """`chart.runs` as analysis bounds it (CHART_MAX_RUNS runs of at most CHART_POINTS points,
+    every k-th kept), before the payload is normalized and rendered: a crafted cluster.json of
+    2,000 charted runs × 2,000 points (26 MB) took 1.2 GB, encoded and decoded again whole.
+    A cluster.json tscope wrote is within the bounds and unchanged."""
+    chart = payload.get("chart")
+    if not isinstance(chart, dict) or not isinstance(chart.get("runs"), list):
+        return
+    runs = chart["runs"][:CHART_MAX_RUNS]
+    for run in runs:
+        if not isinstance(run, dict):
+            continue
+        for key in ("steps", "values"):
+            points = run.get(key)
+            if isinstance(points, list) and len(points) > CHART_POINTS:
+                run[key] = points[:: -(-len(points) // CHART_POINTS)]
+    chart["runs"] = runs
