@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.impact import (
     MIN_WARNING_EXCESS,
     TRANSIENT_MAX_POINTS,
@@ -19,6 +20,7 @@ from tscope.analyzers.impact import (
     measure_impact,
     small_against_gain,
 )
+from tscope.analyzers.loss_weights import rising_loss_weight
 from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import primary_loss
 from tscope.model import Run, Spike
@@ -116,6 +118,16 @@ def _data_changed(run: Run, spike: Spike) -> bool:
     )
 
 
+def _reweighted(run: Run, spike: Spike) -> bool:
+    """A logged loss weight ramped up from the spike's baseline window to its end: the level it
+    is measured against belongs to an objective that has since changed (loss_weights.py)."""
+    steps, _ = run.series(spike.metric)
+    onset = int(np.searchsorted(steps, spike.onset_step))
+    start = int(steps[max(onset - BASELINE_WINDOW_POINTS, 0)]) if steps.size else spike.onset_step
+    end = spike.end_step if spike.end_step is not None else (int(steps[-1]) if steps.size else 0)
+    return rising_loss_weight(run, start, end) is not None
+
+
 def _is_notable(run: Run, spike: Spike, spikes: list[Spike], index: _SpikeIndex) -> bool:
     if spike.nonfinite:
         return True
@@ -127,6 +139,8 @@ def _is_notable(run: Run, spike: Spike, spikes: list[Spike], index: _SpikeIndex)
         return False
     # A lasting rise the eval loss did not share is the data changing, not a spike to warn of.
     if _data_changed(run, spike):
+        return False
+    if is_loss_like(spike.metric) and _reweighted(run, spike):
         return False
     if spike.end_step is None:
         return True

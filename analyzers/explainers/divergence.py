@@ -14,6 +14,7 @@ from tscope.analyzers.baseline import (
 )
 from tscope.analyzers.explainers.overfitting import overfitting_onset
 from tscope.analyzers.impact import eval_held_text
+from tscope.analyzers.loss_weights import rising_loss_weight
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.model import Finding
 from tscope.model.categories import Category
@@ -186,6 +187,11 @@ def divergence_onset(
     return start, float(best[start - 1]) if start > 0 else best_before
 
 
+# A loss whose term's weight ramps up rises by that term's share: β-annealing a VAE's KL took
+# its total from 1.8 to 4.2 (2.3×). A climb far beyond it is the model breaking, weight or not.
+MAX_REWEIGHTED_RISE = 4.0
+
+
 def rise_start(values: np.ndarray, crossing: int, best: float, ratio: float) -> int:
     """The first index of the climb that reaches the ratio at `crossing`: walking back while the
     raw loss stays above `best` by the margin RISE_MARGIN_FRACTION / RISE_NOISE_SIGMAS say (a
@@ -256,9 +262,19 @@ def _divergence(
     # The eval loss held through the rise: the data changed, not the model (impact.py's rule).
     data_changed = eval_held_text(evidence.run, int(steps[onset]), None) if not nonfinite else ""
     message += data_changed
+    # A logged weight of a loss term ramping through the climb, which stays within what a
+    # reweighted term gives (MAX_REWEIGHTED_RISE× the best): the objective changed.
+    reweighted = (
+        not nonfinite and finite_tail.size and finite_tail.max() <= MAX_REWEIGHTED_RISE * best
+    )
+    ramp = (
+        rising_loss_weight(evidence.run, int(steps[onset]), int(steps[-1])) if reweighted else None
+    )
+    if ramp is not None:
+        message += ramp.text()
     return Finding(
         category="loss_divergence",
-        severity="info" if data_changed else "critical" if severe else "warning",
+        severity="info" if data_changed or ramp else "critical" if severe else "warning",
         confidence=(0.9 if tail.size >= 2 * DIVERGENCE_MIN_POINTS else 0.75) if severe else 0.65,
         step=int(steps[onset]),
         layer=None,
