@@ -45,6 +45,9 @@ class ParsedTable:
     present: dict[str, np.ndarray] = field(default_factory=dict)  # (n_rows,) bool: cell logged
     n_rows: int = 0
     problems: list[str] = field(default_factory=list)  # skipped rows and cells, for `partial`
+    # Rows that repeat the header (a cell equal to its column's name): a CSV logger that opens
+    # its file again after a restart writes the header again there.
+    header_rows: set[int] = field(default_factory=set)
 
 
 def from_arrow(arrow_table: pa.Table) -> ParsedTable:
@@ -97,6 +100,9 @@ def _add_text_column(table: ParsedTable, name: str, texts: pd.Series) -> None:
     missing = stripped.isin(_MISSING_SET).to_numpy()
     numbers = pd.to_numeric(stripped.where(~missing, "nan"), errors="coerce").to_numpy(np.float64)
     nan_spelled = stripped.str.lower().isin(_NAN_SPELLINGS).to_numpy()
+    header_again = (stripped == name.strip()).to_numpy()
+    table.header_rows.update(int(row) for row in np.flatnonzero(header_again))
+    missing = missing | header_again
     bad = ~missing & np.isnan(numbers) & ~nan_spelled
     present = ~missing & ~bad
     filled = int((~missing).sum())

@@ -22,8 +22,11 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
+import numpy as np
+
 from tscope.errors import UnreadableInput
 from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.logs.table_cells import ParsedTable
 from tscope.ingest.logs.table_columns import (
     canonical_column_names,
     find_column,
@@ -34,7 +37,7 @@ from tscope.ingest.logs.table_columns import (
 from tscope.ingest.logs.tabular import read_table
 from tscope.ingest.readers.wandb_export import is_wandb_export
 from tscope.ingest.readers.wandb_history import is_wandb_history
-from tscope.model import Caveat, LogRead, PartialInput
+from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 
 # In preference order when a table has several: the most specific optimizer-step counter first.
 # `_step` is W&B's own counter, handled by the history reader; it is listed for completeness.
@@ -115,13 +118,44 @@ class MetricsTableReader:
             raise UnreadableInput(display_path, "no metric value has a usable step")
         problems = table.problems + step_problems
         by_epoch = step_column.strip().lower() in EPOCH_COLUMNS
-        return LogRead(
+        read = LogRead(
             kind=self.name,
             path=display_path,
             metrics=metrics,
             caveats=[Caveat("epoch_axis", EPOCH_AXIS_CAVEAT, display_path)] if by_epoch else [],
             partial=[PartialInput(display_path, problem) for problem in problems],
         )
+        read.events.extend(_reopened(table, step_column, display_path))
+        return read
+
+
+# At most this many reopenings become resume events (each is judged over the log around it).
+MAX_REOPENINGS = 20
+
+
+def _reopened(table: ParsedTable, step_column: str, source: str) -> list[RunEvent]:
+    """A resume where the header is written again while the steps run on: the loop reopened its
+    CSV after a restart (a planted-cause hunt's plain loop, session 26, listed it only as skipped
+    cells). Where the steps go back, the assembly finds the resume from them."""
+    steps, present = table.values[step_column], table.present[step_column]
+    events = []
+    for row in sorted(table.header_rows)[:MAX_REOPENINGS]:
+        before = np.flatnonzero(present[:row])
+        after = np.flatnonzero(present[row + 1 :])
+        if before.size == 0 or after.size == 0:
+            continue
+        last, following = float(steps[before[-1]]), float(steps[row + 1 + after[0]])
+        if following > last and following < 2**53:
+            events.append(
+                RunEvent(
+                    "resume",
+                    int(following),
+                    f"the log's header is written again before step {int(following)}: the loop "
+                    "reopened the file, as it does when the run is restarted",
+                    source,
+                )
+            )
+    return events
 
 
 def _step_column(names: list[str]) -> str | None:
