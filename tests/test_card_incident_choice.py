@@ -5,7 +5,10 @@ checkpoint took that of a blip at the same step, both "cause undetermined"."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
+
+from test_cause_timing import finding
 
 from tscope.analyzers.categories import STANDALONE
 from tscope.analyzers.causes import incident_of
@@ -13,17 +16,7 @@ from tscope.model import Finding
 
 
 def _finding(category: str, step: int) -> Finding:
-    return Finding(
-        category=category,
-        severity="warning",
-        confidence=0.9,
-        step=step,
-        layer=None,
-        message="m",
-        evidence={},
-        suggestion="s",
-        source="checkpoints",
-    )
+    return replace(finding(category, step), source="checkpoints")
 
 
 def _incident(onset: int, severity: str):

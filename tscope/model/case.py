@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tscope.model.case_fields import CaseFormatError, Fields
-from tscope.model.case_parts import CHART_BUCKETS, LayerHeatmap, RunHeader, Summary
+from tscope.model.case_parts import LayerHeatmap, RunHeader, Summary, charted_points
 from tscope.model.categories import SEVERITIES, SOURCES
 from tscope.model.json_floats import rounded_floats
 from tscope.model.metric_names import MAX_METRIC_NAME_CHARS
@@ -321,17 +321,8 @@ def _chart_series(case: Fields) -> dict[str, dict[str, list[Any]]]:
                 f"writes at most {MAX_METRIC_NAME_CHARS}"
             )
         entry = Fields(lists, f"case.chart_series.{name[:80]}")
-        charted[name] = {key: _charted_points(entry.items(key)) for key in entry.data}
+        charted[name] = {key: charted_points(entry.items(key)) for key in entry.data}
     return charted
-
-
-def _charted_points(points: list[Any]) -> list[Any]:
-    """A chart list as analysis bounds it (CHART_BUCKETS, every k-th kept): a crafted case.json
-    whose loss series held 1,000,000 points (13 MB) took 0.8 GB to re-render. Lists tscope
-    wrote are within the bound and kept as written."""
-    if len(points) <= CHART_BUCKETS:
-        return points
-    return points[:: -(-len(points) // CHART_BUCKETS)]
 
 
 def _spike_dict(spike: Spike) -> dict[str, Any]:
