@@ -67,7 +67,7 @@ class LossScaleExplainer:
             if ratio < 1.0:
                 streak.append(index + 1)
                 if len(streak) > len(longest_streak):
-                    longest_streak = list(streak)
+                    longest_streak = streak  # the same list: it grows on while it is the longest
             elif ratio > 1.0:
                 streak = []
         longest = len(longest_streak)
