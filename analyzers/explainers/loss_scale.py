@@ -194,8 +194,11 @@ def skipped_updates_through(run: Run, step: int) -> int:
     ]
     if run.has(SKIPPED_STEPS):
         steps, values = run.series(SKIPPED_STEPS)
-        kept = values[(steps <= step) & np.isfinite(values)]
-        counts.append(int(kept.clip(min=0).sum()))
+        kept = values[(steps <= step) & np.isfinite(values)].clip(min=0)
+        # A running total (never falling, as a loop printing its scaler's skip count) is read
+        # as its last value; per-interval counts (Megatron's) are summed.
+        cumulative = kept.size > 1 and bool(np.all(np.diff(kept) >= 0))
+        counts.append(int(kept[-1] if cumulative else kept.sum()) if kept.size else 0)
     if run.has(LOSS_SCALE):
         steps, scales = run.series(LOSS_SCALE)
         scales = scales[(steps <= step) & np.isfinite(scales) & (scales > 0)]

@@ -40,6 +40,9 @@ class OptimizerState:
     held_entries: int | None = None
     # fp32 master weights when the producer keeps them apart (DeepSpeed), by parameter name
     master_weights: dict[str, Any] | None = None
+    # the largest step counter among all entries, named or not (None: none, or not read): a
+    # reset shows in the counter whether or not the entries could be named
+    largest_step: float | None = None
 
 
 class CheckpointHandle(Protocol):

@@ -58,6 +58,8 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
         state = None
     if state is not None:
         steps = [float(v["step"]) for v in state.per_param.values() if v.get("step") is not None]
+        if not steps and state.largest_step is not None:
+            steps = [state.largest_step]  # entries that could not be named still count steps
         optimizer_step = int(max(steps)) if steps else None
         groups = tuple(
             {k: v for k, v in group.items() if isinstance(v, (int, float, str, bool, tuple, list))}

@@ -141,8 +141,12 @@ def map_optimizer_state(
         return OptimizerState(unmapped=unmapped), "not mapped"
     state: Mapping[Any, Any] = raw["state"]
     held = sum(1 for entry in state.values() if _moment_shape(entry) is not None)
+    counters = [
+        step_value(entry.get("step")) for entry in state.values() if isinstance(entry, Mapping)
+    ]
+    largest = max((float(c) for c in counters if c is not None), default=None)
     mapped, how = _map_named(state, groups, orders, rules)
-    return replace(mapped, held_entries=held), how
+    return replace(mapped, held_entries=held, largest_step=largest), how
 
 
 def _map_named(

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from tscope.ingest.logs.names import canonical_metric, names_a_known_series
-from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS
+from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS, LOSS_SCALE
 
 # The step keys, strongest first: the optimizer-step count over a loop or micro-batch counter
 # (litgpt prints `iter 8 step 1`: 8 micro-batches, 1 optimizer step; fairseq prints the
@@ -135,8 +135,9 @@ _PAIR = re.compile(
 EXPLICIT_SEPARATOR = re.compile(r"[\"']?\s*[:=]")
 LOSS_WORD = re.compile(r"loss", re.IGNORECASE | re.ASCII)
 # Names that mean a series only in a step line: llm.c and build-nanogpt print the gradient norm
-# clip_grad_norm_ returned as a bare `norm`.
-_STEP_LINE_NAMES = {"norm": GRAD_NORM}
+# clip_grad_norm_ returned as a bare `norm`; an fp16 loop prints GradScaler's get_scale() as a
+# bare `scale` (a fresh verification run, session 26: its collapse to 3e-42 went unread).
+_STEP_LINE_NAMES = {"norm": GRAD_NORM, "scale": LOSS_SCALE}
 # The words a name may carry in front of a known name: llm.c's `train loss`, Composer's `Train `
 # and `Eval ` prefixes. No other word: `aux loss`, `z loss`, `avg loss`, `test loss`, `packet
 # loss`, `min lr` and `param norm` are other quantities, not the training loss, LR or grad norm.
