@@ -275,6 +275,10 @@ def _acts_from(evidence: Evidence, finding: Finding) -> int | None:
     return None
 
 
+# The evidence key of the last step a lasting cause acts at.
+ACTS_UNTIL = {LR_RAMP: "top_step", "repeated_data": "last_step"}
+
+
 def _timed(evidence: Evidence, finding: Finding, incident: Incident) -> bool:
     if incident.spike is not None and finding.spike_id == incident.spike.id:
         return True
@@ -285,7 +289,10 @@ def _timed(evidence: Evidence, finding: Finding, incident: Incident) -> bool:
     # A ramp acts from its start until the LR tops out, not at its start alone: holdout15's
     # trainer_llama-lr_ramp-16 climbed x1.043 per step from 79 to 190 (x112), and its incident at
     # 190 was "undetermined" because the start lay more than the lookback before it.
-    acting_until = finding.evidence.get("top_step") if finding.category == LR_RAMP else None
+    # Repeated data acts until its last repeated step: the loss jumps when fresh batches return
+    # to a model that memorised the repeated ones (a fresh verification run, session 26: stuck
+    # from 900 to 1099, the spike at 1100 was "undetermined").
+    acting_until = finding.evidence.get(ACTS_UNTIL.get(finding.category, ""))
     last_act = acting_until if isinstance(acting_until, int) else finding.step
     if finding.step <= end and incident.onset_step - lookback <= max(finding.step, last_act):
         return True

@@ -45,3 +45,17 @@ def test_other_findings_join_any_incident_in_reach():
 
 def test_adam_epsilon_dominance_is_a_standing_condition_with_its_own_card():
     assert "adam_epsilon_dominance" in STANDALONE
+
+
+def test_repeated_data_acts_until_its_last_repeated_step():
+    # Stuck from 900 to 1099: the loss jumps at 1100 when fresh batches return to a model that
+    # memorised the repeated one (a fresh verification run: "undetermined" before).
+    from tscope.analyzers.causes import _timed
+
+    spike = SimpleNamespace(
+        spike=None, onset_step=1100, peak_step=1100, end_step=1160, severity="warning"
+    )
+    repeated = replace(finding("repeated_data", 910), evidence={"last_step": 1090})
+    assert _timed(SimpleNamespace(checkpoints=None), repeated, spike)  # type: ignore[arg-type]
+    no_end = finding("repeated_data", 910)
+    assert not _timed(SimpleNamespace(checkpoints=None), no_end, spike)  # type: ignore[arg-type]
