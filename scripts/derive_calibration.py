@@ -2,7 +2,7 @@
 
     nice -n 10 .venv/bin/python scripts/derive_calibration.py --score --write
 
-scores the spent splits whose runs the cache keeps (dev and holdout7–18, each held-out split
+scores the spent splits whose runs the cache keeps (dev and holdout7–19, each held-out split
 scored once, for a closing note, before it joined; until session 19 the table came from dev,
 holdout, holdout2 and test under that session's rules); bench/accuracy/run.py --no-generate
 --skip-realdata, results under /tmp, ~5 min on a quiet machine) and rewrites
@@ -53,6 +53,7 @@ TUNING_SPLITS = (
     "holdout16",
     "holdout17",
     "holdout18",
+    "holdout19",
 )
 PSEUDO_COUNTS = 2
 
