@@ -151,17 +151,22 @@ def incident_of(finding: Finding, incidents: list[Incident]) -> Incident | None:
     for incident in incidents:
         if incident.spike is not None and incident.spike.id == finding.spike_id:
             return incident
-    # Matched by step only, a cause joins an incident that matters itself: an optimizer reset at
-    # a resume (150) took the card of a one-point gradient blip at 187, "cause undetermined"
-    # (planted-cause hunt, session 26). Other findings join any incident in reach, whose cause
-    # competition explains them (an update-ratio warning at 190 beside a gradient blip there,
-    # caused by an LR ramp).
+    # Matched by step only, a cause joins an incident it precedes only when that incident
+    # matters itself: an optimizer reset at a resume (150) took the card of a one-point gradient
+    # blip at 187, "cause undetermined" (planted-cause hunt, session 26). At the incident's own
+    # steps it joins any (a replay's bad batch at the 1.19× bump it explains). Other findings
+    # join any incident in reach, whose cause competition explains them (an update-ratio
+    # warning at 190 beside a gradient blip there, caused by an LR ramp).
     is_cause = finding.category in CAUSES or finding.category in CHECKPOINT_CAUSES
-    alerts = [incident for incident in incidents if incident.severity in ALERT_SEVERITIES]
     if finding.step is not None:
-        for incident in alerts if is_cause else incidents:
+        for incident in incidents:
             end = incident.end_step if incident.end_step is not None else incident.peak_step
-            if incident.onset_step - CAUSE_LOOKBACK_STEPS <= finding.step <= end:
+            reach = (
+                incident.onset_step
+                if is_cause and incident.severity not in ALERT_SEVERITIES
+                else incident.onset_step - CAUSE_LOOKBACK_STEPS
+            )
+            if reach <= finding.step <= end:
                 return incident
     if is_cause:
         return None  # a cause with no incident in reach is its own news, not a far spike's

@@ -59,3 +59,9 @@ def test_repeated_data_acts_until_its_last_repeated_step():
     assert _timed(SimpleNamespace(checkpoints=None), repeated, spike)  # type: ignore[arg-type]
     no_end = finding("repeated_data", 910)
     assert not _timed(SimpleNamespace(checkpoints=None), no_end, spike)  # type: ignore[arg-type]
+
+
+def test_a_cause_at_the_incident_s_own_steps_joins_it_whatever_its_size():
+    # A replay's bad batch at the 1.19× bump it explains: the verdict reads "a bad batch".
+    bump = _incident(145, "info")
+    assert incident_of(_finding("bad_batch", 145), [bump]) is bump  # type: ignore[list-item]
