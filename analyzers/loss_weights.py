@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -45,11 +46,16 @@ class WeightRamp:
         )
 
 
+@lru_cache(maxsize=64)
+def loss_weight_names(metric_names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names among a run's series that name a loss weight (once per run: the spike rules
+    ask for every spike)."""
+    return tuple(name for name in metric_names if _LOSS_WEIGHT.search(name))
+
+
 def rising_loss_weight(run: Run, start_step: int, end_step: int) -> WeightRamp | None:
     """The first logged loss weight that ramps up between the two steps, or None."""
-    for name in run.metric_names:
-        if not _LOSS_WEIGHT.search(name):
-            continue
+    for name in loss_weight_names(tuple(run.metric_names)):
         steps, values = run.series(name)
         inside = (steps >= start_step) & (steps <= end_step) & np.isfinite(values)
         window = values[inside]

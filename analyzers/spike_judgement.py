@@ -20,7 +20,7 @@ from tscope.analyzers.impact import (
     measure_impact,
     small_against_gain,
 )
-from tscope.analyzers.loss_weights import rising_loss_weight
+from tscope.analyzers.loss_weights import loss_weight_names, rising_loss_weight
 from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import primary_loss
 from tscope.model import Run, Spike
@@ -121,6 +121,8 @@ def _data_changed(run: Run, spike: Spike) -> bool:
 def _reweighted(run: Run, spike: Spike) -> bool:
     """A logged loss weight ramped up from the spike's baseline window to its end: the level it
     is measured against belongs to an objective that has since changed (loss_weights.py)."""
+    if not loss_weight_names(tuple(run.metric_names)):
+        return False  # most runs: no weight logged, no series read per spike
     steps, _ = run.series(spike.metric)
     onset = int(np.searchsorted(steps, spike.onset_step))
     start = int(steps[max(onset - BASELINE_WINDOW_POINTS, 0)]) if steps.size else spike.onset_step

@@ -24,7 +24,12 @@ transformers = pytest.importorskip("transformers")
 def _checkpoint(tmp_path: Path, **changes: Any) -> SimpleNamespace:
     """A tiny GPT-2 checkpoint whose config.json carries `changes`, as CheckpointFiles shows it."""
     config = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=1, vocab_size=16, n_positions=16)
-    model = transformers.GPT2LMHeadModel(config)
+    return saved_checkpoint(tmp_path, transformers.GPT2LMHeadModel(config), **changes)
+
+
+def saved_checkpoint(tmp_path: Path, model: Any, **changes: Any) -> SimpleNamespace:
+    """`model` saved as a Trainer checkpoint whose config.json carries `changes`, as
+    CheckpointFiles shows it to build_model."""
     folder = tmp_path / "checkpoint-10"
     model.save_pretrained(folder)
     saved = json.loads((folder / "config.json").read_text())
@@ -91,14 +96,6 @@ def test_a_position_table_far_beyond_the_weights_is_refused_before_it_is_allocat
         n_layer=1, n_embd=16, n_head=2, rotary_dim=8, vocab_size=32, n_positions=16
     )
     model = transformers.GPTJForCausalLM(config)
-    folder = tmp_path / "checkpoint-10"
-    model.save_pretrained(folder)
-    saved = json.loads((folder / "config.json").read_text())
-    saved["n_positions"] = 50_000_000
-    (folder / "config.json").write_text(json.dumps(saved))
-    weights = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    facts = SimpleNamespace(model_from_config_json=True)
-    choice = SimpleNamespace(path=folder, shown="checkpoint-10", facts=facts)
-    files = SimpleNamespace(choice=choice, model_config=saved, weights=lambda: weights)
+    files = saved_checkpoint(tmp_path, model, n_positions=50_000_000)
     problem = _refusal(files)
     assert problem.startswith("it describes a model of 400,0")

@@ -6,7 +6,6 @@ fetches a kernel at a replay's first forward pass on a Hopper GPU."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 transformers = pytest.importorskip("transformers")
+
+from test_hostile_replay_model_size import saved_checkpoint  # noqa: E402
 
 from tscope.ingest.checkpoints import param_order  # noqa: E402
 from tscope.ingest.checkpoints.hub_guard import HubCodeRefused, hub_code_refused  # noqa: E402
@@ -79,15 +80,7 @@ def test_a_replay_builds_the_experts_eager_whatever_config_json_asks(tmp_path: P
         max_position_embeddings=32,
     )
     model = transformers.MixtralForCausalLM(config)
-    folder = tmp_path / "checkpoint-10"
-    model.save_pretrained(folder)
-    saved = json.loads((folder / "config.json").read_text())
-    saved["experts_implementation"] = "sonicmoe"
-    (folder / "config.json").write_text(json.dumps(saved))
-    weights = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    facts = SimpleNamespace(model_from_config_json=True)
-    choice = SimpleNamespace(path=folder, shown="checkpoint-10", facts=facts)
-    files = SimpleNamespace(choice=choice, model_config=saved, weights=lambda: weights)
+    files = saved_checkpoint(tmp_path, model, experts_implementation="sonicmoe")
     built = build_model(files, SimpleNamespace(build_model=None))  # type: ignore[arg-type]
     assert built.model.config._experts_implementation == "eager"
     assert any("asks for experts sonicmoe; replayed with eager" in note for note in built.notes)

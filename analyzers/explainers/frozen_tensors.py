@@ -135,10 +135,6 @@ def _still_stopped(layers: pd.DataFrame, stale: dict[str, int]) -> dict[str, int
     steps = sorted(layers["step"].dropna().unique())
     if not stale or len(steps) < 2:
         return stale
-    previous = layers[layers["step"] == steps[-2]].set_index("tensor")["adam_step"].astype(float)
-    previous = previous[np.isfinite(previous.to_numpy())]
-    if previous.empty:
-        return stale
     trailing_before = _stale_counters(layers[layers["step"] == steps[-2]])
     return {
         tensor: counter

@@ -38,6 +38,7 @@ from tscope.ingest.logs.tabular import read_table
 from tscope.ingest.readers.wandb_export import is_wandb_export
 from tscope.ingest.readers.wandb_history import is_wandb_history
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
+from tscope.model.metric_rows import MAX_STEP
 
 # In preference order when a table has several: the most specific optimizer-step counter first.
 # `_step` is W&B's own counter, handled by the history reader; it is listed for completeness.
@@ -145,7 +146,7 @@ def _reopened(table: ParsedTable, step_column: str, source: str) -> list[RunEven
         if before.size == 0 or after.size == 0:
             continue
         last, following = float(steps[before[-1]]), float(steps[row + 1 + after[0]])
-        if following > last and following < 2**53:
+        if last < following < MAX_STEP:
             events.append(
                 RunEvent(
                     "resume",
