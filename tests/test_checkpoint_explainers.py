@@ -151,7 +151,7 @@ def test_optimizer_reset_after_resume_without_optimizer_state():
     run = type(run)(**{**run.__dict__, "events": (RunEvent("resume", 201, "rewind", "x"),)})
     found = findings_for(layers_table(), snapshots(adam_steps={300: 100, 400: 200}), run)
     reset = [f for f in found if f.category == "optimizer_state_reset"]
-    assert len(reset) == 1 and reset[0].step == 200 and reset[0].evidence["resume_step"] == 201
+    assert len(reset) == 1 and reset[0].step == 201 and reset[0].evidence["resume_step"] == 201
 
 
 def test_frozen_tensor_is_found():

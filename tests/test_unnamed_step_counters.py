@@ -6,8 +6,11 @@ reset went unseen."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+import tscope
 from tscope.ingest.checkpoints.optimizer_mapping import map_optimizer_state
 
 
@@ -21,3 +24,40 @@ def test_counters_of_entries_that_cannot_be_named_are_still_read():
     state, how = map_optimizer_state(optimizer.state_dict(), orders=[], rules=[])
     assert how == "not mapped" and state.per_param == {}
     assert state.largest_step == 3.0
+
+
+def _adagrad_loop_reset_at_resume(folder: Path) -> None:
+    """A plain loop: Adagrad, a CSV log, checkpoints every 100 steps; preempted at 200 and
+    resumed from ckpt_200.pt with a fresh optimizer (the weights restored)."""
+    torch.manual_seed(0)
+    inputs, targets = torch.randn(512, 8), torch.randint(0, 4, (512,))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
+    rows = ["step,loss"]
+    for step in range(1, 401):
+        batch = torch.randint(0, 512, (32,))
+        loss = torch.nn.functional.cross_entropy(model(inputs[batch]), targets[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        rows.append(f"{step},{loss.item():.5f}")
+        if step % 100 == 0:
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+            torch.save({**state, "step": step}, folder / f"ckpt_{step}.pt")
+        if step == 200:
+            optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
+    (folder / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_a_reset_is_dated_at_the_fresh_optimizers_first_update(tmp_path: Path) -> None:
+    """Counter 100 at checkpoint 300: the fresh optimizer made updates 201-300, so the reset is
+    dated 201 and ckpt_200.pt (the resume's own checkpoint, whose state was whole) is the restart
+    point; dated 200, the card skipped it for ckpt_100.pt. Not Adam: no "Adam's" counter."""
+    _adagrad_loop_reset_at_resume(tmp_path)
+    case = tscope.analyze(tmp_path)
+    reset = next(f for f in case.findings if f.category == "optimizer_state_reset")
+    assert reset.step == 201 and reset.severity == "critical"
+    assert "Adam" not in reset.message and "the optimizer's step counter is 100" in reset.message
+    card = case.summary.card
+    assert card is not None and card.restart is not None
+    assert card.restart.path.endswith("ckpt_200.pt")

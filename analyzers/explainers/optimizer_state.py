@@ -10,6 +10,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.loss_scale import skipped_updates_through
+from tscope.analyzers.optimizer_family import ADAM, optimizer_family
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
@@ -231,10 +232,17 @@ def _resets(evidence: Evidence) -> list[Finding]:
         behind = updates - counter
         if behind < RESET_MIN_STEPS or counter >= RESET_FRACTION * updates:
             continue
-        resume = _resume_near(evidence.run, step - counter)
+        # The fresh optimizer made the last `counter` updates: the first was update
+        # step - counter + 1, where a resume from checkpoint step - counter shows (the logs'
+        # resume is dated there too). Dated at the checkpoint's own step, the card's restart
+        # point skipped that checkpoint, the last one whose optimizer state was whole (a plain
+        # loop's Adagrad reset at a resume from ckpt_1200: "restart from ckpt_800").
+        first_fresh = step - counter + 1
+        resume = _resume_near(evidence.run, first_fresh)
         if resume is None and _counts_micro_steps(counted):
             break  # the steps count micro-batches: no checkpoint is behind
-        findings.append(_reset_finding(snapshot, step, counter, behind, resume))
+        family = optimizer_family(evidence)
+        findings.append(_reset_finding(snapshot, step, counter, behind, resume, family))
         break  # later checkpoints repeat the same reset
     return findings
 
@@ -255,19 +263,27 @@ def _counts_micro_steps(counted: Sequence[tuple[CheckpointSnapshot, int, int]]) 
 
 
 def _reset_finding(
-    snapshot: CheckpointSnapshot, step: int, counter: int, behind: int, resume: int | None
+    snapshot: CheckpointSnapshot,
+    step: int,
+    counter: int,
+    behind: int,
+    resume: int | None,
+    family: str | None,
 ) -> Finding:
+    first_fresh = step - counter + 1
+    owner = "Adam's" if family == ADAM else "the optimizer's"
+    lost = "moments and bias correction were" if family == ADAM else "its accumulated state was"
     return Finding(
         category="optimizer_state_reset",
         severity="critical",
         confidence=0.85 if resume is not None else 0.7,
-        step=step - counter,
+        step=first_fresh,
         layer=None,
         message=(
-            f"Checkpoint {snapshot.info.path} is at step {step} but Adam's step counter is "
-            f"{counter}: the optimizer state restarted around step {step - counter}"
+            f"Checkpoint {snapshot.info.path} is at step {step} but {owner} step counter is "
+            f"{counter}: the optimizer state restarted before update {first_fresh}"
             + (f", where the run resumed (step {resume})" if resume is not None else "")
-            + " — moments and bias correction were lost (a resume without optimizer state)."
+            + f" — {lost} lost (a resume without optimizer state)."
         ),
         evidence={
             "checkpoint": snapshot.info.path,
@@ -283,7 +299,7 @@ def _reset_finding(
         ),
         source="checkpoints",
         threshold=(
-            f"Adam step < {RESET_FRACTION}× the global step less the updates skipped for "
+            f"optimizer step counter < {RESET_FRACTION}× the global step less the updates skipped for "
             f"overflow, and ≥ {RESET_MIN_STEPS} behind"
         ),
     )
