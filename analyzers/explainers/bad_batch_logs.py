@@ -34,11 +34,9 @@ seeds (nanoGPT ×1, Trainer GPT-2 ×4) the rule finds nothing either."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.early_phase import EARLY_FRACTION, EARLY_WARMUP_FACTOR
-from tscope.analyzers.explainers.learning_rate import lr_jumps
+from tscope.analyzers.lr_movement import lr_moved_up
 from tscope.analyzers.one_step_breaks import (
     AFTER_FRACTION,
     ONE_STEP_FRACTION,
@@ -46,10 +44,10 @@ from tscope.analyzers.one_step_breaks import (
     OneStepBreak,
     one_step_breaks,
 )
-from tscope.analyzers.resume_window import at_resume, loss_points_between
+from tscope.analyzers.resume_window import at_resume
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.analyzers.spike_judgement import TEXTURE_SPIKES_PER_1000, is_notable, is_texture
-from tscope.model import Finding, Run
+from tscope.model import Finding
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
 # The break must be visible: its excess ≥ MIN_SIGMA robust σ (the benchmark's "visible", bench/
@@ -90,14 +88,6 @@ MIN_GRAD_RATIO = 2.5
 # lightning-bad_batch-50, gradient 3.6×, which the former 1.2× floor missed); one corrupted row of
 # 16 gives 1.03–1.09×, below the floor and in the runs' noise.
 MIN_BREAK_RATIO = 1.1
-# A break within this many logged points after a logged LR jump is the jump's (the LR explainer
-# names it), and so is a break while the LR climbs: ≥ LR_RISE_FACTOR × its lowest value over the
-# LR_RISE_LOOKBACK_POINTS logged LR points before. After the early phase a healthy schedule
-# decays or holds; on the dev split the only two breaks this rule gave away from a planted bad
-# batch were both in LR-ramp runs, 69 and 66 steps into a ×1.04–1.12-per-step climb.
-LR_JUMP_LOOKBACK_POINTS = 10
-LR_RISE_LOOKBACK_POINTS = 20
-LR_RISE_FACTOR = 1.25
 # A break within RESUME_CHECK_POINTS logged points from a resume is the resume's (explainers/
 # resume.py reads those points): a resume that lost the weights breaks the loss for one step and
 # dominates too (dev + holdout resume_weights_reinit runs: 2.4–7.2).
@@ -215,22 +205,6 @@ def _standout_steps(evidence: Evidence, loss: str) -> set[int]:
 def _points(evidence: Evidence) -> int:
     loss = primary_loss(evidence.run)
     return 0 if loss is None else int(evidence.run.series(loss)[0].size)
-
-
-def lr_moved_up(run: Run, step: int) -> bool:
-    """The logged LR jumped within LR_JUMP_LOOKBACK_POINTS before `step`, or has been climbing
-    (see LR_RISE_FACTOR): the break is the LR's to explain, not a batch's."""
-    if not run.has(LEARNING_RATE):
-        return False
-    steps, lrs = run.series(LEARNING_RATE)
-    if any(
-        0 <= loss_points_between(run, jump.step, step) <= LR_JUMP_LOOKBACK_POINTS
-        for jump in lr_jumps(steps, lrs)
-    ):
-        return True
-    before = lrs[steps <= step][-LR_RISE_LOOKBACK_POINTS - 1 :]
-    before = before[np.isfinite(before) & (before > 0)]
-    return bool(before.size >= 2 and before[-1] >= LR_RISE_FACTOR * before.min())
 
 
 def _finding(loss: str, b: OneStepBreak, spike_id: str | None, grad_logged: bool) -> Finding:

@@ -6,9 +6,9 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS, difference_sigma
-from tscope.analyzers.explainers.bad_batch_logs import lr_moved_up
 from tscope.analyzers.explainers.learning_rate import LR_JUMP_MIN_RELATIVE
 from tscope.analyzers.impact import MIN_WARNING_EXCESS, UNTRAINED_MIN_POINTS, back_at_initial
+from tscope.analyzers.lr_movement import lr_moved_up
 from tscope.analyzers.resume_window import RESUME_CHECK_POINTS
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.model import Finding, Run, RunEvent
