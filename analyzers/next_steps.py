@@ -12,6 +12,11 @@ from tscope.model import Alternative, CheckpointInfo, Finding
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS_SCALE
 
+# A resume (or a checkpoint one could have restarted from) farther than this from an incident's
+# onset is not its cause: a resume acts on the first updates after it (resume_window.py), and
+# the alternatives line rules it out in these words.
+RESUME_RULED_OUT_STEPS = 100
+
 
 def incident_step(headline: Finding, incident: Incident | None) -> int | None:
     """The step the card shows and the chart zooms to: the incident's peak, else the finding's."""
@@ -145,7 +150,9 @@ def alternatives(
             )
         )
     resumes = [
-        e for e in evidence.run.events_of("resume") if abs(e.step - incident.onset_step) <= 100
+        e
+        for e in evidence.run.events_of("resume")
+        if abs(e.step - incident.onset_step) <= RESUME_RULED_OUT_STEPS
     ]
     if not resumes and "resume_discontinuity" not in categories:
         ruled_out.append(
@@ -153,10 +160,11 @@ def alternatives(
                 "resume_discontinuity",
                 # A resume the log does not record is only ruled out where no checkpoint it
                 # could have restarted from lies before the onset.
-                "not a resume: no resume point within 100 steps of the onset"
+                f"not a resume: no resume point within {RESUME_RULED_OUT_STEPS} steps of the onset"
                 if not _checkpoint_before(evidence, incident.onset_step)
-                else "no resume recorded within 100 steps of the onset, and the loss did not "
-                "return to its untrained level there (as it does when a resume loses the weights)",
+                else f"no resume recorded within {RESUME_RULED_OUT_STEPS} steps of the onset, and "
+                "the loss did not return to its untrained level there (as it does when a resume "
+                "loses the weights)",
                 spike_id,
             )
         )
@@ -219,6 +227,7 @@ def limits(evidence: Evidence, has_checkpoints: bool) -> list[str]:
 
 
 def _checkpoint_before(evidence: Evidence, onset: int) -> bool:
-    """A checkpoint saved within 100 steps before the onset: a resume from it is possible."""
+    """A checkpoint saved within RESUME_RULED_OUT_STEPS before the onset: a resume from it is
+    possible."""
     steps = evidence.checkpoints.steps if evidence.checkpoints is not None else []
-    return any(0 <= onset - step <= 100 for step in steps)
+    return any(0 <= onset - step <= RESUME_RULED_OUT_STEPS for step in steps)
