@@ -6,13 +6,19 @@ The verdict sentence says the same in prose; the card holds the parts a reader s
 
 from __future__ import annotations
 
+import json
+
 from tscope.analyzers.categories import words
 from tscope.model import CheckpointInfo, Finding
 
 # How each checkpoint format is resumed, with the checkpoint path filled in: the line to copy.
+# The path goes in as a Python string literal (JSON's escapes are Python's too, and keep the
+# double quotes a reader expects): it is a stranger's folder name, and a quote in it
+# turned the line the reader copies into code (red team, session 27: a checkpoint folder named
+# `o"+__import__("os").system(...)+"` ran its command when the line was pasted).
 RESUME_COMMANDS = {
-    "hf_trainer": 'trainer.train(resume_from_checkpoint="{path}")',
-    "lightning": 'trainer.fit(model, ckpt_path="{path}")',
+    "hf_trainer": "trainer.train(resume_from_checkpoint={path})",
+    "lightning": "trainer.fit(model, ckpt_path={path})",
 }
 
 
@@ -54,5 +60,7 @@ def _restart(checkpoint: CheckpointInfo | None) -> dict[str, object] | None:
         "path": checkpoint.path,
         "step": checkpoint.step,
         "has_optimizer": checkpoint.has_optimizer,
-        "command": template.format(path=checkpoint.path) if template else None,
+        "command": template.format(path=json.dumps(checkpoint.path, ensure_ascii=False))
+        if template
+        else None,
     }

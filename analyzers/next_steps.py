@@ -3,6 +3,8 @@ evidence argues against and what it cannot show (the verdict itself is analyzers
 
 from __future__ import annotations
 
+import shlex
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.cause_alternatives import against, corroborates
 from tscope.analyzers.cause_evidence import lr_change_note
@@ -102,9 +104,12 @@ def next_steps(
             if "://" in run_path:  # an object-store URL: replay runs the model on local files
                 where = f" Replay reads local files: copy the run from {run_path} first."
                 run_path = "LOCAL_COPY"
+            # Quoted for the shell: the run folder's name is the stranger's, and `;` or `$(...)`
+            # in it ran a command when the line was pasted (red team, session 27).
             steps.append(
                 f"Replay the steps around it to name the samples and test a fix: "
-                f"`tscope replay {run_path} --around {step} --entry replay_entry.py` "
+                f"`tscope replay {shlex.quote(run_path)} --around {step} "
+                "--entry replay_entry.py` "
                 f"(replay_entry.py builds your model; see examples/).{where}"
             )
     elif checkpoints:

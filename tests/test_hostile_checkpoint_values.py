@@ -5,6 +5,7 @@ file still analyzed, and the case says what was ignored."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+import tscope
 from tscope.pipeline import analyze_run
 
 
@@ -107,3 +109,44 @@ def test_a_lightning_param_group_of_the_wrong_kind_is_analyzed(tmp_path, variant
     torch.save(checkpoint, tmp_path / LIGHTNING_CHECKPOINT.name)
     case, _ = analyze_run(str(tmp_path))
     assert [c.step for c in case.checkpoints] == [2]
+
+
+@pytest.mark.parametrize("kind", ["meta", "sparse_coo", "sparse_csr", "quantized"])
+def test_tensors_without_dense_data_are_a_partial_entry(tmp_path: Path, kind: str) -> None:
+    """weights_only admits meta, sparse and quantized tensors; the statistics cannot read them (a
+    meta tensor claimed 10^12 elements with no data; sparse ones have no strided storage): each
+    was a traceback, exit 1 (red team, session 27). Now the file is refused in one line, the
+    logs are still analyzed, and the refused file is no restart point."""
+    unusual = {
+        "meta": lambda: torch.empty(10**6, 10**6, device="meta"),
+        "sparse_coo": lambda: torch.sparse_coo_tensor(
+            torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), size=(10**6, 10**6)
+        ),
+        "sparse_csr": lambda: torch.sparse_csr_tensor(
+            torch.zeros(1001, dtype=torch.long),
+            torch.zeros(0, dtype=torch.long),
+            torch.zeros(0),
+            size=(1000, 10**9),
+        ),
+        "quantized": lambda: torch.quantize_per_tensor(torch.randn(4, 4), 0.1, 0, torch.qint8),
+    }[kind]()
+    state = {"transformer.wte.weight": torch.randn(8, 4), "transformer.h.0.w": unusual}
+    torch.save(
+        {
+            "model": state,
+            "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0, 1]}]},
+            "iter_num": 100,
+            "model_args": {},
+            "config": {},
+        },
+        tmp_path / "ckpt.pt",
+    )
+    lines = [
+        f"iter {i}: loss {3 - i * 0.001 + 0.02 * math.sin(i):.4f}, time 10.0ms" for i in range(200)
+    ]
+    lines[150] = "iter 150: loss 9.0000, time 10.0ms"
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    case = tscope.analyze(tmp_path)
+    (entry,) = [p for p in case.partial if p.path == "ckpt.pt"]
+    assert "transformer.h.0.w" in entry.problem and "dense tensors" in entry.problem
+    assert case.summary.card is None or case.summary.card.restart is None

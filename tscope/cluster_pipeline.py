@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 import threading
 from collections.abc import Callable
@@ -302,7 +303,8 @@ def _render_unstable_cases(report: ClusterReport, out_dir: Path) -> None:
     if len(unstable) > CASE_HTML_LIMIT:
         report.limits.append(
             f"{len(unstable)} unstable runs: their case.html files are not rendered (limit "
-            f"{CASE_HTML_LIMIT}); `tscope report {out_dir / CASES_DIR}/<run>` renders one."
+            f"{CASE_HTML_LIMIT}); `tscope report {shlex.quote(str(out_dir / CASES_DIR))}/RUN` "
+            "renders one."
         )
         return
     rendered = report.profiles if len(report.profiles) <= CASE_HTML_LIMIT else unstable

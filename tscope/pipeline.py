@@ -13,7 +13,7 @@ from typing import NamedTuple
 from tscope import __version__
 from tscope.chart_data import chart_series, layer_heatmap
 from tscope.ingest.inputs import Inputs, ReadOptions, read_inputs
-from tscope.model import Case, CheckpointInfo, Finding, Run
+from tscope.model import Case, CheckpointInfo, Finding, PartialInput, Run
 from tscope.model.case_fields import Fields
 from tscope.model.case_parts import RunHeader, Summary
 from tscope.model.checkpoint import CheckpointEvidence
@@ -161,7 +161,8 @@ def build_case(
         caveats=list(run.caveats),
         events=list(run.events),
         summary=analyzed_summary(
-            summarize(evidence, incidents, findings, list(checkpoints)), partial=bool(run.partial)
+            summarize(evidence, incidents, findings, _readable(checkpoints, run.partial)),
+            partial=bool(run.partial),
         ),
         chart_series={m: chart_series(run, m) for m in run.metric_names},
         tool_version=__version__,
@@ -186,3 +187,12 @@ def analyzed_summary(summary: dict[str, object], partial: bool) -> Summary:
         )
     typed = Summary.from_fields(Fields(summary, "summary"))
     return replace(typed, partial=True) if partial else typed
+
+
+def _readable(
+    checkpoints: list[CheckpointInfo], partial: Sequence[PartialInput]
+) -> list[CheckpointInfo]:
+    """The checkpoints the restart point may name: not a file tscope refused to read (a nanoGPT
+    ckpt.pt holding a meta tensor was still the card's "restart from", red team session 27)."""
+    refused = {entry.path for entry in partial}
+    return [checkpoint for checkpoint in checkpoints if checkpoint.path not in refused]

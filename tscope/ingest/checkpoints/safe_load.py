@@ -197,6 +197,21 @@ class _Where(NamedTuple):
     depth: int  # containers above the value
 
 
+def _unusual_tensor_kind(tensor: Any) -> str:
+    """'' for a dense tensor in memory, else what it is instead."""
+    import torch
+
+    if tensor.layout != torch.strided:
+        return f"a {str(tensor.layout).removeprefix('torch.')} tensor"
+    if tensor.is_nested:
+        return "a nested tensor"
+    if tensor.is_quantized:
+        return "a quantized tensor"
+    if tensor.device.type == "meta":
+        return "a meta tensor (a shape with no data)"
+    return ""
+
+
 def tensor_backing_problem(loaded: Any) -> str:
     """'' when every tensor in `loaded` is backed by its own bytes, else what is wrong.
 
@@ -216,6 +231,15 @@ def tensor_backing_problem(loaded: Any) -> str:
         if budget < 0:
             return f"it holds more than {MAX_OBJECTS_CHECKED} objects; tscope does not read it"
         if isinstance(value, torch.Tensor):
+            unusual = _unusual_tensor_kind(value)
+            if unusual:
+                # weights_only admits them, and the statistics cannot read them: a meta tensor
+                # has no data (and may claim 10^12 elements), a sparse one no strided storage
+                # (red team, session 27: tracebacks, exit 1).
+                return (
+                    f"tensor {_where_text(where)} is {unusual}; tscope reads dense tensors whose "
+                    "data the file holds"
+                )
             claimed = value.numel() * value.element_size()
             held = value.untyped_storage().nbytes()
             if claimed > held:
