@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests import planted_logs as planted
-from tscope.analyzers.explainers.lr_config import training_kind
+from tscope.analyzers.training_kind import training_kind
 from tscope.pipeline import analyze_run, build_case
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "hf_trainer_state"

@@ -25,9 +25,9 @@ import tscope
 from tests.synthetic import make_run
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
-from tscope.analyzers.explainers.lr_config import training_kind
 from tscope.analyzers.explainers.optimizer_state import _resets
 from tscope.analyzers.optimizer_family import optimizer_family
+from tscope.analyzers.training_kind import training_kind
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.evidence import read_checkpoints
 from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer

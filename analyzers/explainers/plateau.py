@@ -14,6 +14,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import MAD_TO_SIGMA, rolling_median
 from tscope.analyzers.signals import finite_loss_series, fmt
+from tscope.analyzers.training_kind import training_kind
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
@@ -59,6 +60,13 @@ MID_RUN_START_FRACTION = 0.10
 # prior falls ~1.2×) stays a warning.
 EARLY_POINTS = 3
 EARLY_FALL_RATIO = 1.5
+# A run that starts from a trained model (training_kind.py: a fine-tune, an adapter, preference
+# optimization) may already fit its data: its loss can stay within the noise for the whole log,
+# and with the LR and the gradients both logged and flowing that is context, not a stuck run. A
+# blind set's healthy short fine-tune (session 27: 1.86 -> ~1.7 over 300 noisy steps, LR 3e-4,
+# gradients flowing) warned "did not move". A fine-tune whose LR or gradients are near zero, or
+# that logs neither, keeps the warning: nothing shows it learns.
+PRETRAINED_KINDS = frozenset({"fine_tune", "lora", "preference"})
 LR_NEAR_ZERO = 1e-7  # below every LR in use for training LMs (DOMAIN.md B.7: 3e-4 … 3e-1 sweep)
 GRAD_NORM_NEAR_ZERO = 1e-6  # a gradient this small moves no weight under any LR in use
 
@@ -164,6 +172,14 @@ def _finding(
     end_step = int(steps[flat_until])
     whole = flat_until == values.size - 1
     reasons = likely_reasons(run, first, end_step)
+    kind = training_kind(run)
+    settled_fine_tune = (
+        kind is not None
+        and kind.kind in PRETRAINED_KINDS
+        and not reasons
+        and run.has(LEARNING_RATE)
+        and run.has(GRAD_NORM)
+    )
     span = "for the whole log" if whole else f"until step {end_step}, then it began to fall"
     likely = "Likely: " + "; ".join(reasons) + "." if reasons else ""
     if fell_first:
@@ -182,7 +198,13 @@ def _finding(
         message += (
             f" The log starts at step {first}: if the run had converged before, this is expected."
         )
-    quiet = mid_run or (fell_first and not reasons)
+    if settled_fine_tune and kind is not None:
+        message += (
+            f" The run starts from a trained model ({'; '.join(kind.reasons)}) and its LR and "
+            "gradients flow: a model already fit to this data stays near its level, unless the "
+            "eval metrics stalled too."
+        )
+    quiet = mid_run or (fell_first and not reasons) or settled_fine_tune
     return Finding(
         category="loss_plateau",
         severity="info" if quiet else "warning",
@@ -197,6 +219,7 @@ def _finding(
             "flat_points": flat_until + 1,
             "log_starts_mid_run": mid_run,
             "fell_first_from": opening if fell_first else None,
+            "pretrained_start": settled_fine_tune,
         },
         suggestion=(
             "Check, in this order: the learning rate actually applied (scheduler, optimizer param "

@@ -13,7 +13,7 @@ The rule, from the logs alone; each condition is needed, none is evidence alone:
 - the learning rate was at its maximum from the first logged step or within a few (no warm-up), logged
   from the start of training, and that maximum is above the typical range for training from
   scratch (lr_config.TYPICAL_LR, sourced there);
-- the run is not a fine-tune (lr_config's `training_kind`: pretrained models and adapters
+- the run is not a fine-tune (`training_kind`: pretrained models and adapters
   converge early for other reasons);
 - the loss fell by at least EARLY_DROP_FRACTION of its first value within the first
   EARLY_FRACTION of the logged points, and then stalled: the median of the loss over the
@@ -34,10 +34,11 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import rolling_median
-from tscope.analyzers.explainers.lr_config import START_MAX_STEP, TYPICAL_LR, training_kind
+from tscope.analyzers.explainers.lr_config import TYPICAL_LR
 from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
+from tscope.analyzers.training_kind import START_MAX_STEP, training_kind
 from tscope.model import Finding
 from tscope.model.metric_names import LEARNING_RATE
 
@@ -63,7 +64,7 @@ SEGMENT_FRACTION = 0.10
 STALL_MAX_GAIN = 0.10
 # Fewer logged loss points than this and the segments are too short to judge.
 MIN_POINTS = 50
-# Kinds of training whose early convergence is expected (lr_config.training_kind).
+# Kinds of training whose early convergence is expected (training_kind.py).
 FINE_TUNE_KINDS = ("lora", "full_fine_tune", "fine_tune", "preference")
 
 
