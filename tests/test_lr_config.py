@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests import planted_logs as planted
@@ -91,3 +92,25 @@ def test_a_log_that_ends_inside_the_warm_up_is_not_judged_too_low() -> None:
     series["loss"] = 10.8 * (1 + 0.01 * np.random.default_rng(0).standard_normal(200))
     series["lr"] = np.linspace(1e-8, 3e-6, 200)  # a 6e-5 warm-up cut off at 5%
     assert _lr_findings(planted.as_configured_run(series, {})) == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("end", "severity"), [(10.4, "warning"), (7.0, "info")])
+def test_a_far_too_low_lr_warns_when_the_loss_never_leaves_the_untrained_level(
+    seed: int, end: float, severity: str
+) -> None:
+    """From scratch (ln 50,257 = 10.8) at 3e-6: a loss still at 96% of ln(vocab) after 400 steps
+    has not learned even the token frequencies (blind set, session 27: a Trainer Llama at 3e-6
+    went 5.54 -> 5.32 of ln 256 and was context, "the loss still falls"); one that got to 65%
+    of it learns, slowly: context."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(400, dtype=float)
+    loss = (end + (10.8 - end) * np.exp(-t / 130)) * (1 + 0.01 * rng.standard_normal(400))
+    series = {
+        "loss": loss,
+        "grad_norm": planted.grad_norms(400, seed),
+        "lr": planted.warmup_cosine(400, 3e-6),
+    }
+    found = _lr_findings(planted.as_configured_run(series, {"vocab_size": 50257}))
+    assert [(f.category, f.severity) for f in found] == [("lr_too_low", severity)]
+    assert found[0].evidence["still_untrained"] is (severity == "warning")

@@ -12,6 +12,7 @@ rise, or a spike it never recovered from).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -21,7 +22,7 @@ from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-from tscope.analyzers.training_kind import TrainingKind, config_number, training_kind
+from tscope.analyzers.training_kind import VOCAB_KEYS, TrainingKind, config_number, training_kind
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
@@ -61,6 +62,15 @@ KIND_WORDS = {
     "pre_training": "training from scratch (pre-training)",
     "preference": "preference optimization (DPO-style)",
 }
+# A from-scratch run still at ≥ this share of ln(vocab) at the end of its log has not learned even
+# the token frequencies: a model that learns those gets to its data's unigram entropy, well under
+# it (English bytes ~0.53 of ln 256 at 4.2 bits; GPT-2's BPE on web text ~7.5 nats, 0.69 of
+# ln 50,257; Shakespeare's characters ~0.71 of ln 65). With the LR far below its range that
+# agrees with it (a blind set's Trainer Llama at 3e-6: 5.54 -> 5.32 of ln 256 = 5.55 in 600
+# steps, still falling, so "context"). Judged after UNTRAINED_MIN_STEPS logged steps: healthy
+# runs pass their unigram level within the first hundred.
+UNTRAINED_FRACTION = 0.9
+UNTRAINED_MIN_STEPS = 200
 # 10× outside the typical range: every source above stays within ×3 of its own range.
 FAR_FACTOR = 10.0
 LR_KEYS = ("learning_rate", "lr", "max_lr", "optimizer.lr", "optim.lr", "peak_lr")
@@ -194,24 +204,37 @@ def _too_low(
     kind: TrainingKind, lr: float, lr_source: str, context: dict[str, object], evidence: Evidence
 ) -> Finding:
     plateau = PlateauExplainer().run(evidence)
-    agrees = bool(plateau)
+    untrained = _still_untrained(evidence.run) if kind.kind == "pre_training" else None
+    agrees = bool(plateau) or untrained is not None
     factor = TYPICAL_LR[kind.kind][0] / lr
+    if plateau:
+        curve = "; the loss does not move (loss_plateau)."
+    elif untrained is not None:
+        level, ceiling, span = untrained
+        curve = (
+            f"; after {span} steps the loss is still {fmt(level)}, {level / ceiling:.0%} of "
+            f"ln(vocab) = {fmt(ceiling)}: the level of a model that has not learned even the "
+            "token frequencies."
+        )
+    else:
+        curve = "; the loss still falls, so this is context, not a cause."
+    step = plateau[0].step if plateau else (evidence.run.first_step if agrees else None)
     return Finding(
         category="lr_too_low",
         severity="warning" if agrees else "info",
         confidence=0.7 if agrees else 0.4,
-        step=plateau[0].step if agrees else None,
+        step=step,
         layer=None,
         message=(
             f"The peak learning rate {fmt(lr)} ({lr_source}) is ×{fmt(factor)} below the bottom "
-            f"of the typical range {_range_text(kind)}"
-            + (
-                "; the loss does not move (loss_plateau)."
-                if agrees
-                else "; the loss still falls, so this is context, not a cause."
-            )
+            f"of the typical range {_range_text(kind)}" + curve
         ),
-        evidence={**context, "factor_below_range": factor, "loss_plateau": agrees},
+        evidence={
+            **context,
+            "factor_below_range": factor,
+            "loss_plateau": bool(plateau),
+            "still_untrained": untrained is not None,
+        },
         suggestion=(
             "Raise the learning rate into the typical range (check its units and the schedule's "
             "multiplier) and check that the parameters meant to train receive gradients."
@@ -220,3 +243,22 @@ def _too_low(
         ),
         threshold=f"peak LR < 1/{FAR_FACTOR:g} of the bottom of the kind's typical range",
     )
+
+
+def _still_untrained(run: Run) -> tuple[float, float, int] | None:
+    """(the loss over the log's last tenth, ln(vocab), the steps logged) when a from-scratch run
+    ends at or above UNTRAINED_FRACTION of ln(vocab) after UNTRAINED_MIN_STEPS; else None."""
+    vocab = config_number(run, VOCAB_KEYS)
+    loss = primary_loss(run)
+    if vocab is None or vocab < 2 or loss is None:
+        return None
+    steps, values = loss_series(run, loss)
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if steps.size < 10 or steps[-1] - steps[0] < UNTRAINED_MIN_STEPS:
+        return None
+    level = float(np.median(values[-max(steps.size // 10, 3) :]))
+    ceiling = math.log(vocab)
+    if level < UNTRAINED_FRACTION * ceiling:
+        return None
+    return level, ceiling, int(steps[-1] - steps[0])
