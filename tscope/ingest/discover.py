@@ -43,33 +43,78 @@ def iter_files(root: Path, on_skipped: OnSkipped | None = None) -> Iterator[Path
     link is followed, to a file or a folder: a link can lead outside the input (`~/.ssh`, `/`)
     or to a device (`/dev/zero`). Links, FIFOs, devices, sockets and folders that cannot be
     listed are passed to `on_skipped` with the reason, so discovery can list them as partial.
+
+    A sub-folder is listed through a descriptor opened without following a link and checked to
+    be the very folder its parent's listing saw (device and inode): listed by name later, a
+    sub-folder swapped for a link meanwhile had a folder outside the input listed and its files
+    read into the case (red team, session 27).
     """
     if root.is_file():
         yield root
         return
-    pending = [root]  # an explicit stack: a folder nested 100,000 deep cannot exhaust recursion
+    # An explicit stack: a folder nested 100,000 deep cannot exhaust recursion.
+    pending: list[tuple[Path, tuple[int, int] | None]] = [(root, None)]
     while pending:
-        folder = pending.pop()
+        folder, identity = pending.pop()
         try:
-            with os.scandir(folder) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
+            entries = _listing(folder, identity)
         except OSError as error:
             if on_skipped is not None:
                 on_skipped(folder, f"cannot be listed ({error.strerror or error})")
             continue
+        if entries is None:
+            if on_skipped is not None:
+                on_skipped(folder, FOLDER_CHANGED)
+            continue
         subfolders = []
-        for entry in entries:
-            path = Path(entry.path)
-            problem = _skip_reason(entry)
+        for name, problem, folder_identity in entries:
+            path = folder / name
             if problem is not None:
                 if on_skipped is not None:
                     on_skipped(path, problem)
-            elif entry.is_dir(follow_symlinks=False):
-                if entry.name not in SKIPPED_DIRS:
-                    subfolders.append(path)
+            elif folder_identity is not None:
+                if name not in SKIPPED_DIRS:
+                    subfolders.append((path, folder_identity))
             else:
                 yield path
         pending.extend(reversed(subfolders))  # popped in name order
+
+
+# A sub-folder that is no longer the folder its parent's listing saw.
+FOLDER_CHANGED = "changed while tscope read the input (now a link or another folder); not followed"
+# An entry of a listing: its name, why it is not read (None: read it), and for a folder its
+# (device, inode) as the listing saw it (None: a file).
+Entry = tuple[str, str | None, tuple[int, int] | None]
+
+
+def _listing(folder: Path, identity: tuple[int, int] | None) -> list[Entry] | None:
+    """The folder's entries in name order, everything about them read while its descriptor is
+    open; None when a sub-folder (`identity` given) is not the one its parent's listing saw."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    if identity is not None:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        descriptor = os.open(folder, flags)
+    except OSError:
+        if identity is not None and os.path.islink(folder):
+            return None
+        raise
+    try:
+        found = os.fstat(descriptor)
+        if identity is not None and (found.st_dev, found.st_ino) != identity:
+            return None
+        entries: list[Entry] = []
+        with os.scandir(descriptor) as listing:
+            for entry in sorted(listing, key=lambda entry: entry.name):
+                problem = _skip_reason(entry)
+                folder_identity = None
+                if problem is None and entry.is_dir(follow_symlinks=False):
+                    own = entry.stat(follow_symlinks=False)
+                    folder_identity = (own.st_dev, own.st_ino)
+                entries.append((entry.name, problem, folder_identity))
+        return entries
+    finally:
+        os.close(descriptor)
 
 
 def _skip_reason(entry: os.DirEntry[str]) -> str | None:

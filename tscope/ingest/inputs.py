@@ -29,7 +29,7 @@ from tscope.ingest.readers.tensorboard_tags import (
 from tscope.ingest.remote_source import is_remote_url
 from tscope.ingest.run_config import checkpoint_config
 from tscope.ingest.run_groups import run_groups, several_runs_message
-from tscope.ingest.safe_fs import NOT_REGULAR, is_file_refusal
+from tscope.ingest.safe_fs import NOT_REGULAR, is_file_refusal, reading_under
 from tscope.model import CheckpointInfo, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
 
@@ -75,34 +75,35 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
     roots = [_named_input(path) for path in named]
     evidence_parts: list[CheckpointEvidence] = []
     side_config: dict[str, Any] = {}
-    for root in roots:
-        found = discover(root, on_file=on_file)
-        found.reads = keep_samples_series_apart(samples_axis_across_files(found.reads))
-        if root.is_dir():
-            groups = run_groups(found.reads)
-            if len(groups) > 1:  # never merged (nor all but one dropped) silently
-                raise SeveralRuns(several_runs_message(str(root), groups))
-        reads.extend(found.reads)
-        partial.extend(found.partial)
-        unclaimed.extend(found.unclaimed)
-        inventory = checkpoint_inventory(root)
-        checkpoints.extend(inventory)
-        for key, value in checkpoint_config(root, inventory).items():
-            side_config.setdefault(key, value)
-        if read_weights:
-            evidence, checkpoint_partial = read_checkpoints(
-                root, LoadOptions(trust_pickle=options.trust_pickle), on_file
-            )
-            # A file discovery already refused (a link, a FIFO: with its hint) is not listed
-            # again by the checkpoint reader that refused it for the same reason.
-            refused = {entry.path for entry in partial}
-            partial.extend(
-                entry
-                for entry in checkpoint_partial
-                if not (entry.path in refused and is_file_refusal(entry.problem))
-            )
-            if evidence is not None:
-                evidence_parts.append(evidence)
+    with reading_under(roots):
+        for root in roots:
+            found = discover(root, on_file=on_file)
+            found.reads = keep_samples_series_apart(samples_axis_across_files(found.reads))
+            if root.is_dir():
+                groups = run_groups(found.reads)
+                if len(groups) > 1:  # never merged (nor all but one dropped) silently
+                    raise SeveralRuns(several_runs_message(str(root), groups))
+            reads.extend(found.reads)
+            partial.extend(found.partial)
+            unclaimed.extend(found.unclaimed)
+            inventory = checkpoint_inventory(root)
+            checkpoints.extend(inventory)
+            for key, value in checkpoint_config(root, inventory).items():
+                side_config.setdefault(key, value)
+            if read_weights:
+                evidence, checkpoint_partial = read_checkpoints(
+                    root, LoadOptions(trust_pickle=options.trust_pickle), on_file
+                )
+                # A file discovery already refused (a link, a FIFO: with its hint) is not listed
+                # again by the checkpoint reader that refused it for the same reason.
+                refused = {entry.path for entry in partial}
+                partial.extend(
+                    entry
+                    for entry in checkpoint_partial
+                    if not (entry.path in refused and is_file_refusal(entry.problem))
+                )
+                if evidence is not None:
+                    evidence_parts.append(evidence)
     name = roots[0].resolve().name if roots[0].is_dir() else roots[0].stem
     shown_input = mirrors[0].url if mirrors[0] is not None else str(roots[0].resolve())
     run = assemble_run(

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,12 +28,52 @@ SYMLINK_NOT_FOLLOWED = (
     "Copy what it points to into the run folder, or name it on the command line"
 )
 OUTSIDE_INPUT = "outside the input folder; tscope reads only files inside the input it is given"
+# What open_regular says of a file reached through a folder that is now a link.
+REACHED_THROUGH_LINK = (
+    "reached through a folder that is a symbolic link (it changed while tscope read the "
+    "input); tscope does not follow links inside the input"
+)
+# The resolved roots of the input being read (read_inputs): a file under one must be reached
+# without any link between the root and it.
+_INPUT_ROOTS: ContextVar[tuple[str, ...]] = ContextVar("tscope_input_roots", default=())
+
+
+@contextmanager
+def reading_under(roots: Sequence[Path]) -> Iterator[None]:
+    """While inside, every file opened under one of `roots` (resolved: the user's own links are
+    followed once) is checked to have been reached without a link (open_regular)."""
+    token = _INPUT_ROOTS.set(tuple(os.path.realpath(root) for root in roots))
+    try:
+        yield
+    finally:
+        _INPUT_ROOTS.reset(token)
+
+
+def _reached_through_a_link(descriptor: int, path: Path) -> bool:
+    """Whether the opened file's real path differs from its path under an input root: some
+    folder between the root and the file is a link. O_NOFOLLOW judges the last component only,
+    and a sub-folder swapped for a link after discovery listed it had its files read from
+    outside the input (red team, session 27). Linux's /proc names the file a descriptor holds;
+    elsewhere nothing is compared."""
+    roots = _INPUT_ROOTS.get()
+    if not roots:
+        return False
+    shown = os.path.abspath(path)
+    if not any(shown == root or shown.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
+        return False
+    try:
+        actual = os.readlink(f"/proc/self/fd/{descriptor}")
+    except OSError:
+        return False
+    return actual != shown
 
 
 def is_file_refusal(problem: str) -> bool:
     """The problem is tscope refusing to open the file at all (a link, not a regular file), as
     opposed to something found inside it."""
-    return problem.startswith((NOT_REGULAR, SYMLINK_REFUSED, "a symbolic link;"))
+    return problem.startswith(
+        (NOT_REGULAR, SYMLINK_REFUSED, "a symbolic link;", REACHED_THROUGH_LINK)
+    )
 
 
 # What the OS layer raises for a path it cannot even ask about: OSError, and ValueError for a
@@ -135,6 +178,8 @@ def open_regular(path: Path, display_path: str) -> BinaryIO:
         found = os.fstat(descriptor)
         if not stat.S_ISREG(found.st_mode):
             raise UnreadableInput(display_path, NOT_REGULAR)
+        if _reached_through_a_link(descriptor, path):
+            raise UnreadableInput(display_path, REACHED_THROUGH_LINK)
         if is_hollow(found):
             raise UnreadableInput(display_path, hollow_problem(found), HOLLOW_HINT)
         os.set_blocking(descriptor, True)
@@ -142,6 +187,14 @@ def open_regular(path: Path, display_path: str) -> BinaryIO:
     except BaseException:
         os.close(descriptor)
         raise
+
+
+def pinned_path(handle: BinaryIO) -> Path | None:
+    """A name for the file `handle` has open that no rename or link can redirect (Linux's
+    /proc/self/fd/N), for a library that must open by name (torch.load with mmap); None where
+    the system has none."""
+    pinned = Path(f"/proc/self/fd/{handle.fileno()}")
+    return pinned if pinned.exists() else None
 
 
 def read_bytes_bounded(path: Path, display_path: str, limit: int | None = None) -> bytes:

@@ -6,18 +6,21 @@ becomes its state dict (or its single literal argument, e.g. an enum's value).
 from __future__ import annotations
 
 import io
+import os
 import pickletools
 import zipfile
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.pickle_decoder import (
     PickledObject,
     UndecodablePickle,
     decode_pickle,
     key_text,
 )
-from tscope.ingest.safe_fs import is_regular_file
+from tscope.ingest.safe_fs import open_regular
 
 MAX_PICKLE_BYTES = 16 * 1024 * 1024  # TrainingArguments pickles are ~5 kB
 MAX_PLAIN_NODES = 1_000_000  # values rebuilt from one pickle
@@ -59,19 +62,29 @@ def pickle_strings(path: Path) -> set[str] | None:
         return None
 
 
-def pickle_payload(path: Path) -> bytes | None:
+def pickle_payload(source: Path | BinaryIO) -> bytes | None:
     """The pickle bytes of a torch file: a zip's data.pkl, or the whole (bare pickle) file;
-    None when it cannot be read or is larger than MAX_PICKLE_BYTES."""
-    if not is_regular_file(path):  # never through a link, never a FIFO
-        return None
+    None when it cannot be read or is larger than MAX_PICKLE_BYTES. A path is opened once,
+    never through a link and only as a regular file; a handle is read from its start."""
     try:
-        if path.stat().st_size > MAX_PICKLE_BYTES and not zipfile.is_zipfile(path):
-            return None
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as archive:
-                return _data_pkl(archive)
-        return path.read_bytes()
+        with (
+            open_regular(source, str(source))
+            if isinstance(source, Path)
+            else nullcontext(source) as handle
+        ):
+            handle.seek(0)
+            if zipfile.is_zipfile(handle):
+                handle.seek(0)
+                with zipfile.ZipFile(handle) as archive:
+                    return _data_pkl(archive)
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_PICKLE_BYTES:
+                return None
+            handle.seek(0)
+            return handle.read(size)
     except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError, EOFError):
+        return None
+    except UnreadableInput:  # a link, a FIFO, a hollow file: not inspectable
         return None
 
 

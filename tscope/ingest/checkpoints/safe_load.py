@@ -39,7 +39,13 @@ from tscope.ingest.checkpoints.torch_zip_checks import (
     zip_records_check,
 )
 from tscope.ingest.lfs_pointer import refuse_lfs_pointer
-from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_REFUSED, is_regular_file, open_regular
+from tscope.ingest.safe_fs import (
+    NOT_REGULAR,
+    SYMLINK_REFUSED,
+    is_regular_file,
+    open_regular,
+    pinned_path,
+)
 from tscope.model.visible_text import visible
 
 TRUST_HINT = "If you trust the file, pass --trust-pickle."
@@ -94,12 +100,25 @@ def safe_torch_load(
     from the file. Every other failure is one explained line (UnreadableInput).
     """
     _check_file(path, display_path)
-    size = path.stat().st_size
-    zipped = zip_records_check(path, size, display_path)
-    if not options.trust_pickle:
-        with open_regular(path, display_path) as handle:
+    # One descriptor from the first check to torch.load: given the path again, torch opened
+    # whatever was there by then, and a file swapped after the checks for a link (to a file
+    # outside the input) or a FIFO was loaded, or hung the run (red team, session 27).
+    with open_regular(path, display_path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        zipped = zip_records_check(handle, size, display_path)
+        if not options.trust_pickle:
+            handle.seek(0)
             _refuse_deep_nesting(handle, size, display_path)
-    return _load(path, zipped, display_path, options, allow_numpy, lambda: pickle_payload(path))
+        handle.seek(0)
+        source = pinned_path(handle)
+        return _load(
+            source if source is not None else handle,
+            zipped and source is not None,  # mmap needs a name; without one the file is read
+            display_path,
+            options,
+            allow_numpy,
+            lambda: pickle_payload(handle),
+        )
 
 
 def safe_torch_loads(payload: bytes, display_path: str, options: LoadOptions) -> Any:
@@ -135,7 +154,7 @@ def warn_trusted_unpickling(display_path: str) -> None:
 
 
 def _load(
-    source: Path | io.BytesIO,
+    source: Path | BinaryIO,
     mmap: bool,
     display_path: str,
     options: LoadOptions,

@@ -9,7 +9,6 @@ structure and decodes the pickle's storage claims inertly; it never unpickles an
 
 from __future__ import annotations
 
-import io
 import struct
 import zipfile
 from contextlib import nullcontext
@@ -26,7 +25,7 @@ from tscope.ingest.checkpoints.pickle_decoder import (
 from tscope.ingest.safe_fs import open_regular
 
 
-def zip_records_check(source: Path | io.BytesIO, size: int, display_path: str) -> bool:
+def zip_records_check(source: Path | BinaryIO, size: int, display_path: str) -> bool:
     """Whether the file is torch's zip format (mmap works for it; legacy files are read whole).
 
     torch's zip reader (miniz) is looser than Python's zipfile: it skips CRC-32 checks, finds a
@@ -41,6 +40,7 @@ def zip_records_check(source: Path | io.BytesIO, size: int, display_path: str) -
     with (
         open_regular(source, display_path) if isinstance(source, Path) else nullcontext(source)
     ) as handle:
+        handle.seek(0)
         if handle.read(4) != b"PK\x03\x04":
             return False  # torch too tells its legacy format by these four bytes
         handle.seek(0)
