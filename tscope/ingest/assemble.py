@@ -194,6 +194,13 @@ RELOGGED_METRICS = frozenset({LOSS, LEARNING_RATE, GRAD_NORM})
 RELOGGED_ONLY = "relogged_unchanged"
 # At most one isolated repeated step per this many rows reads as resumes (see _resolve_segments).
 ISOLATED_REPEAT_RATE = 1000
+# A step column that goes back more than this often (and at more than one row in a hundred) is
+# not in write order (a log exported newest first, steps counted down), not a run resumed that
+# many times: its rows are put in step order with no resume. Every rewind was a resume event
+# and a finding: a 1.2 MB CSV counting down took 88 s and 1.3 GB (red team, session 27). The
+# most resumes seen in a real log here are a few dozen (preempted pretraining in shared/realdata).
+UNORDERED_MIN_REWINDS = 100
+UNORDERED_REWIND_RATE = 100
 
 
 def _resolve_segments(parts: list[MetricTable], metric: str) -> tuple[MetricTable, list[RunEvent]]:
@@ -211,6 +218,10 @@ def _resolve_segments(parts: list[MetricTable], metric: str) -> tuple[MetricTabl
     if len(steps) > 1:
         running_max = np.maximum.accumulate(steps)
         rewinds = np.flatnonzero(steps[1:] < steps[:-1]) + 1
+        if rewinds.size > UNORDERED_MIN_REWINDS and (
+            rewinds.size * UNORDERED_REWIND_RATE > len(steps)
+        ):
+            rewinds = rewinds[:0]  # not in write order: sorted below, no resume
         for index in rewinds:
             events.append(
                 RunEvent(
