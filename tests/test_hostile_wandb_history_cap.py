@@ -50,3 +50,23 @@ def test_an_oversized_history_record_is_skipped(tmp_path: Path, monkeypatch: pyt
     assert read.metrics["step"].tolist() == list(range(5))
     notes = [note.problem for note in read.partial]
     assert any("1 history record(s) over 1,000 bytes skipped" in note for note in notes), notes
+
+
+def _nested_item_row(step: int, parts: int) -> bytes:
+    """A history item whose key is `parts` nested_key parts (field 2 of the item)."""
+    keys = b"".join(field(2, b"%02d" % (i % 100)) for i in range(parts))
+    return field(2, field(1, keys + field(16, b"1.0")) + field(2, field(1, step)))
+
+
+def test_a_history_key_of_very_many_parts_is_not_read(tmp_path: Path) -> None:
+    """Every part of a key became a string and the whole path was cached: a 78 MB log of such
+    keys took 3.1 GB (red team, session 27). A key deeper than MAX_KEY_PATH_PARTS, or an item
+    larger than MAX_HISTORY_ITEM_BYTES, is not read; the run's own series still is."""
+    path = tmp_path / "run-x.wandb"
+    rows = [history_record(step, {"loss": str(3.0 - step / 100)}) for step in range(20)]
+    deep = wandb_records.MAX_KEY_PATH_PARTS + 1
+    huge = wandb_records.MAX_HISTORY_ITEM_BYTES  # 4 bytes a part: past the item bound
+    path.write_bytes(frame([*rows, _nested_item_row(20, deep), _nested_item_row(21, huge)]))
+    read = WandbOfflineReader().read(path, "run-x.wandb")
+    assert set(read.metrics["original_name"]) == {"loss"}
+    assert read.metrics["step"].tolist() == list(range(20))

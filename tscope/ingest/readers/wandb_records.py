@@ -52,6 +52,9 @@ MAX_HISTORY_KEYS = 100_000
 # levels (run_config.MAX_CONFIG_DEPTH reads 16); one of 1,000 parts built a dict 1,000 deep
 # that writing case.json recursed through (RecursionError, found by fuzzing).
 MAX_KEY_PATH_PARTS = 16
+# A history item (a key and its value) larger than this is not read: a number's item is tens of
+# bytes, a media or table item's JSON (never a number) can be larger.
+MAX_HISTORY_ITEM_BYTES = 64 * 1024
 # History items kept from one log: the points cap every reader applies (metric_rows), counted
 # while reading. A kept item costs ~90 bytes here and as much again as a table row, for ~7 bytes
 # of file: a 100 MB log of small integer items took over 3 GB; at the cap it stops near 1 GB.
@@ -69,7 +72,10 @@ def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | N
     raw_json = b""
     for number_field, wire, value in field_values(buffer):
         if number_field in (ITEM_KEY, ITEM_NESTED_KEY) and isinstance(value, bytes):
-            if value:
+            # Parts past the bound are not kept: the path is too deep to be read either way,
+            # and a history key of millions of parts cost ~40 bytes of memory per file byte
+            # (red team, session 27).
+            if value and len(raw_keys) <= MAX_KEY_PATH_PARTS:
                 raw_keys.append(value)
         elif number_field == ITEM_VALUE_JSON and isinstance(value, bytes):
             raw_json = value
@@ -153,8 +159,11 @@ class RunLog:
             if number == HISTORY_ITEM and isinstance(value, bytes) and len(items) >= room:
                 self.reached_point_cap = True  # this row's step is still read: it comes last
             elif number == HISTORY_ITEM and isinstance(value, bytes):
-                _, key, numeric, _ = _item(value, self.key_names)
-                if numeric is None or not key:
+                if len(value) > MAX_HISTORY_ITEM_BYTES:
+                    self.dropped_items += 1  # no number needs this much: a crafted key or value
+                    continue
+                path, key, numeric, _ = _item(value, self.key_names)
+                if numeric is None or not key or len(path) > MAX_KEY_PATH_PARTS:
                     continue
                 if key not in self.history_keys:
                     if len(self.history_keys) >= MAX_HISTORY_KEYS:
