@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
@@ -70,7 +71,24 @@ def json_text(payload: Any, *, round_floats: bool = True, compact: bool = False)
         default=_jsonable,
         **({"separators": (",", ":")} if compact else {"indent": 2}),
     )
-    return _without_surrogates(text) + "\n"
+    return _invisible_escaped(_without_surrogates(text)) + "\n"
+
+
+def _invisible_escaped(text: str) -> str:
+    """JSON text with each character of visible_text.JSON_INVISIBLE as its JSON escape (a
+    surrogate pair beyond U+FFFF): only strings hold non-ASCII, so the escape is inside one."""
+    if text.isascii():
+        return text
+    from tscope.model.visible_text import JSON_INVISIBLE
+
+    def escaped(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        if code <= 0xFFFF:
+            return f"\\u{code:04x}"
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+    return JSON_INVISIBLE.sub(escaped, text)
 
 
 def _without_surrogates(text: str) -> str:

@@ -37,8 +37,13 @@ CONTROL_CHARACTERS = re.compile(
 CONTROL_CHARACTERS_BUT_LAYOUT = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029" + _FORMAT_CHARACTERS + "\ud800-\udfff]"
 )
-# Lone surrogates alone: what case.json, which keeps every other character raw, must escape.
+# Lone surrogates alone: what case.json must show as text (no UTF-8 writer can encode one).
 SURROGATES = re.compile("[\ud800-\udfff]")
+# What case.json writes as JSON escapes (the same string once parsed) rather than raw: the
+# controls json.dumps leaves raw (DEL, C1), the line separators and every format character, so
+# `cat` or `jq` of a case shows no name reversed or hidden (red team, session 27: a bidi
+# override from a TensorBoard tag was raw in the metrics' keys).
+JSON_INVISIBLE = re.compile("[\x7f-\x9f\u2028\u2029" + _FORMAT_CHARACTERS + "]")
 # surrogateescape's range: U+DC80–U+DCFF stand for the undecodable bytes 0x80–0xFF.
 _ESCAPED_BYTES = range(0xDC80, 0xDD00)
 # Python's own short escapes read best for the common ones.
