@@ -17,6 +17,7 @@ from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
 from tscope.analyzers.explainers.lr_ramp import LrRampExplainer
 from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
 from tscope.analyzers.explainers.overfitting import OverfittingExplainer
+from tscope.analyzers.explainers.peak_stall import PeakStallExplainer
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.explainers.recurring import RecurringSpikesExplainer
 from tscope.analyzers.explainers.repeated_data import RepeatedDataExplainer
@@ -37,6 +38,7 @@ EXPLAINERS: tuple[Explainer, ...] = (
     LearningRateExplainer(),
     LrRampExplainer(),
     WarmupStallExplainer(),
+    PeakStallExplainer(),
     ResumeExplainer(),
     LossScaleExplainer(),
     GradNormExplainer(),
