@@ -29,17 +29,14 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.explainers.lr_config import TYPICAL_LR
 from tscope.analyzers.explainers.warmup_stall import (
-    FINE_TUNE_KINDS,
     NO_WARMUP_MAX_STEPS,
     NO_WARMUP_RELATIVE,
     SEGMENT_FRACTION,
     STALL_MAX_GAIN,
+    scratch_logs,
 )
-from tscope.analyzers.optimizer_family import adam_or_unknown
-from tscope.analyzers.signals import fmt, loss_series, primary_loss
-from tscope.analyzers.training_kind import START_MAX_STEP, training_kind
+from tscope.analyzers.signals import fmt
 from tscope.model import Finding
-from tscope.model.metric_names import LEARNING_RATE
 
 # The warm-up reaches its peak within this fraction of the logged run.
 PEAK_BY_FRACTION = 0.5
@@ -57,15 +54,10 @@ class PeakStallExplainer:
     defines = ()  # declared by the LR explainers (learning_rate.py)
 
     def run(self, evidence: Evidence) -> list[Finding]:
-        run = evidence.run
-        loss = primary_loss(run)
-        if loss is None or not run.has(LEARNING_RATE):
+        logs = scratch_logs(evidence, MIN_POINTS)
+        if logs is None:
             return []
-        lr_steps, lrs = run.series(LEARNING_RATE)
-        finite_lr = np.isfinite(lrs)
-        lr_steps, lrs = lr_steps[finite_lr], lrs[finite_lr]
-        if lrs.size < 2 or lrs.max() <= 0 or lr_steps[0] > START_MAX_STEP:
-            return []
+        lr_steps, lrs, steps, values, kind = logs
         peak = float(lrs.max())
         top = TYPICAL_LR["pre_training"][1]
         at_peak = int(np.argmax(lrs >= NO_WARMUP_RELATIVE * peak))
@@ -73,15 +65,7 @@ class PeakStallExplainer:
         warmed_up = peak_step - int(lr_steps[0]) > NO_WARMUP_MAX_STEPS
         if peak <= top or not warmed_up or lr_jumps(lr_steps[: at_peak + 1], lrs[: at_peak + 1]):
             return []
-        kind = training_kind(run)
-        if (kind is not None and kind.kind in FINE_TUNE_KINDS) or not adam_or_unknown(evidence):
-            return []
-        steps, values = loss_series(run, loss)
-        finite = np.isfinite(values)
-        steps, values = steps[finite], values[finite]
         n = values.size
-        if n < MIN_POINTS or steps[0] > START_MAX_STEP:
-            return []
         start = int(np.searchsorted(steps, peak_step, "left"))
         if start > PEAK_BY_FRACTION * n:
             return []

@@ -30,6 +30,8 @@ gain only separates a hot start that stalled from one that kept learning.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from tscope.analyzers.base import Evidence
@@ -38,7 +40,7 @@ from tscope.analyzers.explainers.lr_config import TYPICAL_LR
 from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-from tscope.analyzers.training_kind import START_MAX_STEP, training_kind
+from tscope.analyzers.training_kind import START_MAX_STEP, TrainingKind, training_kind
 from tscope.model import Finding
 from tscope.model.metric_names import LEARNING_RATE
 
@@ -68,35 +70,55 @@ MIN_POINTS = 50
 FINE_TUNE_KINDS = ("lora", "full_fine_tune", "fine_tune", "preference")
 
 
+class ScratchLogs(NamedTuple):
+    """The finite LR and loss series of a from-scratch Adam-style run, logged from its start."""
+
+    lr_steps: np.ndarray
+    lrs: np.ndarray
+    steps: np.ndarray
+    values: np.ndarray
+    kind: TrainingKind | None
+
+
+def scratch_logs(evidence: Evidence, min_points: int) -> ScratchLogs | None:
+    """The series the stall rules read (this one, peak_stall.py), or None when one of their shared
+    conditions fails: loss and LR logged from the start (at least `min_points` loss points), not a
+    fine-tune (training_kind), an Adam-style optimizer or an unknown one (Adagrad, SGD, ...:
+    neither AdamW's range nor its warm-up need applies)."""
+    run = evidence.run
+    loss = primary_loss(run)
+    if loss is None or not run.has(LEARNING_RATE):
+        return None
+    lr_steps, lrs = run.series(LEARNING_RATE)
+    finite_lr = np.isfinite(lrs)
+    lr_steps, lrs = lr_steps[finite_lr], lrs[finite_lr]
+    if lrs.size < 2 or lrs.max() <= 0 or lr_steps[0] > START_MAX_STEP:
+        return None
+    kind = training_kind(run)
+    if (kind is not None and kind.kind in FINE_TUNE_KINDS) or not adam_or_unknown(evidence):
+        return None
+    steps, values = loss_series(run, loss)
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if values.size < min_points or steps[0] > START_MAX_STEP:
+        return None
+    return ScratchLogs(lr_steps, lrs, steps, values, kind)
+
+
 class WarmupStallExplainer:
     name = "warmup_stall"
     categories: tuple[str, ...] = ("warmup_too_short",)
     defines = ()  # its categories are declared by the explainers that mainly produce them
 
     def run(self, evidence: Evidence) -> list[Finding]:
-        run = evidence.run
-        loss = primary_loss(run)
-        if loss is None or not run.has(LEARNING_RATE):
+        logs = scratch_logs(evidence, MIN_POINTS)
+        if logs is None:
             return []
-        lr_steps, lrs = run.series(LEARNING_RATE)
-        finite_lr = np.isfinite(lrs)
-        lr_steps, lrs = lr_steps[finite_lr], lrs[finite_lr]
-        if lrs.size < 2 or lrs.max() <= 0 or lr_steps[0] > START_MAX_STEP:
-            return []
+        lr_steps, lrs, steps, values, kind = logs
         at_peak = int(np.argmax(lrs >= NO_WARMUP_RELATIVE * lrs.max()))
         if lr_steps[at_peak] - lr_steps[0] > NO_WARMUP_MAX_STEPS:
             return []  # it warmed up (or ramps): not this rule
-        kind = training_kind(run)
-        if kind is not None and kind.kind in FINE_TUNE_KINDS:
-            return []
-        if not adam_or_unknown(evidence):
-            return []  # Adagrad, SGD, ...: neither AdamW's range nor its warm-up need applies
-        steps, values = loss_series(run, loss)
-        finite = np.isfinite(values)
-        steps, values = steps[finite], values[finite]
         n = values.size
-        if n < MIN_POINTS or steps[0] > START_MAX_STEP:
-            return []
         kind_range = TYPICAL_LR["pre_training"]
         peak = float(lrs.max())
         if peak <= kind_range[1]:
