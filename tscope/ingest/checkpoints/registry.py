@@ -17,6 +17,7 @@ from tscope.ingest.checkpoints.hf_trainer import HfTrainerReader
 from tscope.ingest.checkpoints.lightning import LightningReader
 from tscope.ingest.checkpoints.nanogpt import NanoGptReader
 from tscope.ingest.checkpoints.state_dict_files import StateDictFileReader, step_from_name
+from tscope.ingest.checkpoints.step_folder import StepFolderReader
 from tscope.ingest.discover import display_path, iter_files
 
 CHECKPOINT_READERS: tuple[CheckpointReader, ...] = (
@@ -26,6 +27,7 @@ CHECKPOINT_READERS: tuple[CheckpointReader, ...] = (
     DeepSpeedReader(),
     DcpReader(),
     AccelerateReader(),  # after DCP: FSDP's sharded save_state folders are DCP's
+    StepFolderReader(),  # a loop's own step-N/ folder of weights and optimizer.pt
     # Files.
     LightningReader(),
     NanoGptReader(),
