@@ -54,6 +54,7 @@ TUNING_SPLITS = (
     "holdout17",
     "holdout18",
     "holdout19",
+    "holdout20",
 )
 PSEUDO_COUNTS = 2
 
