@@ -92,9 +92,13 @@ class LossScaleExplainer:
             return [_calibration_note(steps, scales, calibrated)] if calibrated else []
         first_skip = min((event.step for event in skipped), default=None)
         step = int(steps[streak_end]) if longest else first_skip
-        # Where the collapse began: the streak's first reduction or the first skipped step.
+        # Where the collapse began: the streak's first reduction or the first skipped step of
+        # the collapse, each leaving out ordinary overflows set apart before it (a blind set's
+        # Megatron-style log, session 27: one overflow at 194, then a skip and a halving every
+        # step from 230; dated 194 by the run's first skip).
         began = [int(steps[_collapse_start(longest_streak)])] if longest else []
-        began += [first_skip] if first_skip is not None else []
+        skipped_steps = sorted({event.step for event in skipped})
+        began += [_collapse_start(skipped_steps)] if skipped_steps else []
         began_step = min(began) if began else step
         broke_at = _loss_broke_before(evidence, began_step)
         message = (

@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from tscope.ingest.readers.text_logs import (
     strip_launcher_prefix,
 )
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
-from tscope.model.metric_names import EVAL_LOSS, SKIPPED_STEPS
+from tscope.model.metric_names import EVAL_LOSS, LOSS_SCALE, SKIPPED_STEPS
 from tscope.model.metric_rows import MetricRows
 
 _RECORD_START = re.compile(r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|")
@@ -116,6 +117,11 @@ class _MegatronParser:
     overflows: list[_PendingOverflow] = field(default_factory=list)
     cut_records: int = 0
     records: int = 0
+    # (iteration, skipped-iterations count) per record, and the loss scale per iteration: the
+    # skip events are made once the whole log has shown whether the count is per logging window
+    # (Megatron's) or a running total (`_skip_events`).
+    skip_counts: list[tuple[int, float]] = field(default_factory=list)
+    scales: dict[int, float] = field(default_factory=dict)
 
     def parse(self, lines: _Lookahead) -> None:
         in_arguments = False
@@ -166,8 +172,10 @@ class _MegatronParser:
                 continue
             metric, spelling, factor = known
             self.rows.add(step, metric, value * factor, spelling)
-            if metric == SKIPPED_STEPS and value > 0:
-                self.events.append(_skipped_event(step, value, self.source))
+            if metric == SKIPPED_STEPS:
+                self.skip_counts.append((step, value))
+            elif metric == LOSS_SCALE:
+                self.scales[step] = value
 
     def _take_validation(self, text: str) -> None:
         head = _VALIDATION_START.match(text)
@@ -269,6 +277,7 @@ class _MegatronParser:
                     "their last, possibly truncated field was ignored",
                 )
             )
+        self.events.extend(self._skip_events())
         return LogRead(
             kind=kind,
             path=self.source,
@@ -278,6 +287,33 @@ class _MegatronParser:
             config=self.config,
             partial=self.partial,
         )
+
+    def _skip_events(self) -> list[RunEvent]:
+        """A skip event per record that skipped iterations. Megatron prints the count of its
+        logging window; a log that prints a running total instead (never falling, and repeating a
+        count while the loss scale holds: no new overflow) gets its events where the total rose,
+        by how much. Read per window, such a log had a skip at every record after its first
+        overflow: a blind set's collapse from 230 was dated at a lone overflow at 194."""
+        counts = self.skip_counts
+        running = len(counts) > 1 and all(b[1] >= a[1] for a, b in pairwise(counts))
+        if running:
+            running = any(
+                later > 0 and later == earlier and not self._scale_fell(step_a, step_b)
+                for (step_a, earlier), (step_b, later) in pairwise(counts)
+            )
+        if not running:
+            return [_skipped_event(step, value, self.source) for step, value in counts if value > 0]
+        events, previous = [], 0.0
+        for step, value in counts:
+            if value > previous:
+                events.append(_skipped_event(step, value - previous, self.source))
+            previous = max(previous, value)
+        return events
+
+    def _scale_fell(self, earlier: int, later: int) -> bool:
+        before, after = self.scales.get(earlier), self.scales.get(later)
+        # Unknown (no scale logged): a repeated count is then read as Megatron's, per window.
+        return before is None or after is None or after < before
 
     def _caveats(self) -> list[Caveat]:
         interval = self.config.get("log_interval")

@@ -1,0 +1,60 @@
+"""A skipped-iterations count in a Megatron-style log: Megatron prints its logging window's
+count; a log that prints a running total repeats it while the loss scale holds
+(tscope/ingest/readers/megatron_log.py, `_skip_events`). Read per window, a blind set's running
+total (session 27) made a skip of every record after one overflow at 194, and the collapse that
+began at 230 was dated 194; the collapse is now dated where its dense run of skips began."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tscope
+from tscope.ingest.readers.megatron_log import MegatronLogReader
+
+LINE = (
+    " iteration {step:8d}/     400 | consumed samples: {samples:10d} | learning rate: 1.000E-03 |"
+    " global batch size:    16 | lm loss: {loss:.6E} | loss scale: {scale:g} |"
+    " grad norm: {norm} | number of skipped iterations: {skipped:3d} |"
+)
+
+
+def _log(folder: Path, running_total: bool) -> Path:
+    lines, scale, total = [], 131072.0, 0
+    for step in range(1, 401):
+        skipped_now = step == 194 or step >= 230
+        if skipped_now:
+            scale /= 2
+            total += 1
+        lines.append(
+            LINE.format(
+                step=step,
+                samples=16 * step,
+                loss=3.0 - step / 1000 if step < 230 else 2.8,
+                scale=scale,
+                norm="nan" if skipped_now else "1.000",
+                skipped=total if running_total else int(skipped_now),
+            )
+        )
+    path = folder / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _skips(path: Path) -> list[int]:
+    read = MegatronLogReader().read(path, path.name)
+    return [e.step for e in read.events if e.kind == "skipped_step"]
+
+
+def test_a_running_total_is_read_as_its_increases(tmp_path: Path) -> None:
+    assert _skips(_log(tmp_path, running_total=True)) == [194, *range(230, 401)]
+
+
+def test_megatron_window_counts_stay_one_event_per_record(tmp_path: Path) -> None:
+    assert _skips(_log(tmp_path, running_total=False)) == [194, *range(230, 401)]
+
+
+def test_the_collapse_is_dated_where_its_dense_skips_began(tmp_path: Path) -> None:
+    _log(tmp_path, running_total=True)
+    case = tscope.analyze(tmp_path)
+    collapse = next(f for f in case.findings if f.category == "loss_scale_collapse")
+    assert collapse.step == 230
