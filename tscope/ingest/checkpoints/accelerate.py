@@ -21,7 +21,6 @@ from typing import Any
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.optimizer_mapping import ACCELERATE_RULES
-from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.checkpoints.rng_state import read_accelerate_rng_state
 from tscope.ingest.checkpoints.state_dict_files import step_from_name
 from tscope.ingest.checkpoints.step_numbers import step_value
@@ -132,20 +131,15 @@ class AccelerateCheckpoint(WeightsFolderCheckpoint):
 
     def audit(self) -> ResumeAudit:
         if self._audit is None:
-            raw = self._load_optimizer()
-            self.optimizer_state()  # maps the optimizer's ids, noted in self._notes
-            summary = summarize_optimizer(raw)
-            notes = list(summary.notes) if raw is not None else []
-            if self._optimizer_file() is None:
-                notes.append(
-                    "no optimizer.bin: a resume with load_state restarts the optimizer "
-                    "(zero moments, step 0)"
-                )
+            found = self._optimizer_audit(
+                "no optimizer.bin: a resume with load_state restarts the optimizer "
+                "(zero moments, step 0)"
+            )
             ranks = rng_files(self._dir)
             self._audit = ResumeAudit(
-                has_weights=bool(self._source.order),
-                has_optimizer_moments=raw is not None and summary.has_moments,
-                has_step_counters=raw is not None and summary.has_step_counters,
+                has_weights=found.has_weights,
+                has_optimizer_moments=found.has_moments,
+                has_step_counters=found.has_step_counters,
                 has_scheduler=self._has_scheduler,
                 has_scaler=True if self._has_scaler_file else None,
                 rng_ranks=self._rng_ranks,
@@ -153,7 +147,7 @@ class AccelerateCheckpoint(WeightsFolderCheckpoint):
                 # save_state writes the sampler only for a seedable sampler or a stateful
                 # DataLoader; a shuffled DataLoader without either resumes at the epoch's start.
                 has_sampler_state=True if self._has_sampler else None,
-                notes=tuple(self._notes) + tuple(notes),
+                notes=found.notes,
             )
         return self._audit
 

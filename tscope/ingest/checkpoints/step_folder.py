@@ -17,7 +17,6 @@ from pathlib import Path
 
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.optimizer_mapping import ANY_PRODUCER_RULES
-from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.checkpoints.step_numbers import step_value
 from tscope.ingest.checkpoints.weights_folder import WEIGHT_FILES, WeightsFolderCheckpoint
 from tscope.ingest.safe_fs import is_real_folder, is_regular_file
@@ -85,21 +84,18 @@ class StepFolderCheckpoint(WeightsFolderCheckpoint):
 
     def audit(self) -> ResumeAudit:
         if self._audit is None:
-            raw = self._load_optimizer()
-            self.optimizer_state()  # maps the optimizer's ids, noted in self._notes
-            summary = summarize_optimizer(raw)
-            notes = list(summary.notes) if raw is not None else []
-            if self._optimizer_file() is None:
-                notes.append("no optimizer file: a resume from it restarts the optimizer")
+            found = self._optimizer_audit(
+                "no optimizer file: a resume from it restarts the optimizer"
+            )
             self._audit = ResumeAudit(
-                has_weights=bool(self._source.order),
-                has_optimizer_moments=raw is not None and summary.has_moments,
-                has_step_counters=raw is not None and summary.has_step_counters,
+                has_weights=found.has_weights,
+                has_optimizer_moments=found.has_moments,
+                has_step_counters=found.has_step_counters,
                 has_scheduler=self._has_scheduler,
                 has_scaler=None,
                 rng_ranks=(0,) if self._has_rng else (),
                 expected_ranks=None,
                 has_sampler_state=None,
-                notes=tuple(self._notes) + tuple(notes),
+                notes=found.notes,
             )
         return self._audit

@@ -10,7 +10,7 @@ scheduler) and its resume audit.
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions, OptimizerState
@@ -21,6 +21,7 @@ from tscope.ingest.checkpoints.optimizer_mapping import (
     map_optimizer_state,
     optimizer_ids,
 )
+from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
 from tscope.ingest.checkpoints.param_order import ParamSpec, architecture_order, inferred_orders
 from tscope.ingest.checkpoints.rng_state import read_rng_state
 from tscope.ingest.checkpoints.safe_load import key_text, safe_torch_load
@@ -54,6 +55,13 @@ _EMBEDDING_NAMES = (
     "embed_in",
     "shared",
 )
+
+
+class OptimizerAudit(NamedTuple):
+    has_weights: bool
+    has_moments: bool
+    has_step_counters: bool
+    notes: tuple[str, ...]
 
 
 class WeightsFolderCheckpoint:
@@ -284,6 +292,22 @@ class WeightsFolderCheckpoint:
             self.partial.append(partial_of(error))
             return False
         return True
+
+    def _optimizer_audit(self, missing: str) -> OptimizerAudit:
+        """What the folder's weights and optimizer file give a resume; `missing` is the note
+        when there is no optimizer file."""
+        raw = self._load_optimizer()
+        self.optimizer_state()  # maps the optimizer's ids, noted in self._notes
+        summary = summarize_optimizer(raw)
+        notes = list(summary.notes) if raw is not None else []
+        if self._optimizer_file() is None:
+            notes.append(missing)
+        return OptimizerAudit(
+            has_weights=bool(self._source.order),
+            has_moments=raw is not None and summary.has_moments,
+            has_step_counters=raw is not None and summary.has_step_counters,
+            notes=tuple(self._notes) + tuple(notes),
+        )
 
     def _json(self, name: str) -> dict[str, Any] | None:
         file = self._dir / name
