@@ -11,34 +11,20 @@ import torch
 from safetensors.torch import save_file
 
 import tscope
+from tests.tiny_loops import classifier_loop
 from tscope.ingest.checkpoints.registry import find_checkpoints
 from tscope.ingest.checkpoints.step_folder import StepFolderReader
 
 
 def _loop(root: Path, reset_at: int | None) -> None:
-    torch.manual_seed(0)
-    inputs, targets = torch.randn(256, 8), torch.randint(0, 4, (256,))
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    rows = ["step,loss"]
-    for step in range(1, 401):
-        batch = torch.randint(0, 256, (32,))
-        loss = torch.nn.functional.cross_entropy(model(inputs[batch]), targets[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        rows.append(f"{step},{loss.item():.5f}")
-        if step % 100 == 0:
-            folder = root / "checkpoints" / f"step-{step:05d}"
-            folder.mkdir(parents=True)
-            save_file(
-                {k: v.contiguous() for k, v in model.state_dict().items()},
-                folder / "model.safetensors",
-            )
-            torch.save(optimizer.state_dict(), folder / "optimizer.pt")
-        if step == reset_at:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    (root / "metrics.csv").write_text("\n".join(rows) + "\n")
+    def save(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        folder = root / "checkpoints" / f"step-{step:05d}"
+        folder.mkdir(parents=True)
+        weights = {name: value.contiguous() for name, value in model.state_dict().items()}
+        save_file(weights, folder / "model.safetensors")
+        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+
+    classifier_loop(root, lambda params: torch.optim.AdamW(params, lr=3e-3), save, reset_at)
 
 
 def test_step_folders_are_checkpoints_at_their_named_step(tmp_path: Path) -> None:

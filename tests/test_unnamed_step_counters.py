@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 import tscope
+from tests.tiny_loops import classifier_loop
 from tscope.ingest.checkpoints.optimizer_mapping import map_optimizer_state
 
 
@@ -27,26 +28,14 @@ def test_counters_of_entries_that_cannot_be_named_are_still_read():
 
 
 def _adagrad_loop_reset_at_resume(folder: Path) -> None:
-    """A plain loop: Adagrad, a CSV log, checkpoints every 100 steps; preempted at 200 and
-    resumed from ckpt_200.pt with a fresh optimizer (the weights restored)."""
-    torch.manual_seed(0)
-    inputs, targets = torch.randn(512, 8), torch.randint(0, 4, (512,))
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
-    rows = ["step,loss"]
-    for step in range(1, 401):
-        batch = torch.randint(0, 512, (32,))
-        loss = torch.nn.functional.cross_entropy(model(inputs[batch]), targets[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        rows.append(f"{step},{loss.item():.5f}")
-        if step % 100 == 0:
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-            torch.save({**state, "step": step}, folder / f"ckpt_{step}.pt")
-        if step == 200:
-            optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
-    (folder / "metrics.csv").write_text("\n".join(rows) + "\n")
+    """A plain loop: Adagrad, checkpoints every 100 steps; preempted at 200 and resumed from
+    ckpt_200.pt with a fresh optimizer (the weights restored)."""
+
+    def save(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save({**state, "step": step}, folder / f"ckpt_{step}.pt")
+
+    classifier_loop(folder, lambda params: torch.optim.Adagrad(params, lr=0.05), save, 200)
 
 
 def test_a_reset_is_dated_at_the_fresh_optimizers_first_update(tmp_path: Path) -> None:
