@@ -78,3 +78,46 @@ def test_a_checkpoint_swapped_after_the_checks_is_still_the_file_checked(
     monkeypatch.setattr(safe_load, "_refuse_deep_nesting", check_then_swap)
     loaded = safe_load.safe_torch_load(checkpoint, "ckpt.pt", LoadOptions())
     assert list(loaded) == ["inside"]
+
+
+def _csv_run(folder: Path, secret: bool = False) -> None:
+    folder.mkdir(parents=True)
+    column = "SECRET" if secret else "loss"
+    rows = "".join(f"{step},{3 - step / 100:.3f}\n" for step in range(1, 60))
+    (folder / "metrics.csv").write_text(f"step,{column}\n" + rows)
+
+
+def test_a_sweep_run_swapped_for_a_link_after_the_listing_is_refused(tmp_path: Path) -> None:
+    """`tscope cluster` lists its runs, then a worker reads each one: a run folder swapped for a
+    link to outside in between was read where the link led (the listing's link check had run)."""
+    from tscope.cluster_pipeline import RUN_LINK_OUTSIDE, RunTask, profile_task
+
+    runs, outside = tmp_path / "runs", tmp_path / "outside"
+    _csv_run(runs / "run1")
+    _csv_run(runs / "run7")
+    _csv_run(outside, secret=True)
+    (runs / "latest").symlink_to(runs / "run7")  # a link inside the runs folder: still a run
+    within = os.path.realpath(runs)
+    (tmp_path / "out").mkdir()
+
+    def task(name: str) -> RunTask:
+        case_dir = str(tmp_path / "out" / name)
+        return RunTask(name, str(runs / name), case_dir, False, False, None, within)
+
+    _swap_for_link(runs / "run1", outside)
+    swapped = profile_task(task("run1"))
+    assert swapped.profile is None and swapped.problem == RUN_LINK_OUTSIDE
+    assert profile_task(task("latest")).profile is not None
+
+
+def test_a_resolved_path_that_became_a_link_is_not_followed(tmp_path: Path) -> None:
+    from tscope.errors import UsageError
+    from tscope.ingest.inputs import ReadOptions, read_inputs
+
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    _csv_run(run)
+    _csv_run(outside, secret=True)
+    _swap_for_link(run, outside)
+    with pytest.raises(UsageError, match="became a symbolic link"):
+        read_inputs([run], ReadOptions(read_weights=False, resolved_paths=True))
+    assert read_inputs([run], ReadOptions(read_weights=False)).run.has("train/loss") is False

@@ -46,7 +46,10 @@ def analyze_and_store(
     from tscope.pipeline import analyze_run
 
     case, run = analyze_run(
-        task.path, trust_pickle=task.trust_pickle, read_weights=task.read_weights
+        task.path,
+        trust_pickle=task.trust_pickle,
+        read_weights=task.read_weights,
+        resolved_paths=task.within is not None,
     )
     metric = primary_loss(run)
     steps, values = loss_series(run, metric) if metric else (np.empty(0, np.int64), np.empty(0))

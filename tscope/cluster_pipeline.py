@@ -20,7 +20,7 @@ import shlex
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_all_start_methods, get_context
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -60,6 +60,9 @@ class RunTask:
     read_weights: bool
     trust_pickle: bool
     run: str | None = None  # the run's id in a file holding several (an MLflow SQLite store)
+    # The resolved runs folder the run must still lie in when it is read (None: --follow-run-links,
+    # or a store): listed as a folder, a run swapped for a link to outside since is refused.
+    within: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,8 +151,11 @@ def cluster(
         tasks = _store_run_tasks(root, cases_root, read_weights, trust_pickle)
     else:
         names = _unique_names([run.name for run in runs])
+        within = None if follow_run_links else os.path.realpath(root)
         tasks = [
-            RunTask(name, str(run), str(cases_root / name), read_weights, trust_pickle)
+            RunTask(
+                name, str(run), str(cases_root / name), read_weights, trust_pickle, None, within
+            )
             for name, run in zip(names, runs, strict=True)
         ]
     outcomes = _run_all(tasks, jobs, on_run_done, engine, scheduler)
@@ -276,12 +282,20 @@ def profile_task(task: RunTask) -> RunOutcome:
 def _profile(task: RunTask) -> RunOutcome:
     from tscope.analyzers.cluster import profile_run
 
+    reading = task
+    if task.within is not None:
+        # Read by its real path, checked inside the runs folder now: a run swapped for a link
+        # after the listing is refused here, and a link made later still by the reading itself.
+        real = os.path.realpath(task.path)
+        if not is_inside(Path(task.within), Path(real)):
+            return RunOutcome(task.name, None, RUN_LINK_OUTSIDE)
+        reading = replace(task, path=real)
     case_dir = Path(task.case_dir)
-    fingerprint = fingerprint_of(Path(task.path), task)
+    fingerprint = fingerprint_of(Path(reading.path), reading)
     cached = load_cached(case_dir, fingerprint)
     reused = cached is not None
     if cached is None:
-        cached = analyze_and_store(task, case_dir, fingerprint)
+        cached = analyze_and_store(reading, case_dir, fingerprint)
     case, loss, lr_max = cached
     extra = {} if lr_max is None else {"logged.max_learning_rate": lr_max}
     profile = profile_run(

@@ -47,10 +47,13 @@ def analyze_run(
     trust_pickle: bool = False,
     read_weights: bool = True,
     extra_findings: Sequence[Finding] = (),
+    resolved_paths: bool = False,
 ) -> Analysis:
     """`analyze`, also returning the normalized run (for cross-run work that needs every step)."""
     _freeze_loaded_objects()
-    inputs = read_inputs(paths, ReadOptions(read_weights, trust_pickle, on_file))
+    inputs = read_inputs(
+        paths, ReadOptions(read_weights, trust_pickle, on_file, resolved_paths=resolved_paths)
+    )
     _freeze_after_heavy_imports(inputs.run)
     return analysis_of(inputs, extra_findings)
 

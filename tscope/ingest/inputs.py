@@ -11,6 +11,7 @@ pipeline's (tscope.pipeline.build_case).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ class ReadOptions:
     read_weights: bool = True
     trust_pickle: bool = False
     on_file: Callable[[str], None] | None = None
+    # The paths are already resolved (a cluster worker's run, checked inside the runs folder):
+    # one that resolves elsewhere by now became a link meanwhile and is refused, not followed.
+    resolved_paths: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
         if mirror is not None:
             partial.extend(mirror.partial)
     named = [Path(p) if m is None else m.root for p, m in zip(paths, mirrors, strict=True)]
-    roots = [_named_input(path) for path in named]
+    roots = [_named_input(path, options.resolved_paths) for path in named]
     evidence_parts: list[CheckpointEvidence] = []
     side_config: dict[str, Any] = {}
     with reading_under(roots):
@@ -144,12 +148,22 @@ def _mirrored(
     return mirror_run(path, read_weights=read_weights, on_file=on_file)
 
 
-def _named_input(path: Path) -> Path:
+# A run path, resolved when its sweep was read, that a link has replaced since.
+CHANGED_TO_A_LINK = (
+    "became a symbolic link while tscope read the sweep; not followed (it may lead outside the "
+    "runs folder)"
+)
+
+
+def _named_input(path: Path, already_resolved: bool = False) -> Path:
     """A path the user named, resolved once: the user chose it, so a link here is followed (and
-    no link inside it is). Only a folder or a regular file can be read."""
+    no link inside it is). Only a folder or a regular file can be read. A path given resolved
+    (`ReadOptions.resolved_paths`) that resolves elsewhere now is refused."""
     if not path.exists():
         raise UsageError(f"{path} does not exist. Pass a run directory, checkpoint or log file.")
     resolved = path.resolve()
+    if already_resolved and resolved != Path(os.path.abspath(path)):
+        raise UsageError(f"{path}: {CHANGED_TO_A_LINK}")
     if not (resolved.is_dir() or resolved.is_file()):
         raise UsageError(f"{path}: {NOT_REGULAR}. Pass a run directory, checkpoint or log file.")
     return resolved
