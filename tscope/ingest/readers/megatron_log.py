@@ -15,11 +15,11 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from tscope.ingest.logs.names import canonical_metric
+from tscope.ingest.readers.skip_counts import skip_events
 from tscope.ingest.readers.text_logs import (
     iter_lines,
     no_records_error,
@@ -119,7 +119,7 @@ class _MegatronParser:
     records: int = 0
     # (iteration, skipped-iterations count) per record, and the loss scale per iteration: the
     # skip events are made once the whole log has shown whether the count is per logging window
-    # (Megatron's) or a running total (`_skip_events`).
+    # (Megatron's) or a running total (skip_counts.skip_events).
     skip_counts: list[tuple[int, float]] = field(default_factory=list)
     scales: dict[int, float] = field(default_factory=dict)
 
@@ -277,7 +277,7 @@ class _MegatronParser:
                     "their last, possibly truncated field was ignored",
                 )
             )
-        self.events.extend(self._skip_events())
+        self.events.extend(skip_events(self.skip_counts, self.scales, self.source))
         return LogRead(
             kind=kind,
             path=self.source,
@@ -287,33 +287,6 @@ class _MegatronParser:
             config=self.config,
             partial=self.partial,
         )
-
-    def _skip_events(self) -> list[RunEvent]:
-        """A skip event per record that skipped iterations. Megatron prints the count of its
-        logging window; a log that prints a running total instead (never falling, and repeating a
-        count while the loss scale holds: no new overflow) gets its events where the total rose,
-        by how much. Read per window, such a log had a skip at every record after its first
-        overflow: a blind set's collapse from 230 was dated at a lone overflow at 194."""
-        counts = self.skip_counts
-        running = len(counts) > 1 and all(b[1] >= a[1] for a, b in pairwise(counts))
-        if running:
-            running = any(
-                later > 0 and later == earlier and not self._scale_fell(step_a, step_b)
-                for (step_a, earlier), (step_b, later) in pairwise(counts)
-            )
-        if not running:
-            return [_skipped_event(step, value, self.source) for step, value in counts if value > 0]
-        events, previous = [], 0.0
-        for step, value in counts:
-            if value > previous:
-                events.append(_skipped_event(step, value - previous, self.source))
-            previous = max(previous, value)
-        return events
-
-    def _scale_fell(self, earlier: int, later: int) -> bool:
-        before, after = self.scales.get(earlier), self.scales.get(later)
-        # Unknown (no scale logged): a repeated count is then read as Megatron's, per window.
-        return before is None or after is None or after < before
 
     def _caveats(self) -> list[Caveat]:
         interval = self.config.get("log_interval")
@@ -401,14 +374,3 @@ def _iteration_field(raw_key: str) -> tuple[str, str, float] | None:
         spelling = " ".join(raw_key.split())
         return canonical_metric(spelling), spelling, 1.0
     return None
-
-
-def _skipped_event(step: int, skipped: float, source: str) -> RunEvent:
-    return RunEvent(
-        "skipped_step",
-        step,
-        f"{int(skipped)} iteration(s) skipped in the logging window that ends at iteration {step} "
-        "(the optimizer step was dropped: fp16 overflow or a non-finite gradient)",
-        source,
-        {"skipped_iterations": skipped},
-    )
