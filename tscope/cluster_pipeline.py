@@ -154,7 +154,7 @@ def cluster(
         within = None if follow_run_links else os.path.realpath(root)
         tasks = [
             RunTask(
-                name, str(run), str(cases_root / name), read_weights, trust_pickle, None, within
+                name, str(run), str(cases_root / name), read_weights, trust_pickle, within=within
             )
             for name, run in zip(names, runs, strict=True)
         ]

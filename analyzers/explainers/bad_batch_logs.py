@@ -126,7 +126,7 @@ NO_LR_AFTER_FRACTION = 0.25
 NO_LR_CONFIDENCE = 0.67
 
 
-def _undone_at_once(b: OneStepBreak) -> bool:
+def _loss_alone_speaks_without_lr(b: OneStepBreak) -> bool:
     """...and only where no gradient norm was logged for the step: a norm logged flat through the
     break is evidence against the batch, and with the LR unknown too the cause is undetermined."""
     return b.grad_norm is None and abs(b.after) <= NO_LR_AFTER_FRACTION
@@ -181,7 +181,7 @@ class BadBatchLogsExplainer:
         breaks = [
             b
             for b in one_step_breaks(evidence.run, MIN_BREAK_RATIO)
-            if stands_out(b) and (corroborated(b) or lr_logged or _undone_at_once(b))
+            if stands_out(b) and (corroborated(b) or lr_logged or _loss_alone_speaks_without_lr(b))
         ]
         if loss is not None and is_texture(evidence.run, loss, evidence.spikes):
             breaks = [b for b in breaks if b.step in _standout_steps(evidence, loss)]

@@ -149,10 +149,7 @@ class Run:
     def metric_names(self) -> list[str]:
         # From the cached split, not a count over every row per call: the analyzers ask once per
         # spike, and a 1M-row log with 50,000 spikes took 196 s (red team, session 27).
-        if self.metrics.empty:
-            return []
-        self._split("")
-        return sorted(_SPLIT_SERIES[id(self)])
+        return [] if self.metrics.empty else sorted(self._all_series())
 
     def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of one metric, sorted by step, one value per step. Empty if absent.
@@ -166,6 +163,11 @@ class Run:
         return self._split(metric)[0].size > 0
 
     def _split(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        found = self._all_series().get(metric)
+        return _empty_series() if found is None else found
+
+    def _all_series(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """metric -> (steps, values) for every metric, split once per run and cached."""
         cache = _SPLIT_SERIES.get(id(self))
         if cache is None:
             cache = _SPLIT_SERIES[id(self)] = {}
@@ -174,10 +176,7 @@ class Run:
             # Every series at once, in one sort: one scan of the table per metric asked for
             # made the analysis quadratic in the number of series (8,000 columns: minutes).
             cache.update(_split_all(self.metrics))
-        found = cache.get(metric)
-        if found is None:
-            return _empty_series()
-        return found
+        return cache
 
     @property
     def first_step(self) -> int | None:

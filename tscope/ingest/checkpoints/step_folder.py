@@ -12,7 +12,9 @@ checkpoints), and claiming it would hide the checkpoints inside it.
 
 from __future__ import annotations
 
+import os
 import re
+from itertools import islice
 from pathlib import Path
 
 from tscope.ingest.checkpoints.base import LoadOptions
@@ -49,10 +51,12 @@ class StepFolderReader:
         if (path / "trainer_state.json").exists():
             return False
         try:
-            entries = list(path.iterdir())
+            with os.scandir(path) as listing:
+                entries = list(islice(listing, MAX_ENTRIES + 1))  # never all of a huge folder
+            has_folders = any(entry.is_dir(follow_symlinks=False) for entry in entries)
         except OSError:
             return False
-        if len(entries) > MAX_ENTRIES or any(is_real_folder(entry) for entry in entries):
+        if len(entries) > MAX_ENTRIES or has_folders:
             return False
         return any(is_regular_file(path / name) for name in WEIGHT_FILES)
 
