@@ -88,6 +88,7 @@ HELD_OUT_SPLITS = {
     "holdout18": 110,
     "holdout19": 115,
     "holdout20": 120,
+    "holdout21": 125,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
