@@ -7,7 +7,14 @@ import re
 import numpy as np
 
 from tscope.model import Run, Spike
-from tscope.model.metric_names import EVAL_LOSS, GRAD_NORM, LOSS, is_loss_like
+from tscope.model.metric_names import (
+    EVAL_LOSS,
+    GRAD_NORM,
+    LOSS,
+    LOSS_SCALE,
+    SKIPPED_STEPS,
+    is_loss_like,
+)
 
 # Words that name an evaluation split in a loss series' name (`test_loss`, `Loss/test`,
 # `dev_loss`, `holdout/loss`): such a series is the training loss only when nothing else is.
@@ -85,7 +92,11 @@ def loss_series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
     weights non-finite, and every later norm with them. A non-finite norm followed by finite ones
     is a step the fp16 loss scaler (or DeepSpeed) skipped for overflow, which healthy fp16 runs do
     in their first steps while the scale calibrates down from 2^16 and whenever it tries to grow
-    (every 2,000 clean steps); the loss logged there is the step's real loss."""
+    (every 2,000 clean steps); the loss logged there is the step's real loss. So is every step of a stretch to the end while the logged
+    loss scale keeps falling or the skipped-iteration counter keeps rising through it: a scaler
+    skipping every update (a blind set's Megatron-style log, session 28: grad norm nan from 230
+    to 900, the scale halving each step, the loss logged 2.3-2.7 throughout) leaves the weights
+    finite."""
     steps, values = run.series(metric)
     grad_steps, grads = run.series(GRAD_NORM)
     if grad_steps.size == 0:
@@ -94,12 +105,33 @@ def loss_series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
     dead_from = int(finite_grads[-1]) + 1 if finite_grads.size else 0
     if grad_steps.size - dead_from < HIDDEN_NAN_MIN_POINTS:
         return steps, values
+    if _scaler_skipped_from(run, int(grad_steps[dead_from])):
+        return steps, values
     hidden = np.isin(steps, grad_steps[dead_from:])
     if not hidden.any():
         return steps, values
     values = values.copy()
     values[hidden] = np.nan
     return steps, values
+
+
+def _scaler_skipped_from(run: Run, first_step: int) -> bool:
+    """Whether the log shows a loss scaler skipping the updates from `first_step` on: its scale
+    falls, or its skipped-iteration count rises, within one logged point of `first_step` and at
+    least once more after it."""
+    for metric, falls in ((LOSS_SCALE, True), (SKIPPED_STEPS, False)):
+        steps, values = run.series(metric)
+        keep = np.isfinite(values)
+        steps, values = steps[keep], values[keep]
+        changes = np.diff(values)
+        moved = changes < 0 if falls else changes > 0
+        moved_at = steps[1:][moved]  # changes[i] is seen at steps[i + 1]
+        earlier = steps[steps < first_step]
+        since = earlier[-1] if earlier.size else first_step
+        first_move = moved_at[moved_at >= since]
+        if first_move.size >= 2 and first_move[0] <= first_step + (first_step - since):
+            return True
+    return False
 
 
 def last_finite(values: np.ndarray, stop: int, count: int) -> np.ndarray:

@@ -58,3 +58,17 @@ def test_the_collapse_is_dated_where_its_dense_skips_began(tmp_path: Path) -> No
     case = tscope.analyze(tmp_path)
     collapse = next(f for f in case.findings if f.category == "loss_scale_collapse")
     assert collapse.step == 230
+
+
+def test_updates_the_scaler_skipped_do_not_hide_the_logged_loss(tmp_path: Path) -> None:
+    """Non-finite gradient norms to the end of the log hide the loss only where nothing skipped
+    those updates: here the scale halves and the skip count rises at every one of them, so the
+    weights stayed finite and the logged loss is real. Read as NaN, the collapse (the cause) was
+    an info note under a divergence "from step 230" with no cause (a blind set, session 28)."""
+    _log(tmp_path, running_total=True)
+    case = tscope.analyze(tmp_path)
+    categories = [f.category for f in case.findings]
+    assert categories[0] == "loss_scale_collapse"
+    assert case.findings[0].severity == "critical"
+    assert "nan_loss" not in categories
+    assert "loss_divergence" not in categories
