@@ -125,6 +125,20 @@ def build_case(
     """`extra_findings`: found by other components (a replay), ranked with the rest."""
     import numpy as np
 
+    # A logged value near the float limit (1.7e308 is finite) overflows to inf in differences
+    # and ratios, and inf - inf is NaN; the analyzers treat both as non-finite, so numpy's
+    # warnings are only noise on stderr (two lines of source code under the one-line promise),
+    # from the detectors to the story and the summary (red team, session 28).
+    with np.errstate(all="ignore"):
+        return _built_case(run, checkpoints, checkpoint_evidence, extra_findings)
+
+
+def _built_case(
+    run: Run,
+    checkpoints: list[CheckpointInfo],
+    checkpoint_evidence: CheckpointEvidence | None,
+    extra_findings: Sequence[Finding],
+) -> Case:
     from tscope.analyzers import Evidence, explain
     from tscope.analyzers.calibration import calibrate
     from tscope.analyzers.detect import detect
@@ -133,16 +147,12 @@ def build_case(
     from tscope.analyzers.story import build_story
     from tscope.analyzers.summary import alternatives, limits, summarize
 
-    # A logged value near the float limit (1.7e308 is finite) overflows to inf in differences
-    # and ratios; the analyzers treat inf as non-finite, so numpy's warning is only noise on
-    # stderr (two lines of source code under the one-line promise).
-    with np.errstate(over="ignore"):
-        spikes, change_points = detect(run)
-        evidence = Evidence(run, spikes, change_points, checkpoint_evidence)
-        incidents = find_incidents(evidence)
-        # The one place findings get their shipped confidence: the benchmark's measured
-        # right-rate (analyzers/calibration.py), before ranking so the order compares rates.
-        findings = rank_findings(calibrate(explain(evidence) + list(extra_findings)), incidents)
+    spikes, change_points = detect(run)
+    evidence = Evidence(run, spikes, change_points, checkpoint_evidence)
+    incidents = find_incidents(evidence)
+    # The one place findings get their shipped confidence: the benchmark's measured right-rate
+    # (analyzers/calibration.py), before ranking so the order compares rates.
+    findings = rank_findings(calibrate(explain(evidence) + list(extra_findings)), incidents)
     case = Case(
         run=RunHeader(
             name=run.name,

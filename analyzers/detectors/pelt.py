@@ -19,6 +19,8 @@ PELT_MIN_SEGMENT_FRACTION = 0.05
 # A detected breakpoint is reported only if the level moved this many noise sigmas.
 PELT_MIN_SHIFT_SIGMA = 3.0
 MIN_POINTS_FOR_PELT = 30
+# Beyond this magnitude the series is segmented scaled down (squares stay far inside the range).
+MAX_UNSCALED = 1e100
 
 
 class PeltDetector:
@@ -30,7 +32,13 @@ class PeltDetector:
         finite_index = np.flatnonzero(np.isfinite(values))
         if not with_shifts or finite_index.size < MIN_POINTS_FOR_PELT:  # PELT gives shifts only
             return Detection(self.name)
-        reduced, first_index = _bucket_medians(values, finite_index)
+        # The L2 cost squares the values and a bucket's median may average two: a series near
+        # the float range (two adjacent -1.7e308, red team session 28) overflows to inf. PELT's
+        # breakpoints do not change when the series and its penalty are scaled together, so it
+        # is segmented in units of its largest magnitude and the levels scaled back.
+        scale = float(np.max(np.abs(values[finite_index])))
+        scale = scale if scale > MAX_UNSCALED else 1.0
+        reduced, first_index = _bucket_medians(values / scale, finite_index)
         noise_sigma = _difference_sigma(reduced)
         if not np.isfinite(noise_sigma) or noise_sigma == 0.0:
             return Detection(self.name)
@@ -44,7 +52,7 @@ class PeltDetector:
             before, _ = window_stats(reduced[left:point])
             after, _ = window_stats(reduced[point:right])
             if abs(after - before) >= PELT_MIN_SHIFT_SIGMA * noise_sigma:
-                shifts.append(RegimeShift(int(first_index[point]), before, after))
+                shifts.append(RegimeShift(int(first_index[point]), before * scale, after * scale))
         return Detection(self.name, shifts=shifts)
 
 

@@ -198,15 +198,20 @@ def skipped_updates_through(run: Run, step: int) -> int:
     ]
     if run.has(SKIPPED_STEPS):
         steps, values = run.series(SKIPPED_STEPS)
-        kept = values[(steps <= step) & np.isfinite(values)].clip(min=0)
+        # a count is at most the steps logged so far: a crafted 1e308 summed to inf (red team,
+        # session 28)
+        kept = values[(steps <= step) & np.isfinite(values)].clip(0, max(step, 1))
         # A running total (never falling, as a loop printing its scaler's skip count) is read
         # as its last value; per-interval counts (Megatron's) are summed.
         cumulative = kept.size > 1 and bool(np.all(np.diff(kept) >= 0))
-        counts.append(int(kept[-1] if cumulative else kept.sum()) if kept.size else 0)
+        total = kept[-1] if cumulative else min(float(kept.sum()), max(step, 1))
+        counts.append(int(total) if kept.size else 0)
     if run.has(LOSS_SCALE):
         steps, scales = run.series(LOSS_SCALE)
         scales = scales[(steps <= step) & np.isfinite(scales) & (scales > 0)]
-        drops = scales[1:] / scales[:-1]
+        # a ratio that underflows to 0 (65536 -> 5e-324) counts as the most halvings a float
+        # can hold, not as -log2(0) = inf
+        drops = np.maximum(scales[1:] / scales[:-1], np.finfo(float).tiny)
         drops = drops[drops < 1.0]
         counts.append(int(np.maximum(np.rint(-np.log2(drops)), 1).sum()) if drops.size else 0)
     if run.has(GRAD_NORM):

@@ -53,9 +53,13 @@ def iter_files(root: Path, on_skipped: OnSkipped | None = None) -> Iterator[Path
         yield root
         return
     # An explicit stack: a folder nested 100,000 deep cannot exhaust recursion.
-    pending: list[tuple[Path, tuple[int, int] | None]] = [(root, None)]
+    pending: list[tuple[Path, tuple[int, int] | None, int]] = [(root, None, 0)]
     while pending:
-        folder, identity = pending.pop()
+        folder, identity, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            if on_skipped is not None:
+                on_skipped(folder, TOO_DEEP)
+            continue
         try:
             entries = _listing(folder, identity)
         except OSError as error:
@@ -74,12 +78,17 @@ def iter_files(root: Path, on_skipped: OnSkipped | None = None) -> Iterator[Path
                     on_skipped(path, problem)
             elif folder_identity is not None:
                 if name not in SKIPPED_DIRS:
-                    subfolders.append((path, folder_identity))
+                    subfolders.append((path, folder_identity, depth + 1))
             else:
                 yield path
         pending.extend(reversed(subfolders))  # popped in name order
 
 
+# Folders below the input's root that are listed. Real runs nest a few levels (a Trainer's
+# output/checkpoint-N/global_stepN/, wandb/run-*/files/, a DCP folder); a crafted chain of
+# folders 400 deep with a file at each level took 99 s to discover (red team, session 28).
+MAX_DEPTH = 32
+TOO_DEEP = f"nested more than {MAX_DEPTH} folders below the input; not read"
 # A sub-folder that is no longer the folder its parent's listing saw.
 FOLDER_CHANGED = "changed while tscope read the input (now a link or another folder); not followed"
 # An entry of a listing: its name, why it is not read (None: read it), and for a folder its

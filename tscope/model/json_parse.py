@@ -15,8 +15,10 @@ file can take, and each of these used to end in a traceback somewhere downstream
     5,000 digits raises ValueError (int_max_str_digits) and one beyond 2**63 overflows numpy.
     Integers outside the int64 range are returned as floats (inf when beyond float range), so a
     caller sees one of: an int64-safe int, or a float that may be non-finite;
-  * size: the caller reads at most the bytes a file of its kind can sensibly hold; the parsed
-    objects take a bounded multiple of that.
+  * size: the caller reads at most the bytes a file of its kind can sensibly hold, and the
+    parsed objects must fit MAX_PARSED_BYTES as estimated from the bytes (`parsed_size_estimate`):
+    three bytes of `{},` become a 64-byte dict, so a 256 MiB file of them would take ~7 GB
+    (red team, session 28: 80 MB of empty rows in trainer_state.json took 2.2 GB).
 
 Everything that goes wrong raises RefusedJson (a ValueError with the problem and a hint).
 """
@@ -44,6 +46,22 @@ _JSON_STRING = re.compile(rb'"[^"\\\r\n]*(?:\\[^\r\n][^"\\\r\n]*)*"')
 _BRACKETS_ONLY = bytes(range(256)).translate(None, b"[]{}")  # every byte except brackets
 # Bytes scanned per numpy pass of the depth pre-scan: bounds its scratch memory (~5× this).
 _SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+# What the parsed objects of one document may take, as estimated below: a real trainer_state.json
+# of a million logged steps (~150 MB, ~9 objects per 150-byte row) is estimated at ~0.65 GB.
+MAX_PARSED_BYTES = 1024**3
+# Bytes one parsed value costs, as estimated: a float (24) or an empty dict (64) and its slot in
+# a list or dict (8 to ~40); json shares repeated keys.
+_BYTES_PER_VALUE = 72
+
+
+def parsed_size_estimate(data: bytes) -> int:
+    """An upper estimate of the memory the parsed document takes: every value but the last of a
+    container is followed by a comma, and containers open with a bracket (commas and brackets
+    inside strings count too: the estimate errs high). Linear and C-speed."""
+    values = data.count(b",") + data.count(b"[") + data.count(b"{")
+    return values * _BYTES_PER_VALUE + 2 * len(data)
 
 
 def depth_over_limit(data: bytes, max_depth: int = MAX_JSON_DEPTH) -> int | None:
@@ -123,6 +141,14 @@ def parse(
     if depth is not None:
         raise RefusedJson(
             f"JSON nested {depth} levels deep, more than the {max_depth} tscope reads",
+            "No training tool writes such a file; it is damaged or crafted",
+        )
+    estimate = parsed_size_estimate(raw)
+    if estimate > MAX_PARSED_BYTES:
+        raise RefusedJson(
+            f"would take ~{estimate / 1024**3:.1f} GiB once parsed ({len(raw)} bytes of mostly "
+            f"tiny values), more than the {MAX_PARSED_BYTES / 1024**3:g} GiB tscope allows one "
+            "JSON file",
             "No training tool writes such a file; it is damaged or crafted",
         )
     try:

@@ -62,6 +62,10 @@ def format_number(value: Any) -> str:
     if value == 0:
         return "0"
     rounded = float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if math.isinf(rounded):
+        # 1.7977e308 rounds to "1.8e+308", beyond the float range: written as a mantissa and an
+        # exponent from the value itself (red team, session 28: parsing it back gave inf)
+        rounded = value
     if SMALLEST_POSITIONAL <= abs(rounded) < LARGEST_POSITIONAL:
         if abs(rounded) >= 10 ** (SIGNIFICANT_DIGITS - 1):
             return f"{rounded:.0f}"  # 1234.5 -> "1230", not "1.23e+03"

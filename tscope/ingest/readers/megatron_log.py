@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tscope.ingest.logs.names import canonical_metric
-from tscope.ingest.readers.skip_counts import skip_events
+from tscope.ingest.readers.skip_counts import possible_skip_count, skip_events
 from tscope.ingest.readers.text_logs import (
     iter_lines,
     no_records_error,
@@ -122,6 +122,7 @@ class _MegatronParser:
     # (Megatron's) or a running total (skip_counts.skip_events).
     skip_counts: list[tuple[int, float]] = field(default_factory=list)
     scales: dict[int, float] = field(default_factory=dict)
+    impossible_skip_counts: int = 0
 
     def parse(self, lines: _Lookahead) -> None:
         in_arguments = False
@@ -171,6 +172,9 @@ class _MegatronParser:
             if known is None:
                 continue
             metric, spelling, factor = known
+            if metric == SKIPPED_STEPS and not possible_skip_count(value, step):
+                self.impossible_skip_counts += 1
+                continue
             self.rows.add(step, metric, value * factor, spelling)
             if metric == SKIPPED_STEPS:
                 self.skip_counts.append((step, value))
@@ -275,6 +279,14 @@ class _MegatronParser:
                     self.source,
                     f"{self.cut_records} record(s) end without their closing '|' (cut off); "
                     "their last, possibly truncated field was ignored",
+                )
+            )
+        if self.impossible_skip_counts:
+            self.partial.append(
+                PartialInput(
+                    self.source,
+                    f"{self.impossible_skip_counts} skipped-iteration count(s) that are not a "
+                    "whole number from 0 to their iteration not read",
                 )
             )
         self.events.extend(skip_events(self.skip_counts, self.scales, self.source))

@@ -8,9 +8,17 @@ first overflow: a blind set's collapse from 230 (session 27) was dated at a lone
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 
 from tscope.model import RunEvent
+
+
+def possible_skip_count(value: float, iteration: int) -> bool:
+    """A count of skipped iterations is a whole number from 0 to the iteration it is logged at
+    (a window's count and a running total alike); `inf` or 1e308 in a crafted log is neither
+    (red team, session 28: int(inf) ended the run in a traceback)."""
+    return math.isfinite(value) and 0 <= value <= max(iteration, 1) and value == int(value)
 
 
 def skip_events(
