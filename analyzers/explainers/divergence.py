@@ -197,12 +197,17 @@ def rise_start(values: np.ndarray, crossing: int, best: float, ratio: float) -> 
     raw loss stays above `best` by the margin RISE_MARGIN_FRACTION / RISE_NOISE_SIGMAS say (a
     non-finite point is above), never to index 0 (the run's first point has no level before)."""
     window = values[max(0, crossing - RISE_NOISE_POINTS) : crossing]
-    trend_level, wander = _settled_trend(window[: -RISE_NOISE_POINTS // 5])
+    trend_level, wander, _ = _settled_trend(window[: -RISE_NOISE_POINTS // 5])
     noise = max(difference_sigma(window), wander)
     noise = noise if np.isfinite(noise) else 0.0
     # From the level the loss held before the climb where that sits above the best so far (the
-    # lowest smoothed point of a noisy run lies below the level its loss holds later).
-    level = max(best, trend_level) if np.isfinite(trend_level) else best
+    # lowest smoothed point of a noisy run lies below the level its loss holds later), unless
+    # the loss has been climbing ever since its best point: then the window is the climb's slow
+    # start, not a level held before it (a blind set's Lightning run, session 28: an LR growing
+    # ×1.008 a step took the loss 2.24 -> 3.3 over 300 steps before it crossed 1.5× at 779;
+    # measured from the trend's end, the walk back stopped at 779 itself).
+    settled = np.isfinite(trend_level) and not _climbing_since_best(values, crossing)
+    level = max(best, trend_level) if settled else best
     threshold = level + max(RISE_MARGIN_FRACTION * (ratio - 1.0) * best, RISE_NOISE_SIGMAS * noise)
     start = crossing
     while start > 1 and not values[start - 1] <= threshold:
@@ -210,18 +215,29 @@ def rise_start(values: np.ndarray, crossing: int, best: float, ratio: float) -> 
     return start
 
 
-def _settled_trend(values: np.ndarray) -> tuple[float, float]:
+def _climbing_since_best(values: np.ndarray, crossing: int) -> bool:
+    """Whether the loss from its best smoothed point before `crossing` up to it rises along a
+    straight line by more than RISE_NOISE_SIGMAS of its wander around that line."""
+    level = smoothed(values)[:crossing]
+    if not np.isfinite(level).any():
+        return False
+    best_index = int(np.argmin(np.where(np.isfinite(level), level, np.inf)))
+    _, wander, rise = _settled_trend(values[best_index:crossing])
+    return bool(np.isfinite(rise) and rise > RISE_NOISE_SIGMAS * wander)
+
+
+def _settled_trend(values: np.ndarray) -> tuple[float, float, float]:
     """(the straight-line trend's value at the window's last point, robust σ of the points around
-    it): the level the loss held before a climb, and how far it wanders (autocorrelated noise,
-    sequential data) where first differences see only the step-to-step noise. NaN, NaN with
-    fewer than 10 finite points."""
+    it, how much the trend rises across the window): the level the loss held before a climb, and
+    how far it wanders (autocorrelated noise, sequential data) where first differences see only
+    the step-to-step noise. NaN, NaN, NaN with fewer than 10 finite points."""
     finite = np.flatnonzero(np.isfinite(values))
     if finite.size < 10:
-        return float("nan"), float("nan")
+        return float("nan"), float("nan"), float("nan")
     slope, intercept = np.polyfit(finite.astype(float), values[finite], 1)
     residual = values[finite] - (slope * finite + intercept)
     wander = float(MAD_TO_SIGMA * np.median(np.abs(residual - np.median(residual))))
-    return float(slope * (values.size - 1) + intercept), wander
+    return float(slope * (values.size - 1) + intercept), wander, float(slope * (values.size - 1))
 
 
 def _divergence(

@@ -22,7 +22,13 @@ from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-from tscope.analyzers.training_kind import VOCAB_KEYS, TrainingKind, config_number, training_kind
+from tscope.analyzers.training_kind import (
+    TrainingKind,
+    Vocabulary,
+    config_number,
+    training_kind,
+    vocabulary,
+)
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
@@ -110,7 +116,7 @@ def lr_range_findings(evidence: Evidence, curve_too_high: list[Finding]) -> list
     """The lr_too_high findings (the curve's, with the range added when it applies) and the
     configuration's lr_too_low / lr_too_high."""
     run = evidence.run
-    kind = training_kind(run)
+    kind = training_kind(run, evidence.checkpoints)
     peak = peak_lr(run)
     if kind is None or peak is None or not adam_or_unknown(evidence):
         return curve_too_high  # the ranges are AdamW's (optimizer_family.py)
@@ -204,16 +210,17 @@ def _too_low(
     kind: TrainingKind, lr: float, lr_source: str, context: dict[str, object], evidence: Evidence
 ) -> Finding:
     plateau = PlateauExplainer().run(evidence)
-    untrained = _still_untrained(evidence.run) if kind.kind == "pre_training" else None
+    untrained = _still_untrained(evidence) if kind.kind == "pre_training" else None
     agrees = bool(plateau) or untrained is not None
     factor = TYPICAL_LR[kind.kind][0] / lr
     if plateau:
         curve = "; the loss does not move (loss_plateau)."
     elif untrained is not None:
-        level, ceiling, span = untrained
+        level, vocab, span = untrained
         curve = (
-            f"; after {span} steps the loss is still {fmt(level)}, {level / ceiling:.0%} of "
-            f"ln(vocab) = {fmt(ceiling)}: the level of a model that has not learned even the "
+            f"; after {span} steps the loss is still {fmt(level)}, "
+            f"{level / math.log(vocab.size):.0%} of ln(vocab {vocab.size}) = "
+            f"{fmt(math.log(vocab.size))}: the level of a model that has not learned even the "
             "token frequencies."
         )
     else:
@@ -245,12 +252,13 @@ def _too_low(
     )
 
 
-def _still_untrained(run: Run) -> tuple[float, float, int] | None:
-    """(the loss over the log's last tenth, ln(vocab), the steps logged) when a from-scratch run
+def _still_untrained(evidence: Evidence) -> tuple[float, Vocabulary, int] | None:
+    """(the loss over the log's last tenth, the vocabulary, the steps logged) when a from-scratch run
     ends at or above UNTRAINED_FRACTION of ln(vocab) after UNTRAINED_MIN_STEPS; else None."""
-    vocab = config_number(run, VOCAB_KEYS)
+    run = evidence.run
+    vocab = vocabulary(run, evidence.checkpoints)
     loss = primary_loss(run)
-    if vocab is None or vocab < 2 or loss is None:
+    if vocab is None or loss is None:
         return None
     steps, values = loss_series(run, loss)
     finite = np.isfinite(values)
@@ -258,7 +266,7 @@ def _still_untrained(run: Run) -> tuple[float, float, int] | None:
     if steps.size < 10 or steps[-1] - steps[0] < UNTRAINED_MIN_STEPS:
         return None
     level = float(np.median(values[-max(steps.size // 10, 3) :]))
-    ceiling = math.log(vocab)
+    ceiling = math.log(vocab.size)
     if level < UNTRAINED_FRACTION * ceiling:
         return None
-    return level, ceiling, int(steps[-1] - steps[0])
+    return level, vocab, int(steps[-1] - steps[0])

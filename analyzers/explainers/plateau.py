@@ -115,7 +115,7 @@ class PlateauExplainer:
             return []
         if _falling(values[: flat_until + 1], start_level):
             return []
-        return [_finding(run, steps, values, flat_until, start_level, band, first, last)]
+        return [_finding(evidence, steps, values, flat_until, start_level, band, first, last)]
 
 
 def _falling(values: np.ndarray, start_level: float) -> bool:
@@ -157,7 +157,7 @@ def noise_band(sigma: float, window: int, n: int) -> float:
 
 
 def _finding(
-    run: Run,
+    evidence: Evidence,
     steps: np.ndarray,
     values: np.ndarray,
     flat_until: int,
@@ -166,13 +166,14 @@ def _finding(
     first: int,
     last: int,
 ) -> Finding:
+    run = evidence.run
     mid_run = first > MID_RUN_START_FRACTION * last
     opening = float(np.max(values[:EARLY_POINTS]))
     fell_first = start_level > 0 and opening >= EARLY_FALL_RATIO * start_level
     end_step = int(steps[flat_until])
     whole = flat_until == values.size - 1
     reasons = likely_reasons(run, first, end_step)
-    kind = training_kind(run)
+    kind = training_kind(run, evidence.checkpoints)
     settled_fine_tune = (
         kind is not None
         and kind.kind in PRETRAINED_KINDS

@@ -94,7 +94,7 @@ def scratch_logs(evidence: Evidence, min_points: int) -> ScratchLogs | None:
     lr_steps, lrs = lr_steps[finite_lr], lrs[finite_lr]
     if lrs.size < 2 or lrs.max() <= 0 or lr_steps[0] > START_MAX_STEP:
         return None
-    kind = training_kind(run)
+    kind = training_kind(run, evidence.checkpoints)
     if (kind is not None and kind.kind in FINE_TUNE_KINDS) or not adam_or_unknown(evidence):
         return None
     steps, values = loss_series(run, loss)

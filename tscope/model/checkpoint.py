@@ -115,6 +115,9 @@ class CheckpointSnapshot:
     partial: tuple[PartialInput, ...] = ()
     # parameters with per-coordinate state in the optimizer file, named or not (None: unknown)
     optimizer_entries: int | None = None
+    # (tensor name, rows) of the token embedding (or the output projection): its rows are the
+    # vocabulary size; None when no tensor is named like one
+    token_embedding: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -36,16 +36,20 @@ def read_checkpoints(
 
     try:
         layers = collect_layers(handles, progress)
-        snapshots = tuple(_snapshot(handle) for handle in handles)
+        snapshots: list[CheckpointSnapshot] = []
+        for handle in handles:
+            # the vocabulary is the same in every checkpoint: read from the first that shows it
+            found = any(snapshot.token_embedding for snapshot in snapshots)
+            snapshots.append(_snapshot(handle, with_embedding=not found))
     finally:
         for handle in handles:
             handle.close()
     for snapshot in snapshots:
         partial.extend(snapshot.partial)
-    return CheckpointEvidence(snapshots=snapshots, layers=layers), partial
+    return CheckpointEvidence(snapshots=tuple(snapshots), layers=layers), partial
 
 
-def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
+def _snapshot(handle: CheckpointHandle, with_embedding: bool = True) -> CheckpointSnapshot:
     partial: list[PartialInput] = []
     optimizer_step: int | None = None
     groups: tuple[dict[str, Any], ...] = ()
@@ -69,6 +73,7 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
         entries = state.held_entries
         partial.extend(PartialInput(handle.info.path, problem) for problem in state.malformed)
     info = handle.info
+    embedding = _token_embedding(handle) if with_embedding else None
     audit = handle.audit()
     # Read last: optimizer_state() and audit() add the files they refused to the handle.
     partial = [*handle.partial, *partial]
@@ -80,7 +85,52 @@ def _snapshot(handle: CheckpointHandle) -> CheckpointSnapshot:
         unmapped_optimizer_state=unmapped,
         optimizer_entries=entries,
         partial=_once_per_refusal(partial),
+        token_embedding=embedding,
     )
+
+
+# The input embedding's name in the families real runs train (GPT-2 / nanoGPT `wte`, Llama /
+# Mistral / OPT / Qwen `embed_tokens`, BLOOM / Megatron `word_embeddings`, GPT-NeoX `embed_in`,
+# Meta's Llama `tok_embeddings`), then the output projection, whose weight is (vocab, hidden)
+# too: nn.Linear stores (out_features, in_features).
+TOKEN_EMBEDDING_NAMES = (
+    "wte.weight",
+    "embed_tokens.weight",
+    "word_embeddings.weight",
+    "embed_in.weight",
+    "tok_embeddings.weight",
+    "token_embedding.weight",
+    "tok_emb.weight",
+)
+OUTPUT_PROJECTION_NAMES = ("lm_head.weight", "embed_out.weight", "output.weight")
+
+
+def _token_embedding(handle: CheckpointHandle) -> tuple[str, int] | None:
+    """(name, rows) of the first tensor named like the token embedding (else the output
+    projection) that is a matrix; read from the safetensors header where the reader has one."""
+    try:
+        names = handle.tensor_names()
+    except UnreadableInput:
+        return None
+    for suffixes in (TOKEN_EMBEDDING_NAMES, OUTPUT_PROJECTION_NAMES):
+        for name in names:
+            if not any(name == s or name.endswith("." + s) for s in suffixes):
+                continue
+            shape = _shape(handle, name)
+            if shape is not None and len(shape) == 2 and shape[0] >= 2:
+                return name, int(shape[0])
+    return None
+
+
+def _shape(handle: CheckpointHandle, name: str) -> tuple[int, ...] | None:
+    locate = getattr(handle, "raw_location", None)
+    where = locate(name) if locate is not None else None
+    if where is not None:
+        return tuple(where[1].shape)
+    try:
+        return tuple(handle.load_tensor(name).shape)
+    except UnreadableInput:
+        return None
 
 
 SKIPPED = " (skipped)"  # what a later read of a file already refused adds
