@@ -60,3 +60,12 @@ def test_a_base_frozen_from_the_start_is_an_intended_freeze(partly_frozen_run):
     assert frozen[0].severity == "info"
     assert "exactly the tensors that moved" in frozen[0].message
     assert "gpt_neox.embed_in.weight" in frozen[0].evidence["frozen_tensors"]
+
+
+def test_a_freeze_seen_in_every_window_is_dated_at_the_first_checkpoint(partly_frozen_run):
+    """Unchanged from the first checkpoint on, the freeze predates it: dated there, not at the
+    last checkpoint (a blind set's Lightning run frozen from step 0 read "at step 400" of a
+    run checkpointed every 100 steps, session 28)."""
+    case, _ = analyze_run(str(partly_frozen_run))
+    frozen = next(f for f in case.findings if f.category == "frozen_parameters")
+    assert frozen.step == 12

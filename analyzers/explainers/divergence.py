@@ -54,6 +54,9 @@ SMOOTHING_POINTS = 5
 RISE_MARGIN_FRACTION = 0.04
 RISE_NOISE_SIGMAS = 2.0
 RISE_NOISE_POINTS = 50
+# A climb "slow from its best point": the smoothed loss just before the crossing has already
+# covered this share of the way from the best to the ratio (see `_climbing_since_best`).
+SLOW_CLIMB_SHARE = 0.5
 # ... and the smoothed level must stand this many σ of the raw loss's step-to-step noise (over
 # the RISE_NOISE_POINTS before the excursion) above its best: a median of 5 has ~0.54 σ of noise,
 # so 3 σ of the raw loss is ~5.6 of its own, held for DIVERGENCE_MIN_POINTS. An LM loss at 2-10
@@ -206,7 +209,7 @@ def rise_start(values: np.ndarray, crossing: int, best: float, ratio: float) -> 
     # start, not a level held before it (a blind set's Lightning run, session 28: an LR growing
     # ×1.008 a step took the loss 2.24 -> 3.3 over 300 steps before it crossed 1.5× at 779;
     # measured from the trend's end, the walk back stopped at 779 itself).
-    settled = np.isfinite(trend_level) and not _climbing_since_best(values, crossing)
+    settled = np.isfinite(trend_level) and not _climbing_since_best(values, crossing, best, ratio)
     level = max(best, trend_level) if settled else best
     threshold = level + max(RISE_MARGIN_FRACTION * (ratio - 1.0) * best, RISE_NOISE_SIGMAS * noise)
     start = crossing
@@ -215,11 +218,16 @@ def rise_start(values: np.ndarray, crossing: int, best: float, ratio: float) -> 
     return start
 
 
-def _climbing_since_best(values: np.ndarray, crossing: int) -> bool:
-    """Whether the loss from its best smoothed point before `crossing` up to it rises along a
-    straight line by more than RISE_NOISE_SIGMAS of its wander around that line."""
+def _climbing_since_best(values: np.ndarray, crossing: int, best: float, ratio: float) -> bool:
+    """Whether the loss had climbed most of the way before `crossing`: its smoothed level just
+    before is at least halfway from `best` to `ratio` × best, and from its best smoothed point up
+    to the crossing it rises along a straight line by more than RISE_NOISE_SIGMAS of its wander
+    around that line. (A loss that drifts up a little and then jumps to NaN has not: measured
+    from its best, the walk back went 4-7 steps before the jump on 2 of 250 synthetic NaN logs.)"""
     level = smoothed(values)[:crossing]
-    if not np.isfinite(level).any():
+    if crossing < 2 or not np.isfinite(level).any():
+        return False
+    if not level[-1] - best >= SLOW_CLIMB_SHARE * (ratio - 1.0) * best:
         return False
     best_index = int(np.argmin(np.where(np.isfinite(level), level, np.inf)))
     _, wander, rise = _settled_trend(values[best_index:crossing])

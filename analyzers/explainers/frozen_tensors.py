@@ -53,7 +53,10 @@ def frozen_finding(layers: pd.DataFrame, optimizer_entries: int | None = None) -
         not optimizer_held and optimizer_entries is not None and optimizer_entries == moved
     )
     intentional = intentional or held_for_moved
-    step = int(layers["step"].max())
+    # Unchanged in every window: frozen since before the first checkpoint, the first step known
+    # (dated at the last, a blind set's Lightning run frozen from step 0 read "at step 400",
+    # session 28).
+    step = int(layers["step"].min())
     if held_for_moved:
         detail = (
             f"; the optimizer holds state for {optimizer_entries} parameters, exactly the tensors "
