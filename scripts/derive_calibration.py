@@ -55,6 +55,7 @@ TUNING_SPLITS = (
     "holdout18",
     "holdout19",
     "holdout20",
+    "holdout21",
 )
 PSEUDO_COUNTS = 2
 
