@@ -37,10 +37,11 @@ def read_checkpoints(
     try:
         layers = collect_layers(handles, progress)
         snapshots: list[CheckpointSnapshot] = []
+        embedding_found = False  # the vocabulary is the same in every checkpoint: read it once
         for handle in handles:
-            # the vocabulary is the same in every checkpoint: read from the first that shows it
-            found = any(snapshot.token_embedding for snapshot in snapshots)
-            snapshots.append(_snapshot(handle, with_embedding=not found))
+            snapshot = _snapshot(handle, with_embedding=not embedding_found)
+            embedding_found = embedding_found or snapshot.token_embedding is not None
+            snapshots.append(snapshot)
     finally:
         for handle in handles:
             handle.close()
