@@ -102,7 +102,8 @@ def _resume_findings(disturbed_before: bool) -> list[str]:
         loss[46:49] = [4.68, 4.12, 3.57]
         lr[45:] = 1e-3
     run = make_run({LOSS: loss, LEARNING_RATE: lr})
-    evidence = Evidence(run, checkpoints=SimpleNamespace(steps=[25, 50]))  # type: ignore[arg-type]
+    checkpoints = SimpleNamespace(steps=[25, 50], snapshots=[])
+    evidence = Evidence(run, checkpoints=checkpoints)  # type: ignore[arg-type]
     return [f.category for f in ResumeExplainer().run(evidence)]
 
 

@@ -65,3 +65,50 @@ def test_the_embedding_rows_give_the_vocabulary_and_the_untrained_level(tmp_path
 def test_without_checkpoints_the_same_log_is_not_judged_from_scratch(tmp_path: Path) -> None:
     case = tscope.analyze(_run(tmp_path / "run", with_checkpoints=False))
     assert not [f for f in case.findings if f.severity in ("critical", "warning")]
+
+
+def _resumed_without_weights(folder: Path) -> Path:
+    """A loop whose log file starts at step 1000 (an earlier restart opened a new file): its
+    first point, 2.45, is far below ln 256. It restarts after its checkpoint of step 2000 with a
+    fresh model: the loss is back at ~5.3 (ln 256 = 5.55), more than twice the first logged
+    loss, and re-learns from there."""
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    with (folder / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["step", "loss", "lr"])
+        for step in range(1000, 3001, 20):
+            trained = 2.0 + 0.45 * math.exp(-(step - 1000) / 300)
+            fresh = 2.0 + (math.log(VOCAB) - 2.0) * math.exp(-(step - 2000) / 300)
+            loss = (trained if step <= 2000 else fresh) + 0.01 * rng.standard_normal()
+            writer.writerow([step, f"{loss:.4f}", "3.000e-04"])
+    torch.manual_seed(0)
+    config = OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        word_embed_proj_dim=16,
+        ffn_dim=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+    )
+    model = OPTForCausalLM(config)
+    for step in (1500, 2000, 2500, 3000):
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(1e-3 * torch.randn_like(parameter))
+        torch.save(model.state_dict(), folder / f"model_{step}.pt")
+    return folder
+
+
+def test_weights_lost_at_a_resume_are_judged_against_ln_of_the_embedding_rows(
+    tmp_path: Path,
+) -> None:
+    """The untrained level is ln 256 from the checkpoints, not the first logged loss (2.45): the
+    return to 5.3 is lost weights at the checkpoint of step 2000, not a blow-up past twice the
+    run's first loss."""
+    case = tscope.analyze(_resumed_without_weights(tmp_path / "run"))
+    lost = [f for f in case.findings if f.category == "resume_discontinuity"]
+    assert [(f.severity, f.step) for f in lost] == [("critical", 2020)]
+    assert "ln(vocab 256, the rows of model.decoder.embed_tokens.weight" in lost[0].message
+    assert f"({math.log(VOCAB):.2f}" in lost[0].message

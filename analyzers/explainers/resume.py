@@ -11,6 +11,7 @@ from tscope.analyzers.impact import MIN_WARNING_EXCESS, UNTRAINED_MIN_POINTS, ba
 from tscope.analyzers.lr_movement import lr_moved_up
 from tscope.analyzers.resume_window import RESUME_CHECK_POINTS
 from tscope.analyzers.signals import fmt, primary_loss
+from tscope.analyzers.training_kind import Vocabulary, vocabulary
 from tscope.model import Finding, Run, RunEvent
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
@@ -63,13 +64,14 @@ class ResumeExplainer:
     def run(self, evidence: Evidence) -> list[Finding]:
         run = evidence.run
         resumes = run.events_of("resume")
-        findings = [_check(run, event) for event in resumes]
+        vocab = vocabulary(run, evidence.checkpoints)
+        findings = [_check(run, event, vocab) for event in resumes]
         if evidence.checkpoints is not None:
             marked = [event.step for event in resumes]
             for step in sorted(set(evidence.checkpoints.steps)):
                 if any(abs(step - resumed) <= UNMARKED_RESUME_SLACK for resumed in marked):
                     continue
-                unmarked = _unmarked_weights_lost(run, step)
+                unmarked = _unmarked_weights_lost(run, step, vocab)
                 if unmarked is not None:
                     findings.append(unmarked)
                     break  # the first one: the training after it starts over
@@ -126,10 +128,12 @@ def _loss_jump(run: Run, step: int) -> tuple[float, float, float] | None:
     return baseline, worst, (worst - baseline) / sigma
 
 
-def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
+def _weights_lost(run: Run, step: int, vocab: Vocabulary | None) -> tuple[float, float, str] | None:
     """(untrained level, loss after the resume, how it is known) when the loss in the first
     points after the resume is back at the run's initial level (≈ ln V: a model that knows
-    nothing) for RESUME_CHECK_POINTS points, after the run had fallen well below it."""
+    nothing) for RESUME_CHECK_POINTS points, after the run had fallen well below it. The
+    vocabulary is the config's or the token embedding's rows in the checkpoints; without it the
+    run's first logged loss stands for the untrained level."""
     loss = primary_loss(run)
     if loss is None:
         return None
@@ -139,9 +143,8 @@ def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
     after = values[(steps >= step) & finite][:UNTRAINED_MIN_POINTS]
     if before.size < 3 or after.size < UNTRAINED_MIN_POINTS:
         return None
-    vocab = run.config.get("vocab_size")
-    if isinstance(vocab, int) and vocab > 1:
-        initial, how = float(np.log(vocab)), f" = ln {vocab}, the vocabulary size"
+    if vocab is not None:
+        initial, how = float(np.log(vocab.size)), f" = ln({vocab.source})"
     else:
         initial, how = float(before[0]), ", its first logged loss"
     if not back_at_initial(initial, level_before(before), after):
@@ -149,7 +152,9 @@ def _weights_lost(run: Run, step: int) -> tuple[float, float, str] | None:
     return initial, float(np.max(after)), how
 
 
-def _unmarked_weights_lost(run: Run, checkpoint_step: int) -> Finding | None:
+def _unmarked_weights_lost(
+    run: Run, checkpoint_step: int, vocab: Vocabulary | None
+) -> Finding | None:
     """Weights lost at a resume from the checkpoint saved at `checkpoint_step` that the log does
     not record. The first loss computed with the resumed weights is logged at the checkpoint's
     step (nanoGPT and Lightning count from 0) or the one after (the Trainer and most loops log
@@ -162,7 +167,7 @@ def _unmarked_weights_lost(run: Run, checkpoint_step: int) -> Finding | None:
     steps, values = run.series(loss)
     finite = np.isfinite(values)
     for first in (checkpoint_step, checkpoint_step + 1):
-        lost = _weights_lost(run, first)
+        lost = _weights_lost(run, first, vocab)
         if lost is not None:
             break
     else:
@@ -225,7 +230,7 @@ def _data_rewound(event: RunEvent) -> str | None:
     )
 
 
-def _check(run: Run, event: RunEvent) -> Finding:
+def _check(run: Run, event: RunEvent, vocab: Vocabulary | None) -> Finding:
     lr = _lr_change(run, event)
     loss = _loss_jump(run, event.step)
     problems = []
@@ -259,7 +264,7 @@ def _check(run: Run, event: RunEvent) -> Finding:
     rewound = _data_rewound(event)
     if rewound is not None:
         problems.append(rewound)
-    lost = _weights_lost(run, event.step)
+    lost = _weights_lost(run, event.step, vocab)
     if lost is not None:
         evidence.update(untrained_level=lost[0], loss_after=lost[1], weights_lost=True)
         problems.insert(
