@@ -14,7 +14,6 @@ MONOTONE_SHARE of its logged steps there): a schedule, not noise.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -23,10 +22,15 @@ import numpy as np
 from tscope.analyzers.signals import fmt
 from tscope.model import Run
 
-_LOSS_WEIGHT = re.compile(
-    r"(?:^|[/_.\-])(?:beta|kl[_\-]?weight|\w*_weight|\w*_coef|coefficient|lambda|anneal\w*)$",
-    re.IGNORECASE,
-)
+# The name patterns, read as a regular expression:
+#   (?:^|[/_.-])(?:beta|kl[_-]?weight|\w*_weight|\w*_coef|coefficient|lambda|anneal\w*)$
+# matched by hand, in one pass over the name's last word: as a `re` pattern it backtracked
+# quadratically on a run of `_` (27 ms per 1,000-character name; a crafted CSV header of 1,100
+# such columns spent 28 s in it, red team, session 29).
+_SEPARATORS = "/_.-"
+_WHOLE_WORDS = ("beta", "klweight", "kl_weight", "kl-weight", "coefficient", "lambda")
+_WORD_SUFFIXES = ("_weight", "_coef")
+_PREFIX_WORD = "anneal"
 RAMP_FACTOR = 2.0
 MONOTONE_SHARE = 0.9
 MIN_POINTS = 5
@@ -50,7 +54,36 @@ class WeightRamp:
 def loss_weight_names(metric_names: tuple[str, ...]) -> tuple[str, ...]:
     """The names among a run's series that name a loss weight (once per run: the spike rules
     ask for every spike)."""
-    return tuple(name for name in metric_names if _LOSS_WEIGHT.search(name))
+    return tuple(name for name in metric_names if names_a_loss_weight(name))
+
+
+def names_a_loss_weight(name: str) -> bool:
+    """Whether `name` ends in a loss weight's name that begins the name or follows a
+    separator (linear in the name's length)."""
+    lower = name.lower()
+    if any(
+        lower.endswith(word) and (len(lower) == len(word) or lower[-len(word) - 1] in _SEPARATORS)
+        for word in _WHOLE_WORDS
+    ):
+        return True
+    # The trailing run of word characters (`\w`) and whether a token may begin at its start.
+    start = len(lower)
+    while start > 0 and (lower[start - 1].isalnum() or lower[start - 1] == "_"):
+        start -= 1
+    open_start = start == 0 or lower[start - 1] in _SEPARATORS
+    for suffix in _WORD_SUFFIXES:
+        # `\w*_weight`: some token start inside the run before the suffix; past the run's
+        # own start, a token begins only after an `_`.
+        if lower.endswith(suffix) and len(lower) - len(suffix) >= start:
+            body = lower[start : len(lower) - len(suffix)]
+            if open_start or "_" in body:
+                return True
+    position = lower.find(_PREFIX_WORD, start)
+    while position != -1:  # `anneal\w*`: the run continues to the end by construction
+        if (position == start and open_start) or (position > start and lower[position - 1] == "_"):
+            return True
+        position = lower.find(_PREFIX_WORD, position + 1)
+    return False
 
 
 def rising_loss_weight(run: Run, start_step: int, end_step: int) -> WeightRamp | None:

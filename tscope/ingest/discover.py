@@ -10,7 +10,13 @@ from pathlib import Path
 from tscope.errors import UnreadableInput
 from tscope.ingest.base import Reader, read_head, reading_input
 from tscope.ingest.registry import READERS
-from tscope.ingest.safe_fs import NOT_REGULAR, SYMLINK_NOT_FOLLOWED, hollow_file_problem
+from tscope.ingest.safe_fs import (
+    HARD_LINK_OUTSIDE,
+    NOT_REGULAR,
+    SYMLINK_NOT_FOLLOWED,
+    hollow_file_problem,
+    named_outside_the_input,
+)
 from tscope.model import LogRead, PartialInput
 
 # Folders that never hold run artifacts and can be huge.
@@ -120,6 +126,11 @@ def _listing(folder: Path, identity: tuple[int, int] | None) -> list[Entry] | No
                 if problem is None and entry.is_dir(follow_symlinks=False):
                     own = entry.stat(follow_symlinks=False)
                     folder_identity = (own.st_dev, own.st_ino)
+                elif problem is None:
+                    # Listed as partial here; open_regular refuses the same file to any reader.
+                    own = entry.stat(follow_symlinks=False)
+                    if named_outside_the_input(folder / entry.name, own):
+                        problem = HARD_LINK_OUTSIDE
                 entries.append((entry.name, problem, folder_identity))
         return entries
     finally:

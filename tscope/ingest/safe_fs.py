@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,9 +35,26 @@ REACHED_THROUGH_LINK = (
     "reached through a folder that is a symbolic link (it changed while tscope read the "
     "input); tscope does not follow links inside the input"
 )
+# A hard link is the same file under another name, and that name may lie outside the input: a
+# run's config.json hard-linked to ~/.docker/config.json had its registry token copied into
+# case.json and case.md (red team, session 29). A file with several names is read only when
+# every one of them is inside the input folder (copies, `cp -al` snapshots within the run).
+HARD_LINK_OUTSIDE = (
+    "a hard link to a file that also has a name outside the input; tscope reads only files "
+    "whose every name is inside the input. Copy the file into the run folder (cp, not ln) to "
+    "analyze it"
+)
 # The resolved roots of the input being read (read_inputs): a file under one must be reached
 # without any link between the root and it.
 _INPUT_ROOTS: ContextVar[tuple[str, ...]] = ContextVar("tscope_input_roots", default=())
+# Per root, how many names each multiply-linked file has inside it: counted once, when the
+# first such file is opened (most runs have none).
+_LINK_CENSUS: ContextVar[dict[str, Counter[tuple[int, int]]] | None] = ContextVar(
+    "tscope_link_census", default=None
+)
+_CENSUS_LOCK = threading.Lock()
+# Folders below the root the census walks; discovery reads nothing deeper than 32.
+_CENSUS_MAX_DEPTH = 64
 
 
 @contextmanager
@@ -43,10 +62,59 @@ def reading_under(roots: Sequence[Path]) -> Iterator[None]:
     """While inside, every file opened under one of `roots` (resolved: the user's own links are
     followed once) is checked to have been reached without a link (open_regular)."""
     token = _INPUT_ROOTS.set(tuple(os.path.realpath(root) for root in roots))
+    census_token = _LINK_CENSUS.set({})
     try:
         yield
     finally:
+        _LINK_CENSUS.reset(census_token)
         _INPUT_ROOTS.reset(token)
+
+
+def _root_of(path: Path) -> str | None:
+    """The input root `path` lies under (not the root itself), or None."""
+    shown = os.path.abspath(path)
+    for root in _INPUT_ROOTS.get():
+        if shown.startswith(root.rstrip(os.sep) + os.sep):
+            return root
+    return None
+
+
+def _multiply_linked_names(root: str) -> Counter[tuple[int, int]]:
+    """(device, inode) -> names inside `root` of every regular file with more than one name;
+    no link is followed (links are not read anyway)."""
+    names: Counter[tuple[int, int]] = Counter()
+    pending = [(root, 0)]
+    while pending:
+        folder, depth = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                for entry in listing:
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth < _CENSUS_MAX_DEPTH:
+                            pending.append((entry.path, depth + 1))
+                    elif entry.is_file(follow_symlinks=False):
+                        found = entry.stat(follow_symlinks=False)
+                        if found.st_nlink > 1:
+                            names[(found.st_dev, found.st_ino)] += 1
+        except OSError:
+            continue
+    return names
+
+
+def named_outside_the_input(path: Path, found: os.stat_result) -> bool:
+    """Whether a file with several names (hard links) has one outside the input it is read
+    from. A file the user named on the command line is the input itself."""
+    if found.st_nlink <= 1:
+        return False
+    root = _root_of(path)
+    census = _LINK_CENSUS.get()
+    if root is None or census is None:
+        return False
+    with _CENSUS_LOCK:
+        if root not in census:
+            census[root] = _multiply_linked_names(root)
+        inside = census[root][(found.st_dev, found.st_ino)]
+    return inside < found.st_nlink
 
 
 def _reached_through_a_link(descriptor: int, path: Path) -> bool:
@@ -72,7 +140,7 @@ def is_file_refusal(problem: str) -> bool:
     """The problem is tscope refusing to open the file at all (a link, not a regular file), as
     opposed to something found inside it."""
     return problem.startswith(
-        (NOT_REGULAR, SYMLINK_REFUSED, "a symbolic link;", REACHED_THROUGH_LINK)
+        (NOT_REGULAR, SYMLINK_REFUSED, "a symbolic link;", REACHED_THROUGH_LINK, HARD_LINK_OUTSIDE)
     )
 
 
@@ -180,6 +248,8 @@ def open_regular(path: Path, display_path: str) -> BinaryIO:
             raise UnreadableInput(display_path, NOT_REGULAR)
         if _reached_through_a_link(descriptor, path):
             raise UnreadableInput(display_path, REACHED_THROUGH_LINK)
+        if named_outside_the_input(path, found):
+            raise UnreadableInput(display_path, HARD_LINK_OUTSIDE)
         if is_hollow(found):
             raise UnreadableInput(display_path, hollow_problem(found), HOLLOW_HINT)
         os.set_blocking(descriptor, True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,6 +161,11 @@ def nice_ticks(low: float, high: float, target: int, integer: bool = False) -> l
     if high <= low:
         return [low]
     raw_step = (high - low) / target
+    if raw_step < sys.float_info.min:
+        # A subnormal span (values 0 and 5e-324) has no power of ten below it to step by:
+        # log10 of an underflowed step once ended the chart drawing in a traceback (red team,
+        # session 29). Its two ends are the only ticks that can be told apart.
+        return [low, high]
     magnitude = 10.0 ** math.floor(math.log10(raw_step))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw_step)
     if integer:
