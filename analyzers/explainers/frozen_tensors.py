@@ -4,6 +4,7 @@ explainer, weights.py, asks)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +30,14 @@ FROZEN_MIN_MOVING_SHARE = 0.5
 FROZEN_MIN_LAG_STEPS = 10
 FROZEN_LAG_FRACTION = 0.9
 MAX_NAMED = 5  # tensors named in one message
+# A freeze that keeps no optimizer state reads as intended — except when it is irregular: every
+# frozen tensor lies in a block whose other tensors train, and the same tensor trains in other
+# blocks (layer 1's attention projections frozen while layers 0 and 2's train and layer 1's MLP
+# trains). Intended freezes follow the architecture: whole blocks (the first k layers), a kind
+# of tensor in every block (LoRA's base weights, norms, biases), embeddings or a tower. A blind
+# set's Llama loop (session 29), whose parameter groups were built by a name filter that missed
+# layers.1.self_attn, was an info note "as intended".
+_BLOCK_INDEX = re.compile(r"\.(\d+)\.")
 
 
 def frozen_finding(layers: pd.DataFrame, optimizer_entries: int | None = None) -> Finding | None:
@@ -53,11 +62,19 @@ def frozen_finding(layers: pd.DataFrame, optimizer_entries: int | None = None) -
         not optimizer_held and optimizer_entries is not None and optimizer_entries == moved
     )
     intentional = intentional or held_for_moved
+    irregular = intentional and _irregular(unchanged, set(latest["tensor"]) - set(unchanged))
+    intentional = intentional and not irregular
     # Unchanged in every window: frozen since before the first checkpoint, the first step known
     # (dated at the last, a blind set's Lightning run frozen from step 0 read "at step 400",
     # session 28).
     step = int(layers["step"].min())
-    if held_for_moved:
+    if irregular:
+        detail = (
+            "; the optimizer holds no state for them, yet the rest of their block trains and "
+            "the same tensors train in the other blocks: a freeze this irregular is rarely "
+            "intended (a parameter-group filter or a requires_grad switch that missed them)"
+        )
+    elif held_for_moved:
         detail = (
             f"; the optimizer holds state for {optimizer_entries} parameters, exactly the tensors "
             "that moved, and none for these: never trained (requires_grad=False from the start), "
@@ -101,6 +118,30 @@ def frozen_finding(layers: pd.DataFrame, optimizer_entries: int | None = None) -
         source="checkpoints",
         threshold="‖ΔW‖ = 0 in every window while most tensors moved",
     )
+
+
+def _block_and_role(name: str) -> tuple[str, str] | None:
+    """(block index, the name with it replaced) for a tensor inside a numbered block."""
+    found = _BLOCK_INDEX.search(name)
+    if found is None:
+        return None
+    return found.group(1), name[: found.start(1)] + "#" + name[found.end(1) :]
+
+
+def _irregular(frozen: list[str], moving: set[str]) -> bool:
+    """Every frozen tensor sits in a block where other tensors train, and its counterpart
+    trains in another block (see _BLOCK_INDEX)."""
+    moving_blocks, moving_roles = set(), set()
+    for name in moving:
+        placed = _block_and_role(name)
+        if placed is not None:
+            moving_blocks.add(placed[0])
+            moving_roles.add(placed[1])
+    for name in frozen:
+        placed = _block_and_role(name)
+        if placed is None or placed[0] not in moving_blocks or placed[1] not in moving_roles:
+            return False
+    return bool(frozen)
 
 
 def _unchanged(layers: pd.DataFrame) -> tuple[list[str], float, int]:
