@@ -160,6 +160,18 @@ def no_candidate_reason(evidence: Evidence, incident: Incident | None) -> str:
             f"{incident.peak_step} (`tscope replay --around {incident.peak_step}`) would decide"
         )
     onset = incident.onset_step
+    if incident.abrupt_nonfinite:
+        return (
+            "a jump from the loss's level to NaN/Inf in one step points at a non-finite value "
+            "entering that step (its batch, a weight, an overflow in one op) rather than an "
+            "instability building up; "
+            + (
+                "the checkpoints read show no non-finite weights before it"
+                if evidence.checkpoints is not None
+                else f"checkpoints from before step {onset} would show non-finite weights"
+            )
+            + f", and `tscope replay --around {onset}` the first module that produced it"
+        )
     logged = (
         "no logged cause acts where it starts (no LR jump, climb or warm-up end, no resume)"
         if evidence.run.has(LEARNING_RATE)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.divergence import loss_rise
 from tscope.analyzers.impact import Impact, impact_order, impact_severity, measure_impact
@@ -33,6 +35,8 @@ class Incident:
     end_step: int | None
     impact: Impact
     spike: Spike | None = None
+    # A divergence whose first point is already NaN/Inf: no climb before it (divergence.py).
+    abrupt_nonfinite: bool = False
 
     @property
     def severity(self) -> str:
@@ -50,7 +54,10 @@ def incidents(evidence: Evidence) -> list[Incident]:
         if onset is not None:
             start = int(steps[onset[0]])
             impact = measure_impact(run, start, None)
-            found.append(Incident("divergence", loss, start, int(steps[-1]), None, impact))
+            abrupt = not bool(np.isfinite(values[onset[0]]))
+            found.append(
+                Incident("divergence", loss, start, int(steps[-1]), None, impact, None, abrupt)
+            )
     loss_spikes = [s for s in evidence.spikes if s.metric == loss]
     for spike in evidence.spikes:
         if spike.metric == GRAD_NORM and not is_transient(run, spike):

@@ -227,6 +227,11 @@ def _largest_bump_note(findings: list[Finding]) -> str:
 def _describe_incident(incident: Incident | None) -> str:
     if incident is None:
         return ""
+    if incident.kind == "divergence" and incident.abrupt_nonfinite:
+        return (
+            f"{incident.metric} became NaN/Inf at step {incident.onset_step} with no climb "
+            "before it"
+        )
     if incident.kind == "divergence":
         return f"{incident.metric} diverged from step {incident.onset_step}"
     spike = incident.spike

@@ -282,6 +282,21 @@ def _divergence(
         + (f"; {nonfinite} non-finite" if nonfinite else "")
         + ")."
     )
+    # The rise starts at a non-finite point: the loss went from its level to NaN/Inf in one step
+    # with no climb before it. That is a non-finite value entering the step (the batch, a weight,
+    # an overflow in one op), not an instability building up: a blind set's loop with NaN
+    # written into one weight at 297 read "diverged" with "restart with a lower peak LR"
+    # (session 29).
+    abrupt = not np.isfinite(values[onset])
+    if abrupt:
+        before = values[:onset][np.isfinite(values[:onset])]
+        message = (
+            f"{loss} became non-finite at step {int(steps[onset])} in one step, from "
+            f"{fmt(float(before[-1])) if before.size else 'the start'} (its best level "
+            f"{fmt(best)}) with no climb before it, and stayed non-finite or above {ratio}× its "
+            f"best for the remaining {values.size - onset} logged points ({nonfinite} "
+            "non-finite)."
+        )
     min_fraction = DIVERGENCE_MIN_FRACTION if severe else ELEVATED_MIN_FRACTION
     # The eval loss held through the rise: the data changed, not the model (impact.py's rule).
     data_changed = eval_held_text(evidence.run, int(steps[onset]), None) if not nonfinite else ""
@@ -312,11 +327,18 @@ def _divergence(
             "max_after_onset": float(finite_tail.max()) if finite_tail.size else None,
             "final_value": final,
             "nonfinite_points": nonfinite,
+            "abrupt_nonfinite": abrupt,
         },
         suggestion=(
             "Check what the data loader served from the onset on (a new source, shard or mixture "
             "weight); if the change was intended, nothing to do."
             if data_changed
+            else f"Look for the non-finite value that entered step {int(steps[onset])}: NaN/Inf "
+            "in its batch, in the weights of the last checkpoint before it (tscope lists "
+            f"non-finite tensors), or the first module that produced it (`tscope replay --around "
+            f"{int(steps[onset])}`); then restart from that checkpoint, past the batch if it "
+            "holds the NaN."
+            if abrupt
             else "Restart from the last checkpoint before the onset with a lower peak learning "
             "rate, a longer warm-up or tighter clipping; the LR findings and the story show what "
             "moved first."
