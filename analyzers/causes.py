@@ -71,6 +71,7 @@ CHECKPOINT_CAUSES = (
 # The shapes each cause gives the loss (one_step: breaks within BAD_BATCH_MAX_RISE_POINTS and
 # recovers; ramp: rises over more points; level_shift: does not come back). Frozen parameters
 # have no shape: a block that stops training slows learning, it does not break the loss.
+LR_RAMP = "lr_ramp"
 SHAPES: dict[str, frozenset[str]] = {
     "bad_batch": frozenset({"one_step"}),
     "repeated_data": frozenset({"one_step", "ramp"}),
@@ -79,6 +80,10 @@ SHAPES: dict[str, frozenset[str]] = {
     # for a window), or for good (a persistent one).
     "lr_schedule_jump": frozenset({"one_step", "ramp", "level_shift"}),
     "lr_too_high": frozenset({"ramp", "level_shift"}),
+    # The loss climbs while the LR climbs, and stays up while it stays raised. Without a shape it
+    # lost to lr_too_high at the blow-up it caused (a blind set's ExponentialLR ×1.022 from step
+    # 100 read "LR too high" dated 319, session 29): at equal score the ramp acts first.
+    LR_RAMP: frozenset({"ramp", "level_shift"}),
     "warmup_too_short": frozenset({"ramp", "one_step"}),
     "resume_discontinuity": frozenset({"level_shift", "one_step"}),
     "checkpoint_incomplete": frozenset({"level_shift", "one_step"}),
@@ -97,7 +102,6 @@ LEVEL_CAUSES = frozenset({"lr_too_high"})
 # A resume seen from checkpoints is the same event as the resume seen in the logs: the category
 # the verdict names for a checkpoint_incomplete the run resumed from.
 RESUME = "resume_discontinuity"
-LR_RAMP = "lr_ramp"
 # Categories that describe one event from different evidence (the logs' resume, the optimizer's
 # restarted step counter): within SAME_EVENT_STEPS of each other they corroborate, not compete.
 SAME_EVENT = (frozenset({RESUME, "optimizer_state_reset"}),)

@@ -58,10 +58,13 @@ def test_nan_out_of_a_healthy_loss_is_headlined_as_such(tmp_path: Path) -> None:
 
 
 def test_a_climb_into_nan_still_reads_as_a_divergence(tmp_path: Path) -> None:
-    """The LR grows ×1.5 a step from step 40: the loss climbs for a few steps, then NaN."""
+    """The LR grows ×1.5 a step from step 40: the loss climbs for a few steps, then NaN. The
+    cause is the ramp, which acts first, not "an LR too high" at the blow-up it led to (a blind
+    set's ExponentialLR ×1.022 from step 100 read "LR too high" dated 319, session 29)."""
     case, _ = analyze_run(str(_train(tmp_path / "run", lr_growth=1.5)))
     card = case.summary.card
     assert card is not None
     assert "no climb before it" not in card.what
+    assert card.cause.category == "lr_ramp"
     divergence = [f for f in case.findings if f.category == "loss_divergence"]
     assert divergence and divergence[0].evidence["abrupt_nonfinite"] is False

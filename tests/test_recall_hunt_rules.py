@@ -39,6 +39,8 @@ def test_a_two_step_warm_up_to_a_far_too_high_lr_is_no_warm_up() -> None:
         (finding,) = WarmupStallExplainer().run(Evidence(run))
         assert finding.category == "warmup_too_short"
         assert "no real warm-up" in finding.message and "by step 3" in finding.message
+        # Dated where the cause acts (the peak LR), the stall named in the message.
+        assert finding.step == 3 < finding.evidence["stall_step"]
 
 
 def test_a_warm_up_of_ten_steps_keeps_the_rule_out() -> None:

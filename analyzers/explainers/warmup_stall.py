@@ -146,7 +146,11 @@ class WarmupStallExplainer:
                 category="warmup_too_short",
                 severity="warning",
                 confidence=0.6,
-                step=stall_step,
+                # Dated where the cause acts, at the peak LR (the first step without a
+                # warm-up); the stall is its outcome, named in the message. Dated at the stall
+                # (29), a blind set's Trainer run with a 2-step warm-up to 4e-2 (session 29) read
+                # as if the warm-up had gone wrong a whole early phase after it ended.
+                step=int(lr_steps[at_peak]),
                 layer=None,
                 message=(
                     (
