@@ -28,7 +28,7 @@ from tscope.ingest.readers.protobuf_wire import (
     LENGTH_DELIMITED,
     VARINT,
     WireFormatError,
-    field_spans,
+    iter_spans,
     signed64,
 )
 from tscope.ingest.readers.tfrecord import byte_offset_view
@@ -200,15 +200,35 @@ def _decode_varint_words(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------------------------------
 # General decoder.
+#
+# Each message is walked one field at a time (iter_spans) and only what the reader uses is kept.
+# Its fields are counted against a bound from what writers put in it; past it the record is
+# refused (TooManyFields: listed in `partial`), which also bounds the time a crafted record of
+# 2-byte fields takes (red team, session 29: 10 MB of empty values took 1.5 GB and 13 s).
+
+# Event, Summary.Value, SummaryMetadata, PluginData and the hparams map entries declare at most
+# ten fields, of which writers set two to four (none of them repeated).
+MAX_MESSAGE_FIELDS = 64
+# Values in one Summary: torch's SummaryWriter and TF2's tf.summary write one per event; TF1's
+# merge_all merges every summary op of the graph into one Summary a step, hundreds to a few
+# thousand values for the largest models.
+MAX_SUMMARY_VALUES = 100_000
+# Fields of a TensorProto or of an hparams map: numeric repeated fields are packed (one field) by
+# every serializer, string_val is a field a string (tf.summary.text of a table: one a cell, shown
+# as one HTML table), the map an entry a hyperparameter.
+MAX_LIST_FIELDS = 100_000
+# Numbers kept from a tensor's float_val/double_val: the reader only asks whether the tensor is
+# one number, and two tell (a 4 MB tensor was a list of a million Python floats, 8x its bytes).
+_KEPT_NUMBERS = 2
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorValue:
     dtype: int = 0
-    float_val: list[float] = field(default_factory=list)
-    double_val: list[float] = field(default_factory=list)
+    float_val: list[float] = field(default_factory=list)  # at most _KEPT_NUMBERS
+    double_val: list[float] = field(default_factory=list)  # at most _KEPT_NUMBERS
     content: bytes = b""
-    string_val: list[bytes] = field(default_factory=list)
+    string_val: list[bytes] = field(default_factory=list)  # the first only (add_text_config)
 
     def scalar(self) -> float | None:
         """The single float/double the tensor holds, or None if it is not one number."""
@@ -225,7 +245,7 @@ class TensorValue:
         return None
 
 
-@dataclass
+@dataclass(slots=True)
 class SummaryValue:
     tag: str = ""
     simple_value: float | None = None
@@ -233,32 +253,47 @@ class SummaryValue:
     plugin_name: str | None = None
     plugin_content: bytes = b""
 
+    def holds_data(self) -> bool:
+        """Whether the reader can use the value (a tag alone, or an image, it cannot)."""
+        has_number = self.simple_value is not None or self.tensor is not None
+        return has_number or self.plugin_name is not None
 
-@dataclass
+
+@dataclass(slots=True)
 class Event:
     wall_time: float | None = None
     step: int = 0
+    # Only values that hold data (SummaryValue.holds_data): empty ones are skipped.
     values: list[SummaryValue] = field(default_factory=list)
 
 
 def decode_event(buffer: bytes, start: int, end: int) -> Event:
-    """Decode one Event; raises WireFormatError on malformed bytes."""
+    """Decode one Event; raises WireFormatError on malformed bytes or absurd field counts."""
     event = Event()
-    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+    for number, wire_type, value, value_end in iter_spans(
+        buffer, start, end, MAX_MESSAGE_FIELDS, "an Event"
+    ):
         if number == 1 and wire_type == FIXED64:
             event.wall_time = float(_unpack_double(buffer, value)[0])
         elif number == 2 and wire_type == VARINT:
             event.step = signed64(value)
         elif number == 5 and wire_type == LENGTH_DELIMITED:
-            for inner, inner_type, inner_start, inner_end in field_spans(buffer, value, value_end):
-                if inner == 1 and inner_type == LENGTH_DELIMITED:
-                    event.values.append(_decode_value(buffer, inner_start, inner_end))
+            for inner, inner_type, inner_start, inner_end in iter_spans(
+                buffer, value, value_end, MAX_SUMMARY_VALUES, "a Summary"
+            ):
+                # An empty value is two bytes on disk and would be an object of ~200.
+                if inner == 1 and inner_type == LENGTH_DELIMITED and inner_end > inner_start:
+                    summary_value = _decode_value(buffer, inner_start, inner_end)
+                    if summary_value.holds_data():
+                        event.values.append(summary_value)
     return event
 
 
 def _decode_value(buffer: bytes, start: int, end: int) -> SummaryValue:
     summary_value = SummaryValue()
-    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+    for number, wire_type, value, value_end in iter_spans(
+        buffer, start, end, MAX_MESSAGE_FIELDS, "a Summary.Value"
+    ):
         if number == 1 and wire_type == LENGTH_DELIMITED:
             summary_value.tag = buffer[value:value_end].decode("utf-8", errors="replace")
         elif number == 2 and wire_type == FIXED32:
@@ -266,14 +301,18 @@ def _decode_value(buffer: bytes, start: int, end: int) -> SummaryValue:
         elif number == 8 and wire_type == LENGTH_DELIMITED:
             summary_value.tensor = _decode_tensor(buffer, value, value_end)
         elif number == 9 and wire_type == LENGTH_DELIMITED:
-            for inner, inner_type, inner_start, inner_end in field_spans(buffer, value, value_end):
+            for inner, inner_type, inner_start, inner_end in iter_spans(
+                buffer, value, value_end, MAX_MESSAGE_FIELDS, "a SummaryMetadata"
+            ):
                 if inner == 1 and inner_type == LENGTH_DELIMITED:
                     _decode_plugin_data(buffer, inner_start, inner_end, summary_value)
     return summary_value
 
 
 def _decode_plugin_data(buffer: bytes, start: int, end: int, into: SummaryValue) -> None:
-    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+    for number, wire_type, value, value_end in iter_spans(
+        buffer, start, end, MAX_MESSAGE_FIELDS, "a PluginData"
+    ):
         if number == 1 and wire_type == LENGTH_DELIMITED:
             into.plugin_name = buffer[value:value_end].decode("utf-8", errors="replace")
         elif number == 2 and wire_type == LENGTH_DELIMITED:
@@ -282,33 +321,39 @@ def _decode_plugin_data(buffer: bytes, start: int, end: int, into: SummaryValue)
 
 def _decode_tensor(buffer: bytes, start: int, end: int) -> TensorValue:
     tensor = TensorValue()
-    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+    for number, wire_type, value, value_end in iter_spans(
+        buffer, start, end, MAX_LIST_FIELDS, "a TensorProto"
+    ):
         if number == 1 and wire_type == VARINT:
             tensor.dtype = value
         elif number == 4 and wire_type == LENGTH_DELIMITED:
             tensor.content = buffer[value:value_end]
         elif number == 5:
-            tensor.float_val.extend(_repeated(buffer, wire_type, value, value_end, "f", FIXED32))
+            _add_numbers(tensor.float_val, buffer, wire_type, value, value_end, "f")
         elif number == 6:
-            tensor.double_val.extend(_repeated(buffer, wire_type, value, value_end, "d", FIXED64))
-        elif number == 8 and wire_type == LENGTH_DELIMITED:
+            _add_numbers(tensor.double_val, buffer, wire_type, value, value_end, "d")
+        elif number == 8 and wire_type == LENGTH_DELIMITED and not tensor.string_val:
             tensor.string_val.append(buffer[value:value_end])
     return tensor
 
 
-def _repeated(
-    buffer: bytes, wire_type: int, value: int, value_end: int, code: str, single_type: int
-) -> list[float]:
-    """A repeated float/double field: packed (one length-delimited run) or one element."""
+def _add_numbers(
+    into: list[float], buffer: bytes, wire_type: int, value: int, value_end: int, code: str
+) -> None:
+    """Up to _KEPT_NUMBERS numbers of a float ("f") or double ("d") field, packed or not."""
     width = struct.calcsize(code)
+    single_type = FIXED32 if code == "f" else FIXED64
+    room = _KEPT_NUMBERS - len(into)
     if wire_type == LENGTH_DELIMITED:
         if (value_end - value) % width:
             raise WireFormatError("packed field length is not a multiple of its element size")
-        count = (value_end - value) // width
-        return [float(x) for x in struct.unpack_from(f"<{count}{code}", buffer, value)]
-    if wire_type == single_type:
-        return [float(struct.unpack_from(f"<{code}", buffer, value)[0])]
-    raise WireFormatError("unexpected wire type for a float field")
+        count = min((value_end - value) // width, max(room, 0))
+        into.extend(float(x) for x in struct.unpack_from(f"<{count}{code}", buffer, value))
+    elif wire_type == single_type:
+        if room > 0:
+            into.append(float(struct.unpack_from(f"<{code}", buffer, value)[0]))
+    else:
+        raise WireFormatError("unexpected wire type for a float field")
 
 
 def decode_hparams(content: bytes) -> dict[str, object]:
@@ -317,16 +362,20 @@ def decode_hparams(content: bytes) -> dict[str, object]:
     Each map entry is {key=1 string, value=2 google.protobuf.Value{number=2, string=3, bool=4}}.
     """
     hparams: dict[str, object] = {}
-    for number, wire_type, value, value_end in field_spans(content, 0, len(content)):
+    for number, wire_type, value, value_end in iter_spans(
+        content, 0, len(content), MAX_MESSAGE_FIELDS, "an HParamsPluginData"
+    ):
         if number != 3 or wire_type != LENGTH_DELIMITED:
             continue
-        for entry, entry_type, entry_start, entry_end in field_spans(content, value, value_end):
+        for entry, entry_type, entry_start, entry_end in iter_spans(
+            content, value, value_end, MAX_LIST_FIELDS, "a SessionStartInfo"
+        ):
             if entry != 1 or entry_type != LENGTH_DELIMITED:
                 continue
             key: str | None = None
             setting: object = None
-            for part, part_type, part_start, part_end in field_spans(
-                content, entry_start, entry_end
+            for part, part_type, part_start, part_end in iter_spans(
+                content, entry_start, entry_end, MAX_MESSAGE_FIELDS, "an hparams entry"
             ):
                 if part == 1 and part_type == LENGTH_DELIMITED:
                     key = content[part_start:part_end].decode("utf-8", errors="replace")
@@ -339,7 +388,9 @@ def decode_hparams(content: bytes) -> dict[str, object]:
 
 def _decode_struct_value(buffer: bytes, start: int, end: int) -> object:
     setting: object = None
-    for number, wire_type, value, value_end in field_spans(buffer, start, end):
+    for number, wire_type, value, value_end in iter_spans(
+        buffer, start, end, MAX_MESSAGE_FIELDS, "a google.protobuf.Value"
+    ):
         if number == 2 and wire_type == FIXED64:
             setting = float(_unpack_double(buffer, value)[0])
         elif number == 3 and wire_type == LENGTH_DELIMITED:

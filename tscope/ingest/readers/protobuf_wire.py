@@ -4,14 +4,23 @@ TensorBoard `Event`s (event_proto.py) and W&B `Record`s (wandb_records.py) are b
 messages read from a stranger's file, so both go through these two loops and fail the same way:
 a `WireFormatError` that says what was wrong, never an IndexError or a hang.
 
-- `field_spans(buffer, start, end)`: (number, wire type, value, value end) with byte offsets, for
-  nested messages decoded in place (no copy of a sub-message).
+- `iter_spans(buffer, start, end)` / `field_spans`: (number, wire type, value, value end) with
+  byte offsets, for nested messages decoded in place (no copy of a sub-message); the iterator
+  holds one field at a time.
 - `field_values(buffer)`: (number, wire type, value) with the bytes of each length-delimited or
   fixed field cut out, one-byte tags and lengths decoded inline (a W&B run has millions of fields
   and a call per varint doubled its reading time).
+
+Every walk counts the fields of the message and stops with `TooManyFields` past `max_fields`:
+a field can be 2 bytes on disk and ~100 bytes as Python objects, so a crafted message of
+millions of empty fields cost 40-150x its size (red team, session 29). Each caller bounds its
+messages by what real producers write in them; `field_values` also skips, without cutting them
+out, the fields a caller does not read (`wanted`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 # Wire types (https://protobuf.dev/programming-guides/encoding/); groups (3, 4) are not used by
 # any message tscope reads and are refused.
@@ -19,8 +28,23 @@ VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
 _MAX_VARINT_SHIFT = 63  # ten 7-bit groups: the longest varint (a 64-bit value)
 
 
+# The bound of a caller that names none: ~100 MB of listed fields at most. tscope's readers name
+# their own, from what the producers of each message write.
+DEFAULT_MAX_FIELDS = 1_000_000
+
+
 class WireFormatError(ValueError):
     """The bytes are not a well-formed protobuf message; the message says what was wrong."""
+
+
+class TooManyFields(WireFormatError):
+    """A message holds more fields than any producer writes in it: crafted or damaged."""
+
+    def __init__(self, what: str, max_fields: int) -> None:
+        super().__init__(
+            f"{what} of more than {max_fields:,} fields (no writer puts that many in one; "
+            "the record is crafted or damaged)"
+        )
 
 
 def varint(buffer: bytes, position: int, end: int) -> tuple[int, int]:
@@ -40,21 +64,43 @@ def varint(buffer: bytes, position: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def field_spans(buffer: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
+def field_spans(
+    buffer: bytes,
+    start: int,
+    end: int,
+    max_fields: int = DEFAULT_MAX_FIELDS,
+    what: str = "a message",
+) -> list[tuple[int, int, int, int]]:
+    """(field number, wire type, value, value end) of each field in buffer[start:end], as a list
+    (`iter_spans` holds one at a time)."""
+    return list(iter_spans(buffer, start, end, max_fields, what))
+
+
+def iter_spans(
+    buffer: bytes,
+    start: int,
+    end: int,
+    max_fields: int = DEFAULT_MAX_FIELDS,
+    what: str = "a message",
+) -> Iterator[tuple[int, int, int, int]]:
     """(field number, wire type, value, value end) of each field in buffer[start:end].
 
     `value` is the decoded integer for varints, else the byte offset where the value starts.
+    Raises TooManyFields (naming the message as `what`) at field `max_fields` + 1.
     """
-    fields = []
     position = start
+    left = max_fields
     while position < end:
+        left -= 1
+        if left < 0:
+            raise TooManyFields(what, max_fields)
         key, position = varint(buffer, position, end)
         number, wire_type = key >> 3, key & 7
         if number == 0:
             raise WireFormatError(f"field number 0 at byte {position}")
         if wire_type == VARINT:
             value, position = varint(buffer, position, end)
-            fields.append((number, wire_type, value, position))
+            yield number, wire_type, value, position
             continue
         if wire_type == FIXED64:
             value_end = position + 8
@@ -67,17 +113,26 @@ def field_spans(buffer: bytes, start: int, end: int) -> list[tuple[int, int, int
             raise WireFormatError(f"unsupported wire type {wire_type} in field {number}")
         if value_end > end:
             raise WireFormatError(f"field {number} runs past the end of its message")
-        fields.append((number, wire_type, position, value_end))
+        yield number, wire_type, position, value_end
         position = value_end
-    return fields
 
 
-def field_values(buffer: bytes) -> list[tuple[int, int, int | bytes]]:
+def field_values(
+    buffer: bytes,
+    max_fields: int = DEFAULT_MAX_FIELDS,
+    what: str = "a message",
+    wanted: frozenset[int] | None = None,
+) -> list[tuple[int, int, int | bytes]]:
     """(field number, wire type, value) of each field of a whole message: ints for varints,
-    the field's bytes for everything else."""
+    the field's bytes for everything else. Only fields numbered in `wanted` are listed (all when
+    None); every field counts towards `max_fields` (TooManyFields past it, naming `what`)."""
     fields: list[tuple[int, int, int | bytes]] = []
     position, end = 0, len(buffer)
+    left = max_fields
     while position < end:
+        left -= 1
+        if left < 0:
+            raise TooManyFields(what, max_fields)
         tag = buffer[position]
         if tag < 0x80:
             position += 1
@@ -97,7 +152,10 @@ def field_values(buffer: bytes) -> list[tuple[int, int, int | bytes]]:
                 position += 1
             else:
                 length, position = varint(buffer, position, end)
-            value = buffer[position : position + length]
+            if wanted is None or tag >> 3 in wanted:
+                value = buffer[position : position + length]
+            else:
+                value = b""  # a field the caller does not read is stepped over, not copied
             position += length
         elif wire == VARINT:
             if position < end and buffer[position] < 0x80:
@@ -115,7 +173,8 @@ def field_values(buffer: bytes) -> list[tuple[int, int, int | bytes]]:
             raise WireFormatError("field number 0")
         if position > end:
             raise WireFormatError(f"field {tag >> 3} runs past the end of its message")
-        fields.append((tag >> 3, wire, value))
+        if wanted is None or tag >> 3 in wanted:
+            fields.append((tag >> 3, wire, value))
     return fields
 
 

@@ -20,6 +20,7 @@ from tscope.ingest import safe_json
 from tscope.ingest.readers.protobuf_wire import (
     FIXED64,
     LENGTH_DELIMITED,
+    TooManyFields,
     WireFormatError,
     field_values,
     signed64,
@@ -63,6 +64,33 @@ MAX_HISTORY_POINTS = MAX_POINTS_PER_FILE
 # 7-byte item), so one 100 MB record would cost 1.5 GB on its own. A row of MAX_HISTORY_KEYS keys
 # of 30-character names is ~5 MB; a larger record is skipped and counted.
 MAX_HISTORY_RECORD_BYTES = 16 * 1024 * 1024
+# Largest summary, config, run or exit record decoded; a larger one is refused as crafted. The
+# wandb client's file stream drops a history or summary line over 10 MiB - 100 KiB (util.py
+# MAX_LINE_BYTES, "imposed by back end") and its docs ask for under 1 MB a value.
+MAX_RECORD_BYTES = MAX_HISTORY_RECORD_BYTES
+# Fields counted in each message while it is listed, past which the record is refused: a field
+# can be 2 bytes of file and ~70 bytes as a listed tuple, and a crafted 60 MB record of them took
+# 2.4 GB (red team, session 29). A Record holds num, one record (a oneof), control, uuid and _info;
+# step, timestamp and exit messages two or three fields; an item its key, value and _info, with
+# at most MAX_KEY_PATH_PARTS nested key parts read (W&B itself nests config keys 4 deep).
+MAX_MESSAGE_FIELDS = 64
+# Items of one history row, or updates and removals of one config or summary record: a row holds
+# one item a key (W&B's docs advise under 10,000 distinct metrics a project; tscope reads
+# MAX_HISTORY_KEYS), a summary one a history key, a config one a setting.
+MAX_ITEMS_PER_RECORD = MAX_HISTORY_KEYS
+# A RunRecord declares ~30 fields; only `tags` repeats (a few tags a run).
+MAX_RUN_FIELDS = 10_000
+# The Record fields read; the others (console output, stats, files, artifacts...) are stepped
+# over without being copied.
+_READ_RECORDS = frozenset({RECORD_HISTORY, RECORD_SUMMARY, RECORD_CONFIG, RECORD_RUN, RECORD_EXIT})
+_ROW_FIELDS = frozenset({HISTORY_ITEM, HISTORY_STEP})  # a row's _info is stepped over
+_UPDATE_FIELDS = frozenset({UPDATE, REMOVE})
+_RECORD_NAMES = {
+    RECORD_SUMMARY: "summary",
+    RECORD_CONFIG: "config",
+    RECORD_RUN: "run",
+    RECORD_EXIT: "exit",
+}
 
 
 def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | None, bytes]:
@@ -70,7 +98,7 @@ def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | N
     raw_keys: list[bytes] = []
     number: float | None = None
     raw_json = b""
-    for number_field, wire, value in field_values(buffer):
+    for number_field, wire, value in field_values(buffer, MAX_MESSAGE_FIELDS, "an item"):
         if number_field in (ITEM_KEY, ITEM_NESTED_KEY) and isinstance(value, bytes):
             # Parts past the bound are not kept: the path is too deep to be read either way,
             # and a history key of millions of parts cost ~40 bytes of memory per file byte
@@ -122,9 +150,17 @@ class RunLog:
     exit_code: int | None = None
 
     def add_record(self, payload: bytes) -> None:
-        for number, wire, value in field_values(payload):
+        """Add one Record; raises WireFormatError on malformed, over-long or oversized ones."""
+        records = field_values(payload, MAX_MESSAGE_FIELDS, "a Record", _READ_RECORDS)
+        for number, wire, value in records:
             if wire != LENGTH_DELIMITED or not isinstance(value, bytes):
                 continue
+            if number != RECORD_HISTORY and len(value) > MAX_RECORD_BYTES:
+                raise WireFormatError(
+                    f"a {_RECORD_NAMES[number]} record of {len(value):,} bytes, "
+                    f"over the {MAX_RECORD_BYTES:,} bytes tscope reads (wandb sends no line "
+                    "over 10 MB): crafted or damaged"
+                )
             if number == RECORD_HISTORY:
                 self._add_history(value)
             elif number == RECORD_SUMMARY:
@@ -135,7 +171,9 @@ class RunLog:
                 self._add_run(value)
             elif number == RECORD_EXIT:
                 self.exit_code = 0
-                for exit_field, _, exit_value in field_values(value):
+                for exit_field, _, exit_value in field_values(
+                    value, MAX_MESSAGE_FIELDS, "an exit record"
+                ):
                     if exit_field == EXIT_CODE and isinstance(exit_value, int):
                         self.exit_code = signed64(exit_value)
 
@@ -155,7 +193,10 @@ class RunLog:
         step: int | None = None
         items: list[tuple[str, float]] = []
         room = MAX_HISTORY_POINTS - self.kept_points
-        for number, _, value in field_values(buffer):
+        limit = MAX_ITEMS_PER_RECORD + MAX_MESSAGE_FIELDS
+        for number, _, value in field_values(buffer, limit, "a history row", _ROW_FIELDS):
+            if number == HISTORY_ITEM and not value:
+                continue  # an empty item (2 bytes of file) has no key: nothing to read
             if number == HISTORY_ITEM and isinstance(value, bytes) and len(items) >= room:
                 self.reached_point_cap = True  # this row's step is still read: it comes last
             elif number == HISTORY_ITEM and isinstance(value, bytes):
@@ -173,18 +214,19 @@ class RunLog:
                 items.append((key, numeric))
             elif number == HISTORY_STEP and isinstance(value, bytes):
                 step = 0  # proto3: an empty step message is step 0
-                for step_field, _, step_value in field_values(value):
+                for step_field, _, step_value in field_values(value, MAX_MESSAGE_FIELDS, "a step"):
                     if step_field == STEP_NUM and isinstance(step_value, int):
                         step = signed64(step_value)
         return step, items
 
     def _add_run(self, buffer: bytes) -> None:
         resumed, starting_step = False, 0
-        for number, _, value in field_values(buffer):
+        for number, _, value in field_values(buffer, MAX_RUN_FIELDS, "a run record"):
             if number == RUN_CONFIG and isinstance(value, bytes):
                 self.config_records.append(value)
             elif number == RUN_START_TIME and isinstance(value, bytes):
-                stamp = {n: v for n, _, v in field_values(value) if isinstance(v, int)}
+                fields = field_values(value, MAX_MESSAGE_FIELDS, "a timestamp")
+                stamp = {n: v for n, _, v in fields if isinstance(v, int)}
                 seconds = stamp.get(TIMESTAMP_SECONDS, 0) + stamp.get(TIMESTAMP_NANOS, 0) / 1e9
                 self.started_at = float(seconds)
             elif number == RUN_RESUMED and isinstance(value, int):
@@ -210,10 +252,16 @@ def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str
     malformed = 0
     for record in reversed(records):
         try:
-            fields = field_values(record)
+            limit = MAX_ITEMS_PER_RECORD + MAX_MESSAGE_FIELDS
+            fields = field_values(record, limit, "a config or summary record", _UPDATE_FIELDS)
             for number, _, value in reversed(fields):
-                if number in (UPDATE, REMOVE) and isinstance(value, bytes):
-                    path, _, _, raw_json = _item(value, key_names)
+                # An empty item has no key: skipped before it is decoded.
+                if number in (UPDATE, REMOVE) and isinstance(value, bytes) and value:
+                    try:
+                        path, _, _, raw_json = _item(value, key_names)
+                    except TooManyFields:
+                        malformed += 1  # not a setting: a key of more parts than any config
+                        continue
                     if len(path) > MAX_KEY_PATH_PARTS:
                         malformed += 1  # not a setting: a crafted path nests past any config
                         continue
