@@ -30,15 +30,17 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from tscope.ingest.checkpoints.stats.tensor import rescaled, scale_exponent, scale_factors
 from tscope.numba_loader import load_numba
 
 Kernel = TypeVar("Kernel", bound=Callable[..., Any])
 _numba: Any = load_numba()  # None without the optional `fast` extra
 HAVE_NUMBA = _numba is not None
 
-# Fields of float_chunk's summary vector (float64).
-COUNT, NONFINITE, ZEROS, LOW, HIGH, MEAN, M2, M3, M4 = range(9)
-SUMMARY_FIELDS = 9
+# Fields of float_chunk's summary vector (float64). MEAN and M2-M4 are those of x · 2**-SCALE,
+# SCALE 0 but for float64 chunks of extreme magnitude (tensor.scale_exponent says why).
+COUNT, NONFINITE, ZEROS, LOW, HIGH, MEAN, M2, M3, M4, SCALE = range(10)
+SUMMARY_FIELDS = 10
 MAGNITUDE_PATTERNS = 1 << 15  # |x|'s upper 16 bits for float32: 0 … 32767
 
 
@@ -130,41 +132,46 @@ def _central_sums_py(values: Any, mean: float) -> tuple[float, float, float]:
     return m2, m3, m4
 
 
-def _finite_summary_py(values: Any) -> tuple[int, float, float, float, int, float, float, float]:
-    """(count, mean, low, high, zeros, M2, M3, M4) over the finite values only: a check per
-    value, in order (the rare chunk holding NaN/Inf)."""
-    count = 0
-    zeros = 0
-    total = 0.0
-    low = math.inf
-    high = -math.inf
+def _finite_summary_py(
+    values: Any,
+) -> tuple[int, float, float, float, int, float, float, float, int]:
+    """(count, mean, low, high, zeros, M2, M3, M4, scale exponent) over the finite values only:
+    a check per value, in order (the rare chunk holding NaN/Inf, or extreme float64 values)."""
+    count = zeros = 0
+    low, high = math.inf, -math.inf
     for index in range(values.shape[0]):
         wide = np.float64(values[index])
         if math.isfinite(wide):
             count += 1
-            total += wide
             low = min(low, wide)
             high = max(high, wide)
             zeros += wide == 0.0
-    mean = total / count if count else 0.0
-    m2 = 0.0
-    m3 = 0.0
-    m4 = 0.0
+    exponent = _scale_exponent(low, high) if count else 0
+    first, second = _factors(exponent)
+    total = 0.0
     for index in range(values.shape[0]):
-        centered = np.float64(values[index]) - mean
+        wide = np.float64(values[index])
+        if math.isfinite(wide):
+            total += wide * first * second
+    mean = total / count if count else 0.0
+    m2 = m3 = m4 = 0.0
+    for index in range(values.shape[0]):
+        centered = np.float64(values[index]) * first * second - mean
         if math.isfinite(centered):
             squared = centered * centered
             m2 += squared
             m3 += squared * centered
             m4 += squared * squared
-    return count, mean, low, high, zeros, m2, m3, m4
+    return count, mean, low, high, zeros, m2, m3, m4, exponent
 
 
 def _merge_summary_py(
     summary: Any, count: int, nonfinite: int, zeros: int, low: float, high: float,
-    mean: float, m2: float, m3: float, m4: float,
+    mean: float, m2: float, m3: float, m4: float, exponent: int,
 ) -> None:  # fmt: skip
-    """summary (9,) ← summary merged with one chunk's (Pébay 2008, eqs. 2.1-2.3; as _Moments)."""
+    """summary (10,) ← summary merged with one chunk's (Pébay 2008, eqs. 2.1-2.3; as _Moments),
+    both first brought to the larger scale exponent (exact powers of two; what falls below
+    float64 there is negligible next to the larger side's values)."""
     summary[NONFINITE] += nonfinite
     summary[ZEROS] += zeros
     if count == 0:
@@ -173,7 +180,15 @@ def _merge_summary_py(
     if na == 0:
         summary[COUNT], summary[LOW], summary[HIGH] = count, low, high
         summary[MEAN], summary[M2], summary[M3], summary[M4] = mean, m2, m3, m4
+        summary[SCALE] = exponent
         return
+    held = int(summary[SCALE])
+    if exponent < held:  # rare: only where a float64 chunk was scaled
+        mean, m2, m3, m4 = _rescaled(mean, m2, m3, m4, exponent - held)
+    elif exponent > held:
+        a = _rescaled(summary[MEAN], summary[M2], summary[M3], summary[M4], held - exponent)
+        summary[MEAN], summary[M2], summary[M3], summary[M4] = a
+        summary[SCALE] = exponent
     nb = np.float64(count)
     n = na + nb
     delta = mean - summary[MEAN]
@@ -202,7 +217,9 @@ def _float_chunk_py(values: Any, bits32: Any, magnitudes: Any, summary: Any) -> 
     A finite Σx means every value is finite (NaN and ±Inf make any sum non-finite), so the common
     chunk takes separate branch-free loops that the compiler vectorizes (reassociated sums, see
     the module docstring); a chunk with NaN/Inf (or a float64 chunk whose sum overflows) takes
-    the checked loop. Both are two passes (mean, then central sums) over a chunk in cache.
+    the checked loop. Both are two passes (mean, then central sums) over a chunk in cache. A
+    float64 chunk whose largest |x| is outside 2**±ORDINARY_EXPONENT also takes the checked
+    loop, which sums x · 2**-e (see SCALE); the test is one compare per chunk.
     """
     size = values.shape[0]
     if size == 0:
@@ -215,12 +232,13 @@ def _float_chunk_py(values: Any, bits32: Any, magnitudes: Any, summary: Any) -> 
     if math.isfinite(total):
         if not ranged:
             low, high = _min_max(values)
-        mean = total / size
-        m2, m3, m4 = _central_sums(values, mean)
-        _merge_summary(summary, size, 0, zeros, low, high, mean, m2, m3, m4)
-        return
-    count, mean, low, high, zeros, m2, m3, m4 = _finite_summary(values)
-    _merge_summary(summary, count, size - count, zeros, low, high, mean, m2, m3, m4)
+        if ranged or _scale_exponent(low, high) == 0:
+            mean = total / size
+            m2, m3, m4 = _central_sums(values, mean)
+            _merge_summary(summary, size, 0, zeros, low, high, mean, m2, m3, m4, 0)
+            return
+    count, mean, low, high, zeros, m2, m3, m4, exponent = _finite_summary(values)
+    _merge_summary(summary, count, size - count, zeros, low, high, mean, m2, m3, m4, exponent)
 
 
 def _segments_py(values: Any, bounds: Any, edges: Any, summaries: Any, histograms: Any) -> None:
@@ -271,30 +289,37 @@ def _float_chunk_np(values: Any, bits32: Any, magnitudes: Any, summary: Any) -> 
         return
     if bits32.shape[0] == values.shape[0]:
         magnitudes += np.bincount((bits32 >> 16) & 0x7FFF, minlength=MAGNITUDE_PATTERNS)
-    wide = values.astype(np.float64)
+    wide = widened(values)
     finite_mask = np.isfinite(wide)
     finite = wide if finite_mask.all() else wide[finite_mask]
     count = finite.size
     if count == 0:
-        _merge_summary_py(summary, 0, wide.size, 0, math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0)
+        _merge_summary_py(summary, 0, wide.size, 0, math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0)
         return
+    low, high = float(finite.min()), float(finite.max())
+    exponent = scale_exponent(low, high)
+    zeros = int(np.count_nonzero(finite == 0))
+    if exponent:  # as _finite_summary_py
+        first, second = scale_factors(exponent)
+        finite = finite * first * second
     mean = float(finite.sum()) / count
     centered = finite - mean
     squared = centered * centered
     _merge_summary_py(
-        summary, count, wide.size - count, int(np.count_nonzero(finite == 0)),
-        float(finite.min()), float(finite.max()), mean, float(squared.sum()),
-        float(np.dot(squared, centered)), float(np.dot(squared, squared)),
+        summary, count, wide.size - count, zeros, low, high, mean, float(squared.sum()),
+        float(np.dot(squared, centered)), float(np.dot(squared, squared)), exponent,
     )  # fmt: skip
 
 
 def _delta_chunk_np(current: Any, previous: Any, sums: Any) -> None:
-    a = current.astype(np.float64)
-    b = previous.astype(np.float64)
-    sums[1] += np.dot(a, a)
-    sums[2] += np.dot(b, b)
-    a -= b
-    sums[0] += np.dot(a, a)
+    a, b = widened(current), widened(previous)
+    # NaN/Inf and overflowing squares make a sum non-finite, which delta_from_sums reports as
+    # unknown (NaN): the flags numpy would print as warnings say nothing more.
+    with np.errstate(invalid="ignore", over="ignore"):
+        sums[1] += np.dot(a, a)
+        sums[2] += np.dot(b, b)
+        a -= b
+        sums[0] += np.dot(a, a)
 
 
 def _widen_bf16_np(bits: Any, out: Any) -> None:
@@ -321,6 +346,9 @@ _bits_min_max = _compiled(_bits_min_max_py, _bits_min_max_py)
 _sum_and_zeros = _compiled(_sum_and_zeros_py, _sum_and_zeros_py, _LANES)
 _min_max = _compiled(_min_max_py, _min_max_py, _NO_NAN)
 _central_sums = _compiled(_central_sums_py, _central_sums_py, _LANES)
+_scale_exponent = _compiled(scale_exponent, scale_exponent)
+_factors = _compiled(scale_factors, scale_factors)
+_rescaled = _compiled(rescaled, rescaled)
 _finite_summary = _compiled(_finite_summary_py, _finite_summary_py)
 _merge_summary = _compiled(_merge_summary_py, _merge_summary_py)
 count_patterns = _compiled(_count_patterns_py, _count_patterns_np)
@@ -331,8 +359,15 @@ delta_chunk_kernel = _compiled(_delta_chunk_py, _delta_chunk_np, _LANES)
 widen_bf16_kernel = _compiled(_widen_bf16_py, _widen_bf16_np)
 
 
+def widened(values: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """values as float64, exactly. Widening a signaling NaN raises IEEE 754's invalid flag (numpy
+    would print a RuntimeWarning); it becomes a quiet NaN, which is only counted as non-finite."""
+    with np.errstate(invalid="ignore"):
+        return values.astype(np.float64)
+
+
 def empty_summary() -> npt.NDArray[np.float64]:
-    """A running summary (9,) of no values yet: float_chunk_kernel merges chunks into it."""
+    """A running summary (10,) of no values yet: float_chunk_kernel merges chunks into it."""
     summary = np.zeros(SUMMARY_FIELDS, dtype=np.float64)
     summary[LOW], summary[HIGH] = math.inf, -math.inf
     return summary

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -138,24 +138,29 @@ _NO_BITS = np.zeros(0, dtype=np.uint32)
 _NO_COUNTS = np.zeros(1, dtype=np.int64)
 
 
+def _float_values(data: npt.NDArray[np.uint8], code: str) -> npt.NDArray[Any]:
+    """Raw little-endian bytes as float32 (BF16, F16: exact widenings), F32 or F64 values."""
+    if code == "BF16":
+        return kernels.widen_bf16(data.view("<u2"))
+    if code == "F16":
+        with np.errstate(invalid="ignore"):  # a signaling NaN widens to a quiet one, no warning
+            return data.view("<f2").astype(np.float32)
+    return data.view("<f4" if code == "F32" else "<f8")
+
+
 def _reduce_into(data: npt.NDArray[np.uint8], code: str, partial: _Partial) -> None:
     """Merge one run of a tensor's raw little-endian bytes (whole elements) into its partial."""
     if partial.kind == "patterns":
         kernels.count_patterns(data.view("<u2"), partial.counts)
         return
-    if code == "BF16":
-        values = kernels.widen_bf16(data.view("<u2"))
-    elif code == "F16":
-        values = data.view("<f2").astype(np.float32)  # exact
-    else:
-        values = data.view("<f4" if code == "F32" else "<f8")
+    values = _float_values(data, code)
     assert partial.summary is not None
     if partial.kind == "magnitudes":
         kernels.float_chunk_kernel(values, values.view(np.uint32), partial.counts, partial.summary)
         return
     # fp64 (no bf16 shortcut) and small tensors: bin each |x| directly, 67 counts
     kernels.float_chunk_kernel(values, _NO_BITS, _NO_COUNTS, partial.summary)
-    bins = log_histogram_bin(np.abs(values.astype(np.float64)))
+    bins = log_histogram_bin(np.abs(kernels.widened(values)))
     partial.counts += np.bincount(bins[bins >= 0], minlength=LOG_HISTOGRAM_BINS)
 
 
@@ -173,12 +178,7 @@ def _batched(
     element = DTYPES[code][1]
     first = pieces[0].start
     run = data[first : pieces[-1].stop]
-    if code == "BF16":
-        values = kernels.widen_bf16(run.view("<u2"))
-    elif code == "F16":
-        values = run.view("<f2").astype(np.float32)
-    else:
-        values = run.view("<f4" if code == "F32" else "<f8")
+    values = _float_values(run, code)
     bounds = np.fromiter(
         (0, *((p.stop - first) // element for p in pieces)), dtype=np.int64, count=len(pieces) + 1
     )
@@ -213,8 +213,8 @@ class _Accumulator:
                 self.patterns += counts  # in place: no fresh 512 KB table per span
             return
         assert summary is not None
-        count, nonfinite, zeros, low, high, mean, m2, m3, m4 = summary.tolist()  # one conversion
-        self.moments.merge(_Moments(int(count), mean, m2, m3, m4, low, high))
+        count, nonfinite, zeros, low, high, mean, m2, m3, m4, scale = summary.tolist()  # one call
+        self.moments.merge(_Moments(int(count), mean, m2, m3, m4, low, high, int(scale)))
         self.nonfinite += int(nonfinite)
         self.zeros += int(zeros)
         if kind == "histogram":

@@ -87,9 +87,48 @@ class TensorStats:
     log_histogram: npt.NDArray[np.int64] = field(repr=False)  # (LOG_HISTOGRAM_BINS,) counts
 
 
+# Moments are summed in float64: Σx⁴ of 1e100 or Σx² of 1e200 overflow, and those of subnormals
+# underflow to 0. Where a part's largest |x| lies outside 2**±ORDINARY_EXPONENT (float64 data only:
+# every float32, subnormals included, lies inside; n·(2·max)**4 stays finite for n < 2**50 and
+# max**4 normal) it keeps the moments of x · 2**-e instead, e the binary exponent of its max |x|;
+# parts merge at the larger e. Powers of two: exact, and ordinary data (e = 0) is untouched.
+ORDINARY_EXPONENT = 200
+
+
+def scale_exponent(low: float, high: float) -> int:
+    """0 where the moments of finite values in [low, high] fit float64 unscaled, else e with
+    max|x| · 2**-e in [0.5, 1). Plain Python that numba also compiles (array_kernels)."""
+    largest = max(-low, high)
+    if largest == 0.0 or 2.0**-ORDINARY_EXPONENT <= largest <= 2.0**ORDINARY_EXPONENT:
+        return 0
+    return math.frexp(largest)[1]
+
+
+def scale_factors(exponent: int) -> tuple[float, float]:
+    """2**-exponent as two float64 factors: alone it may be none (2**1074 for subnormals)."""
+    half = -exponent // 2
+    return math.ldexp(1.0, half), math.ldexp(1.0, -exponent - half)
+
+
+def rescaled(
+    mean: float, m2: float, m3: float, m4: float, shift: int
+) -> tuple[float, float, float, float]:
+    """The mean and M2-M4 of x · 2**shift (shift <= 0) from those of x: exact, or below float64's
+    range, i.e. negligible next to the part that set the larger exponent."""
+    return (math.ldexp(mean, shift), math.ldexp(m2, 2 * shift), math.ldexp(m3, 3 * shift),
+            math.ldexp(m4, 4 * shift))  # fmt: skip
+
+
+def _unscaled(value: float, exponent: int) -> float:
+    """value · 2**exponent; inf past float64's range (math.ldexp would raise there)."""
+    first, second = scale_factors(-exponent)
+    return value * first * second
+
+
 @dataclass
 class _Moments:
-    """Count, mean and central moment sums M2..M4 of finite values; min/max; merged in order."""
+    """Count, mean and central moment sums M2..M4 of finite values · 2**-exponent (see
+    ORDINARY_EXPONENT); min/max (unscaled); merged in order."""
 
     count: int = 0
     mean: float = 0.0
@@ -98,6 +137,7 @@ class _Moments:
     m4: float = 0.0
     low: float = math.inf
     high: float = -math.inf
+    exponent: int = 0
 
     def merge(self, other: _Moments) -> None:
         """Pairwise update (Pébay 2008, eqs. 2.1-2.3): exact algebra, stable in float64."""
@@ -107,24 +147,26 @@ class _Moments:
         if na == 0:
             self.__dict__.update(other.__dict__)
             return
+        a_mean, a2, a3, a4 = self.mean, self.m2, self.m3, self.m4
+        b_mean, b2, b3, b4 = other.mean, other.m2, other.m3, other.m4
+        if other.exponent < self.exponent:  # only float64 parts of extreme magnitude
+            b_mean, b2, b3, b4 = rescaled(b_mean, b2, b3, b4, other.exponent - self.exponent)
+        elif other.exponent > self.exponent:
+            a_mean, a2, a3, a4 = rescaled(a_mean, a2, a3, a4, self.exponent - other.exponent)
+            self.exponent = other.exponent
         n = na + nb
-        delta = other.mean - self.mean
+        delta = b_mean - a_mean
         d_n = delta / n
-        m2 = self.m2 + other.m2 + delta * d_n * na * nb
-        m3 = (
-            self.m3
-            + other.m3
-            + delta * d_n * d_n * na * nb * (na - nb)
-            + 3.0 * d_n * (na * other.m2 - nb * self.m2)
-        )
+        m2 = a2 + b2 + delta * d_n * na * nb
+        m3 = a3 + b3 + delta * d_n * d_n * na * nb * (na - nb) + 3.0 * d_n * (na * b2 - nb * a2)
         m4 = (
-            self.m4
-            + other.m4
+            a4
+            + b4
             + delta * d_n**3 * na * nb * (na * na - na * nb + nb * nb)
-            + 6.0 * d_n * d_n * (na * na * other.m2 + nb * nb * self.m2)
-            + 4.0 * d_n * (na * other.m3 - nb * self.m3)
+            + 6.0 * d_n * d_n * (na * na * b2 + nb * nb * a2)
+            + 4.0 * d_n * (na * b3 - nb * a3)
         )
-        self.count, self.mean, self.m2, self.m3, self.m4 = n, self.mean + d_n * nb, m2, m3, m4
+        self.count, self.mean, self.m2, self.m3, self.m4 = n, a_mean + d_n * nb, m2, m3, m4
         self.low, self.high = min(self.low, other.low), max(self.high, other.high)
 
 
@@ -223,6 +265,10 @@ def _float_chunk(workspace: Workspace, chunk: torch.Tensor) -> _FloatPart:
     if finite.numel():
         centered = workspace.buffer("wide0", torch.float64, finite.numel())
         centered.copy_(finite)  # widened: (chunk,) float64
+        exponent = scale_exponent(low, high)
+        if exponent:  # float64 of extreme magnitude: moments of x · 2**-exponent
+            first, second = scale_factors(exponent)
+            centered.mul_(first).mul_(second)
         mean = float(centered.sum()) / finite.numel()
         centered.sub_(mean)
         squared = workspace.buffer("wide1", torch.float64, finite.numel())
@@ -235,6 +281,7 @@ def _float_chunk(workspace: Workspace, chunk: torch.Tensor) -> _FloatPart:
             m4=float(torch.dot(squared, squared)),
             low=low,
             high=high,
+            exponent=exponent,
         )
     if chunk.dtype == torch.float32:
         upper = workspace.buffer("ints", torch.int32, chunk.numel())
@@ -304,13 +351,17 @@ def _finish(
     sum_squares = moments.m2 + n * moments.mean * moments.mean  # Σx² without cancellation
     variance = moments.m2 / n
     kurtosis = n * moments.m4 / (moments.m2 * moments.m2) - 3.0 if moments.m2 > 0 else nan
+    shown = [math.sqrt(sum_squares), math.sqrt(sum_squares / n), moments.mean, math.sqrt(variance)]
+    if moments.exponent:  # moments of x · 2**-exponent (float64 of extreme magnitude)
+        shown = [_unscaled(value, moments.exponent) for value in shown]
+    l2_norm, rms, mean, std = shown
     return TensorStats(
         dtype=dtype,
         numel=numel,
-        l2_norm=math.sqrt(sum_squares),
-        rms=math.sqrt(sum_squares / n),
-        mean=moments.mean,
-        std=math.sqrt(variance),
+        l2_norm=l2_norm,
+        rms=rms,
+        mean=mean,
+        std=std,
         min=moments.low,
         max=moments.high,
         max_abs=max(abs(moments.low), abs(moments.high)),
