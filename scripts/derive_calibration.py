@@ -56,6 +56,7 @@ TUNING_SPLITS = (
     "holdout19",
     "holdout20",
     "holdout21",
+    "holdout22",
 )
 PSEUDO_COUNTS = 2
 
