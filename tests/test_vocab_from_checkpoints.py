@@ -24,6 +24,21 @@ VOCAB = 256
 STEPS = 600
 
 
+def _byte_opt() -> OPTForCausalLM:
+    """A one-layer OPT over bytes: its embedding's 256 rows are the vocabulary."""
+    torch.manual_seed(0)
+    config = OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        word_embed_proj_dim=16,
+        ffn_dim=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+    )
+    return OPTForCausalLM(config)
+
+
 def _run(folder: Path, with_checkpoints: bool) -> Path:
     folder.mkdir()
     rng = np.random.default_rng(0)
@@ -35,17 +50,7 @@ def _run(folder: Path, with_checkpoints: bool) -> Path:
             loss = 5.1 + 0.35 * math.exp(-step / 300) + 0.02 * rng.standard_normal()
             writer.writerow([step, f"{loss:.4f}", f"{lr:.3e}"])
     if with_checkpoints:
-        torch.manual_seed(0)
-        config = OPTConfig(
-            vocab_size=VOCAB,
-            hidden_size=16,
-            word_embed_proj_dim=16,
-            ffn_dim=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            max_position_embeddings=64,
-        )
-        model = OPTForCausalLM(config)
+        model = _byte_opt()
         for step in (300, STEPS):
             with torch.no_grad():
                 for parameter in model.parameters():
@@ -82,17 +87,7 @@ def _resumed_without_weights(folder: Path) -> Path:
             fresh = 2.0 + (math.log(VOCAB) - 2.0) * math.exp(-(step - 2000) / 300)
             loss = (trained if step <= 2000 else fresh) + 0.01 * rng.standard_normal()
             writer.writerow([step, f"{loss:.4f}", "3.000e-04"])
-    torch.manual_seed(0)
-    config = OPTConfig(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        word_embed_proj_dim=16,
-        ffn_dim=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        max_position_embeddings=64,
-    )
-    model = OPTForCausalLM(config)
+    model = _byte_opt()
     for step in (1500, 2000, 2500, 3000):
         with torch.no_grad():
             for parameter in model.parameters():
