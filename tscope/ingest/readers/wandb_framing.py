@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 
 FILE_HEADER = struct.Struct("<4sHB")  # magic, magic number, version
 FILE_MAGIC = b":W&B"
@@ -23,8 +24,18 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 def split_records(data: bytes) -> tuple[list[bytes], list[str]]:
     """The record payloads after the file header, and what was wrong with the framing."""
-    payloads: list[bytes] = []
     problems: list[str] = []
+    payloads = list(iter_payloads(data, problems))
+    return payloads, problems
+
+
+def iter_payloads(data: bytes, problems: list[str]) -> Iterator[bytes]:
+    """The record payloads after the file header, one at a time; what was wrong with the framing
+    is appended to `problems` once the last payload is out.
+
+    The reader decodes each payload as it comes: a list of them all held a bytes object per
+    record, ~60 bytes of memory for a 25-byte record (2.5 times a log of tiny records).
+    """
     corrupt = 0
     pending: bytearray | None = None
     position = FILE_HEADER.size
@@ -60,20 +71,19 @@ def split_records(data: bytes) -> tuple[list[bytes], list[str]]:
             continue
         position = end
         if kind == FULL:
-            payloads.append(chunk)
+            yield chunk
             pending = None
         elif kind == FIRST:
             pending = bytearray(chunk)
         elif pending is not None:
             pending += chunk
             if kind == LAST:
-                payloads.append(bytes(pending))
+                yield bytes(pending)
                 pending = None
     if pending is not None:
         problems.append(_cut_message(len(data)))
     if corrupt:
         problems.insert(0, f"{corrupt} damaged record(s) skipped (checksum or header mismatch)")
-    return payloads, problems
 
 
 def _cut_message(position: int) -> str:

@@ -38,14 +38,14 @@ from tscope.ingest.readers.wandb_framing import (
     FILE_MAGIC,
     FILE_MAGIC_NUMBER,
     SUPPORTED_VERSION,
-    split_records,
+    iter_payloads,
 )
 from tscope.ingest.readers.wandb_history import (
     GLOBAL_STEP_KEYS,
     WANDB_STEP_KEY,
     is_wandb_metric_key,
 )
-from tscope.ingest.readers.wandb_records import MAX_STEP, RunLog
+from tscope.ingest.readers.wandb_records import MAX_STEP, RunLog, Updates
 from tscope.ingest.safe_fs import is_real_folder, read_bytes_bounded
 from tscope.model import Caveat, LogRead, PartialInput, RunEvent
 from tscope.model.metric_table import MetricTable, TextColumn
@@ -80,11 +80,11 @@ class WandbOfflineReader:
                 f"W&B log format version {version}; tscope reads version {SUPPORTED_VERSION}",
                 "Sync the run and export its history with run.scan_history() instead",
             )
-        payloads, problems = split_records(data)
+        problems: list[str] = []  # the framing's, once its last payload is out
         log = RunLog()
         undecodable = 0
         first_problem = ""
-        for payload in payloads:
+        for payload in iter_payloads(data, problems):
             try:
                 log.add_record(payload)
             except WireFormatError as error:
@@ -118,6 +118,9 @@ def _log_read(log: RunLog, kind: str, display_path: str, problems: list[str]) ->
             f"{wandb_records.MAX_HISTORY_KEYS:,} distinct ones not read (no training run logs that many; the "
             "file is crafted or damaged)"
         )
+    dropped_settings = _dropped_settings(log)
+    if dropped_settings:
+        problems.append(dropped_settings)
     if log.reached_point_cap:
         problems.append(
             f"only the first {wandb_records.MAX_HISTORY_POINTS:,} history items were read: "
@@ -176,6 +179,24 @@ def _log_read(log: RunLog, kind: str, display_path: str, problems: list[str]) ->
         config=config,
         partial=[PartialInput(display_path, problem) for problem in problems],
         started_at=log.started_at,
+    )
+
+
+def _dropped_settings(log: RunLog) -> str:
+    """One line for the config and summary updates under keys past their caps, or ""."""
+    counts = [
+        (kind, updates.dropped, updates.max_keys)
+        for kind, updates in (("config", log.config_updates), ("summary", log.summary_updates))
+        if updates.dropped
+    ]
+    if not counts:
+        return ""
+    dropped = " and ".join(f"{count:,} {kind} update(s)" for kind, count, _ in counts)
+    caps = " and ".join(f"{cap:,} {kind} keys" for kind, _, cap in counts)
+    return (
+        f"{dropped} under keys beyond the first {caps} not read (real runs hold a few thousand "
+        "settings and W&B advises under 10,000 metrics; the file is crafted or damaged); the "
+        "history was read"
     )
 
 
@@ -292,7 +313,7 @@ def _read_siblings(files_dir: Path, log: RunLog) -> list[str]:
                 for key, entry in document.items():
                     internal = str(key) in CONFIG_INTERNAL_KEYS
                     if not internal and isinstance(entry, dict) and "value" in entry:
-                        log.config[str(key)] = entry["value"]
+                        _set_capped(log.config, str(key), entry["value"], log.config_updates)
         except UnreadableInput as error:
             problems.append(f"files/config.yaml not read ({error.problem})")
         except (OSError, ValueError) as error:  # UnicodeDecodeError is a ValueError
@@ -304,7 +325,17 @@ def _read_siblings(files_dir: Path, log: RunLog) -> list[str]:
                 summary_path, "files/wandb-summary.json", SIBLING_MAX_BYTES
             )
             if isinstance(summary, dict):
-                log.summary.update({str(key): value for key, value in summary.items()})
+                for key, value in summary.items():
+                    _set_capped(log.summary, str(key), value, log.summary_updates)
         except UnreadableInput as error:
             problems.append(f"files/wandb-summary.json not read ({error.problem})")
     return problems
+
+
+def _set_capped(state: dict[str, Any], key: str, value: Any, updates: Updates) -> None:
+    """Set a sibling file's key over the log's, unless it is a new key past the log's cap
+    (counted in the same partial line): a 16 MB wandb-summary.json holds a million tiny keys."""
+    if key in state or len(state) < updates.max_keys:
+        state[key] = value
+    else:
+        updates.dropped += 1

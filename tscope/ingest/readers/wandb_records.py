@@ -3,8 +3,8 @@
 Each payload of `run-<id>.wandb` (split out of its leveldb-log framing by wandb_framing) is a
 `wandb_internal.Record` (wandb/proto/wandb_internal.proto); the field numbers below are that
 file's. `RunLog` accumulates, in file order, the history rows (step and numeric items), the
-config and summary records (merged at the end, each key's last update winning), the run's start
-time and resume step, and the exit code. Kept apart from wandb_offline.py, which reads the file
+config and summary updates (each key's last raw value, for a bounded number of keys; decoded at
+the end), the run's start time and resume step, and the exit code. Kept apart from wandb_offline.py, which reads the file
 and its sibling files and maps what was logged to the model (metric rows, events, caveats): this
 module knows only the protobuf messages.
 """
@@ -49,6 +49,17 @@ _KeyNames = dict[tuple[bytes, ...], tuple[_KeyPath, str]]
 # the bound a crafted 17 MB log of 1,000,000 distinct keys held ~500 MB (30× the file: a cached
 # name per key, a tuple per item), now ~MAX_HISTORY_KEYS names and their items.
 MAX_HISTORY_KEYS = 100_000
+# Distinct config keys kept, in the order of their last update; an update under a further key is
+# dropped and counted. Real configs hold hundreds to a few thousand (flattened) settings. Without
+# the bound a crafted 61 MB log of 2,500,000 one-key config records, each a new key, was kept
+# record by record and merged into a 2.5-million-key config: 0.9 GB and 29 s to read, 1.3 GB to
+# analyze; now the updates past the bound cost no memory.
+MAX_CONFIG_KEYS = 10_000
+# Distinct summary keys kept, likewise: the summary holds a key per logged metric (its last
+# value), and W&B's docs advise under 10,000 distinct metrics a project; tscope reads at most
+# series_cap.MAX_TABLE_COLUMNS series of a log anyway. The same crafted log of summary records
+# cost what the config one did.
+MAX_SUMMARY_KEYS = 10_000
 # A config or summary key path (nested_key) longer than this is not read: real configs nest 2-3
 # levels (run_config.MAX_CONFIG_DEPTH reads 16); one of 1,000 parts built a dict 1,000 deep
 # that writing case.json recursed through (RecursionError, found by fuzzing).
@@ -93,8 +104,17 @@ _RECORD_NAMES = {
 }
 
 
-def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | None, bytes]:
-    """(key path, display key, numeric value or None, raw JSON) of a History/Config/SummaryItem."""
+def _key_names(raw_key: tuple[bytes, ...], key_names: _KeyNames) -> tuple[_KeyPath, str]:
+    """(key path, name as the W&B UI shows it) of a history key not yet cached."""
+    path = tuple(text(raw) for raw in raw_key)
+    names = (path, ".".join(path))
+    if len(key_names) < MAX_HISTORY_KEYS:
+        key_names[raw_key] = names
+    return names
+
+
+def _item_fields(buffer: bytes) -> tuple[tuple[bytes, ...], float | None, bytes]:
+    """(raw key parts, number field or None, raw JSON) of a History/Config/SummaryItem."""
     raw_keys: list[bytes] = []
     number: float | None = None
     raw_json = b""
@@ -111,20 +131,70 @@ def _item(buffer: bytes, key_names: _KeyNames) -> tuple[_KeyPath, str, float | N
             number = struct.unpack("<d", value)[0]
         elif number_field == ITEM_INTEGER and isinstance(value, int):
             number = float((value >> 1) ^ -(value & 1))  # zigzag sint64
-    cache_key = tuple(raw_keys)
-    names = key_names.get(cache_key)
-    if names is None:
-        path = tuple(text(raw) for raw in raw_keys)
-        names = (path, ".".join(path))
-        if len(key_names) < MAX_HISTORY_KEYS:
-            key_names[cache_key] = names
-    if number is None and raw_json:
-        try:
-            # JSON numbers and W&B's NaN/Infinity/-Infinity; text, booleans and media dicts fail.
-            number = float(raw_json)
-        except ValueError:
-            number = None
-    return names[0], names[1], number, raw_json
+    return tuple(raw_keys), number, raw_json
+
+
+@dataclass
+class Updates:
+    """A config's or summary's state as its records update it: each kept key's last raw JSON.
+
+    Merged as the records come, not kept record by record: a crafted log of millions of tiny
+    records each under a new key held every record, then every key. Keys are the raw key parts,
+    decoded to text only for the kept ones at the end (`settled`).
+    """
+
+    max_keys: int
+    # In the order of each key's last update, so that a nested key updated after its parent
+    # lands inside it (and a parent updated after lands over it), as W&B applies them.
+    latest: dict[tuple[bytes, ...], bytes] = field(default_factory=dict)
+    dropped: int = 0  # updates under keys beyond max_keys, not read
+    malformed: int = 0  # records or items that are not a setting
+
+    def add(self, record: bytes) -> None:
+        """Apply one Config/SummaryRecord; raises WireFormatError on a malformed or over-long one
+        (before any of its updates is applied)."""
+        limit = MAX_ITEMS_PER_RECORD + MAX_MESSAGE_FIELDS
+        fields = field_values(record, limit, "a config or summary record", _UPDATE_FIELDS)
+        latest = self.latest
+        for number, _, value in fields:
+            # An empty item has no key: skipped before it is decoded.
+            if not isinstance(value, bytes) or not value:
+                continue
+            try:
+                key, _, raw_json = _item_fields(value)
+            except TooManyFields:
+                self.malformed += 1  # not a setting: a key of more parts than any config
+                continue
+            if len(key) > MAX_KEY_PATH_PARTS:
+                self.malformed += 1  # not a setting: a crafted path nests past any config
+            elif not key:
+                continue
+            elif number == REMOVE:
+                latest.pop(key, None)
+            elif key in latest:
+                del latest[key]  # moved to the end: the order of last updates
+                latest[key] = raw_json
+            elif len(latest) < self.max_keys:
+                latest[key] = raw_json
+            else:
+                self.dropped += 1  # a counter, no object: the point of the bound
+
+    def settled(self) -> dict[str, Any]:
+        """The kept keys as nested settings, their values JSON-decoded."""
+        state: dict[str, Any] = {}
+        for key, stored in self.latest.items():  # oldest first, so nested keys land last
+            path = [text(part) for part in key]
+            parent = state
+            for part in path[:-1]:
+                child = parent.get(part)
+                if not isinstance(child, dict):
+                    child = parent[part] = {}
+                parent = child
+            try:
+                parent[path[-1]] = safe_json.loads(stored, "config value")
+            except UnreadableInput:  # text, or JSON nested too deep to be a setting
+                parent[path[-1]] = text(stored)
+        return state
 
 
 @dataclass
@@ -132,10 +202,11 @@ class RunLog:
     """What the records say, accumulated in file order."""
 
     rows: list[tuple[int | None, list[tuple[str, float]]]] = field(default_factory=list)
-    # Config and summary records are merged once at the end (`settle`): a long run writes a
-    # summary record per step, and only each key's last update matters.
-    config_records: list[bytes] = field(default_factory=list)
-    summary_records: list[bytes] = field(default_factory=list)
+    # Config and summary updates are merged as they come, their values decoded once at the end
+    # (`settle`): a long run writes a summary record per step, and only each key's last update
+    # matters. The caps are read when the log is made (tests lower them).
+    config_updates: Updates = field(default_factory=lambda: Updates(MAX_CONFIG_KEYS))
+    summary_updates: Updates = field(default_factory=lambda: Updates(MAX_SUMMARY_KEYS))
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     key_names: _KeyNames = field(default_factory=dict)
@@ -164,9 +235,9 @@ class RunLog:
             if number == RECORD_HISTORY:
                 self._add_history(value)
             elif number == RECORD_SUMMARY:
-                self.summary_records.append(value)
+                self.summary_updates.add(value)
             elif number == RECORD_CONFIG:
-                self.config_records.append(value)
+                self.config_updates.add(value)
             elif number == RECORD_RUN:
                 self._add_run(value)
             elif number == RECORD_EXIT:
@@ -203,7 +274,16 @@ class RunLog:
                 if len(value) > MAX_HISTORY_ITEM_BYTES:
                     self.dropped_items += 1  # no number needs this much: a crafted key or value
                     continue
-                path, key, numeric, _ = _item(value, self.key_names)
+                # One call an item, the name cache looked up here: this loop runs per point.
+                raw_key, numeric, raw_json = _item_fields(value)
+                path, key = self.key_names.get(raw_key) or _key_names(raw_key, self.key_names)
+                if numeric is None and raw_json:
+                    try:
+                        # JSON numbers and W&B's NaN/Infinity/-Infinity; text, booleans and
+                        # media dicts fail.
+                        numeric = float(raw_json)
+                    except ValueError:
+                        continue
                 if numeric is None or not key or len(path) > MAX_KEY_PATH_PARTS:
                     continue
                 if key not in self.history_keys:
@@ -223,7 +303,10 @@ class RunLog:
         resumed, starting_step = False, 0
         for number, _, value in field_values(buffer, MAX_RUN_FIELDS, "a run record"):
             if number == RUN_CONFIG and isinstance(value, bytes):
-                self.config_records.append(value)
+                try:
+                    self.config_updates.add(value)
+                except WireFormatError:  # the run's other fields are still read
+                    self.config_updates.malformed += 1
             elif number == RUN_START_TIME and isinstance(value, bytes):
                 fields = field_values(value, MAX_MESSAGE_FIELDS, "a timestamp")
                 stamp = {n: v for n, _, v in fields if isinstance(v, int)}
@@ -237,50 +320,7 @@ class RunLog:
             self.resumed_at = starting_step
 
     def settle(self) -> int:
-        """Merge the config and summary records; the count of undecodable ones."""
-        self.config, bad_config = _merge_updates(self.config_records, self.key_names)
-        self.summary, bad_summary = _merge_updates(self.summary_records, self.key_names)
-        return bad_config + bad_summary
-
-
-def _merge_updates(records: list[bytes], key_names: _KeyNames) -> tuple[dict[str, Any], int]:
-    """The final state of a config or summary: each key's last `update`, unless `remove`d after.
-
-    Scanned from the end so that each key's value is JSON-decoded once.
-    """
-    latest: dict[_KeyPath, bytes | None] = {}  # None: removed
-    malformed = 0
-    for record in reversed(records):
-        try:
-            limit = MAX_ITEMS_PER_RECORD + MAX_MESSAGE_FIELDS
-            fields = field_values(record, limit, "a config or summary record", _UPDATE_FIELDS)
-            for number, _, value in reversed(fields):
-                # An empty item has no key: skipped before it is decoded.
-                if number in (UPDATE, REMOVE) and isinstance(value, bytes) and value:
-                    try:
-                        path, _, _, raw_json = _item(value, key_names)
-                    except TooManyFields:
-                        malformed += 1  # not a setting: a key of more parts than any config
-                        continue
-                    if len(path) > MAX_KEY_PATH_PARTS:
-                        malformed += 1  # not a setting: a crafted path nests past any config
-                        continue
-                    if path and path not in latest:
-                        latest[path] = raw_json if number == UPDATE else None
-        except WireFormatError:
-            malformed += 1
-    state: dict[str, Any] = {}
-    for path, stored in reversed(latest.items()):  # oldest first, so nested keys land last
-        if stored is None:
-            continue  # removed after its last update
-        parent = state
-        for part in path[:-1]:
-            child = parent.get(part)
-            if not isinstance(child, dict):
-                child = parent[part] = {}
-            parent = child
-        try:
-            parent[path[-1]] = safe_json.loads(stored, "config value")
-        except UnreadableInput:  # text, or JSON nested too deep to be a setting
-            parent[path[-1]] = text(stored)
-    return state, malformed
+        """Decode the kept config and summary values; the count of undecodable updates."""
+        self.config = self.config_updates.settled()
+        self.summary = self.summary_updates.settled()
+        return self.config_updates.malformed + self.summary_updates.malformed
