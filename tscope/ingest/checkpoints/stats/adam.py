@@ -11,6 +11,10 @@ counter, β and ε from its parameter group), AdamW's step is lr · m̂ / (√v�
   update-RMS collapse; Molybog et al. 2023, gradients comparable to ε before divergence).
 * update RMS: RMS of m̂ / (√v̂ + ε), the step size per unit of learning rate. Sign-like updates give
   ≈ 1; a collapse far below 1 is the ε-dominance symptom.
+
+Σm², Σv² and Σupdate² are plain float64 dot products, redone scaled by a power of two where one
+cannot be trusted (float64 states of extreme magnitude, or an update past 1e154 or below 1e-154:
+its square leaves float64's range), as the weight deltas are (weight_deltas.square_sum).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tscope.ingest.checkpoints.stats.chunk_runner import ChunkRunner, Workspace, flat_view
+from tscope.ingest.checkpoints.stats.tensor import _unscaled
+from tscope.ingest.checkpoints.stats.weight_deltas import SquareSum, square_sum
 
 if TYPE_CHECKING:
     import torch
@@ -77,7 +83,7 @@ def _adam_chunk(
     correction1: float,
     correction2: float,
     eps: float,
-) -> tuple[float, float, int, float, int, float]:
+) -> tuple[SquareSum, SquareSum, int, SquareSum, int, float]:
     """(Σm², Σv², coordinates with v > 0 and √v̂ ≤ ε, Σ update², coordinates with v = 0, the
     largest √v̂ among the ε-dominated ones or −1) over one chunk, in float64."""
     import torch
@@ -86,18 +92,28 @@ def _adam_chunk(
     moment.copy_(exp_avg)  # widened: (chunk,) float64
     second = workspace.buffer("wide1", torch.float64, exp_avg_sq.numel())
     second.copy_(exp_avg_sq)
-    sum_m2 = float(torch.dot(moment, moment))
-    sum_v2 = float(torch.dot(second, second))
+    # Before the buffers are overwritten below: the scaled redo (rare) reads them.
+    wide_m, wide_v = exp_avg.dtype == torch.float64, exp_avg_sq.dtype == torch.float64
+    sum_m2 = _squares(moment, wide_m)
+    sum_v2 = _squares(second, wide_v)
     never = int((second == 0).sum())
     if not math.isfinite(correction2):  # no step counter or no betas: norms only
-        return sum_m2, sum_v2, 0, NAN, never, -1.0
+        return sum_m2, sum_v2, 0, SquareSum(NAN), never, -1.0
     second.div_(correction2).sqrt_()  # √v̂
     is_dominated = (second <= eps) & (second > 0)
     dominated = int(is_dominated.sum())
     largest = float(second[is_dominated].max()) if dominated else -1.0
     second.add_(eps)
     moment.div_(correction1).div_(second)  # m̂ / (√v̂ + ε)
-    return sum_m2, sum_v2, dominated, float(torch.dot(moment, moment)), never, largest
+    # Any state dtype: an ε of 1e-300 makes a float32 state's update 1e292 (its square inf).
+    return sum_m2, sum_v2, dominated, _squares(moment, True), never, largest
+
+
+def _squares(values: torch.Tensor, wide: bool) -> SquareSum:
+    """Σx² of a float64 buffer: its dot product, redone scaled where that cannot be trusted."""
+    import torch
+
+    return square_sum(float(torch.dot(values, values)), wide, values.numpy())
 
 
 def adam_stats(
@@ -120,7 +136,7 @@ def adam_stats(
     # Bias corrections 1 − β^t; NaN (norms only) without a usable step, betas or eps.
     correction1, correction2 = _bias_correction(beta1, step), _bias_correction(beta2, step)
     usable = step > 0 and math.isfinite(eps) and correction1 > 0 and correction2 > 0
-    sum_m2 = sum_v2 = sum_update2 = 0.0
+    sum_m2 = sum_v2 = sum_update2 = SquareSum(0.0)
     dominated = never = 0
     dominated_max = NAN
     for part in runner.map(
@@ -131,21 +147,26 @@ def adam_stats(
         correction2=correction2 if usable else NAN,
         eps=eps,
     ):
-        sum_m2 += part[0]
-        sum_v2 += part[1]
+        sum_m2 = sum_m2.plus(part[0])
+        sum_v2 = sum_v2.plus(part[1])
         dominated += part[2]
-        sum_update2 += part[3]
+        sum_update2 = sum_update2.plus(part[3])
         never += part[4]
         if part[5] >= 0 and not dominated_max >= part[5]:  # NaN (none yet) or smaller
             dominated_max = part[5]
     numel = exp_avg.numel()
     with_gradient = numel - never
     return AdamStats(
-        exp_avg_norm=math.sqrt(sum_m2),
-        exp_avg_sq_norm=math.sqrt(sum_v2),
+        exp_avg_norm=sum_m2.root(),
+        exp_avg_sq_norm=sum_v2.root(),
         adam_step=step,
         eps_dominance=dominated / with_gradient if usable and with_gradient else NAN,
         never_updated_share=never / numel if numel else NAN,
         eps_dominated_max=dominated_max if usable and dominated else NAN,
-        update_rms=math.sqrt(sum_update2 / numel) if usable and numel else NAN,
+        update_rms=_rms(sum_update2, numel) if usable and numel else NAN,
     )
+
+
+def _rms(squares: SquareSum, count: int) -> float:
+    """√(Σx² / count); for plain sums math.sqrt(Σx² / count) exactly as before."""
+    return _unscaled(math.sqrt(squares.value / count), squares.exponent)

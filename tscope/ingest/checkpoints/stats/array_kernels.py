@@ -260,7 +260,9 @@ def _segments_py(values: Any, bounds: Any, edges: Any, summaries: Any, histogram
 
 
 def _delta_chunk_py(current: Any, previous: Any, sums: Any) -> None:
-    """sums (3,) += (Σ(a − b)², Σa², Σb²) in float64."""
+    """sums (3,) += (Σ(a − b)², Σa², Σb²) in plain float64: the fast path. Squares of float64
+    beyond 2**±511 leave float64's range, so the callers check each sum (weight_deltas.trusted)
+    and redo an untrusted one scaled by a power of two (weight_deltas.scaled_square_sum)."""
     delta = 0.0
     current_sq = 0.0
     previous_sq = 0.0
@@ -313,8 +315,8 @@ def _float_chunk_np(values: Any, bits32: Any, magnitudes: Any, summary: Any) -> 
 
 def _delta_chunk_np(current: Any, previous: Any, sums: Any) -> None:
     a, b = widened(current), widened(previous)
-    # NaN/Inf and overflowing squares make a sum non-finite, which delta_from_sums reports as
-    # unknown (NaN): the flags numpy would print as warnings say nothing more.
+    # NaN/Inf and overflowing squares make a sum non-finite (redone scaled where the inputs were
+    # finite, as _delta_chunk_py says): the flags numpy would print as warnings say nothing more.
     with np.errstate(invalid="ignore", over="ignore"):
         sums[1] += np.dot(a, a)
         sums[2] += np.dot(b, b)
