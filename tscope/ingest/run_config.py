@@ -70,17 +70,52 @@ def _training_args(path: Path) -> dict[str, Any]:
     return recovered if isinstance(recovered, dict) else {}
 
 
-def _flat(values: dict[str, Any], prefix: str = "", depth: int = 0) -> dict[str, Any]:
+# A text value (a string, or a list of literals written as text) keeps at most this many
+# characters, and one side file's settings at most MAX_CONFIG_BYTES of text in all: a 200 KB
+# training_args.bin listing one memoized 100 kB string 20,000 times became a 2 GB value and a
+# MemoryError (red team, session 29). Real settings are names, paths and short lists.
+MAX_VALUE_CHARS = 10_000
+
+
+def _flat(
+    values: dict[str, Any], prefix: str = "", depth: int = 0, budget: list[int] | None = None
+) -> dict[str, Any]:
+    left = budget if budget is not None else [MAX_CONFIG_BYTES]  # shared by the recursion
     flat: dict[str, Any] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             if depth < MAX_CONFIG_DEPTH:  # real configs nest 2-3 levels
-                flat.update(_flat(value, f"{name}.", depth + 1))
-        elif isinstance(value, (str, int, float, bool)) or value is None:
-            flat[name] = value
+                flat.update(_flat(value, f"{name}.", depth + 1, left))
+            continue
+        if isinstance(value, str):
+            value = _shortened(value)
         elif isinstance(value, (list, tuple)) and all(
             isinstance(item, (str, int, float, bool)) for item in value
         ):
-            flat[name] = str(list(value))
+            value = _list_text(value)
+        elif not (isinstance(value, (int, float, bool)) or value is None):
+            continue
+        cost = len(name) + (len(value) if isinstance(value, str) else 8)
+        if cost > left[0]:
+            continue  # past the side file's budget: the rest of its text is not kept
+        left[0] -= cost
+        flat[name] = value
     return flat
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
+
+
+def _list_text(items: list[Any] | tuple[Any, ...]) -> str:
+    """`str(list(items))`, built item by item and cut at MAX_VALUE_CHARS."""
+    parts: list[str] = []
+    used = 2
+    for index, item in enumerate(items):
+        part = repr(_shortened(item)) if isinstance(item, str) else repr(item)
+        used += len(part) + 2
+        if used > MAX_VALUE_CHARS:
+            return "[" + "".join(f"{p}, " for p in parts) + f"… ({len(items) - index} more)]"
+        parts.append(part)
+    return "[" + ", ".join(parts) + "]"

@@ -122,6 +122,7 @@ def decode_pickle(
     max_decoded_bytes: int | None = None,
     admits_global: Callable[[str], bool] | None = None,
     persistent_ids: list[Any] | None = None,
+    on_call: Callable[[PickledObject], None] | None = None,
 ) -> Any:
     """The pickle's top value with every object left as an inert PickledObject record.
 
@@ -133,7 +134,8 @@ def decode_pickle(
     ForeignGlobal for a global `admits_global` refuses (and for a call of anything but a global,
     named "?", or a persistent id, named "persistent_id"), checked as each one is decoded.
     `persistent_ids`, when given, receives each persistent id as decoded (in torch files, the
-    `('storage', type, key, location, numel)` tuple naming a tensor's bytes).
+    `('storage', type, key, location, numel)` tuple naming a tensor's bytes). `on_call`, when
+    given, sees each REDUCE/NEWOBJ record with its arguments as decoded, and may raise.
     """
     stack: list[Any] = []
     marks: list[int] = []  # stack heights at each MARK
@@ -243,6 +245,8 @@ def decode_pickle(
                     callable_.global_name if isinstance(callable_, PickledObject) else "?"
                 )
                 built_record.args = args if isinstance(args, tuple) else (args,)
+                if on_call is not None:
+                    on_call(built_record)
                 stack.append(built_record)
                 spent += _REFERENCE + _RECORD_BYTES + (0 if args is built_record.args else 48)
             elif name == "BUILD":

@@ -28,14 +28,26 @@ MAX_DEPTH = 50
 # What decoding may hold per byte of pickle (decode_pickle's charge), plus 1 MB: the bound of
 # DCP metadata (dcp_metadata.DECODED_BYTES_PER_FILE_BYTE, measured there). training_args.bin
 # charges 6x, the fixtures' torch files' data.pkl 7-15x (optimizer.pt, Lightning, DeepSpeed).
+# Measured again on every data.pkl of the fixtures, the benchmark's checkpoints and two blind
+# sets (session 29): 1x, 8x or 16x plus 4 kB. A byte of EMPTY_DICT charges ~72, so a 30 MB
+# crafted optimizer.pt took gigabytes here and in torch's unpickler; the ceiling caps any one
+# pickle and still admits a real 16 MB data.pkl (~100,000 tensors) at the largest ratio seen.
 LITERALS_BYTES_PER_BYTE = 32
 LITERALS_BYTES_FIXED = 1 << 20
+LITERALS_BYTES_CEILING = 256 << 20
+
+
+def decode_budget(pickle_bytes: int) -> int:
+    """What decoding one pickle of this size may hold (decode_pickle's max_decoded_bytes)."""
+    return min(
+        LITERALS_BYTES_PER_BYTE * pickle_bytes + LITERALS_BYTES_FIXED, LITERALS_BYTES_CEILING
+    )
 
 
 def pickle_literals(payload: bytes) -> Any:
     """The pickle's top value as plain data; objects become their state dict (or their single
     literal argument, e.g. an enum's value). None if the stream cannot be decoded."""
-    budget = LITERALS_BYTES_PER_BYTE * len(payload) + LITERALS_BYTES_FIXED
+    budget = decode_budget(len(payload))
     try:
         top = decode_pickle(payload, max_decoded_bytes=budget)
     except UndecodablePickle:

@@ -26,12 +26,7 @@ from tscope.ingest.checkpoints.pickle_decoder import (
     UndecodablePickle,
     decode_pickle,
 )
-from tscope.ingest.checkpoints.pickle_literals import (
-    LITERALS_BYTES_FIXED,
-    LITERALS_BYTES_PER_BYTE,
-    pickle_payload,
-    zip_pickle,
-)
+from tscope.ingest.checkpoints.pickle_literals import decode_budget, pickle_payload, zip_pickle
 from tscope.ingest.checkpoints.pickle_nesting import UnreadableZip, torch_pickles_nest_too_deep
 from tscope.ingest.checkpoints.torch_zip_checks import (
     DAMAGED_ZIP_HINT,
@@ -329,12 +324,9 @@ def _is_real_pickle(payload: bytes | None) -> bool:
         if payload is None:
             return False
     try:
-        # Within the decoders' memory bound (32 bytes held per pickle byte + 1 MB): a crafted
-        # stream that would hold more is no pickle --trust-pickle should be offered for.
-        decode_pickle(
-            payload,
-            max_decoded_bytes=LITERALS_BYTES_PER_BYTE * len(payload) + LITERALS_BYTES_FIXED,
-        )
+        # Within the decoders' memory bound (pickle_literals.decode_budget): a crafted stream
+        # that would hold more is no pickle --trust-pickle should be offered for.
+        decode_pickle(payload, max_decoded_bytes=decode_budget(len(payload)))
     except UndecodablePickle:  # DecodeBudgetExceeded included
         return False
     return True

@@ -18,10 +18,12 @@ from typing import Any, BinaryIO
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.pickle_decoder import (
     MAX_OPCODES,
+    DecodeBudgetExceeded,
     PickledObject,
     UndecodablePickle,
     decode_pickle,
 )
+from tscope.ingest.checkpoints.pickle_literals import decode_budget
 from tscope.ingest.safe_fs import open_regular
 
 
@@ -53,6 +55,8 @@ def zip_records_check(source: Path | BinaryIO, size: int, display_path: str) -> 
                 overrun = "" if damage else _storage_overrun(archive)
         except UnreadableInput:
             raise
+        except CraftedPickle as crafted:
+            raise UnreadableInput(display_path, f"not a readable torch file ({crafted})") from None
         except Exception as error:  # a stranger's zip: zipfile raises more than BadZipFile on one
             damage = _reason(error)
     if damage:
@@ -138,26 +142,65 @@ def _zip_damage(archive: zipfile.ZipFile, handle: BinaryIO, size: int) -> str:
     return ""
 
 
+class CraftedPickle(Exception):
+    """The pickle asks torch's unpickler for what no torch.save writes (see _storage_overrun)."""
+
+
+def _allocates(global_name: str) -> bool:
+    """A callable that the weights_only unpickler admits and that allocates what an integer
+    argument asks: bytearray(N), torch.FloatTensor(N), torch.Tensor(N), UntypedStorage(N)."""
+    return global_name == "builtins.bytearray" or (
+        global_name.startswith("torch.") and global_name.endswith(("Tensor", "Storage"))
+    )
+
+
+def _refuse_allocating_call(call: PickledObject) -> None:
+    """torch.save rebuilds tensors from their own records (_rebuild_tensor_v2 of a storage);
+    it never calls a constructor with a size, which a 1 KB file used to have torch allocate 3 GB
+    of zeros and 4 GB of uninitialised floats whose statistics were then shown (red team, session
+    29). _rebuild_from_type_v2(func, type, args, state) calls `func(*args)` too."""
+    target, arguments = call.global_name, call.args
+    if target == "torch._tensor._rebuild_from_type_v2" and len(arguments) >= 3:
+        inner, inner_arguments = arguments[0], arguments[2]
+        if isinstance(inner, PickledObject) and isinstance(inner_arguments, tuple):
+            target, arguments = inner.global_name, inner_arguments
+    sized = any(isinstance(a, int) and not isinstance(a, bool) for a in arguments)
+    if sized and _allocates(target):
+        raise CraftedPickle(
+            f"its pickle calls {target[:80]} with a size, which torch.save never writes"
+        )
+
+
 def _storage_overrun(archive: zipfile.ZipFile) -> str:
     """'' when every tensor storage the pickle names fits in its record, else which does not.
 
     torch maps a storage as `numel` elements from the start of its record, as many as the pickle
     claims: a claim past the record's end read the next records' headers and tensors as numbers
     (in memory too, torch allocates the claim and copies the record into it). The claims are the
-    pickle's persistent ids, decoded inertly (nothing is imported or called).
+    pickle's persistent ids, decoded inertly (nothing is imported or called). A pickle that would
+    build far more than its size or calls an allocator with a size raises CraftedPickle.
     """
     record_bytes = {info.filename: info.file_size for info in archive.infolist()}
     for info in archive.infolist():
         if not info.filename.endswith("data.pkl"):
             continue
         claims: list[Any] = []
+        # torch's unpickler builds what the decoder would: refused beyond the decoders' bound
+        budget = decode_budget(info.file_size)
         try:
             # one opcode is at least one byte: the record's size bounds the walk
             decode_pickle(
                 archive.read(info),
                 max_opcodes=max(MAX_OPCODES, info.file_size),
+                max_decoded_bytes=budget,
                 persistent_ids=claims,
+                on_call=_refuse_allocating_call,
             )
+        except DecodeBudgetExceeded as error:
+            raise CraftedPickle(
+                f"its pickle of {info.file_size} bytes would build far more objects than "
+                f"real checkpoints do ({error}); torch.save writes none such"
+            ) from None
         except UndecodablePickle:
             continue  # torch.load meets the same bytes and reports what it cannot read
         folder = info.filename[: -len("data.pkl")]
@@ -197,7 +240,9 @@ _STORAGE_ELEMENT_BYTES = {
         "Char": 1, "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QInt8": 1,
         "QInt32": 4, "QUInt8": 1, "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1,
     }.items()
-}  # fmt: skip
+} | {"torch.storage.UntypedStorage": 1}  # fmt: skip
+# (torch.save names the storages of its newer dtypes by the class's module path: a claim under
+# that name went unchecked and torch read the next records as the tensor, red team, session 29.)
 
 
 def _is_tensor_storage(name: str) -> bool:
