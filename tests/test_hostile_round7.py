@@ -124,3 +124,21 @@ def test_a_refused_checkpoint_leaves_the_run_analyzed(tmp_path: Path) -> None:
     case = tscope.analyze(run)
     assert [p.path for p in case.partial] == ["step_50.pt"]
     assert case.summary.status == "healthy"
+
+
+def test_a_numpy_array_reconstructed_with_a_shape_is_refused(tmp_path: Path) -> None:
+    """RNG state files admit numpy's globals; numpy pickles an array as _reconstruct(ndarray,
+    (0,), b'b') and sets its bytes by BUILD, so a shape there only allocates (a 462-byte
+    rng_state.pth took 987 MB)."""
+    from tscope.ingest.checkpoints.rng_state import read_rng_state
+
+    pickle = (
+        b"\x80\x02cnumpy.core.multiarray\n_reconstruct\n(cnumpy\nndarray\n"
+        + _int8(1 << 33)
+        + b"\x85C\x01btR."
+    )
+    path = tmp_path / "rng_state.pth"
+    path.write_bytes(_torch_zip(pickle))
+    with pytest.raises(UnreadableInput) as refused:
+        read_rng_state(path, path.name, LoadOptions())
+    assert "with a size, which torch.save never writes" in refused.value.problem_text
