@@ -142,3 +142,19 @@ def test_a_numpy_array_reconstructed_with_a_shape_is_refused(tmp_path: Path) -> 
     with pytest.raises(UnreadableInput) as refused:
         read_rng_state(path, path.name, LoadOptions())
     assert "with a size, which torch.save never writes" in refused.value.problem_text
+
+
+def test_a_full_disk_while_writing_is_one_line(tmp_path: Path) -> None:
+    """--out on a full file system ended `analyze` in a traceback (OSError 28 from the write),
+    exit 1; the half-written temporary file is removed and the refusal is one UsageError."""
+    import errno
+
+    from tscope.errors import UsageError
+    from tscope.output_files import replacing
+
+    target = tmp_path / "case.md"
+    with pytest.raises(UsageError, match="Cannot write .*case.md: No space left on device"):
+        with replacing(target) as handle:
+            handle.write(b"# half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert list(tmp_path.iterdir()) == []

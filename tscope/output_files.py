@@ -15,6 +15,7 @@ earlier case, so a stale layers.parquet never sits beside a case that has no che
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -118,6 +119,13 @@ def make_subfolder(root: Path, *parts: str) -> Path:
     return folder
 
 
+# What writing a file can meet on the way: no space, no quota, a file too large for the file
+# system, a read-only remount, an I/O error.
+_WRITE_FAILURES = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
+)
+
+
 @contextmanager
 def replacing(path: Path) -> Iterator[BinaryIO]:
     """A binary handle whose bytes become `path` when the block ends without an exception.
@@ -140,6 +148,16 @@ def replacing(path: Path) -> Iterator[BinaryIO]:
             with os.fdopen(descriptor, "wb") as handle:
                 yield handle
             _rename(temporary, path, folder)
+        except OSError as error:
+            _unlink_quietly(temporary, folder)
+            if error.errno not in _WRITE_FAILURES:
+                raise
+            # A full disk or quota mid-write ended the command in a traceback (red team,
+            # session 29): one line naming the file, like every refusal to write.
+            raise UsageError(
+                f"Cannot write {path}: {error.strerror or error}. Free space there or pass "
+                "--out with a folder that has room."
+            ) from None
         except BaseException:
             _unlink_quietly(temporary, folder)
             raise
