@@ -153,8 +153,8 @@ def test_a_full_disk_while_writing_is_one_line(tmp_path: Path) -> None:
     from tscope.output_files import replacing
 
     target = tmp_path / "case.md"
-    with pytest.raises(UsageError, match="Cannot write .*case.md: No space left on device"):
-        with replacing(target) as handle:
-            handle.write(b"# half")
-            raise OSError(errno.ENOSPC, "No space left on device")
+    refused = pytest.raises(UsageError, match=r"Cannot write .*case\.md: No space left on device")
+    with refused, replacing(target) as handle:
+        handle.write(b"# half")
+        raise OSError(errno.ENOSPC, "No space left on device")
     assert list(tmp_path.iterdir()) == []
