@@ -72,3 +72,43 @@ def test_updates_the_scaler_skipped_do_not_hide_the_logged_loss(tmp_path: Path) 
     assert case.findings[0].severity == "critical"
     assert "nan_loss" not in categories
     assert "loss_divergence" not in categories
+
+
+def _start_calibration_log(folder: Path, collapse_from: int | None = None) -> Path:
+    """Megatron's own start: --initial-loss-scale 2^32, log_interval 10. The first ten
+    iterations all overflow (the first line has no loss), six more by iteration 20, where the
+    scale settles at 2^17; with `collapse_from`, it halves on every iteration from there."""
+    lines, scale = [], 2.0**17
+    for step in range(10, 401, 10):
+        skipped = 10 if step == 10 else 6 if step == 20 else 0
+        if collapse_from is not None and step > collapse_from:
+            skipped, scale = 10, scale / 2**10
+        lines.append(
+            LINE.format(
+                step=step,
+                samples=16 * step,
+                loss=2.5 + 3.0 * 0.99**step,
+                scale=2.0**24 if step == 10 else scale,
+                norm="1.000",
+                skipped=skipped,
+            )
+        )
+    path = folder / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_scalers_start_up_logged_every_ten_iterations_is_no_collapse(tmp_path: Path) -> None:
+    """Logged every 10 iterations, the descent from 2^32 is one drop of 2^7 between the first
+    two logged scales; a blind set's healthy Megatron-style run (session 29) was warned "16 of
+    the 140 steps were skipped" for it."""
+    case = tscope.analyze(_start_calibration_log(tmp_path))
+    scale = [f for f in case.findings if f.category == "loss_scale_collapse"]
+    assert [(f.severity, f.step) for f in scale] == [("info", 20)]
+    assert "halved 7 times from the start" in scale[0].message
+
+
+def test_a_collapse_after_the_start_up_is_still_one(tmp_path: Path) -> None:
+    case = tscope.analyze(_start_calibration_log(tmp_path, collapse_from=200))
+    scale = [f for f in case.findings if f.category == "loss_scale_collapse"]
+    assert scale and scale[0].severity in ("warning", "critical") and scale[0].step > 200
