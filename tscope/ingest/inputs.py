@@ -29,7 +29,7 @@ from tscope.ingest.readers.tensorboard_tags import (
 )
 from tscope.ingest.remote_source import is_remote_url
 from tscope.ingest.run_config import checkpoint_config
-from tscope.ingest.run_groups import run_groups, several_runs_message
+from tscope.ingest.run_groups import run_groups, set_aside_epoch_summaries, several_runs_message
 from tscope.ingest.safe_fs import NOT_REGULAR, is_file_refusal, reading_under
 from tscope.model import CheckpointInfo, PartialInput, Run
 from tscope.model.checkpoint import CheckpointEvidence
@@ -83,6 +83,8 @@ def read_inputs(paths: Sequence[str | Path], options: ReadOptions = ReadOptions(
         for root in roots:
             found = discover(root, on_file=on_file)
             found.reads = keep_samples_series_apart(samples_axis_across_files(found.reads))
+            found.reads, epoch_summaries = set_aside_epoch_summaries(found.reads)
+            partial.extend(epoch_summaries)
             if root.is_dir():
                 groups = run_groups(found.reads)
                 if len(groups) > 1:  # never merged (nor all but one dropped) silently

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from tscope.model import LogRead
+from tscope.model import LogRead, PartialInput
 from tscope.model.plain_digits import is_plain_digits
 
 # Folders a producer creates inside one run: everything below one belongs to the run above it
@@ -91,6 +91,40 @@ def _share_a_series(units: Sequence[Sequence[LogRead]]) -> bool:
             return True
         seen |= series
     return False
+
+
+# A table read one row per epoch (metrics_table.py's "epoch_axis" caveat: Keras' CSVLogger)
+# beside a per-step log of the same series is that run's epoch summary, not a second run: a blind
+# set's Keras-like loop writing batch_log.csv and history.csv (session 29) was refused as "2
+# separate runs". Its epochs cannot share the step axis, so it is set aside, named as partial.
+EPOCH_SUMMARY_SET_ASIDE = (
+    "one row per epoch beside a per-step log of the same run ({step_log}); the per-step log is "
+    "read, this epoch summary is not (its epochs are no steps)"
+)
+
+
+def set_aside_epoch_summaries(reads: Sequence[LogRead]) -> tuple[list[LogRead], list[PartialInput]]:
+    """(the reads kept, the epoch tables set aside) — see EPOCH_SUMMARY_SET_ASIDE."""
+    by_epoch = [r for r in reads if any(c.kind == "epoch_axis" for c in r.caveats)]
+    epoch_ids = {id(r) for r in by_epoch}
+    by_step = [r for r in reads if id(r) not in epoch_ids]
+    set_aside: dict[int, PartialInput] = {}
+    for table in by_epoch:
+        folder = _place(table)[0]
+        series = {str(m) for m in table.metrics.metric.used_labels()}
+        step_log = next(
+            (
+                r
+                for r in by_step
+                if _place(r)[0] == folder
+                and series & {str(m) for m in r.metrics.metric.used_labels()}
+            ),
+            None,
+        )
+        if step_log is not None:
+            text = EPOCH_SUMMARY_SET_ASIDE.format(step_log=step_log.path)
+            set_aside[id(table)] = PartialInput(table.path, text)
+    return [r for r in reads if id(r) not in set_aside], list(set_aside.values())
 
 
 def several_runs_message(where: str, groups: Sequence[RunGroup]) -> str:
