@@ -150,6 +150,22 @@ def test_an_unreadable_run_is_skipped_and_the_rest_analyzed(tmp_path):
     assert any("could not be analyzed" in limit for limit in report.limits)
 
 
+def test_a_run_read_in_part_is_marked_in_the_sweeps_report(tmp_path):
+    """A run whose torch file could not be read was a plain "stable" in cluster.json, .md and
+    .html with nothing on stderr (red team, session 29): only its own case listed the file."""
+    runs = tmp_path / "runs"
+    shutil.copytree(SWEEP / "lr0.001_seed1234", runs / "good")
+    shutil.copytree(SWEEP / "lr0.001_seed1234", runs / "part")
+    (runs / "part" / "step_50.pt").write_bytes(b"PK\x03\x04 truncated torch zip")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["cluster", str(runs), "--out", str(out), "-j", "1"])
+    assert result.exit_code == 0, result.output
+    assert "run part read in part: 1 file(s) not read" in result.output
+    payload = json.loads((out / "cluster.json").read_text())
+    assert {r["name"]: r["unread_files"] for r in payload["runs"]} == {"good": 0, "part": 1}
+    assert "| `part` | stable (read in part: 1 file not read) |" in (out / "cluster.md").read_text()
+
+
 @pytest.mark.skipif(not MODDED.is_dir(), reason="../shared/realdata is absent")
 def test_modded_nanogpt_records_show_their_shared_spikes_as_data_aligned(tmp_path):
     report = cluster(MODDED, tmp_path / "out", jobs=2)

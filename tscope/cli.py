@@ -226,6 +226,17 @@ def cluster(
             typer.echo(
                 visible(f"tscope: warning: run {item['run']} skipped: {item['problem']}"), err=True
             )
+        out_dir = Path(main_file(written)).parent  # the run's case path is relative to it
+        for profile in result.profiles:
+            if profile.unread_files:
+                typer.echo(
+                    visible(
+                        f"tscope: warning: run {profile.name} read in part: "
+                        f"{profile.unread_files} file(s) not read (listed in "
+                        f"{out_dir / profile.case_path})"
+                    ),
+                    err=True,
+                )
     typer.echo(visible(main_file(written)))
 
 

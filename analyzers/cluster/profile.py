@@ -82,6 +82,7 @@ def profile_run(
         case_status=case.summary.status,
         case_path=case_path,
         reused_case=reused_case,
+        unread_files=len(case.partial),
         # Where the run was just analyzed (numba loaded, its baseline code warm); a reused case's
         # worker would import numba for it alone (0.65 s CPU): the report computes those.
         loss_zscores=None if reused_case else loss_zscores(loss, explosion_step),

@@ -60,6 +60,9 @@ class RunProfile:
     case_status: str = ""
     case_path: str = ""
     reused_case: bool = False
+    # Files of the run that could not be read (its case.json's `partial`): the run's verdict
+    # rests on the rest, which the sweep's report says beside its status.
+    unread_files: int = 0
     # (steps, robust z-scores) of the loss before the explosion: the aligned-spike screen
     # (analyzers/cluster/aligned.py), computed where the profile is built (in the worker that
     # analyzed the run, not one run after another at the end); None: computed when needed.
@@ -234,6 +237,7 @@ class ClusterReport:
             "cluster": self.cluster_of(profile.name),
             "verdict": profile.verdict,
             "case_status": profile.case_status,
+            "unread_files": profile.unread_files,
             "case": profile.case_path,
             "config": profile.config,
         }

@@ -31,6 +31,7 @@ class ClusterRunRow:
     lead_steps: int | None
     final_loss: float | None
     case: str  # its case.json as the pipeline wrote it ("" when none)
+    unread_files: int = 0  # files of the run that could not be read (its case lists them)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ def _run(run: Fields) -> ClusterRunRow:
         lead_steps=run.optional_integer("lead_steps"),
         final_loss=run.optional_number("final_loss"),
         case=run.text("case"),
+        unread_files=max(run.optional_integer("unread_files") or 0, 0),
     )
 
 

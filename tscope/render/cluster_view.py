@@ -108,6 +108,9 @@ def _counts(report: ClusterFile) -> str:
     parts.append(_plural(spikes, "aligned spike"))
     if report.skipped:
         parts.append(f"{len(report.skipped)} skipped")
+    read_in_part = sum(run.unread_files > 0 for run in runs)
+    if read_in_part:
+        parts.append(f"{read_in_part} read in part")
     return " · ".join(parts)
 
 
@@ -265,7 +268,12 @@ def _run_view(run: ClusterRunRow, out_dir: Path | None) -> dict[str, Any]:
     lead = run.lead_steps
     return {
         "name": run.name,
-        "status": run.status,
+        "status": run.status
+        + (
+            f" (read in part: {_plural(run.unread_files, 'file')} not read)"
+            if run.unread_files
+            else ""
+        ),
         "cluster": run.cluster or MISSING,
         "explosion_step": format_step(run.explosion_step),
         "explosion_kind": EXPLOSION_KINDS.get(kind, kind),
