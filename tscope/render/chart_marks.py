@@ -15,7 +15,7 @@ from tscope.model.case import Case
 from tscope.model.categories import ALERT_SEVERITIES
 from tscope.render.chart_panels import LABEL_GAP, Panel, label_width
 from tscope.render.chart_style import FINDING_COLOR, PLOT_LEFT, PLOT_RIGHT, SPIKE_FILL
-from tscope.render.formatting import format_number, format_step, parse_number
+from tscope.render.formatting import MAX_SHOWN_FINDINGS, format_number, format_step, parse_number
 from tscope.render.svg import line, rect, tooltip, xml_text
 
 # Marks closer than this many pixels are one label ("S4 F1 F4 +4"): seven ids between steps 150
@@ -79,7 +79,7 @@ def finding_marks(
     case: Case, x_of: Callable[[float], float], x_low: float, x_high: float
 ) -> list[Mark]:
     marks = []
-    for finding in case.findings:
+    for finding in case.findings[:MAX_SHOWN_FINDINGS]:  # the findings the report lists
         step = parse_number(finding.step)
         if step is None or not x_low <= step <= x_high or not finding.id:
             continue

@@ -131,6 +131,21 @@ def one_line(text: str) -> str:
     return visible(" ".join(str(text).split()))
 
 
+# The findings a report shows and marks on its charts (ranked: the most important first): a
+# crafted case.json of 200,000 findings took `tscope report` 173 s and 3 GB (red team, session
+# 29); real cases hold tens. The rest stay in case.json, counted in the report.
+MAX_SHOWN_FINDINGS = 1000
+# A finding's text as a report shows it: real ones run to a few hundred characters; one crafted
+# 100 MB message took `tscope report` 31 s (red team, session 29).
+MAX_LINE_CHARS = 4000
+
+
+def bounded_line(text: str) -> str:
+    """one_line, cut at MAX_LINE_CHARS (whitespace folds before the cut)."""
+    shown = one_line(str(text)[: MAX_LINE_CHARS * 2])
+    return shown if len(shown) <= MAX_LINE_CHARS else shown[:MAX_LINE_CHARS] + "…"
+
+
 def shown_in_template(value: Any) -> Any:
     """Every `{{ value }}` a template prints: control characters from a name or a logged value
     shown as escapes (docs/security.md); markup tscope built itself (charts, filters) is kept."""

@@ -29,7 +29,9 @@ from tscope.model.categories import SEVERITIES
 from tscope.render.card_view import card_view
 from tscope.render.charts import main_chart_metrics
 from tscope.render.formatting import (
+    MAX_SHOWN_FINDINGS,
     MISSING,
+    bounded_line,
     capped_rows,
     flatten,
     format_number,
@@ -100,7 +102,8 @@ def build_view(case: Case) -> dict[str, Any]:
         "next_steps": [one_line(step) for step in summary.next_steps],
         "no_next_steps": NO_NEXT_STEPS.get(status, "No next step was recorded."),
         "headline": summary.headline_finding or "",
-        "findings": [_finding_view(item) for item in case.findings],
+        "findings": [_finding_view(item) for item in case.findings[:MAX_SHOWN_FINDINGS]],
+        "findings_not_shown": max(len(case.findings) - MAX_SHOWN_FINDINGS, 0),
         "severity_counts": _severity_counts(case.findings),
         "alternatives": [_alternative_view(item) for item in case.alternatives],
         "spikes": spikes,
@@ -187,10 +190,10 @@ def _finding_view(finding: Finding) -> dict[str, Any]:
         "confidence": format_number(parse_number(finding.confidence)),
         "step": format_step(finding.step),
         "layer": finding.layer or MISSING,
-        "message": one_line(finding.message),
+        "message": bounded_line(finding.message),
         "evidence": flatten(finding.evidence),
-        "threshold": one_line(finding.threshold),
-        "suggestion": one_line(finding.suggestion),
+        "threshold": bounded_line(finding.threshold),
+        "suggestion": bounded_line(finding.suggestion),
         "source": finding.source,
         "spike_id": finding.spike_id or "",
     }
