@@ -54,9 +54,16 @@ def incidents(evidence: Evidence) -> list[Incident]:
         if onset is not None:
             start = int(steps[onset[0]])
             impact = measure_impact(run, start, None)
-            abrupt = not bool(np.isfinite(values[onset[0]]))
             found.append(
-                Incident("divergence", loss, start, int(steps[-1]), None, impact, None, abrupt)
+                Incident(
+                    "divergence",
+                    loss,
+                    start,
+                    int(steps[-1]),
+                    None,
+                    impact,
+                    abrupt_nonfinite=not bool(np.isfinite(values[onset[0]])),
+                )
             )
     loss_spikes = [s for s in evidence.spikes if s.metric == loss]
     for spike in evidence.spikes:
