@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from tscope.analyzers.base import Evidence
-from tscope.analyzers.explainers.divergence import loss_rise
+from tscope.analyzers.explainers.divergence import loss_rise, starts_nonfinite
 from tscope.analyzers.impact import Impact, impact_order, impact_severity, measure_impact
 from tscope.analyzers.signals import loss_series, primary_loss
 from tscope.analyzers.spike_judgement import is_transient, reaction_end
@@ -62,7 +60,7 @@ def incidents(evidence: Evidence) -> list[Incident]:
                     int(steps[-1]),
                     None,
                     impact,
-                    abrupt_nonfinite=not bool(np.isfinite(values[onset[0]])),
+                    abrupt_nonfinite=starts_nonfinite(values, onset[0]),
                 )
             )
     loss_spikes = [s for s in evidence.spikes if s.metric == loss]

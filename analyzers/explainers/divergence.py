@@ -144,6 +144,15 @@ def loss_rise(steps: np.ndarray, values: np.ndarray) -> tuple[int, float, bool] 
     return (*elevated, False) if elevated is not None else None
 
 
+def starts_nonfinite(values: np.ndarray, onset: int) -> bool:
+    """The rise starts at a non-finite point: the loss went from its level to NaN/Inf in one step
+    with no climb before it. That is a non-finite value entering the step (the batch, a weight,
+    an overflow in one op), not an instability building up: a blind set's loop with NaN
+    written into one weight at 297 read "diverged" with "restart with a lower peak LR"
+    (session 29)."""
+    return not bool(np.isfinite(values[onset]))
+
+
 def divergence_onset(
     steps: np.ndarray,
     values: np.ndarray,
@@ -282,12 +291,7 @@ def _divergence(
         + (f"; {nonfinite} non-finite" if nonfinite else "")
         + ")."
     )
-    # The rise starts at a non-finite point: the loss went from its level to NaN/Inf in one step
-    # with no climb before it. That is a non-finite value entering the step (the batch, a weight,
-    # an overflow in one op), not an instability building up: a blind set's loop with NaN
-    # written into one weight at 297 read "diverged" with "restart with a lower peak LR"
-    # (session 29).
-    abrupt = not np.isfinite(values[onset])
+    abrupt = starts_nonfinite(values, onset)
     if abrupt:
         before = values[:onset][np.isfinite(values[:onset])]
         message = (
