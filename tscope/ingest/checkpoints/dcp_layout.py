@@ -17,6 +17,7 @@ from tscope.ingest.checkpoints import dcp_storage
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.dcp_metadata import DcpMetadata
 from tscope.ingest.checkpoints.state_dict_files import normalize_name
+from tscope.ingest.readers.text_logs import parse_int
 from tscope.ingest.safe_fs import is_inside, is_regular_file
 from tscope.model import PartialInput
 
@@ -87,8 +88,10 @@ def load_folder(
     files = {record.relative_path for record in metadata.storage.values()}
     for file in files:
         match = SHARD_FILE.match(file)
-        if match:
-            folder.ranks.add(int(match.group(1)))
+        # The name comes from .metadata, not the disk: 5,000 digits once reached int() (ValueError).
+        rank = parse_int(match.group(1)) if match else None
+        if rank is not None:
+            folder.ranks.add(rank)
     refused, missing = [], []
     for file in sorted(files):
         relative = PurePosixPath(file)
@@ -101,7 +104,7 @@ def load_folder(
             PartialInput(
                 shown,
                 f"shard files named in .metadata lie outside the checkpoint and are not read: "
-                f"{', '.join(repr(f) for f in refused[:5])}",
+                f"{_listed(refused)}",
             )
         )
     if files and len(missing) + len(refused) == len(files):
@@ -115,10 +118,25 @@ def load_folder(
             PartialInput(
                 shown,
                 f"shard files listed in .metadata are missing (or not regular files): "
-                f"{', '.join(missing)}",
+                f"{_listed(missing)}",
             )
         )
     return folder
+
+
+# How many of the shard names .metadata lists a partial line shows, and how much of each: the
+# names are a stranger's text (a crafted file listed one of 5,000 characters, or thousands).
+NAMES_SHOWN = 5
+NAME_SHOWN_CHARS = 120
+
+
+def _listed(names: list[str]) -> str:
+    shown = [
+        repr(name if len(name) <= NAME_SHOWN_CHARS else name[:NAME_SHOWN_CHARS] + "…")
+        for name in names[:NAMES_SHOWN]
+    ]
+    more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+    return ", ".join(shown) + more
 
 
 def classify(folder: DcpFolder, layout: KeyLayout) -> None:

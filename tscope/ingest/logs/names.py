@@ -198,12 +198,24 @@ MEGATRON_GROUPS = (
 )
 
 
+# Group prefixes read through per name (`lm-loss-training/`, `optim/`, `train/`): real loggers
+# nest two or three; a crafted name of 1,500 `opt/` groups recursed once per group and ended in
+# RecursionError in every reader (red team round 8). Deeper names keep their own spelling.
+MAX_GROUP_NESTING = 8
+
+
 def canonical_metric(name: str) -> str:
     """The canonical name for a producer's metric name; unknown names keep a cleaned-up form."""
+    return _canonical(name, 0)
+
+
+def _canonical(name: str, depth: int) -> str:
+    if depth > MAX_GROUP_NESTING:
+        return name.strip()
     for group in MEGATRON_GROUPS:
         if name.startswith(group):
             series = name[len(group) :]
-            canonical = canonical_metric(series)
+            canonical = _canonical(series, depth + 1)
             if canonical != series.strip():
                 return canonical
     key = _normalize_key(name)
@@ -212,13 +224,13 @@ def canonical_metric(name: str) -> str:
     if _OPTIMIZER_LR.match(name.strip()):
         return LEARNING_RATE
     if key.startswith(_FIRST_CHOICE_PREFIXES):
-        inner = canonical_metric(key.split("/", 1)[1])
+        inner = _canonical(key.split("/", 1)[1], depth + 1)
         if inner in (LOSS, GRAD_NORM, LEARNING_RATE, LOSS_SCALE):
             return inner
     group, _, inner = key.partition("/")
     if group in _OPTIMIZER_GROUPS and inner:
         # `optim/lr`, `optimizer/grad_norm`: what the optimizer reports, under its own group.
-        named = canonical_metric(inner)
+        named = _canonical(inner, depth + 1)
         if named in (GRAD_NORM, LEARNING_RATE, LOSS_SCALE):
             return named
     base, _, split = key.rpartition("/")

@@ -1,0 +1,62 @@
+"""Red team round 8 (session 30): deep metric-name groups, DCP and safetensors files that
+describe more than they hold, and inputs that reach torch with what torch cannot handle. Each
+input is the smallest that showed the problem."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import tscope
+from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.dcp import DcpReader
+from tscope.ingest.logs.names import MAX_GROUP_NESTING, canonical_metric
+from tscope.model.metric_names import LEARNING_RATE
+
+LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"
+
+
+def _dcp_copy(tmp_path: Path) -> tuple[Path, Any]:
+    """The single-rank DCP fixture copied, with its (trusted) metadata unpickled to edit."""
+    folder = tmp_path / "run" / "step_2"
+    shutil.copytree(LAYOUTS / "dcp_single" / "step_2", folder)
+    return folder, pickle.loads((folder / ".metadata").read_bytes())
+
+
+def test_a_name_of_many_nested_groups_keeps_its_spelling() -> None:
+    # Once one recursion per `opt/` group: 1,500 of them ended in RecursionError in every reader.
+    deep = "opt/" * 1500 + "lr"
+    assert canonical_metric(deep) == deep
+    assert canonical_metric("optim/lr") == LEARNING_RATE  # real nesting still reads through
+    assert canonical_metric("opt/" * (MAX_GROUP_NESTING - 1) + "lr") == LEARNING_RATE
+
+
+def test_a_csv_with_a_deep_metric_name_is_analyzed(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    header = "step,loss," + "lm-loss-training/" * 1200 + "x\n"
+    rows = "".join(f"{i},{2.0 - i * 0.001},0.5\n" for i in range(200))
+    (run / "metrics.csv").write_text(header + rows)
+    case = tscope.analyze(run)
+    assert json.loads(json.dumps(case.to_dict()))["summary"]["status"] == "healthy"
+
+
+def test_a_dcp_shard_name_of_5000_digits_is_a_short_partial_entry(tmp_path: Path) -> None:
+    # The rank in `__<digits>_0.distcp` once went to int(): ValueError past 4,300 digits.
+    folder, metadata = _dcp_copy(tmp_path)
+    where = next(iter(metadata.storage_data.values()))
+    index = type(next(iter(metadata.storage_data)))
+    name = "__" + "1" * 5000 + "_0.distcp"
+    metadata.storage_data[index("model.extra", torch.Size([0]), 0)] = type(where)(
+        relative_path=name, offset=0, length=1, transform_descriptors=None
+    )
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    handle = DcpReader().open(folder, "step_2", LoadOptions())
+    problems = [entry.problem for entry in handle.partial]
+    assert any("missing" in problem for problem in problems), problems
+    assert all(len(problem) < 400 for problem in problems), problems
