@@ -137,13 +137,11 @@ def load_tensor(folder: Path, metadata: DcpMetadata, key: str, display_path: str
     import torch
 
     entry = metadata.tensors[key]
-    dtype = getattr(torch, entry.dtype_name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise UnreadableInput(display_path, f"tensor {key} has an unknown dtype {entry.dtype_name}")
+    dtype = _declared_dtype(entry.dtype_name, key, display_path)
     records = chunk_records(folder, metadata, key, display_path)
     target = torch.zeros(entry.size, dtype=dtype)
     for chunk, record in records:
-        loaded = _chunk_tensor(folder, record, chunk, key, display_path)
+        loaded = _chunk_tensor(folder, record, chunk, dtype, key, display_path)
         view = target
         for dim, (start, length) in enumerate(zip(chunk.offsets, chunk.sizes, strict=True)):
             view = view.narrow(dim, start, length)
@@ -165,9 +163,7 @@ def load_tensor_region(
     import torch
 
     entry = metadata.tensors[key]
-    dtype = getattr(torch, entry.dtype_name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise UnreadableInput(display_path, f"tensor {key} has an unknown dtype {entry.dtype_name}")
+    dtype = _declared_dtype(entry.dtype_name, key, display_path)
     if len(offsets) != len(entry.size) or any(
         start < 0 or start + length > dim
         for start, length, dim in zip(offsets, sizes, entry.size, strict=True)
@@ -190,7 +186,7 @@ def load_tensor_region(
         ]
         if any(low >= high for low, high in overlap):
             continue
-        loaded = _chunk_tensor(folder, record, chunk, key, display_path)
+        loaded = _chunk_tensor(folder, record, chunk, dtype, key, display_path)
         source, view = loaded, target
         for dim, (low, high) in enumerate(overlap):
             source = source.narrow(dim, low - chunk.offsets[dim], high - low)
@@ -204,8 +200,39 @@ def load_tensor_region(
     return target
 
 
+# The dtypes torch's DCP writes for training state and tscope computes statistics of (complex
+# ones are read and then skipped with a note). The others torch can name but not copy or reduce
+# (qint8, bits8, uint1-7, ...): a .metadata declaring one ended in a NotImplementedError traceback.
+READABLE_DTYPES = frozenset(
+    {
+        "float64", "float32", "float16", "bfloat16",
+        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+        "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+        "complex64", "complex128",
+    }
+)  # fmt: skip
+
+
+def _declared_dtype(name: str, key: str, display_path: str) -> torch.dtype:
+    import torch
+
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise UnreadableInput(display_path, f"tensor {key} has an unknown dtype {name}")
+    if name not in READABLE_DTYPES:
+        raise UnreadableInput(
+            display_path, f"tensor {key} has dtype {name}, which tscope does not read"
+        )
+    return dtype
+
+
 def _chunk_tensor(
-    folder: Path, record: StorageRecord, chunk: Any, key: str, display_path: str
+    folder: Path,
+    record: StorageRecord,
+    chunk: Any,
+    dtype: torch.dtype,
+    key: str,
+    display_path: str,
 ) -> torch.Tensor:
     import torch
 
@@ -221,6 +248,12 @@ def _chunk_tensor(
     if not isinstance(loaded, torch.Tensor) or tuple(loaded.shape) != chunk.sizes:
         raise UnreadableInput(
             display_path, f"tensor {key} cannot be read (a chunk record has the wrong shape)"
+        )
+    if loaded.dtype != dtype:  # torch writes each chunk in the dtype .metadata declares
+        raise UnreadableInput(
+            display_path,
+            f"tensor {key} cannot be read: .metadata declares {dtype} but a chunk record holds "
+            f"{loaded.dtype}",
         )
     return loaded
 
