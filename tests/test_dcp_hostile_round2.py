@@ -163,9 +163,11 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     calls: list[str] = []
     real = dcp_storage._chunk_tensor
 
-    def counted(folder: Path, record: Any, chunk: Any, key: str, shown: str) -> torch.Tensor:
+    def counted(
+        folder: Path, record: Any, chunk: Any, dtype: torch.dtype, key: str, shown: str
+    ) -> torch.Tensor:
         calls.append(key)
-        return real(folder, record, chunk, key, shown)
+        return real(folder, record, chunk, dtype, key, shown)
 
     monkeypatch.setattr(dcp_storage, "_chunk_tensor", counted)
     yield calls
