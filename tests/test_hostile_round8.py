@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ import tscope
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.base import LoadOptions
 from tscope.ingest.checkpoints.dcp import DcpReader
+from tscope.ingest.checkpoints.safetensors_header import HEADER_PARSED_PER_BYTE, read_header
 from tscope.ingest.logs.names import MAX_GROUP_NESTING, canonical_metric
+from tscope.model.json_parse import parsed_size_estimate
 from tscope.model.metric_names import LEARNING_RATE
 
 LAYOUTS = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "layouts"
@@ -78,3 +81,25 @@ def test_a_dcp_tensor_declared_in_another_dtype_is_a_partial_entry(
     handle = DcpReader().open(folder, "step_2", LoadOptions())
     with pytest.raises(UnreadableInput, match=r"does not read|declares"):
         handle.load_tensor(key.removeprefix("model."))
+
+
+def test_a_safetensors_header_of_empty_dicts_is_refused_before_it_is_parsed(
+    tmp_path: Path,
+) -> None:
+    # 99 MB of `{},` took 2.5 GB in json.loads before the entry check refused it.
+    count = 3_000_000
+    header = b'{"w":[' + b"{}," * (count - 1) + b"{}]}"
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(UnreadableInput, match="once parsed"):
+        read_header(path, "model.safetensors")
+
+
+def test_every_fixture_safetensors_header_is_within_the_parse_bound() -> None:
+    files = sorted((LAYOUTS.parent).rglob("*.safetensors"))
+    assert files
+    for path in files:
+        with path.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            raw = handle.read(length)
+        assert parsed_size_estimate(raw) <= HEADER_PARSED_PER_BYTE * len(raw), path

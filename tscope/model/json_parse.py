@@ -129,13 +129,19 @@ def _refuse_huge(text: str) -> int:
 
 
 def parse(
-    data: bytes | str, max_depth: int = MAX_JSON_DEPTH, refuse_huge_ints: bool = False
+    data: bytes | str,
+    max_depth: int = MAX_JSON_DEPTH,
+    refuse_huge_ints: bool = False,
+    max_parsed_bytes: int = MAX_PARSED_BYTES,
 ) -> Any:
     """Parse one JSON document under the nesting limit, numbers tamed (see module doc).
 
     `refuse_huge_ints`: for files tscope writes itself (case.json), where an integer beyond
     int64 is not a value to render but a sign that the file was not written by tscope.
+    `max_parsed_bytes`: a tighter bound for a kind of file whose shape is known (a safetensors
+    header), never above MAX_PARSED_BYTES.
     """
+    limit = min(max_parsed_bytes, MAX_PARSED_BYTES)
     raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
     depth = depth_over_limit(raw, max_depth)
     if depth is not None:
@@ -144,11 +150,10 @@ def parse(
             "No training tool writes such a file; it is damaged or crafted",
         )
     estimate = parsed_size_estimate(raw)
-    if estimate > MAX_PARSED_BYTES:
+    if estimate > limit:
         raise RefusedJson(
-            f"would take ~{estimate / 1024**3:.1f} GiB once parsed ({len(raw)} bytes of mostly "
-            f"tiny values), more than the {MAX_PARSED_BYTES / 1024**3:g} GiB tscope allows one "
-            "JSON file",
+            f"would take ~{estimate / 1024**2:,.0f} MiB once parsed ({len(raw)} bytes of mostly "
+            f"tiny values), more than the {limit / 1024**2:,.0f} MiB tscope allows this file",
             "No training tool writes such a file; it is damaged or crafted",
         )
     try:
