@@ -14,6 +14,7 @@ from tscope.analyzers.explainers.grad_norm import GradNormExplainer
 from tscope.analyzers.explainers.layer_logs import LayerLogsExplainer
 from tscope.analyzers.explainers.learning_rate import LearningRateExplainer
 from tscope.analyzers.explainers.loss_scale import LossScaleExplainer
+from tscope.analyzers.explainers.loss_scale_unlogged import UnloggedLossScaleExplainer
 from tscope.analyzers.explainers.lr_ramp import LrRampExplainer
 from tscope.analyzers.explainers.optimizer_state import OptimizerStateExplainer
 from tscope.analyzers.explainers.overfitting import OverfittingExplainer
@@ -41,6 +42,7 @@ EXPLAINERS: tuple[Explainer, ...] = (
     PeakStallExplainer(),
     ResumeExplainer(),
     LossScaleExplainer(),
+    UnloggedLossScaleExplainer(),
     GradNormExplainer(),
     PlateauExplainer(),
     OverfittingExplainer(),

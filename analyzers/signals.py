@@ -92,27 +92,71 @@ def loss_series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
     weights non-finite, and every later norm with them. A non-finite norm followed by finite ones
     is a step the fp16 loss scaler (or DeepSpeed) skipped for overflow, which healthy fp16 runs do
     in their first steps while the scale calibrates down from 2^16 and whenever it tries to grow
-    (every 2,000 clean steps); the loss logged there is the step's real loss. So is every step of a stretch to the end while the logged
-    loss scale keeps falling or the skipped-iteration counter keeps rising through it: a scaler
+    (every 2,000 clean steps); the loss logged there is the step's real loss. So is every step of
+    a stretch to the end while a producer that logs its real loss (not the Trainer) still logs a
+    finite one after the first, or while the logged loss scale keeps falling or the skipped-iteration counter keeps rising through it: a scaler
     skipping every update (a blind set's Megatron-style log, session 28: grad norm nan from 230
     to 900, the scale halving each step, the loss logged 2.3-2.7 throughout) leaves the weights
     finite."""
     steps, values = run.series(metric)
-    grad_steps, grads = run.series(GRAD_NORM)
-    if grad_steps.size == 0:
+    dead_from = dead_gradient_from(run)
+    if dead_from is None:
         return steps, values
-    finite_grads = np.flatnonzero(np.isfinite(grads))
-    dead_from = int(finite_grads[-1]) + 1 if finite_grads.size else 0
-    if grad_steps.size - dead_from < HIDDEN_NAN_MIN_POINTS:
-        return steps, values
+    grad_steps = run.series(GRAD_NORM)[0]
     if _scaler_skipped_from(run, int(grad_steps[dead_from])):
         return steps, values
     hidden = np.isin(steps, grad_steps[dead_from:])
     if not hidden.any():
         return steps, values
+    if not hides_nonfinite_loss(run) and loss_level_held(values, np.flatnonzero(hidden)):
+        # A loop that logs its real loss kept logging its level after the gradient died: the
+        # weights did not change, so every update was skipped (a loss scaler whose scale is not
+        # logged: explainers/loss_scale_unlogged.py). A blind set's fp16 loop (session 30)
+        # logged ~2.3 for 65 steps after its gradient norm went NaN for good and read "the loss
+        # became NaN at 236".
+        return steps, values
     values = values.copy()
     values[hidden] = np.nan
     return steps, values
+
+
+def dead_gradient_from(run: Run) -> int | None:
+    """The index into the gradient-norm series from which it is non-finite to the end of the
+    log, when that stretch holds at least HIDDEN_NAN_MIN_POINTS points; else None."""
+    grads = run.series(GRAD_NORM)[1]
+    if grads.size == 0:
+        return None
+    finite_grads = np.flatnonzero(np.isfinite(grads))
+    dead_from = int(finite_grads[-1]) + 1 if finite_grads.size else 0
+    return dead_from if grads.size - dead_from >= HIDDEN_NAN_MIN_POINTS else None
+
+
+# "Held its level": the median of the loss logged through a dead-gradient stretch is within this
+# factor of the median of the HELD_LEVEL_POINTS finite points before it (a run whose weights went
+# non-finite logs NaN; one whose loss exploded first logs values far above its level).
+HELD_LEVEL_FACTOR = 1.5
+HELD_LEVEL_POINTS = 20
+
+
+def loss_level_held(values: np.ndarray, stretch: np.ndarray) -> bool:
+    """Whether the loss stayed finite and at its level through `stretch` (indices), its first
+    point aside (that step's forward ran before its gradient overflowed)."""
+    later = values[stretch[1:]]
+    before = last_finite(values, int(stretch[0]), HELD_LEVEL_POINTS)
+    if later.size == 0 or before.size == 0 or not np.isfinite(later).all():
+        return False
+    level, held = float(np.median(before)), float(np.median(later))
+    return level > 0 and level / HELD_LEVEL_FACTOR <= held <= level * HELD_LEVEL_FACTOR
+
+
+# The HF Trainer's readers (trainer_state.json, its printed log rows): the producer whose
+# logging_nan_inf_filter (on by default) logs a running mean where the loss was NaN.
+TRAINER_SOURCE_PREFIX = "hf_trainer"
+
+
+def hides_nonfinite_loss(run: Run) -> bool:
+    """Whether a producer of the run logs something else where the loss was NaN (the Trainer)."""
+    return any(source.kind.startswith(TRAINER_SOURCE_PREFIX) for source in run.sources)
 
 
 def _scaler_skipped_from(run: Run, first_step: int) -> bool:

@@ -11,7 +11,13 @@ from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import BASELINE_WINDOW_POINTS
 from tscope.analyzers.explainers.overfitting import Overfitting, overfitting_onset
 from tscope.analyzers.impact import eval_held_text, measure_impact
-from tscope.analyzers.signals import fmt, loss_series, primary_loss, spike_size
+from tscope.analyzers.signals import (
+    fmt,
+    hides_nonfinite_loss,
+    loss_series,
+    primary_loss,
+    spike_size,
+)
 from tscope.analyzers.spike_judgement import (
     is_notable,
     is_texture,
@@ -264,16 +270,11 @@ def _nan_losses(run: Run) -> list[Finding]:
     ]
 
 
-# The HF Trainer's readers (trainer_state.json, its printed log rows): the producer whose
-# logging_nan_inf_filter (on by default) logs a running mean where the loss was NaN.
-TRAINER_SOURCE_PREFIX = "hf_trainer"
-
-
 def _hidden_note(run: Run, loss: str, index: int) -> str:
     logged = float(run.series(loss)[1][index])
     if not np.isfinite(logged):
         return ""
-    if any(source.kind.startswith(TRAINER_SOURCE_PREFIX) for source in run.sources):
+    if hides_nonfinite_loss(run):
         return (
             f" (logged as {fmt(logged)}, but the gradient norm of that step is non-finite: the "
             "Trainer's logging_nan_inf_filter hid the NaN)"

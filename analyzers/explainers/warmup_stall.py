@@ -30,6 +30,7 @@ gain only separates a hot start that stalled from one that kept learning.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -40,7 +41,13 @@ from tscope.analyzers.explainers.lr_config import TYPICAL_LR
 from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
-from tscope.analyzers.training_kind import START_MAX_STEP, TrainingKind, training_kind
+from tscope.analyzers.training_kind import (
+    PRETRAINED_FRACTION,
+    START_MAX_STEP,
+    TrainingKind,
+    training_kind,
+    vocabulary,
+)
 from tscope.model import Finding
 from tscope.model.metric_names import LEARNING_RATE
 
@@ -105,6 +112,27 @@ def scratch_logs(evidence: Evidence, min_points: int) -> ScratchLogs | None:
     return ScratchLogs(lr_steps, lrs, steps, values, kind)
 
 
+def _start_level(evidence: Evidence, first_logged: float) -> tuple[float, str]:
+    """(the loss the first drop is measured from, how the message names it): the first logged
+    loss, or ln(vocab) when the vocabulary is known and that first loss lies between a
+    pretrained model's start (PRETRAINED_FRACTION of ln(vocab)) and ln(vocab). A fresh model sits
+    at ln(vocab), and one update at a hot LR may take most of the drop before the first logged
+    point: a blind set's Lightning run at 0.05 with no warm-up (session 30) logged 3.83 at step 1
+    with ln 256 = 5.55, fell to its unigram level 3.1 and stalled there; measured from 3.83 its
+    first drop was 14%, under EARLY_DROP_FRACTION."""
+    logged = fmt(first_logged)
+    vocab = vocabulary(evidence.run, evidence.checkpoints)
+    if vocab is None:
+        return first_logged, logged
+    untrained = math.log(vocab.size)
+    if not PRETRAINED_FRACTION * untrained <= first_logged < untrained:
+        return first_logged, logged
+    return untrained, (
+        f"a fresh model's level ln {vocab.size} = {fmt(untrained)} (the first logged loss: "
+        f"{logged})"
+    )
+
+
 class WarmupStallExplainer:
     name = "warmup_stall"
     categories: tuple[str, ...] = ("warmup_too_short",)
@@ -128,7 +156,7 @@ class WarmupStallExplainer:
         stall_end = int(STALL_END_FRACTION * n)
         if stall_end - segment < early_end + segment:
             return []
-        first = float(values[0])
+        first, first_text = _start_level(evidence, float(values[0]))
         level = rolling_median(values, SMOOTHING_MIN_POINTS, SMOOTHING_MIN_POINTS)
         early = level[SMOOTHING_MIN_POINTS - 1 : early_end]
         early_min = float(np.nanmin(early))
@@ -161,7 +189,7 @@ class WarmupStallExplainer:
                         f"{int(lr_steps[at_peak])}, {int(lr_steps[at_peak] - lr_steps[0])} "
                         f"step(s) after its first ({fmt(float(lrs[0]))}): no real warm-up"
                     )
-                    + f"; the loss fell from {fmt(first)} to "
+                    + f"; the loss fell from {first_text} to "
                     f"{fmt(early_min)} by step {stall_step} and then stalled: its median went "
                     f"from {fmt(after_drop)} to {fmt(at_half)} by step {end_step}, half the run "
                     f"({abs(gain):.1%} {'lower' if gain >= 0 else 'higher'}). A model that trains from scratch keeps falling through its "

@@ -129,6 +129,10 @@ _FIRST_CHOICE_KEYS = frozenset({"learning/raw_grad_norm"})
 _FIRST_CHOICE_PREFIXES = ("train_inner/",)
 # Groups that custom loops and trackers log the optimizer's own numbers under (`optim/lr`).
 _OPTIMIZER_GROUPS = frozenset({"optim", "optimizer", "opt"})
+# Groups that custom loops log torch.amp.GradScaler's scale under (`AMP/loss_scale`,
+# `scaler/scale`: a blind set's fp16 loop, session 30), and the names of the scale inside them.
+_PRECISION_GROUPS = frozenset({"amp", "scaler", "grad_scaler", "gradscaler", "fp16"})
+_SCALE_NAMES = frozenset({"loss_scale", "scale", "grad_scale"})
 _SECOND_CHOICE_KEYS = frozenset(
     {
         "learning/grad_norm",
@@ -233,6 +237,8 @@ def _canonical(name: str, depth: int) -> str:
         named = _canonical(inner, depth + 1)
         if named in (GRAD_NORM, LEARNING_RATE, LOSS_SCALE):
             return named
+    if group in _PRECISION_GROUPS and inner in _SCALE_NAMES:
+        return LOSS_SCALE
     base, _, split = key.rpartition("/")
     if base and "/" not in base and split in _SPLIT_SUFFIXES:
         key = _SPLIT_SUFFIXES[split] + base  # "loss/train" -> "loss", "loss/val" -> "val_loss"
