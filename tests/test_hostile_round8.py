@@ -103,3 +103,33 @@ def test_every_fixture_safetensors_header_is_within_the_parse_bound() -> None:
             (length,) = struct.unpack("<Q", handle.read(8))
             raw = handle.read(length)
         assert parsed_size_estimate(raw) <= HEADER_PARSED_PER_BYTE * len(raw), path
+
+
+def test_one_dcp_record_spelled_many_ways_is_one_file(tmp_path: Path) -> None:
+    # "x", "./x", "././x": once three files to the byte budget, so a 16 MB record backed a
+    # tensor 256 times its size (4 GB allocated and filled by re-reading the one record).
+    from torch.distributed import checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
+
+    folder = tmp_path / "run" / "step_100"
+    n, k = 64, 3
+    dcp.save({"model": {"w": torch.randn(n)}, "step": 100}, checkpoint_id=folder, no_dist=True)
+    metadata = pickle.loads((folder / ".metadata").read_bytes())
+    entry = metadata.state_dict_metadata["model.w"]
+    ((index, where),) = [(i, w) for i, w in metadata.storage_data.items() if i.fqn == "model.w"]
+    del metadata.storage_data[index]
+    entry.size = torch.Size([k * n])
+    entry.chunks = [
+        ChunkStorageMetadata(offsets=torch.Size([i * n]), sizes=torch.Size([n])) for i in range(k)
+    ]
+    for i in range(k):
+        metadata.storage_data[MetadataIndex("model.w", torch.Size([i * n]), i)] = type(where)(
+            relative_path="./" * i + where.relative_path,
+            offset=where.offset,
+            length=where.length,
+            transform_descriptors=None,
+        )
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    handle = DcpReader().open(folder, "step_100", LoadOptions())
+    with pytest.raises(UnreadableInput, match="share bytes"):
+        handle.load_tensor("w")

@@ -149,27 +149,29 @@ def _backed_bytes(folder: Path, records: list[StorageRecord], display_path: str,
     """Bytes of the shard files the records cover. Records of one tensor that share bytes are
     refused: torch writes each chunk to its own bytes, and a crafted file pointing many chunks
     at one record would run torch.load once per chunk on bytes read once from disk."""
-    by_file: dict[str, list[tuple[int, int]]] = {}
+    # Keyed by the file itself (device and inode), not by the name .metadata spells: "x",
+    # "./x" and "././x" (or two hard links inside the folder) are one file, and a crafted
+    # metadata once spelled one 16 MB record 256 ways for a 4 GB tensor (red team round 8).
+    by_file: dict[tuple[int, int], tuple[str, int, list[tuple[int, int]]]] = {}
     for record in records:
-        by_file.setdefault(record.relative_path, []).append(
-            (record.offset, record.offset + record.length)
-        )
-    held = 0
-    for relative, ranges in by_file.items():
-        path = record_path(
-            folder, StorageRecord(relative, 0, 0, False), display_path, f"tensor {key}"
-        )
+        path = record_path(folder, record, display_path, f"tensor {key}")
         try:
-            size = os.stat(path).st_size
-        except OSError:
-            continue  # missing: reading the chunk reports it
+            stat = os.stat(path)
+        except (OSError, ValueError):
+            continue  # missing (or an unusable name): reading the chunk reports it
+        entry = by_file.setdefault(
+            (stat.st_dev, stat.st_ino), (record.relative_path, stat.st_size, [])
+        )
+        entry[2].append((record.offset, record.offset + record.length))
+    held = 0
+    for relative, size, ranges in by_file.values():
         end_of_previous = 0
         for start, end in sorted(ranges):
             if start < end_of_previous:
                 raise UnreadableInput(
                     display_path,
                     f"tensor {key} cannot be read: two of its chunk records share bytes of "
-                    f"{relative}; torch writes each chunk to its own bytes",
+                    f"{relative[:120]!r}; torch writes each chunk to its own bytes",
                 )
             end_of_previous = end
             held += max(min(end, size) - start, 0)
