@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from tscope.errors import UnreadableInput
-from tscope.ingest.checkpoints.dcp_metadata import Chunk, DcpMetadata, StorageRecord
+from tscope.ingest.checkpoints.dcp_metadata import Chunk, DcpMetadata, StorageKey, StorageRecord
 from tscope.ingest.safe_fs import OUTSIDE_INPUT, is_inside
 
 if TYPE_CHECKING:
@@ -145,6 +145,50 @@ def _check_tiling(
         view.fill_(True)
 
 
+def drop_shared_records(folder: Path, metadata: DcpMetadata) -> int:
+    """Remove from `metadata.storage` every record whose bytes overlap an earlier record's in the
+    same file (the same device and inode, however .metadata spells its name); returns how many.
+
+    torch writes each item (a tensor chunk, a bytes value) to its own bytes. Records that share
+    them make one read from disk cost one load per record: a crafted .metadata pointed 1,000
+    tensors at one 16 MB record (98 s, red team round 8), or group settings at one 9 MB list
+    (5.8 s a load). The entries whose record is dropped then fail as having none."""
+    by_file: dict[tuple[int, int], list[tuple[int, int, StorageKey]]] = {}
+    for storage_key, record in metadata.storage.items():
+        if record.length <= 0:
+            continue  # an empty item shares no byte
+        stat = _file_stat(folder, record)
+        if stat is not None:
+            by_file.setdefault((stat.st_dev, stat.st_ino), []).append(
+                (record.offset, record.offset + record.length, storage_key)
+            )
+    dropped = 0
+    for ranges in by_file.values():
+        end_of_previous = 0
+        for start, end, storage_key in sorted(ranges):
+            if start < end_of_previous:
+                del metadata.storage[storage_key]
+                dropped += 1
+            else:
+                end_of_previous = end
+    return dropped
+
+
+def _file_stat(folder: Path, record: StorageRecord) -> os.stat_result | None:
+    """The file a record names inside the folder (its device and inode identify it however
+    .metadata spells the name), or None when it cannot be read there (refused or missing:
+    reading the record reports it)."""
+    relative = PurePosixPath(record.relative_path)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        return None
+    if not is_inside(folder, folder / relative):
+        return None
+    try:
+        return os.stat(folder / relative)
+    except (OSError, ValueError):
+        return None
+
+
 def _backed_bytes(folder: Path, records: list[StorageRecord], display_path: str, key: str) -> int:
     """Bytes of the shard files the records cover. Records of one tensor that share bytes are
     refused: torch writes each chunk to its own bytes, and a crafted file pointing many chunks
@@ -154,11 +198,10 @@ def _backed_bytes(folder: Path, records: list[StorageRecord], display_path: str,
     # metadata once spelled one 16 MB record 256 ways for a 4 GB tensor (red team round 8).
     by_file: dict[tuple[int, int], tuple[str, int, list[tuple[int, int]]]] = {}
     for record in records:
-        path = record_path(folder, record, display_path, f"tensor {key}")
-        try:
-            stat = os.stat(path)
-        except (OSError, ValueError):
-            continue  # missing (or an unusable name): reading the chunk reports it
+        record_path(folder, record, display_path, f"tensor {key}")  # refused if outside
+        stat = _file_stat(folder, record)
+        if stat is None:
+            continue  # missing: reading the chunk reports it
         entry = by_file.setdefault(
             (stat.st_dev, stat.st_ino), (record.relative_path, stat.st_size, [])
         )

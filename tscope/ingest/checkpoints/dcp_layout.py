@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints import dcp_storage
 from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.dcp_chunks import drop_shared_records
 from tscope.ingest.checkpoints.dcp_metadata import DcpMetadata
 from tscope.ingest.checkpoints.state_dict_files import normalize_name
 from tscope.ingest.readers.text_logs import parse_int
@@ -84,6 +85,15 @@ def load_folder(
     if damaged:
         partial.append(
             PartialInput(shown, f"damaged .metadata entries skipped: {', '.join(damaged[:5])}")
+        )
+    shared = drop_shared_records(path, metadata)
+    if shared:
+        partial.append(
+            PartialInput(
+                shown,
+                f"{shared} storage record(s) in .metadata share bytes with another record; torch "
+                "writes each item to its own bytes, so the entries stored there are not read",
+            )
         )
     files = {record.relative_path for record in metadata.storage.values()}
     for file in files:

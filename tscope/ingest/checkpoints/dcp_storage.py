@@ -58,6 +58,9 @@ METADATA_FILE = ".metadata"
 MAX_METADATA_BYTES = 64 * 1024 * 1024
 # A bytes item is a small torch.save'd value (a learning rate, a step, a list of names).
 MAX_BYTES_ITEM = 64 * 1024 * 1024
+# ...and one param group setting (a learning rate, a pair of betas) is a few hundred bytes: a
+# crafted group's 18 MB list of NaN took ~0.9 GB to load (red team round 8).
+MAX_SETTING_ITEM = 64 * 1024
 
 
 def read_metadata(folder: Path, display_path: str, options: LoadOptions) -> DcpMetadata:
@@ -259,13 +262,19 @@ def _chunk_tensor(
 
 
 def load_bytes_item(
-    folder: Path, metadata: DcpMetadata, key: str, display_path: str, options: LoadOptions
+    folder: Path,
+    metadata: DcpMetadata,
+    key: str,
+    display_path: str,
+    options: LoadOptions,
+    limit: int = MAX_BYTES_ITEM,
 ) -> Any:
-    """A non-tensor entry (a torch.save'd Python value), through safe_torch_load."""
+    """A non-tensor entry (a torch.save'd Python value of at most `limit` bytes), through
+    safe_torch_load."""
     record = metadata.storage.get((key, None))
     if record is None:
         raise UnreadableInput(display_path, f"entry {key} has no storage record")
-    payload = _read_record(folder, record, display_path, f"entry {key}", MAX_BYTES_ITEM)
+    payload = _read_record(folder, record, display_path, f"entry {key}", limit)
     if len(payload) != record.length:
         raise UnreadableInput(display_path, f"entry {key} is cut short (truncated data file)")
     # Loaded from memory: nothing of the input is ever written anywhere.

@@ -135,11 +135,16 @@ def _shape(handle: CheckpointHandle, name: str) -> tuple[int, ...] | None:
 
 
 SKIPPED = " (skipped)"  # what a later read of a file already refused adds
+# Entries shown per file; the rest are counted in one more. A crafted DCP .metadata made each of
+# 1,000 (or 32,000) tensors fail on its own: as many warning lines and partial entries (red
+# team round 8). The first ones say what is wrong; the count says how far it goes.
+MAX_ENTRIES_PER_FILE = 20
 
 
 def _once_per_refusal(partial: list[PartialInput]) -> tuple[PartialInput, ...]:
     """Each entry once, and a file refused outright (a link, a FIFO) once, however many of the
-    handle's reads met it: the first read says why, a later one repeats it with " (skipped)"."""
+    handle's reads met it: the first read says why, a later one repeats it with " (skipped)".
+    At most MAX_ENTRIES_PER_FILE per file, then one entry counting the others."""
     kept: dict[tuple[str, str], PartialInput] = {}
     refused: set[str] = set()
     for entry in partial:
@@ -148,4 +153,20 @@ def _once_per_refusal(partial: list[PartialInput]) -> tuple[PartialInput, ...]:
                 continue
             refused.add(entry.path)
         kept.setdefault((entry.path, entry.problem.removesuffix(SKIPPED)), entry)
-    return tuple(kept.values())
+    shown: list[PartialInput] = []
+    per_file: dict[str, int] = {}
+    for entry in kept.values():
+        per_file[entry.path] = per_file.get(entry.path, 0) + 1
+        if per_file[entry.path] <= MAX_ENTRIES_PER_FILE:
+            shown.append(entry)
+    for path, count in per_file.items():
+        if count > MAX_ENTRIES_PER_FILE:
+            more = count - MAX_ENTRIES_PER_FILE
+            shown.append(
+                PartialInput(
+                    path,
+                    f"{more} more problem(s) like those listed: parts of it cannot be read "
+                    f"(the first {MAX_ENTRIES_PER_FILE} are listed)",
+                )
+            )
+    return tuple(shown)
