@@ -176,3 +176,51 @@ def test_many_failing_dcp_entries_are_counted_not_listed(tmp_path: Path) -> None
     entries = [p for p in case.partial if p.path.endswith("step_2")]
     assert len(entries) <= MAX_ENTRIES_PER_FILE + 1, len(entries)
     assert any("more problem(s)" in p.problem for p in entries)
+
+
+def _mlflow_store(tmp_path: Path, variant: str) -> Path:
+    import gzip
+    import sqlite3
+
+    root = Path(__file__).resolve().parents[1]
+    store = tmp_path / variant / "mlflow.db"
+    store.parent.mkdir(parents=True)
+    store.write_bytes(
+        gzip.decompress((root / "fixtures" / "data" / "mlflow" / "mlflow.db.gz").read_bytes())
+    )
+    connection = sqlite3.connect(store)
+    connection.execute("DELETE FROM runs WHERE name != 'healthy'")
+    ((run,),) = connection.execute("SELECT run_uuid FROM runs").fetchall()
+    if variant == "schema_name":  # what a hex editor can write: a name that is not UTF-8
+        connection.execute("CREATE TABLE zz(a)")
+        connection.commit()
+        connection.execute("PRAGMA writable_schema = ON")
+        connection.execute(
+            "UPDATE sqlite_master SET name = CAST(x'7a7aff' AS TEXT), "
+            "sql = 'CREATE TABLE zz(a' WHERE name = 'zz'"
+        )
+    else:
+        connection.execute(
+            "INSERT INTO metrics VALUES (CAST(x'6c6f7373ff' AS TEXT), 1.0, 1, ?, 1, 0)", (run,)
+        )
+    connection.commit()
+    connection.close()
+    return store
+
+
+def test_an_mlflow_store_whose_schema_names_are_not_utf8_is_one_line(tmp_path: Path) -> None:
+    # SQLite's message quoted the raw name; Python's decode of it raised UnicodeDecodeError,
+    # which no `except sqlite3.Error` caught: a traceback for analyze and cluster.
+    from tscope.ingest.readers.mlflow_sqlite import MlflowSqliteReader
+
+    store = _mlflow_store(tmp_path, "schema_name")
+    with pytest.raises(UnreadableInput, match="not a readable MLflow SQLite store"):
+        MlflowSqliteReader().read(store, "mlflow.db")
+
+
+def test_an_mlflow_metric_key_that_is_not_utf8_reads_with_replacement(tmp_path: Path) -> None:
+    from tscope.ingest.readers.mlflow_sqlite import MlflowSqliteReader
+
+    read = MlflowSqliteReader().read(_mlflow_store(tmp_path, "metric_key"), "mlflow.db")
+    # Once an OperationalError for the whole store: every run of it unread.
+    assert "train/loss" in {str(m) for m in read.metrics.metric.used_labels()}

@@ -83,10 +83,14 @@ class MlflowSqliteReader:
         try:
             with _Store(data) as store:
                 return _read_run(store, display_path)
-        except sqlite3.Error as error:
+        except (sqlite3.Error, UnicodeDecodeError) as error:
             raise UnreadableInput(
                 display_path, f"not a readable MLflow SQLite store ({str(error)[:200]})"
             ) from error
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
 
 
 class _Store:
@@ -97,6 +101,10 @@ class _Store:
 
     def __init__(self, data: bytes) -> None:
         self.connection = sqlite3.connect(":memory:")
+        # Text that is not UTF-8 (a stranger's metric key) reads with replacement characters
+        # instead of failing the whole store; SQLite's own messages can still carry such bytes
+        # (a malformed schema entry's name), hence UnicodeDecodeError beside sqlite3.Error.
+        self.connection.text_factory = _lenient_text
         # A store in WAL mode (header bytes 18-19 = 2) cannot be deserialized as it is; its WAL
         # file is not read either way (the store's own pages are what it holds).
         image = bytearray(data)
@@ -134,7 +142,7 @@ def store_runs(path: Path, display_path: str) -> list[tuple[str, str]]:
         with _Store(data) as store:
             _check_tables(store, display_path)
             return [(str(run_id), str(name)) for run_id, name, _ in _runs(store)]
-    except sqlite3.Error as error:
+    except (sqlite3.Error, UnicodeDecodeError) as error:
         raise UnreadableInput(
             display_path, f"not a readable MLflow SQLite store ({str(error)[:200]})"
         ) from error
