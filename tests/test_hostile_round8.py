@@ -224,3 +224,24 @@ def test_an_mlflow_metric_key_that_is_not_utf8_reads_with_replacement(tmp_path: 
     read = MlflowSqliteReader().read(_mlflow_store(tmp_path, "metric_key"), "mlflow.db")
     # Once an OperationalError for the whole store: every run of it unread.
     assert "train/loss" in {str(m) for m in read.metrics.metric.used_labels()}
+
+
+def test_one_shard_named_many_ways_in_an_index_is_read_once(tmp_path: Path) -> None:
+    # "m.safetensors", "./m.safetensors", ".//m.safetensors": once one read and one layer row
+    # per spelling (5,000 spellings: 10,000 rows for 2 tensors).
+    from safetensors.torch import save_file
+
+    from tscope.ingest.checkpoints.evidence import read_checkpoints
+
+    folder = tmp_path / "checkpoint-100"
+    folder.mkdir()
+    save_file({"model.layers.0.mlp.weight": torch.randn(64)}, str(folder / "m.safetensors"))
+    spellings = ["m.safetensors", "./m.safetensors", ".//m.safetensors", "././m.safetensors"]
+    weight_map = {f"alias{i}": name for i, name in enumerate(spellings)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (folder / "trainer_state.json").write_text(
+        json.dumps({"global_step": 100, "log_history": [{"step": 1, "loss": 2.0}]})
+    )
+    evidence, _ = read_checkpoints(tmp_path, LoadOptions())
+    assert evidence is not None
+    assert len(evidence.layers) == 1, evidence.layers

@@ -145,6 +145,8 @@ class TensorSource:
             if not holds_statistics(entry):
                 continue
             name = normalize_name(entry.name)
+            if name in self._safetensors or name in self._tensors:
+                continue  # another shard already holds it: one tensor is counted once
             self._safetensors[name] = (path, entry)
             self.order.append(ParamSpec(name, entry.shape))
             self.dtypes[name] = entry.dtype
@@ -168,6 +170,8 @@ class TensorSource:
                 continue
             seen_storage[identity] = key
             name = normalize_name(key)
+            if name in self._safetensors or name in self._tensors:
+                continue  # another shard already holds it: one tensor is counted once
             self._tensors[name] = value
             self.order.append(ParamSpec(name, shape))
             self.dtypes[name] = str(value.dtype).removeprefix("torch.")
