@@ -99,3 +99,19 @@ def test_a_position_table_far_beyond_the_weights_is_refused_before_it_is_allocat
     files = saved_checkpoint(tmp_path, model, n_positions=50_000_000)
     problem = _refusal(files)
     assert problem.startswith("it describes a model of 400,0")
+
+
+def test_a_layer_count_is_refused_before_transformers_reads_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Config classes build per-layer lists as they are made (Qwen2's layer_types): a 90-byte
+    # config.json with num_hidden_layers 1e7 took 34 s and 1.8 GB in AutoConfig before the
+    # count was checked (red team round 8). Nested sub-configs are read too.
+    def no_config(*_: Any, **__: Any) -> None:
+        raise AssertionError("AutoConfig read a config whose counts were never checked")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", no_config)
+    problem = _refusal(_checkpoint(tmp_path, num_hidden_layers=10_000_000))
+    assert problem.startswith("num_hidden_layers = 10000000")
+    problem = _refusal(_checkpoint(tmp_path, text_config={"num_hidden_layers": 1e9}))
+    assert problem.startswith("num_hidden_layers = 1000000000.0")

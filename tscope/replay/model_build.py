@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -151,12 +151,16 @@ def _from_hf_config(
             # trust_remote_code=False, said outright: left unset, a config.json with `auto_map`
             # makes transformers ask "Do you wish to run the custom code? [y/N]" on stdin, where
             # a "y" imports the stranger's .py files from the run folder.
+            if weights is None:
+                weights = files.weights()
+            # First on the JSON as read: transformers' config classes build per-layer lists
+            # (Qwen2's layer_types) as they are made, so `num_hidden_layers: 1e7` in a 90-byte
+            # file took 34 s and 1.8 GB before the check below could run (red team round 8).
+            _refuse_more_layers_than_tensors(files.model_config or {}, weights, files)
             config = transformers.AutoConfig.from_pretrained(
                 str(files.choice.path), trust_remote_code=False
             )
-            if weights is None:
-                weights = files.weights()
-            _refuse_more_layers_than_tensors(config, weights, files)
+            _refuse_more_layers_than_tensors(config.to_dict(), weights, files)
             local = local_implementations(config)
             _refuse_more_parameters_than_stored(config, weights, files, transformers, local)
             model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
@@ -208,18 +212,35 @@ def _first_line(error: BaseException) -> str:
 
 
 def _refuse_more_layers_than_tensors(
-    config: Any, weights: dict[str, torch.Tensor], files: CheckpointFiles
+    config: Mapping[str, Any], weights: dict[str, torch.Tensor], files: CheckpointFiles
 ) -> None:
     """Every layer or expert of a model stores at least one tensor: more of them than the
     checkpoint has tensors is a crafted count. Checked before any module exists, since even on
-    the meta device `n_layer: 3e6` would build millions of modules (minutes, gigabytes)."""
-    for key, value in config.to_dict().items():
-        if key in MODULE_COUNT_KEYS and type(value) is int and value > len(weights):
-            raise UnreadableInput(
-                f"{files.choice.shown}/config.json",
-                f"{key} = {value}, more than the {len(weights)} tensors the checkpoint stores",
-                HF_CONFIG_HINT,
-            )
+    the meta device `n_layer: 3e6` would build millions of modules (minutes, gigabytes); nested
+    configs (`text_config`, `vision_config`) are read too."""
+    pending: list[tuple[Mapping[str, Any], int]] = [(config, 0)]
+    while pending:
+        mapping, depth = pending.pop()
+        for key, value in mapping.items():
+            if isinstance(value, Mapping) and depth < MAX_CONFIG_NESTING:
+                pending.append((value, depth + 1))
+            elif key in MODULE_COUNT_KEYS and _count(value) > len(weights):
+                raise UnreadableInput(
+                    f"{files.choice.shown}/config.json",
+                    f"{key} = {value}, more than the {len(weights)} tensors the checkpoint stores",
+                    HF_CONFIG_HINT,
+                )
+
+
+# Sub-configs nest one or two levels (a multimodal model's text_config); deeper is not read.
+MAX_CONFIG_NESTING = 4
+
+
+def _count(value: Any) -> float:
+    """A count as JSON or a config class gives it (an int, or a float such as 1e7), else 0."""
+    if type(value) is int or (type(value) is float and value == value):
+        return float(value)
+    return 0.0
 
 
 def _refuse_more_parameters_than_stored(
