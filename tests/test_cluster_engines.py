@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -41,11 +42,17 @@ def _cluster_json(runs: Path, out: Path, **engine: str) -> str:
 
 
 def test_dask_on_a_local_two_worker_cluster_writes_the_local_pools_cluster_json(
-    sweep_runs: Path, tmp_path: Path
+    sweep_runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("distributed")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     local = _cluster_json(sweep_runs, tmp_path / "local")
     dask = _cluster_json(sweep_runs, tmp_path / "dask", engine="dask")
+    # The workers' scratch space was private and is gone: no shared dask-scratch-space with
+    # lock files left behind (red team round 8).
+    assert list(temporary.iterdir()) == []
     assert dask == local
     assert '"unstable"' in dask  # the sweep's diverged runs are there: the runs really ran
     for case in sorted((tmp_path / "local" / "runs").iterdir()):

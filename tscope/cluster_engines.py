@@ -18,6 +18,8 @@ paths (a shared filesystem): workers read the runs and write each run's case fol
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
@@ -70,40 +72,50 @@ def _on_dask(
     workers: int,
     address: str | None,
 ) -> Iterator[tuple[TaskT, ResultT]]:
+    import dask
     from distributed import Client, LocalCluster, as_completed
     from distributed.scheduler import KilledWorker
 
     local: Any = None
-    if address is None:
-        # One single-threaded worker process per core asked for, as the local pool: the readers
-        # and analyzers hold the GIL, so threads in one worker would not run side by side.
-        # The workers are spawned interpreters, started here (child_python.py).
-        with guarded_child_pythons():
-            local = LocalCluster(  # type: ignore[no-untyped-call]
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                silence_logs=40,  # errors only: dask's start-up chatter is not tscope's output
-            )
-    client = Client(local if local is not None else address)  # type: ignore[no-untyped-call]
+    # The workers' scratch space (lock files, spill): a private folder (mode 0700) removed when
+    # the sweep ends, not dask's shared $TMPDIR/dask-scratch-space that any local user could
+    # have made first and that keeps its lock files (red team round 8).
+    scratch = tempfile.mkdtemp(prefix="tscope-dask-") if address is None else None
     try:
-        # pure=False: every run is analyzed once even when two tasks compare equal.
-        futures = client.map(work, tasks, pure=False, key=[_task_key(task) for task in tasks])
-        by_key = {future.key: task for future, task in zip(futures, tasks, strict=True)}
-        for future in as_completed(futures):  # type: ignore[no-untyped-call]
-            task = by_key[future.key]
-            try:
-                result = future.result()
-            except KilledWorker:
-                # A run that kills its worker each time (a segfault in a C parser): dask retried
-                # it on other workers, then gave up on this task only.
-                result = on_crash(task, "the Dask worker died each time it ran it")
-            yield task, result
+        if address is None:
+            # One single-threaded worker process per core asked for, as the local pool: the
+            # readers and analyzers hold the GIL, so threads in one worker would not run side by
+            # side. The workers are spawned interpreters, started here (child_python.py).
+            with guarded_child_pythons(), dask.config.set({"temporary-directory": scratch}):
+                local = LocalCluster(  # type: ignore[no-untyped-call]
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=40,  # errors only: dask's start-up chatter is not tscope's
+                    local_directory=scratch,
+                )
+        client = Client(local if local is not None else address)  # type: ignore[no-untyped-call]
+        try:
+            # pure=False: every run is analyzed once even when two tasks compare equal.
+            futures = client.map(work, tasks, pure=False, key=[_task_key(task) for task in tasks])
+            by_key = {future.key: task for future, task in zip(futures, tasks, strict=True)}
+            for future in as_completed(futures):  # type: ignore[no-untyped-call]
+                task = by_key[future.key]
+                try:
+                    result = future.result()
+                except KilledWorker:
+                    # A run that kills its worker each time (a segfault in a C parser): dask
+                    # retried it on other workers, then gave up on this task only.
+                    result = on_crash(task, "the Dask worker died each time it ran it")
+                yield task, result
+        finally:
+            client.close()  # type: ignore[no-untyped-call]
     finally:
-        client.close()  # type: ignore[no-untyped-call]
         if local is not None:
             local.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _task_key(task: Named) -> str:
