@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,8 +31,8 @@ from tscope.ingest.readers.mlflow_files import (
     unstepped,
     unstepped_caveats,
 )
+from tscope.ingest.readers.mlflow_sqlite_store import opened_store
 from tscope.ingest.readers.text_logs import parse_config_value
-from tscope.ingest.safe_fs import read_bytes_bounded
 from tscope.model import Caveat, LogRead, PartialInput
 from tscope.model.metric_rows import MAX_POINTS_PER_FILE, MetricRows
 
@@ -43,18 +42,7 @@ DEFAULT_STORE_NAME = "mlflow.db"
 # MLflow's schema names these tables on the first pages (sqlite_master); the sniff reads this much.
 SCHEMA_SNIFF_BYTES = 256 * 1024
 _SCHEMA_MARKS = (b"latest_metrics", b"experiments")
-# A store holding millions of points is a few hundred MB; memory is twice the file while read.
-MAX_STORE_BYTES = 1024**3
 TABLES = ("runs", "metrics", "params")
-# SQLite virtual-machine steps between two checks of the budget, and the budget: a query over a
-# real store takes ~10 steps a row.
-_PROGRESS_EVERY = 10_000
-_STEPS_PER_BYTE = 20
-# The longest value a query may produce (a param value is at most 8,000 characters in mlflow 3).
-MAX_VALUE_BYTES = 1024 * 1024
-# The deadline of all queries: this long plus a second per 20 MB (a real 77 MB store: ~2 s).
-MIN_SECONDS = 10.0
-BYTES_PER_SECOND = 20e6
 MAX_PARAMS = 2_000
 # How MLflow stores ±inf (sys.float_info.max).
 _STORED_INF = 1.7976931348623157e308
@@ -79,9 +67,8 @@ class MlflowSqliteReader:
             raise UnreadableInput(
                 display_path, "reading an MLflow SQLite store needs Python 3.11 or later"
             )
-        data = read_bytes_bounded(path, display_path, MAX_STORE_BYTES)
         try:
-            with _Store(data) as store:
+            with opened_store(path, display_path, _check_tables) as store:
                 return _read_run(store, display_path)
         except (sqlite3.Error, UnicodeDecodeError) as error:
             raise UnreadableInput(
@@ -89,58 +76,13 @@ class MlflowSqliteReader:
             ) from error
 
 
-def _lenient_text(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
-
-
-class _Store:
-    """The store's bytes as a query-only in-memory database under a work budget and a deadline;
-    temporary b-trees (a sort) in memory, never in a file under /var/tmp (outside --out); no
-    value longer than MAX_VALUE_BYTES (a generated column of zeroblob(900000000) was one step of
-    the budget and 10 GB of temporary file)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.connection = sqlite3.connect(":memory:")
-        # Text that is not UTF-8 (a stranger's metric key) reads with replacement characters
-        # instead of failing the whole store; SQLite's own messages can still carry such bytes
-        # (a malformed schema entry's name), hence UnicodeDecodeError beside sqlite3.Error.
-        self.connection.text_factory = _lenient_text
-        # A store in WAL mode (header bytes 18-19 = 2) cannot be deserialized as it is; its WAL
-        # file is not read either way (the store's own pages are what it holds).
-        image = bytearray(data)
-        if len(image) > 19 and image[18] == image[19] == 2:
-            image[18] = image[19] = 1
-        self.connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
-        self.connection.execute("PRAGMA temp_store = MEMORY")
-        self.connection.deserialize(bytes(image))
-        budget = [max(1, _STEPS_PER_BYTE * len(data) // _PROGRESS_EVERY)]
-        deadline = time.monotonic() + MIN_SECONDS + len(data) / BYTES_PER_SECOND
-
-        def spend() -> int:
-            budget[0] -= 1
-            # Non-zero interrupts the query.
-            return 1 if budget[0] < 0 or time.monotonic() > deadline else 0
-
-        self.connection.set_progress_handler(spend, _PROGRESS_EVERY)
-        self.connection.execute("PRAGMA trusted_schema = OFF")
-        self.connection.execute("PRAGMA query_only = ON")
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.connection
-
-    def __exit__(self, *_: object) -> None:
-        self.connection.close()
-
-
 def store_runs(path: Path, display_path: str) -> list[tuple[str, str]]:
     """(run id, run name) of each active run with metrics in an MLflow SQLite store, by start
     time: what `tscope cluster mlflow.db` compares. UnreadableInput when it is not one."""
     if not hasattr(sqlite3.Connection, "deserialize"):
         raise UnreadableInput(display_path, "reading an MLflow SQLite store needs Python 3.11+")
-    data = read_bytes_bounded(path, display_path, MAX_STORE_BYTES)
     try:
-        with _Store(data) as store:
-            _check_tables(store, display_path)
+        with opened_store(path, display_path, _check_tables) as store:
             return [(str(run_id), str(name)) for run_id, name, _ in _runs(store)]
     except (sqlite3.Error, UnicodeDecodeError) as error:
         raise UnreadableInput(
@@ -178,7 +120,6 @@ def _check_tables(store: sqlite3.Connection, display_path: str) -> None:
 
 
 def _read_run(store: sqlite3.Connection, display_path: str) -> LogRead:
-    _check_tables(store, display_path)
     runs = _runs(store)
     if not runs:
         raise UnreadableInput(display_path, "the MLflow store holds no run with metrics")
