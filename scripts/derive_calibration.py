@@ -57,6 +57,7 @@ TUNING_SPLITS = (
     "holdout20",
     "holdout21",
     "holdout22",
+    "holdout23",
 )
 PSEUDO_COUNTS = 2
 
