@@ -93,11 +93,11 @@ def loss_series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
     is a step the fp16 loss scaler (or DeepSpeed) skipped for overflow, which healthy fp16 runs do
     in their first steps while the scale calibrates down from 2^16 and whenever it tries to grow
     (every 2,000 clean steps); the loss logged there is the step's real loss. So is every step of
-    a stretch to the end while a producer that logs its real loss (not the Trainer) still logs a
-    finite one after the first, or while the logged loss scale keeps falling or the skipped-iteration counter keeps rising through it: a scaler
-    skipping every update (a blind set's Megatron-style log, session 28: grad norm nan from 230
-    to 900, the scale halving each step, the loss logged 2.3-2.7 throughout) leaves the weights
-    finite."""
+    a stretch to the end while a producer that logs its real loss (not the Trainer) logs it at
+    its level (`loss_level_held`), or while the logged loss scale keeps falling or the
+    skipped-iteration counter keeps rising through it: a scaler skipping every update (a blind
+    set's Megatron-style log, session 28: grad norm nan from 230 to 900, the scale halving each
+    step, the loss logged 2.3-2.7 throughout) leaves the weights finite."""
     steps, values = run.series(metric)
     dead_from = dead_gradient_from(run)
     if dead_from is None:

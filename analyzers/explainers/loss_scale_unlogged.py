@@ -26,6 +26,7 @@ import numpy as np
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.loss_scale import MANY_SKIPPED_STEPS
 from tscope.analyzers.signals import (
+    HELD_LEVEL_POINTS,
     dead_gradient_from,
     fmt,
     hides_nonfinite_loss,
@@ -60,7 +61,7 @@ class UnloggedLossScaleExplainer:
         stretch = np.flatnonzero(steps >= first_dead)
         if stretch.size < 2 or not loss_level_held(values, stretch):
             return []
-        before = float(np.median(last_finite(values, int(stretch[0]), 20)))
+        before = float(np.median(last_finite(values, int(stretch[0]), HELD_LEVEL_POINTS)))
         since = float(np.median(values[stretch[1:]]))
         dead_points = int(grad_steps.size - dead_from)
         return [
