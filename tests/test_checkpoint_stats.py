@@ -290,3 +290,35 @@ def test_lr_blowup_checkpoint_240_has_nan_weights_and_no_delta():
     assert (last["nonfinite_count"] > 0).any()
     assert last.loc[last["nonfinite_count"] > 0, "delta_norm"].isna().all()
     assert (layers.loc[layers["step"] < 240, "nonfinite_count"] == 0).all()
+
+
+@dataclass
+class _OutOfMemory(FakeCheckpoint):
+    """load_tensor of `b` fails as torch's CPU allocator does."""
+
+    def load_tensor(self, name: str) -> torch.Tensor:
+        if name == "b":
+            raise RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                "allocate memory: you tried to allocate 16384000000 bytes."
+            )
+        return super().load_tensor(name)
+
+
+def test_a_tensor_that_does_not_fit_in_memory_is_one_partial_entry() -> None:
+    # A RuntimeError from torch's allocator once ended the analysis in a traceback (red team
+    # round 8, before the DCP readers bounded the allocation by the bytes a file holds).
+    before, after = planted_run()
+    failing = _OutOfMemory(after.step, after.tensors)
+    table = collect_layers([before, failing])
+    assert set(table[table.step == 200].tensor) == {"a", "c", "new_head"}
+    assert any("tensor b: out of memory" in entry.problem for entry in failing.partial)
+
+
+def test_other_runtime_errors_are_not_taken_for_memory() -> None:
+    class Broken(FakeCheckpoint):
+        def load_tensor(self, name: str) -> torch.Tensor:
+            raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        collect_layers([Broken(100, {"a": torch.ones(2)})])

@@ -199,6 +199,24 @@ def _scan_file(
     return [(by_name[name], stats) for name, stats in scan_entries(path, shown, entries, workers)]
 
 
+# What torch's CPU allocator says when it cannot (a RuntimeError, not a MemoryError).
+_ALLOCATION_FAILED = ("can't allocate memory", "DefaultCPUAllocator", "not enough memory")
+
+
+def _load(handle: CheckpointHandle, name: str) -> torch.Tensor:
+    """handle.load_tensor, a tensor that does not fit in memory being one unreadable tensor:
+    the readers bound what a file may make tscope allocate by what it holds, but a real tensor
+    can still exceed this machine's memory (and torch then raises RuntimeError)."""
+    try:
+        return handle.load_tensor(name)
+    except MemoryError as error:
+        raise UnreadableInput(handle.info.path, f"tensor {name}: out of memory") from error
+    except RuntimeError as error:
+        if not any(mark in str(error) for mark in _ALLOCATION_FAILED):
+            raise
+        raise UnreadableInput(handle.info.path, f"tensor {name}: out of memory") from error
+
+
 def _note(handle: CheckpointHandle, error: UnreadableInput) -> None:
     handle.partial.append(PartialInput(path=error.path, problem=f"{error.problem} (skipped)"))
 
@@ -225,7 +243,7 @@ def _tensor_row(
     weights = None
     if scanned is None or optimizer is not None:
         try:
-            weights = handle.load_tensor(name)
+            weights = _load(handle, name)
         except UnreadableInput as error:
             _note(handle, error)
             return None
@@ -292,8 +310,8 @@ def _delta(
             return WeightDelta()
         return _with_kl(delta_from_sums(*sums, steps, source), kl)
     try:
-        current = weights if weights is not None else handle.load_tensor(name)
-        before = previous.handle.load_tensor(name)
+        current = weights if weights is not None else _load(handle, name)
+        before = _load(previous.handle, name)
     except UnreadableInput as error:
         _note(previous.handle, error)
         return WeightDelta()
