@@ -216,7 +216,14 @@ def test_a_process_reads_a_store_once_for_all_its_runs(
         return safe_fs.read_bytes_bounded(path, shown, limit)
 
     monkeypatch.setattr(mlflow_sqlite_store, "read_bytes_bounded", counted)
+    monkeypatch.setattr(mlflow_sqlite_store, "_KEEP", [False])
+    mlflow_sqlite_store._forget()
     path = _store(tmp_path)
+    store_runs(path, "mlflow.db")
+    store_runs(path, "mlflow.db")
+    assert reads == ["mlflow.db", "mlflow.db"]  # a plain process keeps no store after a read
+    reads.clear()
+    mlflow_sqlite_store.keep_last_store()  # what a cluster worker asks for
     runs = store_runs(path, "mlflow.db")
     assert len(runs) >= 2
     losses = []
@@ -229,3 +236,4 @@ def test_a_process_reads_a_store_once_for_all_its_runs(
     path.write_bytes(path.read_bytes() + b"\0" * 512)  # a changed file is read again
     store_runs(path, "mlflow.db")
     assert reads == ["mlflow.db", "mlflow.db"]
+    mlflow_sqlite_store._forget()

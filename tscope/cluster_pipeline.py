@@ -281,6 +281,9 @@ def profile_task(task: RunTask) -> RunOutcome:
 
 def _profile(task: RunTask) -> RunOutcome:
     from tscope.analyzers.cluster import profile_run
+    from tscope.ingest.readers.mlflow_sqlite_store import keep_last_store
+
+    keep_last_store()  # the runs of one MLflow store: read it once per worker
 
     reading = task
     if task.within is not None:

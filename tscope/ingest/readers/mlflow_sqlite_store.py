@@ -96,8 +96,16 @@ class _Store:
         self.connection.close()
 
 
-# The last store this process opened, with the file's identity when it was read.
+# The last store this process opened, with the file's identity when it was read; kept only in
+# a process that asked for it (`keep_last_store`: a cluster worker, which reads one run of the
+# same store per task), so a library caller's process does not hold a store after its read.
 _LAST: list[tuple[tuple[int, int, int, int], _Store]] = []
+_KEEP: list[bool] = [False]
+
+
+def keep_last_store() -> None:
+    """From now on this process keeps the last store it opened for the next read of it."""
+    _KEEP[0] = True
 
 
 @contextmanager
@@ -123,7 +131,8 @@ def opened_store(
         _forget()  # a store that failed once is read afresh next time
         store.close()
         raise
-    if identity is None:
+    if identity is None or not _KEEP[0]:
+        _forget()
         store.close()
 
 
