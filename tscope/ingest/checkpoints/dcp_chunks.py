@@ -154,10 +154,13 @@ def drop_shared_records(folder: Path, metadata: DcpMetadata) -> int:
     tensors at one 16 MB record (98 s, red team round 8), or group settings at one 9 MB list
     (5.8 s a load). The entries whose record is dropped then fail as having none."""
     by_file: dict[tuple[int, int], list[tuple[int, int, StorageKey]]] = {}
+    stats: dict[str, os.stat_result | None] = {}  # one lookup per name (FSDP: many records a file)
     for storage_key, record in metadata.storage.items():
         if record.length <= 0:
             continue  # an empty item shares no byte
-        stat = _file_stat(folder, record)
+        if record.relative_path not in stats:
+            stats[record.relative_path] = _file_stat(folder, record)
+        stat = stats[record.relative_path]
         if stat is not None:
             by_file.setdefault((stat.st_dev, stat.st_ino), []).append(
                 (record.offset, record.offset + record.length, storage_key)
