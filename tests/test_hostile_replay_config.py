@@ -54,7 +54,11 @@ def test_a_config_json_with_auto_map_is_never_offered_to_run(tmp_path, monkeypat
         return "y"  # the user believes tscope is asking
 
     monkeypatch.setattr(builtins, "input", fooled_user)
-    files = SimpleNamespace(choice=SimpleNamespace(path=checkpoint, shown="checkpoint-10"))
+    files = SimpleNamespace(
+        choice=SimpleNamespace(path=checkpoint, shown="checkpoint-10"),
+        model_config=config,
+        weights=dict,  # no tensors: the refusal comes before any is needed
+    )
     with pytest.raises(UsageError) as caught:
         _from_hf_config(files)  # type: ignore[arg-type]
     assert asked == []
@@ -97,7 +101,10 @@ def test_a_config_json_naming_a_hub_kernel_is_built_with_local_attention(
 
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    files = SimpleNamespace(choice=SimpleNamespace(path=checkpoint, shown="checkpoint-10"))
+    files = SimpleNamespace(
+        choice=SimpleNamespace(path=checkpoint, shown="checkpoint-10"),
+        model_config={**saved, "attn_implementation": asked},
+    )
     model = _from_hf_config(files, weights)  # type: ignore[arg-type]
     assert looked_up == []
     assert model.config._attn_implementation == "sdpa"
