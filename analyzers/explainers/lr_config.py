@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.analyzers.training_kind import (
+    START_MAX_STEP,
     TrainingKind,
     Vocabulary,
     config_number,
@@ -32,6 +34,9 @@ from tscope.analyzers.training_kind import (
 from tscope.model import Finding, Run
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
+
+if TYPE_CHECKING:
+    from tscope.analyzers.explainers.warmup_stall import EarlyStall
 
 # Declared here, where it is emitted; LearningRateExplainer (which runs this rule) lists it.
 LR_TOO_LOW = Category(
@@ -92,8 +97,11 @@ def peak_lr(run: Run) -> tuple[float, str] | None:
             return float(lrs.max()), "the largest logged learning rate"
     configured = config_number(run, LR_KEYS)
     if configured is not None:
-        return configured, "the configured learning rate"
+        return configured, CONFIGURED
     return None
+
+
+CONFIGURED = "the configured learning rate"
 
 
 WARMUP_ONLY = "the largest logged learning rate, of a log that ends inside the warm-up"
@@ -164,6 +172,28 @@ def _blew_up(evidence: Evidence) -> int | None:
     return min(candidates) if candidates else None
 
 
+def _stalled(evidence: Evidence, kind: TrainingKind) -> EarlyStall | None:
+    """The early stall of a run trained from scratch and logged from its start (a hot LR with a
+    warm-up the log does not show: a blind set's nanoGPT log at 0.3, session 30, printed the LR
+    only in its config echo and sat at the unigram level for the whole run)."""
+    # Imported here: warmup_stall reads this module's TYPICAL_LR.
+    from tscope.analyzers.explainers.warmup_stall import MIN_POINTS as STALL_MIN_POINTS
+    from tscope.analyzers.explainers.warmup_stall import early_stall
+
+    if kind.kind != "pre_training":
+        return None
+    run = evidence.run
+    loss = primary_loss(run)
+    if loss is None:
+        return None
+    steps, values = loss_series(run, loss)
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if values.size < STALL_MIN_POINTS or steps[0] > START_MAX_STEP:
+        return None
+    return early_stall(evidence, steps, values)
+
+
 def _range_text(kind: TrainingKind) -> str:
     low, high = TYPICAL_LR[kind.kind]
     return f"{fmt(low)}–{fmt(high)} for {KIND_WORDS[kind.kind]} ({'; '.join(kind.reasons)})"
@@ -178,24 +208,42 @@ def _too_high(
     evidence: Evidence,
 ) -> Finding:
     blew_up = _blew_up(evidence)
+    # The stall agrees only with a configured LR, which holds from the start: a logged one is
+    # judged over time by warmup_stall.py and peak_stall.py, and its peak may come from a later
+    # jump (the benchmark's persistent LR jumps raise it past the range long after a stall at a
+    # typical LR: two nanoGPT runs were headlined lr_too_high at 14-16 for a jump at 64-76).
+    configured = lr_source == CONFIGURED
+    stall = _stalled(evidence, kind) if blew_up is None and configured else None
     factor = lr / TYPICAL_LR[kind.kind][1]
-    agrees = blew_up is not None
+    agrees = blew_up is not None or stall is not None
+    if blew_up is not None:
+        curve = f"; the loss blew up at step {blew_up}."
+    elif stall is not None:
+        curve = (
+            f"; the loss fell from {stall.first_text} to {fmt(stall.early_min)} by step "
+            f"{stall.stall_step} and then stalled: its median went from {fmt(stall.after_drop)} "
+            f"to {fmt(stall.at_half)} by step {stall.end_step}, half the run. A model trained "
+            "from scratch at a typical LR keeps falling through its first half; at this one its "
+            "steps are too large to make progress."
+        )
+    else:
+        curve = "; the loss curve shows no harm from it, so this is context, not a cause."
     return Finding(
         category="lr_too_high",
         severity="warning" if agrees else "info",
-        confidence=0.7 if agrees else 0.4,
-        step=blew_up,
+        confidence=0.7 if blew_up is not None else 0.6 if agrees else 0.4,
+        step=blew_up if blew_up is not None else stall.stall_step if stall is not None else None,
         layer=None,
         message=(
             f"The peak learning rate {fmt(lr)} ({lr_source}) is ×{fmt(factor)} the top of the "
-            f"typical range {_range_text(kind)}"
-            + (
-                f"; the loss blew up at step {blew_up}."
-                if agrees
-                else "; the loss curve shows no harm from it, so this is context, not a cause."
-            )
+            f"typical range {_range_text(kind)}" + curve
         ),
-        evidence={**context, "factor_above_range": factor, "loss_blew_up_at": blew_up},
+        evidence={
+            **context,
+            "factor_above_range": factor,
+            "loss_blew_up_at": blew_up,
+            "loss_stalled_at": stall.stall_step if stall is not None else None,
+        },
         suggestion=(
             "Lower the peak learning rate into the typical range (or check its units: 2e-3 "
             "where 2e-4 was meant), and restart from a checkpoint before the blow-up."

@@ -112,6 +112,45 @@ def scratch_logs(evidence: Evidence, min_points: int) -> ScratchLogs | None:
     return ScratchLogs(lr_steps, lrs, steps, values, kind)
 
 
+class EarlyStall(NamedTuple):
+    """A fast first drop and then no progress through the first half of the run."""
+
+    first: float  # the level the drop is measured from (`_start_level`)
+    first_text: str  # how a message names it
+    early_min: float  # the smoothed minimum of the early window
+    stall_step: int  # where that minimum is
+    end_step: int  # the end of the judged stretch (STALL_END_FRACTION of the run)
+    after_drop: float  # the loss's median right after the early window
+    at_half: float  # ...and at the stretch's end
+    gain: float  # (after_drop - at_half) / after_drop, below STALL_MAX_GAIN
+
+
+def early_stall(evidence: Evidence, steps: np.ndarray, values: np.ndarray) -> EarlyStall | None:
+    """The stall this rule and lr_config's "the curve agrees" read, or None: the loss fell by
+    EARLY_DROP_FRACTION of its start within the first EARLY_FRACTION of the finite points, then
+    gained less than STALL_MAX_GAIN of its level by STALL_END_FRACTION of the run."""
+    n = values.size
+    early_end = max(SMOOTHING_MIN_POINTS, int(EARLY_FRACTION * n))
+    segment = max(SMOOTHING_MIN_POINTS, int(SEGMENT_FRACTION * n))
+    stall_end = int(STALL_END_FRACTION * n)
+    if stall_end - segment < early_end + segment:
+        return None
+    first, first_text = _start_level(evidence, float(values[0]))
+    level = rolling_median(values, SMOOTHING_MIN_POINTS, SMOOTHING_MIN_POINTS)
+    early = level[SMOOTHING_MIN_POINTS - 1 : early_end]
+    early_min = float(np.nanmin(early))
+    if first <= 0 or (first - early_min) < EARLY_DROP_FRACTION * first:
+        return None
+    after_drop = float(np.median(values[early_end : early_end + segment]))
+    at_half = float(np.median(values[stall_end - segment : stall_end]))
+    gain = (after_drop - at_half) / after_drop if after_drop > 0 else 0.0
+    if gain >= STALL_MAX_GAIN:
+        return None  # it kept learning
+    stall_step = int(steps[int(np.nanargmin(early)) + SMOOTHING_MIN_POINTS - 1])
+    end_step = int(steps[stall_end - 1])
+    return EarlyStall(first, first_text, early_min, stall_step, end_step, after_drop, at_half, gain)
+
+
 def _start_level(evidence: Evidence, first_logged: float) -> tuple[float, str]:
     """(the loss the first drop is measured from, how the message names it): the first logged
     loss, or ln(vocab) when the vocabulary is known and that first loss lies between a
@@ -146,29 +185,14 @@ class WarmupStallExplainer:
         at_peak = int(np.argmax(lrs >= NO_WARMUP_RELATIVE * lrs.max()))
         if lr_steps[at_peak] - lr_steps[0] > NO_WARMUP_MAX_STEPS:
             return []  # it warmed up (or ramps): not this rule
-        n = values.size
         kind_range = TYPICAL_LR["pre_training"]
         peak = float(lrs.max())
         if peak <= kind_range[1]:
             return []
-        early_end = max(SMOOTHING_MIN_POINTS, int(EARLY_FRACTION * n))
-        segment = max(SMOOTHING_MIN_POINTS, int(SEGMENT_FRACTION * n))
-        stall_end = int(STALL_END_FRACTION * n)
-        if stall_end - segment < early_end + segment:
+        stall = early_stall(evidence, steps, values)
+        if stall is None:
             return []
-        first, first_text = _start_level(evidence, float(values[0]))
-        level = rolling_median(values, SMOOTHING_MIN_POINTS, SMOOTHING_MIN_POINTS)
-        early = level[SMOOTHING_MIN_POINTS - 1 : early_end]
-        early_min = float(np.nanmin(early))
-        if first <= 0 or (first - early_min) < EARLY_DROP_FRACTION * first:
-            return []
-        after_drop = float(np.median(values[early_end : early_end + segment]))
-        at_half = float(np.median(values[stall_end - segment : stall_end]))
-        gain = (after_drop - at_half) / after_drop if after_drop > 0 else 0.0
-        if gain >= STALL_MAX_GAIN:
-            return []  # it kept learning
-        stall_step = int(steps[int(np.nanargmin(early)) + SMOOTHING_MIN_POINTS - 1])
-        end_step = int(steps[stall_end - 1])
+        first, first_text, early_min, stall_step, end_step, after_drop, at_half, gain = stall
         return [
             Finding(
                 category="warmup_too_short",
