@@ -7,7 +7,9 @@ The peak LR is the largest logged LR, else the configured one. "Far" is a factor
 FAR_FACTOR outside the range the sources below use for that kind. A far LR alone is context
 (`info`: a configuration choice); it is a `warning` when the curve agrees — for too low, the loss
 does not move (the loss_plateau rule holds); for too high, the loss blew up (non-finite, a lasting
-rise, or a spike it never recovered from).
+rise, or a spike it never recovered from) or, for a configured LR and a run from scratch, it
+stalled early (warmup_stall.early_stall: a fast first drop, then no progress through the first
+half of the run).
 """
 
 from __future__ import annotations
@@ -247,6 +249,9 @@ def _too_high(
         suggestion=(
             "Lower the peak learning rate into the typical range (or check its units: 2e-3 "
             "where 2e-4 was meant), and restart from a checkpoint before the blow-up."
+            if blew_up is not None
+            else "Lower the peak learning rate into the typical range (or check its units) and "
+            "restart from the beginning: the stall set in within the first steps."
             if agrees
             else "If this LR is intended (a sweep, an optimizer other than AdamW), nothing to do."
         ),
