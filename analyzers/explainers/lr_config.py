@@ -26,7 +26,6 @@ from tscope.analyzers.explainers.plateau import PlateauExplainer
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
 from tscope.analyzers.training_kind import (
-    START_MAX_STEP,
     TrainingKind,
     Vocabulary,
     config_number,
@@ -179,21 +178,17 @@ def _stalled(evidence: Evidence, kind: TrainingKind) -> EarlyStall | None:
     warm-up the log does not show: a blind set's nanoGPT log at 0.3, session 30, printed the LR
     only in its config echo and sat at the unigram level for the whole run)."""
     # Imported here: warmup_stall reads this module's TYPICAL_LR.
-    from tscope.analyzers.explainers.warmup_stall import MIN_POINTS as STALL_MIN_POINTS
-    from tscope.analyzers.explainers.warmup_stall import early_stall
+    from tscope.analyzers.explainers.warmup_stall import (
+        MIN_POINTS,
+        early_stall,
+        finite_loss_from_start,
+    )
 
-    if kind.kind != "pre_training":
+    loss = primary_loss(evidence.run)
+    if kind.kind != "pre_training" or loss is None:
         return None
-    run = evidence.run
-    loss = primary_loss(run)
-    if loss is None:
-        return None
-    steps, values = loss_series(run, loss)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
-    if values.size < STALL_MIN_POINTS or steps[0] > START_MAX_STEP:
-        return None
-    return early_stall(evidence, steps, values)
+    logged = finite_loss_from_start(evidence, loss, MIN_POINTS)
+    return None if logged is None else early_stall(evidence, *logged)
 
 
 def _range_text(kind: TrainingKind) -> str:

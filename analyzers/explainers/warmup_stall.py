@@ -104,12 +104,21 @@ def scratch_logs(evidence: Evidence, min_points: int) -> ScratchLogs | None:
     kind = training_kind(run, evidence.checkpoints)
     if (kind is not None and kind.kind in FINE_TUNE_KINDS) or not adam_or_unknown(evidence):
         return None
-    steps, values = loss_series(run, loss)
+    logged = finite_loss_from_start(evidence, loss, min_points)
+    return None if logged is None else ScratchLogs(lr_steps, lrs, *logged, kind)
+
+
+def finite_loss_from_start(
+    evidence: Evidence, loss: str, min_points: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The loss's finite points, when there are at least `min_points` and the log starts
+    within START_MAX_STEP of step 0 (a stall is judged from the start of training)."""
+    steps, values = loss_series(evidence.run, loss)
     finite = np.isfinite(values)
     steps, values = steps[finite], values[finite]
     if values.size < min_points or steps[0] > START_MAX_STEP:
         return None
-    return ScratchLogs(lr_steps, lrs, steps, values, kind)
+    return steps, values
 
 
 class EarlyStall(NamedTuple):
