@@ -161,6 +161,17 @@ def is_inside(root: Path, candidate: Path) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`: the same for every name a file has ("m",
+    "./m", ".//m", a hard link), None when there is none. Readers key by it what they must read
+    once however a stranger's index or metadata spells the name."""
+    try:
+        found = os.stat(path)
+    except UNUSABLE_PATH:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def is_regular_file(path: Path) -> bool:
     """A regular file that is not itself a symlink (lstat: the link is judged, not its target)."""
     try:

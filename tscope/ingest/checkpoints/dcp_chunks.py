@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from tscope.errors import UnreadableInput
 from tscope.ingest.checkpoints.dcp_metadata import Chunk, DcpMetadata, StorageKey, StorageRecord
-from tscope.ingest.safe_fs import OUTSIDE_INPUT, is_inside
+from tscope.ingest.safe_fs import OUTSIDE_INPUT, UNUSABLE_PATH, file_identity, is_inside
 
 if TYPE_CHECKING:
     from typing import Any
@@ -154,15 +154,15 @@ def drop_shared_records(folder: Path, metadata: DcpMetadata) -> int:
     tensors at one 16 MB record (98 s, red team round 8), or group settings at one 9 MB list
     (5.8 s a load). The entries whose record is dropped then fail as having none."""
     by_file: dict[tuple[int, int], list[tuple[int, int, StorageKey]]] = {}
-    stats: dict[str, os.stat_result | None] = {}  # one lookup per name (FSDP: many records a file)
+    files: dict[str, tuple[int, int] | None] = {}  # one lookup per name (FSDP: many records a file)
     for storage_key, record in metadata.storage.items():
         if record.length <= 0:
             continue  # an empty item shares no byte
-        if record.relative_path not in stats:
-            stats[record.relative_path] = _file_stat(folder, record)
-        stat = stats[record.relative_path]
-        if stat is not None:
-            by_file.setdefault((stat.st_dev, stat.st_ino), []).append(
+        if record.relative_path not in files:
+            files[record.relative_path] = _identity(folder, record)
+        identity = files[record.relative_path]
+        if identity is not None:
+            by_file.setdefault(identity, []).append(
                 (record.offset, record.offset + record.length, storage_key)
             )
     dropped = 0
@@ -177,18 +177,12 @@ def drop_shared_records(folder: Path, metadata: DcpMetadata) -> int:
     return dropped
 
 
-def _file_stat(folder: Path, record: StorageRecord) -> os.stat_result | None:
-    """The file a record names inside the folder (its device and inode identify it however
-    .metadata spells the name), or None when it cannot be read there (refused or missing:
-    reading the record reports it)."""
-    relative = PurePosixPath(record.relative_path)
-    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        return None
-    if not is_inside(folder, folder / relative):
-        return None
+def _identity(folder: Path, record: StorageRecord) -> tuple[int, int] | None:
+    """The (device, inode) of the file a record names inside the folder; None when it is
+    refused or missing (reading the record reports it)."""
     try:
-        return os.stat(folder / relative)
-    except (OSError, ValueError):
+        return file_identity(record_path(folder, record, "", ""))
+    except UnreadableInput:
         return None
 
 
@@ -201,9 +195,10 @@ def _backed_bytes(folder: Path, records: list[StorageRecord], display_path: str,
     # metadata once spelled one 16 MB record 256 ways for a 4 GB tensor (red team round 8).
     by_file: dict[tuple[int, int], tuple[str, int, list[tuple[int, int]]]] = {}
     for record in records:
-        record_path(folder, record, display_path, f"tensor {key}")  # refused if outside
-        stat = _file_stat(folder, record)
-        if stat is None:
+        path = record_path(folder, record, display_path, f"tensor {key}")  # refused if outside
+        try:
+            stat = os.stat(path)
+        except UNUSABLE_PATH:
             continue  # missing: reading the chunk reports it
         entry = by_file.setdefault(
             (stat.st_dev, stat.st_ino), (record.relative_path, stat.st_size, [])

@@ -9,7 +9,6 @@ scheduler) and its resume audit.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -27,7 +26,7 @@ from tscope.ingest.checkpoints.param_order import ParamSpec, architecture_order,
 from tscope.ingest.checkpoints.rng_state import read_rng_state
 from tscope.ingest.checkpoints.safe_load import key_text, safe_torch_load
 from tscope.ingest.checkpoints.state_dict_files import TensorSource, read_json
-from tscope.ingest.safe_fs import OUTSIDE_INPUT, is_inside
+from tscope.ingest.safe_fs import OUTSIDE_INPUT, file_identity, is_inside
 from tscope.model import PartialInput
 
 if TYPE_CHECKING:
@@ -153,7 +152,7 @@ class WeightsFolderCheckpoint:
                         )
                     )
                 continue
-            identity = _file_identity(file)
+            identity = file_identity(file)
             if identity is None or identity in read:
                 continue
             read.add(identity)
@@ -337,14 +336,6 @@ def _is_file(file: Path) -> bool:
         return file.is_file()
     except (OSError, ValueError):
         return False
-
-
-def _file_identity(file: Path) -> tuple[int, int] | None:
-    try:
-        stat = os.stat(file)
-    except (OSError, ValueError):
-        return None
-    return stat.st_dev, stat.st_ino
 
 
 def _names_a_file_inside(folder: Path, name: str) -> bool:
