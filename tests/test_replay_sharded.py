@@ -196,3 +196,21 @@ def test_rows_are_split_in_training_order():
     assert [r["input_ids"].tolist() for r in rows] == [[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]],
                                                         [[8, 9]]]  # fmt: skip
     assert _first_rows(first, 0)["labels"].shape == (0, 2)  # a rank without rows
+
+
+def test_a_folder_whose_records_share_bytes_is_not_restored(tmp_path):
+    # The folder-wide check `tscope analyze` makes: two tensors' records spelled onto one region
+    # once cost the sharded restore one load of that region per record.
+    import shutil
+
+    from tscope.replay.sharded_restore import read_folder_metadata
+
+    folder = tmp_path / "step-40"
+    shutil.copytree(CHECKPOINT, folder)
+    metadata = pickle.loads((folder / ".metadata").read_bytes())
+    first, second = [i for i in metadata.storage_data if i.fqn.startswith("model.")][:2]
+    metadata.storage_data[second] = metadata.storage_data[first]
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(UnreadableInput, match="share bytes"):
+        read_folder_metadata(folder, "step-40")
+    assert read_folder_metadata(CHECKPOINT, "step-40").storage  # the real folder still reads

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tscope.errors import UnreadableInput, UsageError
 from tscope.ingest.checkpoints import dcp_storage
 from tscope.ingest.checkpoints.base import LoadOptions
+from tscope.ingest.checkpoints.dcp_chunks import drop_shared_records
 from tscope.ingest.checkpoints.dcp_layout import HYPER_KEYS, OPTIMIZER_ROOTS
 from tscope.ingest.checkpoints.dcp_metadata import DcpMetadata
 from tscope.replay.entry import Entry
@@ -42,7 +43,18 @@ class ShardedRestored:
 
 
 def read_folder_metadata(folder: Path, shown: str) -> DcpMetadata:
-    return dcp_storage.read_metadata(folder, shown, _SAFE)
+    """The folder's metadata, refused when records share bytes: torch writes each item to its
+    own bytes, and records spelled onto one region make each read of it a load per record (the
+    same folder-wide check `tscope analyze` makes; a replay needs every entry, so it stops)."""
+    metadata = dcp_storage.read_metadata(folder, shown, _SAFE)
+    shared = drop_shared_records(folder, metadata)
+    if shared:
+        raise UnreadableInput(
+            shown,
+            f"{shared} storage record(s) in .metadata share bytes with another record; torch "
+            "writes each item to its own bytes, so this folder cannot be restored",
+        )
+    return metadata
 
 
 def saved_group_lrs(folder: Path, shown: str, metadata: DcpMetadata) -> list[float]:
