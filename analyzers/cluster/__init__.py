@@ -29,9 +29,12 @@ from tscope.analyzers.cluster.profile import (
     profile_run,
 )
 from tscope.analyzers.cluster.traits import (
+    CHANCE_SPLITS,
     MIN_BALANCED_ACCURACY,
+    chance_splits,
     discriminant_traits,
     nearest_stable,
+    scored_fields,
     setting_fields,
 )
 from tscope.model import Finding
@@ -65,11 +68,20 @@ def cluster_runs(profiles: Sequence[RunProfile], runs_dir: str = "") -> ClusterR
     profiles = sorted(profiles, key=lambda p: p.name)
     stable = [p for p in profiles if p.status == "stable"]
     unstable = [p for p in profiles if p.status == "unstable"]
-    fields = setting_fields(profiles)
-    clusters = [
+    varying = setting_fields(profiles)
+    fields = scored_fields(profiles, varying)
+    described = [
         _describe(index, group, stable, fields)
         for index, group in enumerate(group_unstable(unstable), start=1)
     ]
+    clusters = [cluster for cluster, _ in described]
+    limits = _limits(profiles, stable, unstable, fields)
+    if len(varying) > len(fields):
+        limits.append(
+            f"{len(varying):,} settings vary between the runs; traits are scored on the "
+            f"{len(fields):,} recorded by the most runs."
+        )
+    limits.extend(note for _, note in described if note is not None)
     aligned = aligned_spikes(profiles)
     report = ClusterReport(
         runs_dir=runs_dir,
@@ -77,7 +89,7 @@ def cluster_runs(profiles: Sequence[RunProfile], runs_dir: str = "") -> ClusterR
         clusters=clusters,
         aligned_spikes=aligned,
         findings=[_aligned_finding(event, profiles) for event in aligned],
-        limits=_limits(profiles, stable, unstable, fields),
+        limits=limits,
         method={
             "status": f"unstable = non-finite loss, loss ≥ {EXPLOSION_FACTOR:g}× the run's own "
             f"early baseline or ≥ {EXPLOSION_FACTOR:g}× its level before the event (median of the "
@@ -98,10 +110,22 @@ def cluster_runs(profiles: Sequence[RunProfile], runs_dir: str = "") -> ClusterR
 
 def _describe(
     index: int, members: list[RunProfile], stable: list[RunProfile], fields: list[str]
-) -> RunCluster:
+) -> tuple[RunCluster, str | None]:
+    """The cluster, and the `limits` line when its best trait is no better than chance (then
+    it has no traits: a split expected among that many settings explains nothing)."""
     modes = [p.failure_mode or "divergence" for p in members]
     mode = max(set(modes), key=lambda m: (modes.count(m), m))
     traits = discriminant_traits(members, stable, fields)
+    chance_note = None
+    if traits:
+        expected = chance_splits(traits[0], len(members), len(stable), len(fields))
+        if expected >= CHANCE_SPLITS:
+            chance_note = (
+                f"C{index}: its best trait ({traits[0].text}) may be chance: with {len(members)} "
+                f"runs against {len(stable)} stable ones and {len(fields):,} settings compared, "
+                f"about {expected:.3g} settings would separate them as well at random."
+            )
+            traits = []
     leads = [p.lead_steps for p in members if p.lead_steps is not None]
     warned = len(leads)
     if len(leads) < SIGNATURE_SHARE * len(members):
@@ -113,7 +137,7 @@ def _describe(
         label += f" ({went_nonfinite} of {len(members)} to NaN/Inf)"
     if traits:
         label += f"; {traits[0].text}"
-    return RunCluster(
+    cluster = RunCluster(
         id=f"C{index}",
         label=label,
         members=tuple(p.name for p in members),
@@ -125,6 +149,7 @@ def _describe(
         band=loss_band(members),
         counterexample=nearest_stable(members, stable, fields, [t.field for t in traits]),
     )
+    return cluster, chance_note
 
 
 def _signature(members: list[RunProfile]) -> tuple[tuple[str, int, int], ...]:

@@ -32,6 +32,14 @@ _NOT_SETTINGS = re.compile(
     r"push_to_hub_model_id|push_to_hub_token|_wandb|wandb_summary|start_time|timestamp)($|\.)"
 )
 DERIVED_PREFIX = "logged."  # fields measured from the logs rather than configured
+# Fields scored for traits, those recorded by the most runs first: real sweeps vary tens to
+# hundreds of settings. 30 crafted runs of 100,000 random hparams each took 89 s and 1.8 GB and
+# "explained" their failures by one of them (red team, session 31).
+MAX_SCORED_FIELDS = 2_000
+# A trait is no evidence when, over this many fields, as good a split is expected by chance:
+# with few runs a perfect split of random values is likely somewhere among many fields (5 vs 5
+# runs: 1 field in 126; with 2,000 fields, about 16 of them).
+CHANCE_SPLITS = 1.0
 
 
 def setting_fields(profiles: Sequence[RunProfile]) -> list[str]:
@@ -53,6 +61,35 @@ def setting_fields(profiles: Sequence[RunProfile]) -> list[str]:
             continue  # a different string in every run: an identifier, not a setting
         keep.append(name)
     return keep
+
+
+def scored_fields(profiles: Sequence[RunProfile], fields: Sequence[str]) -> list[str]:
+    """At most MAX_SCORED_FIELDS of `fields`, those recorded by the most runs first, by name."""
+    if len(fields) <= MAX_SCORED_FIELDS:
+        return list(fields)
+    recorded = {name: sum(name in p.config for p in profiles) for name in fields}
+    chosen = sorted(fields, key=lambda name: (-recorded[name], name))[:MAX_SCORED_FIELDS]
+    return sorted(chosen)
+
+
+def chance_splits(trait: Trait, n_members: int, n_stable: int, n_fields: int) -> float:
+    """How many of `n_fields` unrelated fields would separate the runs as well as `trait` does
+    (its permutation p-value times the fields tried): a number rule is the two-sample
+    Kolmogorov-Smirnov statistic (balanced accuracy = (1 + D) / 2, the best threshold either way),
+    a value rule a one-sided Fisher test times the values tried."""
+    from scipy.stats import fisher_exact, ks_2samp
+
+    if trait.op == "==":
+        member_hits = sum(_key(v) == _key(trait.value) for v in trait.member_values)
+        stable_hits = sum(_key(v) == _key(trait.value) for v in trait.stable_values)
+        table = [[member_hits, n_members - member_hits], [stable_hits, n_stable - stable_hits]]
+        tried = len({_key(v) for v in trait.member_values})
+        p_value = min(1.0, float(fisher_exact(table, alternative="greater").pvalue) * tried)
+    else:
+        members = [float(v) for v in trait.member_values]
+        stable = [float(v) for v in trait.stable_values]
+        p_value = float(ks_2samp(members, stable, method="exact").pvalue)
+    return p_value * n_fields
 
 
 def discriminant_traits(

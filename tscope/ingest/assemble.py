@@ -9,6 +9,7 @@ import numpy as np
 
 from tscope.ingest.logs.series_cap import cap_series
 from tscope.ingest.registry import READERS
+from tscope.ingest.settings_bound import bounded_value, cut_name
 from tscope.model import Caveat, LogRead, MetricTable, PartialInput, Run, RunEvent, Source
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.model.run import RELOGGED_KEY
@@ -51,7 +52,9 @@ def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[Parti
     config: dict[str, Any] = {}
     for read in sorted(reads, key=lambda r: (_READER_PRIORITY.get(r.kind, 99), r.path)):
         for key, value in read.config.items():
-            config.setdefault(key, value)
+            # Names cut and nesting bounded for every format (settings_bound.py): a 90-deep
+            # W&B config of long keys once took the report 100x its file's size.
+            config.setdefault(cut_name(str(key)), bounded_value(value))
 
     return Run(
         name=name,

@@ -99,30 +99,43 @@ def format_value(value: Any) -> str:
     return format_number(value)
 
 
-def flatten(mapping: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
-    """Nested dicts as sorted ("a.b", "value") rows; sorted so case.json and a Case agree."""
+def flatten(mapping: dict[str, Any], limit: int | None = None) -> list[tuple[str, str]]:
+    """Nested dicts as sorted ("a.b", "value") rows; sorted so case.json and a Case agree. With
+    `limit`, rows past it are counted in one last row instead of built (`MAX_CONFIG_ROWS`)."""
     rows: list[tuple[str, str]] = []
-    for key in sorted(mapping, key=str):
-        value = mapping[key]
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            rows.extend(flatten(value, prefix=f"{name}."))
-        else:
-            # A key is a stranger's text like a value: a 1 MB key made one 1 MB table row.
-            rows.append((_truncate(name), format_value(value)))
+    total = _flatten_into(rows, mapping, "", 0, limit)
+    if limit is not None and total > limit:
+        rows.append(("…", f"{total - limit:,} more, listed in case.json"))
     return rows
 
 
-# Settings shown in a report's configuration table; case.json keeps them all.
+# Levels of a nested value shown as dotted names; deeper ones are shown as their (cut) JSON.
+MAX_SHOWN_DEPTH = 8
+
+
+def _flatten_into(
+    rows: list[tuple[str, str]], mapping: dict[str, Any], prefix: str, depth: int, limit: int | None
+) -> int:
+    """Append `mapping`'s rows (while fewer than `limit`); returns how many it holds in all."""
+    total = 0
+    for key in sorted(mapping, key=str):
+        value = mapping[key]
+        # Cut before joining: every level's name is alive while the next is built, and a 90-deep
+        # config of 1 MB keys (90 MB) once asked for 8 GB here (red team, session 31).
+        name = _truncate(f"{prefix}{_truncate(str(key))}")
+        if isinstance(value, dict) and value and depth < MAX_SHOWN_DEPTH:
+            total += _flatten_into(rows, value, f"{name}.", depth + 1, limit)
+        else:
+            # A key is a stranger's text like a value: a 1 MB key made one 1 MB table row.
+            if limit is None or len(rows) < limit:
+                rows.append((name, format_value(value)))
+            total += 1
+    return total
+
+
+# Settings shown in a report's configuration table, then one row counts the rest (150,000 config
+# keys once made an 11 MB case.html); case.json keeps them all.
 MAX_CONFIG_ROWS = 500
-
-
-def capped_rows(rows: list[tuple[str, str]], limit: int = MAX_CONFIG_ROWS) -> list[tuple[str, str]]:
-    """The first `limit` rows, then one that counts the rest (150,000 config keys made an 11 MB
-    case.html)."""
-    if len(rows) <= limit:
-        return rows
-    return [*rows[:limit], ("…", f"{len(rows) - limit:,} more, listed in case.json")]
 
 
 def one_line(text: str) -> str:

@@ -29,10 +29,10 @@ from tscope.model.categories import SEVERITIES
 from tscope.render.card_view import card_view
 from tscope.render.charts import main_chart_metrics
 from tscope.render.formatting import (
+    MAX_CONFIG_ROWS,
     MAX_SHOWN_FINDINGS,
     MISSING,
     bounded_line,
-    capped_rows,
     flatten,
     format_number,
     format_step,
@@ -130,7 +130,7 @@ def build_view(case: Case) -> dict[str, Any]:
             _checkpoint_view(item)
             for item in sorted(case.checkpoints, key=lambda checkpoint: _step_key(checkpoint.step))
         ],
-        "config": capped_rows(flatten(case.run.config)),
+        "config": flatten(case.run.config, MAX_CONFIG_ROWS),
         "other_metrics": _other_metrics(case),
         "layer_tables": _layer_tables(case.layers),
         "replay": replay_view(case.replay),

@@ -18,7 +18,9 @@ from typing import Any
 
 from tscope.errors import UnreadableInput
 from tscope.ingest import safe_json
+from tscope.ingest.base import read_head
 from tscope.ingest.logs.csv_arrow import (
+    CSV_BLOCK_BYTES,
     parse_csv,
     wide_csv_columns,
     wide_csv_header,
@@ -80,16 +82,27 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
     header = wide_csv_header(path, delimiter)
     chosen, unread_columns = wide_csv_columns(header) if header is not None else (None, "")
     long_lines = 0
+    # A column name that is not UTF-8 (one latin-1 byte) once refused the whole file: its names
+    # are read with replacement characters instead, as the MLflow readers read theirs.
+    mended = _utf8_header(read_head(path, CSV_BLOCK_BYTES))
     try:
         try:
-            with open_regular(path, display_path) as handle, without_row_decoding_dumps():
+            with (
+                (
+                    open_regular(path, display_path)
+                    if mended is None
+                    else io.BytesIO(_utf8_header(read_bytes_bounded(path, display_path)) or b"")
+                ) as handle,
+                without_row_decoding_dumps(),
+            ):
                 arrow_table = parse_csv(handle, delimiter, skip_malformed, chosen, MISSING_MARKERS)
         except pa.ArrowInvalid as error:
             if STRADDLING_LINE not in str(error):
                 raise
             # A line longer than Arrow's block: the rest of the file is read without it (and
             # without every other line over MAX_TABLE_LINE_BYTES), as JSON Lines skips them.
-            kept, long_lines = _without_long_lines(read_bytes_bounded(path, display_path))
+            data = read_bytes_bounded(path, display_path)
+            kept, long_lines = _without_long_lines(_utf8_header(data) or data)
             malformed.clear()
             with without_row_decoding_dumps():
                 arrow_table = parse_csv(kept, delimiter, skip_malformed, chosen, MISSING_MARKERS)
@@ -99,6 +112,10 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
         raise UnreadableInput(
             display_path, f"not a readable {'TSV' if delimiter == chr(9) else 'CSV'} ({error})"
         ) from error
+    if mended is not None:
+        table.problems.append(
+            "its header is not UTF-8: the column names are read with replacement characters (�)"
+        )
     if long_lines:
         table.problems.append(_long_lines_problem(long_lines))
     if unread_columns:
@@ -118,6 +135,22 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
             f"off mid-write): first {malformed[0]!r}",
         )
     return table
+
+
+def _utf8_header(data: bytes) -> bytes | None:
+    """`data` with its first line decoded with replacement characters and encoded back as UTF-8;
+    None when that line is UTF-8 already (or cut off inside a character at the end of `data`)."""
+    end = data.find(b"\n")
+    first = data if end < 0 else data[:end]
+    try:
+        first.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if end < 0 and error.reason == "unexpected end of data":
+            return None  # a head cut mid-character, not a bad byte
+        return first.decode("utf-8", errors="replace").encode("utf-8") + (
+            b"" if end < 0 else data[end:]
+        )
+    return None
 
 
 def _read_json_lines(path: Path, display_path: str) -> ParsedTable:

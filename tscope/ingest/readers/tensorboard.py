@@ -29,6 +29,7 @@ from tscope.ingest.readers.tensorboard_tags import (
 )
 from tscope.ingest.readers.tfrecord import HEADER_BYTES, Records, byte_offset_view, split_records
 from tscope.ingest.safe_fs import read_bytes_bounded
+from tscope.ingest.settings_bound import BoundedSettings
 from tscope.model import Caveat, LogRead, MetricTable, PartialInput, TextColumn
 from tscope.model.metric_table import first_seen_codes
 
@@ -106,6 +107,7 @@ class _Decoded:
     tag_id: np.ndarray  # (n,) int64, index into tags
     tags: list[str]
     config: dict[str, Any] = field(default_factory=dict)
+    unread_settings: str | None = None  # the `partial` line for settings past the bound
     started_at: float | None = None
     decoded_records: int = 0
     undecodable_records: int = 0
@@ -133,7 +135,7 @@ def _decode_records(buffer: bytes, records: Records) -> _Decoded:
     slow_step = array("q")
     slow_value = array("d")
     slow_tag_id = array("q")
-    config: dict[str, Any] = {}
+    config = BoundedSettings()
     undecodable = 0
     first_undecodable: int | None = None
     first_reason = ""
@@ -183,7 +185,8 @@ def _decode_records(buffer: bytes, records: Records) -> _Decoded:
         ],
         tag_id=np.concatenate([fast_tag_ids, np.asarray(slow_tag_id, np.int64)])[file_order],
         tags=tags,
-        config=config,
+        config=config.values,
+        unread_settings=config.problem(),
         started_at=_first_wall_time(buffer, records, usable),
         decoded_records=int(usable.sum()) - undecodable,
         undecodable_records=undecodable,
@@ -355,4 +358,6 @@ def _problems(records: Records, decoded: _Decoded) -> list[str]:
             f"(the first at byte {decoded.first_undecodable_offset}: "
             f"{decoded.first_undecodable_reason})"
         )
+    if decoded.unread_settings is not None:
+        problems.append(decoded.unread_settings)
     return problems

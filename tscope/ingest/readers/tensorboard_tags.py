@@ -19,6 +19,7 @@ from tscope.ingest.logs.names import canonical_metric, canonical_metrics
 from tscope.ingest.logs.table_columns import unique_metric_names
 from tscope.ingest.readers.event_proto import decode_hparams
 from tscope.ingest.readers.protobuf_wire import WireFormatError
+from tscope.ingest.settings_bound import BoundedSettings, cut_name
 from tscope.model import Caveat, LogRead, MetricTable, TextColumn
 from tscope.model.metric_names import EVAL_LOSS, LEARNING_RATE, LOSS, LOSS_SCALE
 
@@ -139,7 +140,7 @@ def _split_directory_name(tag: str, name: str, path: Path) -> str:
     return own  # a second evaluation subset (fairseq's `valid1/`, `test/`)
 
 
-def add_text_config(config: dict[str, Any], tag: str, strings: list[bytes]) -> None:
+def add_text_config(config: BoundedSettings, tag: str, strings: list[bytes]) -> None:
     base_tag = tag[: -len(_TEXT_TAG_SUFFIX)] if tag.endswith(_TEXT_TAG_SUFFIX) else tag
     prefix = _CONFIG_TEXT_TAGS.get(base_tag)
     if prefix is None or not strings:
@@ -153,26 +154,27 @@ def add_text_config(config: dict[str, Any], tag: str, strings: list[bytes]) -> N
     if isinstance(parsed, dict):
         _flatten_into(config, parsed, prefix, depth=0)
     else:
-        config.setdefault(base_tag, parsed)
+        config.add(base_tag, parsed)
 
 
-def add_hparams_config(config: dict[str, Any], content: bytes) -> None:
+def add_hparams_config(config: BoundedSettings, content: bytes) -> None:
     try:
         hparams = decode_hparams(content)
     except WireFormatError:
         return
     for key, setting in hparams.items():
-        config.setdefault(key, setting)
+        config.add(key, setting)
 
 
-def _flatten_into(config: dict[str, Any], values: dict[str, Any], prefix: str, depth: int) -> None:
+def _flatten_into(config: BoundedSettings, values: dict[str, Any], prefix: str, depth: int) -> None:
     """Nested settings become dotted keys (`optim.betas`); the first writer of a key wins."""
     for key, setting in values.items():
-        name = f"{prefix}{key}"
+        # Cut before it is joined: each level's name is alive while the next is built.
+        name = cut_name(f"{prefix}{cut_name(str(key))}")
         if isinstance(setting, dict) and setting and depth < _MAX_CONFIG_DEPTH:
             _flatten_into(config, setting, f"{name}.", depth + 1)
         else:
-            config.setdefault(name, setting)
+            config.add(name, setting)
 
 
 # DeepSpeed's monitor writes its series against the samples consumed, not the optimizer step
