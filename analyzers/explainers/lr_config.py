@@ -118,7 +118,16 @@ def still_warming_up(lrs: np.ndarray) -> bool:
     at iteration 2 of a 6e-5 warm-up)."""
     if lrs.size < MIN_LR_POINTS:
         return True
-    return bool(lrs[-1] >= lrs.max() and lrs[-1] > lrs[0])
+    if not (lrs[-1] >= lrs.max() and lrs[-1] > lrs[0]):
+        return False
+    # ...and still rising at the end: a warm-up never holds its top, a constant schedule after
+    # its warm-up does (hQ run16, session 31: 0.05, then 0.1 for 47 points read as "a log that
+    # ends inside the warm-up").
+    held = int(np.argmax(lrs[::-1] < lrs[-1]))  # points at the last value, at the end
+    return held < HELD_PEAK_POINTS
+
+
+HELD_PEAK_POINTS = 3
 
 
 def lr_range_findings(evidence: Evidence, curve_too_high: list[Finding]) -> list[Finding]:
@@ -188,6 +197,19 @@ def _rose_through_the_log(run: Run) -> bool:
     return bool(np.mean(np.diff(lrs) > 0) >= ROSE_THROUGH_SHARE and lrs[-1] >= lrs.max())
 
 
+def _at_peak_by(run: Run, step: int) -> bool:
+    """The logged LR reached NEAR_PEAK of its largest value by `step`."""
+    lr_steps, lrs = run.series(LEARNING_RATE)
+    finite = np.isfinite(lrs)
+    lr_steps, lrs = lr_steps[finite], lrs[finite]
+    if lrs.size == 0 or lrs.max() <= 0:
+        return False
+    return bool(lr_steps[int(np.argmax(lrs >= NEAR_PEAK * lrs.max()))] <= step)
+
+
+NEAR_PEAK = 0.99  # warmup_stall.NO_WARMUP_RELATIVE: "at its peak" for both rules
+
+
 def _stalled(evidence: Evidence, kind: TrainingKind) -> EarlyStall | None:
     """The early stall of a run trained from scratch and logged from its start (a hot LR with a
     warm-up the log does not show: a blind set's nanoGPT log at 0.3, session 30, printed the LR
@@ -232,7 +254,11 @@ def _too_high(
     holds_from_start = lr_source == CONFIGURED or rose_through
     if rose_through:
         lr_source = "the largest logged learning rate, reached at the end of a log it rose through"
-    stall = _stalled(evidence, kind) if blew_up is None and holds_from_start else None
+    stall = _stalled(evidence, kind) if blew_up is None else None
+    # A logged LR at its peak before the loss stopped falling was at it through the stall: no
+    # later jump raised it (warmup_stall.py leaves such a far-too-high LR to this rule).
+    if stall is not None and not (holds_from_start or _at_peak_by(run, stall.stall_step)):
+        stall = None
     factor = lr / TYPICAL_LR[kind.kind][1]
     agrees = blew_up is not None or stall is not None
     if blew_up is not None:

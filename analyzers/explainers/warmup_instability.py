@@ -76,7 +76,7 @@ def warmup_too_short(
         for o in onsets
         if not any(start <= o <= end for start, end in jump_effects) and not at_resume(run, o)
     ]
-    if not onsets or loss_steps.size == 0:
+    if loss_steps.size == 0:
         return []
     first_step = int(steps[0])
     if end_index is None:
@@ -88,6 +88,9 @@ def warmup_too_short(
         horizon = first_step + max(
             NO_WARMUP_EARLY_FRACTION * (int(loss_steps[-1]) - first_step), NO_WARMUP_EARLY_STEPS
         )
+        above = rose_above_start(loss_steps, loss_values, horizon)
+        if above is not None and not at_resume(run, above):
+            onsets.append(above)
     else:
         warmup_steps = int(steps[end_index]) - first_step
         horizon = int(steps[end_index]) + WARMUP_AFTERSHOCK_FACTOR * max(warmup_steps, 1)
@@ -125,6 +128,25 @@ def warmup_too_short(
             ),
         )
     ]
+
+
+# A model that has learned nothing yet cannot get worse than its start by its data alone: at
+# initialization every batch gives about the same loss (ln V for a fresh language model, within
+# ~1%), so a logged loss this far above the first one in a run's first steps is its updates
+# overshooting. The spike detectors cannot see it there (they need a history of points before).
+RISE_ABOVE_START = 1.10
+
+
+def rose_above_start(steps: np.ndarray, values: np.ndarray, horizon: float) -> int | None:
+    """The first step up to `horizon` whose loss is RISE_ABOVE_START x the first logged one."""
+    finite = np.isfinite(values)
+    if not finite.any():
+        return None
+    first = float(values[finite][0])
+    if first <= 0:
+        return None
+    rose = finite & (steps <= horizon) & (values > RISE_ABOVE_START * first)
+    return int(steps[int(np.argmax(rose))]) if rose.any() else None
 
 
 def _warmup_timing(

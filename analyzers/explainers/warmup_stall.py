@@ -37,7 +37,7 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import rolling_median
-from tscope.analyzers.explainers.lr_config import TYPICAL_LR
+from tscope.analyzers.explainers.lr_config import FAR_FACTOR, TYPICAL_LR
 from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
@@ -72,7 +72,7 @@ SEGMENT_FRACTION = 0.10
 # no-warm-up condition; 8/41 would pass this one alone). See the module docstring.
 STALL_MAX_GAIN = 0.10
 # Fewer logged loss points than this and the segments are too short to judge.
-MIN_POINTS = 50
+MIN_POINTS = 30
 # Kinds of training whose early convergence is expected (training_kind.py).
 FINE_TUNE_KINDS = ("lora", "full_fine_tune", "fine_tune", "preference")
 
@@ -197,6 +197,12 @@ class WarmupStallExplainer:
         kind_range = TYPICAL_LR["pre_training"]
         peak = float(lrs.max())
         if peak <= kind_range[1]:
+            return []
+        if kind is not None and kind.kind == "pre_training" and peak > FAR_FACTOR * kind_range[1]:
+            # The LR's level is the cause, not the missing ramp up to it: at 10x the range top
+            # a warm-up only delays the same stall. lr_config's lr_too_high reads this stall
+            # (hQ run16, session 31: AdamW at 0.1 after a 10-step warm-up, stuck at the unigram
+            # level, read "no real warm-up").
             return []
         stall = early_stall(evidence, steps, values)
         if stall is None:

@@ -1,0 +1,132 @@
+"""Three verdicts a blind set (hQ, session 31) got wrong, each rebuilt in the format its producer
+writes (torch's SummaryWriter, safetensors checkpoints beside a metrics CSV):
+- AdamW at 0.1 after a 10-step warm-up, stuck at the unigram level, logged every 5 steps: healthy
+  (48 points, under the stall rule's 50), its constant LR read as "a log that ends inside the
+  warm-up", and once seen, "no real warm-up" rather than an LR 10x the range;
+- a constant LR with no warm-up whose loss rose above its start in its first steps: healthy
+  (the spike detectors need points before a spike);
+- an activation overflow that made the loss NaN and the next checkpoint's weights NaN:
+  "most likely NaN/Inf in the saved weights", an effect named as the cause."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from tscope.pipeline import analyze_run
+
+
+def _tensorboard_run(
+    folder: Path, lrs: list[float], losses: list[float], every: int, vocab: int | None
+) -> Path:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(folder / "logs"))
+    for index, (lr, loss) in enumerate(zip(lrs, losses, strict=True)):
+        step = (index + 1) * every
+        writer.add_scalar("Loss/train", loss, step)
+        writer.add_scalar("LearningRate", lr, step)
+    writer.close()
+    if vocab is not None:
+        (folder / "config.json").write_text(json.dumps({"vocab_size": vocab}))
+    return folder
+
+
+def _hot_constant(
+    folder: Path, peak: float, stalled: bool, points: int = 48, every: int = 5
+) -> list[tuple[str, str, int | None]]:
+    rng = np.random.default_rng(5)
+    lrs = [peak / 2, *([peak] * (points - 1))]  # a 10-step warm-up, logged at 5 and 10
+    losses = []
+    for index in range(points):
+        stall_level = 5.9 + 1.3 * math.exp(-index / 1.5)
+        falling_level = 4.6 + 2.6 * math.exp(-index / 15)
+        losses.append((stall_level if stalled else falling_level) + 0.08 * rng.standard_normal())
+    case, _ = analyze_run(str(_tensorboard_run(folder, lrs, losses, every, 2048)))
+    return [(f.category, f.severity, f.step) for f in case.findings if f.severity != "info"]
+
+
+def test_a_far_too_high_constant_lr_whose_loss_stalls_is_lr_too_high(tmp_path: Path) -> None:
+    alerts = _hot_constant(tmp_path, 0.15, stalled=True)
+    assert [a[:2] for a in alerts] == [("lr_too_high", "warning")], alerts
+    case, _ = analyze_run(str(tmp_path))
+    (finding,) = [f for f in case.findings if f.category == "lr_too_high"]
+    assert "ends inside the warm-up" not in finding.message
+    assert "then stalled" in finding.message
+
+
+def test_the_same_lr_with_a_loss_that_keeps_falling_is_no_alert(tmp_path: Path) -> None:
+    assert _hot_constant(tmp_path, 0.15, stalled=False) == []
+
+
+def test_a_hot_start_closer_to_the_range_stays_the_warm_up_rule(tmp_path: Path) -> None:
+    # 3x the range top: a longer warm-up is the fix the rule names.
+    alerts = _hot_constant(tmp_path, 0.03, stalled=True)
+    assert [a[:2] for a in alerts] == [("warmup_too_short", "warning")], alerts
+
+
+def _no_warmup(folder: Path, early: list[float], warmup: bool) -> list[tuple[str, int | None]]:
+    rng = np.random.default_rng(11)
+    points = 120
+    losses = [*early]
+    while len(losses) < points:  # still learning through the run (no stall for the other rule)
+        losses.append(2.0 + 1.9 * math.exp(-len(losses) / 50) + 0.03 * rng.standard_normal())
+    lrs = [0.3 * min(1.0, (i + 1) / 20) if warmup else 0.3 for i in range(points)]
+    case, _ = analyze_run(str(_tensorboard_run(folder, lrs, losses, 2, None)))
+    return [(f.category, f.step) for f in case.findings if f.severity != "info"]
+
+
+def test_a_loss_above_its_start_in_the_first_steps_without_warm_up_is_an_instability(
+    tmp_path: Path,
+) -> None:
+    # hQ run07: SGD at 0.3 from step 1, logged every 2 steps: 5.33, 6.22, 4.70, 6.20, 3.88.
+    alerts = _no_warmup(tmp_path, [5.33, 6.22, 4.70, 6.20, 3.88], warmup=False)
+    assert ("warmup_too_short", 4) in alerts, alerts
+
+
+def test_a_loss_that_falls_from_its_start_without_warm_up_is_no_instability(
+    tmp_path: Path,
+) -> None:
+    alerts = _no_warmup(tmp_path, [5.33, 5.0, 4.70, 4.4, 3.88], warmup=False)
+    assert not [a for a in alerts if a[0] == "warmup_too_short"], alerts
+
+
+def _nan_run(folder: Path, loss_nan_from: int | None) -> dict[str, Any]:
+    rows = ["step,loss"]
+    for step in range(1, 261):
+        loss = 2.5 + 2.0 * math.exp(-step / 30)
+        if step == 151 and loss_nan_from is not None:
+            loss = 5.5
+        if loss_nan_from is not None and step >= loss_nan_from:
+            rows.append(f"{step},nan")
+        else:
+            rows.append(f"{step},{loss:.4f}")
+    (folder / "metrics.csv").write_text("\n".join(rows) + "\n")
+    for step, finite in ((130, True), (260, False)):
+        weights = torch.randn(64, 16)
+        if not finite:
+            weights.fill_(float("nan"))
+        (folder / f"checkpoint-{step}").mkdir()
+        save_file(
+            {"model.embed.weight": weights}, folder / f"checkpoint-{step}" / "model.safetensors"
+        )
+    case, _ = analyze_run(str(folder))
+    return case.to_dict()["summary"]
+
+
+def test_weights_that_went_nan_after_the_loss_did_are_not_its_cause(tmp_path: Path) -> None:
+    summary = _nan_run(tmp_path, loss_nan_from=152)
+    assert summary["status"] == "incident"
+    assert (summary["card"].get("cause") or {}).get("category") != "nonfinite_weights", summary
+
+
+def test_weights_that_went_nan_while_the_loss_stayed_finite_stay_a_cause(tmp_path: Path) -> None:
+    # Nothing in the log went first: the checkpoint is the only witness, and the verdict names it.
+    summary = _nan_run(tmp_path, loss_nan_from=None)
+    assert (summary["card"] or {}).get("cause", {}).get("category") == "nonfinite_weights", summary
