@@ -15,7 +15,8 @@ from tscope.analyzers.early_phase import (
 )
 from tscope.analyzers.explainers.learning_rate import lr_jumps
 from tscope.analyzers.incidents import Incident
-from tscope.analyzers.signals import fmt, window
+from tscope.analyzers.signals import fmt, loss_series, primary_loss, window
+from tscope.model import Finding
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE
 
 # Over the incident's lookback, an LR that moved less than this is "did not change".
@@ -187,3 +188,23 @@ def no_candidate_reason(evidence: Evidence, incident: Incident | None) -> str:
         f"{logged}; {checkpoints}, and `tscope replay --around {onset}` whether the data alone "
         "breaks the loss"
     )
+
+
+def weights_followed_the_loss(evidence: Evidence, finding: Finding) -> bool:
+    """A nonfinite_weights finding whose checkpoint the logged loss had gone NaN/Inf before: the
+    loss went non-finite after the last finite checkpoint (or, with none, before this one) and
+    stayed so up to this one. The weights went non-finite through those updates; they did not
+    cause them (hQ run15, session 31: an activation overflow at 151 read "most likely NaN/Inf
+    in the saved weights", the checkpoint at 260 that the NaN updates had written). A transient
+    NaN loss that came back finite before the checkpoint leaves the weights a candidate."""
+    loss = primary_loss(evidence.run)
+    if loss is None or finding.step is None:
+        return False
+    steps, values = loss_series(evidence.run, loss)
+    last_finite = finding.evidence.get("last_finite_checkpoint_step")
+    start = last_finite if isinstance(last_finite, int) else None
+    inside = (steps <= finding.step) & (steps > start if start is not None else True)
+    window_values = values[inside]
+    if window_values.size == 0 or np.isfinite(window_values[-1]):
+        return False
+    return bool((~np.isfinite(window_values)).any())

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.categories import CAUSES
 from tscope.analyzers.cause_evidence import (
@@ -38,10 +36,10 @@ from tscope.analyzers.cause_evidence import (
     no_candidate_reason,
     rise_points,
     undecided_reason,
+    weights_followed_the_loss,
 )
 from tscope.analyzers.incidents import Incident
 from tscope.analyzers.reach import CAUSE_LOOKBACK_STEPS, ONE_STEP_CAUSE_LOOKBACK
-from tscope.analyzers.signals import loss_series, primary_loss
 from tscope.analyzers.spike_judgement import is_notable
 from tscope.model import Finding
 from tscope.model.categories import ALERT_SEVERITIES
@@ -222,29 +220,11 @@ def _lead(candidate: Candidate) -> float:
 def _is_candidate(evidence: Evidence, finding: Finding, headline: Finding) -> bool:
     if finding.category == "checkpoint_incomplete":
         return finding.evidence.get("resumed_from") is not None
-    if finding.category == "nonfinite_weights" and _weights_followed_the_loss(evidence, finding):
+    if finding.category == "nonfinite_weights" and weights_followed_the_loss(evidence, finding):
         return False
     if finding.category in CAUSES or finding.category in CHECKPOINT_CAUSES:
         return finding.severity in ALERT_SEVERITIES or _same_event(finding, headline)
     return False
-
-
-def _weights_followed_the_loss(evidence: Evidence, finding: Finding) -> bool:
-    """The logged loss went NaN/Inf after the last finite checkpoint and by the first one that
-    is not: the weights went non-finite through that update, they did not cause it (hQ run15,
-    session 31: an activation overflow at 151 read "most likely NaN/Inf in the saved weights",
-    the checkpoint at 260 that the NaN update had written)."""
-    loss = primary_loss(evidence.run)
-    if loss is None or finding.step is None:
-        return False
-    steps, values = loss_series(evidence.run, loss)
-    nonfinite = ~np.isfinite(values)
-    if not nonfinite.any():
-        return False
-    first_nonfinite = int(steps[int(np.argmax(nonfinite))])
-    last_finite = finding.evidence.get("last_finite_checkpoint_step")
-    after_clean = not isinstance(last_finite, int) or first_nonfinite > last_finite
-    return after_clean and first_nonfinite <= finding.step
 
 
 def _same_event(finding: Finding, headline: Finding) -> bool:

@@ -146,3 +146,12 @@ def config_number(run: Run, keys: tuple[str, ...]) -> float | None:
         if math.isfinite(number) and number > 0:
             return number
     return None
+
+
+def untrained_level(run: Run, checkpoints: CheckpointEvidence | None = None) -> float | None:
+    """ln(vocab) for a run trained from scratch (its loss started near it), else None."""
+    vocab = vocabulary(run, checkpoints)
+    kind = training_kind(run, checkpoints) if vocab is not None else None
+    if vocab is None or kind is None or kind.kind != "pre_training":
+        return None
+    return math.log(vocab.size)

@@ -111,21 +111,20 @@ def cluster_runs(profiles: Sequence[RunProfile], runs_dir: str = "") -> ClusterR
 def _describe(
     index: int, members: list[RunProfile], stable: list[RunProfile], fields: list[str]
 ) -> tuple[RunCluster, str | None]:
-    """The cluster, and the `limits` line when its best trait is no better than chance (then
-    it has no traits: a split expected among that many settings explains nothing)."""
+    """The cluster, and the `limits` line when its best trait is no better than chance. Traits
+    as good as chance are dropped: a split expected among that many settings explains nothing."""
     modes = [p.failure_mode or "divergence" for p in members]
     mode = max(set(modes), key=lambda m: (modes.count(m), m))
     traits = discriminant_traits(members, stable, fields)
+    expected = [chance_splits(t, len(members), len(stable), len(fields)) for t in traits]
     chance_note = None
-    if traits:
-        expected = chance_splits(traits[0], len(members), len(stable), len(fields))
-        if expected >= CHANCE_SPLITS:
-            chance_note = (
-                f"C{index}: its best trait ({traits[0].text}) may be chance: with {len(members)} "
-                f"runs against {len(stable)} stable ones and {len(fields):,} settings compared, "
-                f"about {expected:.3g} settings would separate them as well at random."
-            )
-            traits = []
+    if traits and expected[0] >= CHANCE_SPLITS:
+        chance_note = (
+            f"C{index}: its best trait ({traits[0].text}) may be chance: with {len(members)} "
+            f"runs against {len(stable)} stable ones and {len(fields):,} settings compared, "
+            f"about {expected[0]:.3g} settings would separate them as well at random."
+        )
+    traits = [t for t, chance in zip(traits, expected, strict=True) if chance < CHANCE_SPLITS]
     leads = [p.lead_steps for p in members if p.lead_steps is not None]
     warned = len(leads)
     if len(leads) < SIGNATURE_SHARE * len(members):

@@ -86,8 +86,11 @@ def chance_splits(trait: Trait, n_members: int, n_stable: int, n_fields: int) ->
         tried = len({_key(v) for v in trait.member_values})
         p_value = min(1.0, float(fisher_exact(table, alternative="greater").pvalue) * tried)
     else:
-        members = [float(v) for v in trait.member_values]
-        stable = [float(v) for v in trait.stable_values]
+        # Only numbers: a stable run may record "auto" or None where the members record numbers.
+        members = [float(v) for v in trait.member_values if _is_number(v)]
+        stable = [float(v) for v in trait.stable_values if _is_number(v)]
+        if not members or not stable:
+            return float(n_fields)
         p_value = float(ks_2samp(members, stable, method="exact").pvalue)
     return p_value * n_fields
 

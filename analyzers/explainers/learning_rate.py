@@ -22,6 +22,7 @@ from tscope.analyzers.lr_stairs import stair_starts
 from tscope.analyzers.reach import LR_EFFECT_WINDOW_POINTS
 from tscope.analyzers.signals import fmt, primary_loss
 from tscope.analyzers.spike_judgement import is_notable
+from tscope.analyzers.training_kind import untrained_level
 from tscope.model import Finding, Run, Spike
 from tscope.model.categories import Category
 from tscope.model.metric_names import LEARNING_RATE
@@ -217,7 +218,16 @@ class LearningRateExplainer:
         )
         # An instability in the effect window of an upward jump is the jump's, not the warm-up's.
         jump_effects = [(j.step, effect_end(run, j.step)) for j in jumps if j.factor > 1]
-        findings.extend(warmup_too_short(run, steps, lrs, evidence.spikes, jump_effects))
+        findings.extend(
+            warmup_too_short(
+                run,
+                steps,
+                lrs,
+                evidence.spikes,
+                jump_effects,
+                untrained_level(evidence.run, evidence.checkpoints),
+            )
+        )
         findings.extend(lr_exhausted(run, steps, lrs, print_quantum(lrs)))
         return findings
 

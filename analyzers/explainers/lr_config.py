@@ -120,13 +120,19 @@ def still_warming_up(lrs: np.ndarray) -> bool:
         return True
     if not (lrs[-1] >= lrs.max() and lrs[-1] > lrs[0]):
         return False
-    # ...and still rising at the end: a warm-up never holds its top, a constant schedule after
+    # ...and still rising at the end: a warm-up does not hold its top, a constant schedule after
     # its warm-up does (hQ run16, session 31: 0.05, then 0.1 for 47 points read as "a log that
-    # ends inside the warm-up").
+    # ends inside the warm-up"). Held means longer than any step of the rise before it: an LR
+    # logged once per micro-batch, printed to 2 digits or raised stepwise repeats values while
+    # it still climbs.
     held = int(np.argmax(lrs[::-1] < lrs[-1]))  # points at the last value, at the end
-    return held < HELD_PEAK_POINTS
+    rise = lrs[: lrs.size - held]
+    changes = np.flatnonzero(np.diff(rise) != 0)
+    longest_step = int(np.diff(np.concatenate(([-1], changes, [rise.size - 1]))).max())
+    return held < max(HELD_PEAK_POINTS, longest_step + 1)
 
 
+# The fewest points a held top needs (one repeated point is a rounding, not a schedule).
 HELD_PEAK_POINTS = 3
 
 
@@ -197,17 +203,24 @@ def _rose_through_the_log(run: Run) -> bool:
     return bool(np.mean(np.diff(lrs) > 0) >= ROSE_THROUGH_SHARE and lrs[-1] >= lrs.max())
 
 
-def _at_peak_by(run: Run, step: int) -> bool:
+def at_peak_by(run: Run, step: int) -> bool:
     """The logged LR reached NEAR_PEAK of its largest value by `step`."""
     lr_steps, lrs = run.series(LEARNING_RATE)
     finite = np.isfinite(lrs)
     lr_steps, lrs = lr_steps[finite], lrs[finite]
     if lrs.size == 0 or lrs.max() <= 0:
         return False
-    return bool(lr_steps[int(np.argmax(lrs >= NEAR_PEAK * lrs.max()))] <= step)
+    return bool(lr_steps[first_at_peak(lrs)] <= step)
 
 
-NEAR_PEAK = 0.99  # warmup_stall.NO_WARMUP_RELATIVE: "at its peak" for both rules
+def first_at_peak(lrs: np.ndarray) -> int:
+    """The index of the first LR at NEAR_PEAK of the largest (`lrs` finite, not empty)."""
+    return int(np.argmax(lrs >= NEAR_PEAK * lrs.max()))
+
+
+# "At its peak": within 1% of the largest logged LR (a schedule's float noise, a printed LR's
+# rounding), for the stall rules here, in warmup_stall.py and in peak_stall.py.
+NEAR_PEAK = 0.99
 
 
 def _stalled(evidence: Evidence, kind: TrainingKind) -> EarlyStall | None:
@@ -257,7 +270,7 @@ def _too_high(
     stall = _stalled(evidence, kind) if blew_up is None else None
     # A logged LR at its peak before the loss stopped falling was at it through the stall: no
     # later jump raised it (warmup_stall.py leaves such a far-too-high LR to this rule).
-    if stall is not None and not (holds_from_start or _at_peak_by(run, stall.stall_step)):
+    if stall is not None and not (holds_from_start or at_peak_by(run, stall.stall_step)):
         stall = None
     factor = lr / TYPICAL_LR[kind.kind][1]
     agrees = blew_up is not None or stall is not None

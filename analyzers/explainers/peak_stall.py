@@ -27,10 +27,9 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.explainers.learning_rate import lr_jumps
-from tscope.analyzers.explainers.lr_config import TYPICAL_LR
+from tscope.analyzers.explainers.lr_config import TYPICAL_LR, first_at_peak
 from tscope.analyzers.explainers.warmup_stall import (
     NO_WARMUP_MAX_STEPS,
-    NO_WARMUP_RELATIVE,
     SEGMENT_FRACTION,
     STALL_MAX_GAIN,
     scratch_logs,
@@ -60,7 +59,7 @@ class PeakStallExplainer:
         lr_steps, lrs, steps, values, kind = logs
         peak = float(lrs.max())
         top = TYPICAL_LR["pre_training"][1]
-        at_peak = int(np.argmax(lrs >= NO_WARMUP_RELATIVE * peak))
+        at_peak = first_at_peak(lrs)
         peak_step = int(lr_steps[at_peak])
         warmed_up = peak_step - int(lr_steps[0]) > NO_WARMUP_MAX_STEPS
         if peak <= top or not warmed_up or lr_jumps(lr_steps[: at_peak + 1], lrs[: at_peak + 1]):

@@ -37,7 +37,13 @@ import numpy as np
 
 from tscope.analyzers.base import Evidence
 from tscope.analyzers.baseline import rolling_median
-from tscope.analyzers.explainers.lr_config import FAR_FACTOR, TYPICAL_LR
+from tscope.analyzers.explainers.lr_config import (
+    FAR_FACTOR,
+    NEAR_PEAK,
+    TYPICAL_LR,
+    at_peak_by,
+    first_at_peak,
+)
 from tscope.analyzers.explainers.plateau import SMOOTHING_MIN_POINTS
 from tscope.analyzers.optimizer_family import adam_or_unknown
 from tscope.analyzers.signals import fmt, loss_series, primary_loss
@@ -56,7 +62,7 @@ from tscope.model.metric_names import LEARNING_RATE
 # resting on as few gradients as none does: a helper-made Trainer run warmed up to 2e-2 in 2
 # steps (0, 0.01, 0.02), fell 5.52 -> 3.22 and stalled (+5.3%), and was healthy by the first
 # condition alone. The benchmark's healthy controls warm up for 10 steps or more.
-NO_WARMUP_RELATIVE = 0.99
+NO_WARMUP_RELATIVE = NEAR_PEAK
 NO_WARMUP_MAX_STEPS = 5
 # The early window (a fraction of the logged points) in which the loss made its first drop.
 EARLY_FRACTION = 0.10
@@ -71,7 +77,11 @@ SEGMENT_FRACTION = 0.10
 # Planted (dev + holdout, 16): −2.2…+6.6%, all below; 0/41 controls fire (none passes the
 # no-warm-up condition; 8/41 would pass this one alone). See the module docstring.
 STALL_MAX_GAIN = 0.10
-# Fewer logged loss points than this and the segments are too short to judge.
+# Fewer logged loss points than this and the segments are too short to judge: from 30, the early
+# window and the two segments (each a tenth of the points, at least SMOOTHING_MIN_POINTS) fit in
+# the first half. It was 50, and a 48-point log (every 5 steps of 240: hQ run16, session 31, AdamW
+# at 0.1 stuck at the unigram level) went unjudged; holdout18-23, the 82 real logs and the
+# synthetic logs (seeds 0-1,499, healthy and planted) gave the same alerts at 30.
 MIN_POINTS = 30
 # Kinds of training whose early convergence is expected (training_kind.py).
 FINE_TUNE_KINDS = ("lora", "full_fine_tune", "fine_tune", "preference")
@@ -191,21 +201,26 @@ class WarmupStallExplainer:
         if logs is None:
             return []
         lr_steps, lrs, steps, values, kind = logs
-        at_peak = int(np.argmax(lrs >= NO_WARMUP_RELATIVE * lrs.max()))
+        at_peak = first_at_peak(lrs)
         if lr_steps[at_peak] - lr_steps[0] > NO_WARMUP_MAX_STEPS:
             return []  # it warmed up (or ramps): not this rule
         kind_range = TYPICAL_LR["pre_training"]
         peak = float(lrs.max())
         if peak <= kind_range[1]:
             return []
-        if kind is not None and kind.kind == "pre_training" and peak > FAR_FACTOR * kind_range[1]:
-            # The LR's level is the cause, not the missing ramp up to it: at 10x the range top
-            # a warm-up only delays the same stall. lr_config's lr_too_high reads this stall
-            # (hQ run16, session 31: AdamW at 0.1 after a 10-step warm-up, stuck at the unigram
-            # level, read "no real warm-up").
-            return []
         stall = early_stall(evidence, steps, values)
         if stall is None:
+            return []
+        if (
+            kind is not None
+            and kind.kind == "pre_training"
+            and peak > FAR_FACTOR * kind_range[1]
+            and at_peak_by(evidence.run, stall.stall_step)
+        ):
+            # The LR's level is the cause, not the missing ramp up to it: at 10x the range top
+            # a warm-up only delays the same stall. lr_config's lr_too_high reads this stall,
+            # on the same conditions (hQ run16, session 31: AdamW at 0.1 after a 10-step
+            # warm-up, stuck at the unigram level, read "no real warm-up").
             return []
         first, first_text, early_min, stall_step, end_step, after_drop, at_half, gain = stall
         return [

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from tscope.ingest.logs.series_cap import cap_series
 from tscope.ingest.registry import READERS
-from tscope.ingest.settings_bound import bounded_value, cut_name
+from tscope.ingest.settings_bound import BoundedSettings
 from tscope.model import Caveat, LogRead, MetricTable, PartialInput, Run, RunEvent, Source
 from tscope.model.metric_names import GRAD_NORM, LEARNING_RATE, LOSS
 from tscope.model.run import RELOGGED_KEY
@@ -49,12 +48,19 @@ def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[Parti
         caveats.extend(read.caveats)
     metrics = MetricTable.concat(_in_metric_order(chosen_tables)).sorted_by("metric", "step")
 
-    config: dict[str, Any] = {}
+    # One bound for the run's settings, whatever format and however many files state them
+    # (settings_bound.py): a 90-deep W&B config of long keys once took the report 100x its
+    # file's size, and every event file of a run could bring its own 10,000.
+    settings = BoundedSettings()
+    first_cut: str | None = None
     for read in sorted(reads, key=lambda r: (_READER_PRIORITY.get(r.kind, 99), r.path)):
         for key, value in read.config.items():
-            # Names cut and nesting bounded for every format (settings_bound.py): a 90-deep
-            # W&B config of long keys once took the report 100x its file's size.
-            config.setdefault(cut_name(str(key)), bounded_value(value))
+            settings.add(str(key), value)
+        if settings.dropped and first_cut is None:
+            first_cut = read.path
+    note = settings.partial_note()
+    if note is not None and first_cut is not None:
+        partial = [*partial, PartialInput(first_cut, note)]
 
     return Run(
         name=name,
@@ -63,7 +69,7 @@ def assemble_run(name: str, path: str, reads: list[LogRead], partial: list[Parti
         metrics=metrics,
         events=tuple(_unique_events(events)),
         caveats=tuple(_unique_caveats(caveats)),
-        config=config,
+        config=settings.kept,
         partial=tuple(partial) + tuple(p for read in reads for p in read.partial),
     )
 

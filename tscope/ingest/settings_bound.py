@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# Distinct settings kept from one log; a further one is counted, not kept (W&B's config records
-# and TensorBoard's hparams and `args` text share the bound).
+# Setting values kept from one log file, and from one run in all; a further one is counted, not
+# kept (W&B's config records, TensorBoard's hparams and `args` text, every format's config).
 MAX_CONFIG_KEYS = 10_000
 # A setting's name keeps at most this many characters; a name is a stranger's text like a value.
 MAX_SETTING_NAME_CHARS = 1_000
@@ -25,44 +25,54 @@ MAX_NESTED_TEXT_CHARS = 10_000
 
 
 class BoundedSettings:
-    """Settings as a log states them, first writer of a name wins, at most MAX_CONFIG_KEYS."""
+    """Settings as a log or run states them, the first writer of a name winning: at most
+    MAX_CONFIG_KEYS leaf values in all (a nested dict's leaves count one by one: a W&B config
+    value may hold a million keys), names cut, nesting below MAX_SETTING_DEPTH kept as (cut)
+    JSON text."""
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.unread = 0
+        self.kept: dict[str, Any] = {}
+        self.dropped = 0  # values not kept (a setting updated twice past the bound counts twice)
+        self._left = MAX_CONFIG_KEYS
 
     def add(self, name: str, value: Any) -> None:
         name = cut_name(name)
-        if name in self.values:
+        if name in self.kept:
             return
-        if len(self.values) >= MAX_CONFIG_KEYS:
-            self.unread += 1
+        if self._left <= 0:
+            self.dropped += 1
             return
-        self.values[name] = bounded_value(value)
+        self.kept[name] = self._bounded(value, 0)
 
-    def problem(self) -> str | None:
-        """The `partial` line for the settings not kept, or None."""
-        if not self.unread:
+    def partial_note(self) -> str | None:
+        """The `partial` line for the values not kept, or None."""
+        if not self.dropped:
             return None
         return (
-            f"{self.unread:,} more settings not read: tscope keeps at most {MAX_CONFIG_KEYS:,} "
-            "settings of one log"
+            f"{self.dropped:,} more settings not read: tscope keeps at most "
+            f"{MAX_CONFIG_KEYS:,} setting values (per log file and per run)"
         )
+
+    def _bounded(self, value: Any, depth: int) -> Any:
+        if not isinstance(value, dict):
+            self._left -= 1
+            return value
+        if depth >= MAX_SETTING_DEPTH:
+            self._left -= 1
+            return cut_text(json.dumps(value, ensure_ascii=False, default=str, sort_keys=True))
+        kept: dict[str, Any] = {}
+        for key, item in value.items():
+            if self._left <= 0:
+                self.dropped += 1
+                continue
+            kept[cut_name(str(key))] = self._bounded(item, depth + 1)
+        return kept
 
 
 def cut_name(name: str) -> str:
-    if len(name) <= MAX_SETTING_NAME_CHARS:
-        return name
-    return name[: MAX_SETTING_NAME_CHARS - 1] + "…"
+    """A setting's name as kept: at most MAX_SETTING_NAME_CHARS characters."""
+    return cut_text(name, MAX_SETTING_NAME_CHARS)
 
 
-def bounded_value(value: Any, depth: int = 0) -> Any:
-    """`value` with names cut and nesting below MAX_SETTING_DEPTH kept as (cut) JSON text."""
-    if not isinstance(value, dict):
-        return value
-    if depth >= MAX_SETTING_DEPTH:
-        text = json.dumps(value, ensure_ascii=False, default=str, sort_keys=True)
-        if len(text) > MAX_NESTED_TEXT_CHARS:
-            text = text[: MAX_NESTED_TEXT_CHARS - 1] + "…"
-        return text
-    return {cut_name(str(key)): bounded_value(item, depth + 1) for key, item in value.items()}
+def cut_text(text: str, limit: int = MAX_NESTED_TEXT_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

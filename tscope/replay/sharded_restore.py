@@ -53,6 +53,8 @@ def read_folder_metadata(folder: Path, shown: str) -> DcpMetadata:
             shown,
             f"{shared} storage record(s) in .metadata share bytes with another record; torch "
             "writes each item to its own bytes, so this folder cannot be restored",
+            "Replay from another checkpoint folder of the run (`tscope analyze` reads the rest "
+            "of this one)",
         )
     return metadata
 

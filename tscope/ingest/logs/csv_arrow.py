@@ -31,8 +31,11 @@ def wide_csv_header(path: Path, delimiter: str) -> list[str] | None:
     if first_line.count(delimiter.encode()) < MAX_TABLE_COLUMNS:
         return None
     try:
-        names = next(csv.reader([first_line.decode("utf-8-sig").rstrip("\r")], delimiter=delimiter))
-    except (UnicodeDecodeError, csv.Error, StopIteration):
+        # Decoded as the reader decodes a header that is not UTF-8 (tabular._utf8_header), so
+        # the names chosen are the names Arrow then sees.
+        text = first_line.decode("utf-8-sig", errors="replace").rstrip("\r")
+        names = next(csv.reader([text], delimiter=delimiter))
+    except (csv.Error, StopIteration):
         return None  # Arrow reads it (or reports it) as before
     # Repeated names count too: read whole, `step,loss,x,x,…` with 200,000 columns took 1.3 GB
     # (a 4 MB header, 12 GB). wide_csv_columns chooses among the distinct names.

@@ -84,14 +84,14 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
     long_lines = 0
     # A column name that is not UTF-8 (one latin-1 byte) once refused the whole file: its names
     # are read with replacement characters instead, as the MLflow readers read theirs.
-    mended = _utf8_header(read_head(path, CSV_BLOCK_BYTES))
+    mended = _utf8_header(read_head(path, CSV_BLOCK_BYTES)) is not None
     try:
         try:
             with (
                 (
-                    open_regular(path, display_path)
-                    if mended is None
-                    else io.BytesIO(_utf8_header(read_bytes_bounded(path, display_path)) or b"")
+                    io.BytesIO(_mended(read_bytes_bounded(path, display_path)))
+                    if mended
+                    else open_regular(path, display_path)
                 ) as handle,
                 without_row_decoding_dumps(),
             ):
@@ -102,7 +102,7 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
             # A line longer than Arrow's block: the rest of the file is read without it (and
             # without every other line over MAX_TABLE_LINE_BYTES), as JSON Lines skips them.
             data = read_bytes_bounded(path, display_path)
-            kept, long_lines = _without_long_lines(_utf8_header(data) or data)
+            kept, long_lines = _without_long_lines(_mended(data) if mended else data)
             malformed.clear()
             with without_row_decoding_dumps():
                 arrow_table = parse_csv(kept, delimiter, skip_malformed, chosen, MISSING_MARKERS)
@@ -112,7 +112,7 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
         raise UnreadableInput(
             display_path, f"not a readable {'TSV' if delimiter == chr(9) else 'CSV'} ({error})"
         ) from error
-    if mended is not None:
+    if mended:
         table.problems.append(
             "its header is not UTF-8: the column names are read with replacement characters (�)"
         )
@@ -151,6 +151,12 @@ def _utf8_header(data: bytes) -> bytes | None:
             b"" if end < 0 else data[end:]
         )
     return None
+
+
+def _mended(data: bytes) -> bytes:
+    """`data` with a first line that is not UTF-8 re-encoded (`_utf8_header`). The whole file is
+    copied (about 2x its size while parsed) only for such a header; others are streamed."""
+    return _utf8_header(data) or data
 
 
 def _read_json_lines(path: Path, display_path: str) -> ParsedTable:

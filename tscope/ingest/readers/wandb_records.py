@@ -26,6 +26,7 @@ from tscope.ingest.readers.protobuf_wire import (
     signed64,
     text,
 )
+from tscope.ingest.settings_bound import MAX_CONFIG_KEYS
 from tscope.model.metric_rows import MAX_POINTS_PER_FILE
 
 # wandb_internal.Record and the messages it holds (wandb/proto/wandb_internal.proto).
@@ -49,12 +50,11 @@ _KeyNames = dict[tuple[bytes, ...], tuple[_KeyPath, str]]
 # the bound a crafted 17 MB log of 1,000,000 distinct keys held ~500 MB (30× the file: a cached
 # name per key, a tuple per item), now ~MAX_HISTORY_KEYS names and their items.
 MAX_HISTORY_KEYS = 100_000
-# Distinct config keys kept, in the order of their last update; an update under a further key is
-# dropped and counted. Real configs hold hundreds to a few thousand (flattened) settings. Without
-# the bound a crafted 61 MB log of 2,500,000 one-key config records, each a new key, was kept
-# record by record and merged into a 2.5-million-key config: 0.9 GB and 29 s to read, 1.3 GB to
-# analyze; now the updates past the bound cost no memory.
-MAX_CONFIG_KEYS = 10_000
+# Distinct config keys kept (settings_bound.MAX_CONFIG_KEYS), in the order of their last update;
+# an update under a further key is dropped and counted. Without the bound a crafted 61 MB log of
+# 2,500,000 one-key config records, each a new key, was kept record by record and merged into a
+# 2.5-million-key config: 0.9 GB and 29 s to read, 1.3 GB to analyze; now the updates past the
+# bound cost no memory.
 # Distinct summary keys kept, likewise: the summary holds a key per logged metric (its last
 # value), and W&B's docs advise under 10,000 distinct metrics a project; tscope reads at most
 # series_cap.MAX_TABLE_COLUMNS series of a log anyway. The same crafted log of summary records
