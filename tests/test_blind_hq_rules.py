@@ -185,3 +185,45 @@ def test_a_held_top_ends_the_warm_up_but_a_stepped_rise_does_not() -> None:
     assert still_warming_up(stepped)
     assert not still_warming_up(np.concatenate([stepped, [0.1] * 20]))
     assert still_warming_up(np.linspace(0.01, 0.1, 20))
+
+
+class _Lion(torch.optim.Optimizer):
+    """Lion as papers and repositories write it: sign updates, one moment, no step counter."""
+
+    def __init__(self, params: Any, lr: float = 1e-4) -> None:
+        super().__init__(params, {"lr": lr, "betas": (0.9, 0.99), "weight_decay": 0.0})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "exp_avg" not in state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                update = state["exp_avg"] * beta1 + p.grad * (1 - beta1)
+                p.add_(update.sign(), alpha=-group["lr"])
+                state["exp_avg"].mul_(beta2).add_(p.grad, alpha=1 - beta2)
+
+
+def _trained_state(optimizer_class: Any) -> dict[str, Any]:
+    model = torch.nn.Linear(4, 2)
+    optimizer = optimizer_class(model.parameters(), lr=1e-3)
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    state: dict[str, Any] = optimizer.state_dict()
+    return state
+
+
+def test_an_optimizer_that_keeps_no_step_counter_lacks_none() -> None:
+    # hR run06 (session 31): a correctly resumed Lion run warned "optimizer step counters".
+    from tscope.ingest.checkpoints.optimizer_summary import summarize_optimizer
+
+    assert summarize_optimizer(_trained_state(_Lion)).has_step_counters
+    adam = _trained_state(torch.optim.AdamW)
+    assert summarize_optimizer(adam).has_step_counters
+    for entry in adam["state"].values():
+        del entry["step"]  # Adam's bias correction reads it: a resume without it is not faithful
+    assert not summarize_optimizer(adam).has_step_counters

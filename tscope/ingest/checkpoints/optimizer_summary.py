@@ -60,8 +60,13 @@ def summarize_optimizer(raw: Any) -> OptimizerSummary:
         notes.append("the optimizer state is empty: saved before the first step, or reset")
     if stateless:
         notes.append("plain SGD (momentum 0) keeps no per-parameter state: nothing to restore")
-    # SGD keeps no step counter (only a momentum buffer); every other torch optimizer does
-    counts_steps = not _is_sgd(groups)
+    # SGD keeps no step counter (only a momentum buffer), and neither do optimizers outside
+    # torch that need none: Lion keeps only exp_avg (a blind set's correctly resumed Lion run,
+    # hR run06, session 31, warned "optimizer step counters missing"). The counter is needed
+    # where the state keeps it or where Adam-style bias correction reads it (exp_avg_sq).
+    counts_steps = not _is_sgd(groups) and any(
+        e.get("step") is not None or "exp_avg_sq" in e or "exp_avg_sq_row" in e for e in entries
+    )
     return OptimizerSummary(
         has_moments=stateless or (bool(entries) and all(_holds_moments(e) for e in entries)),
         has_step_counters=stateless
