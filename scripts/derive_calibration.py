@@ -58,6 +58,7 @@ TUNING_SPLITS = (
     "holdout21",
     "holdout22",
     "holdout23",
+    "holdout24",
 )
 PSEUDO_COUNTS = 2
 

@@ -91,6 +91,7 @@ HELD_OUT_SPLITS = {
     "holdout21": 125,
     "holdout22": 130,
     "holdout23": 135,
+    "holdout24": 140,
 }
 HOLDOUT_INDEX = min(HELD_OUT_SPLITS.values())
 HOLDOUT_BLOCK = 5  # indices per held-out split
