@@ -227,3 +227,36 @@ def test_an_optimizer_that_keeps_no_step_counter_lacks_none() -> None:
     for entry in adam["state"].values():
         del entry["step"]  # Adam's bias correction reads it: a resume without it is not faithful
     assert not summarize_optimizer(adam).has_step_counters
+
+
+def _checkpoints_with_a_stop(folder: Path, stop_after: int, saves: int) -> list[Any]:
+    """HF-style checkpoint folders every 50 steps; `layer1` stops changing after save
+    `stop_after` (0-based), the rest keeps training."""
+    rng = np.random.default_rng(2)
+    weights = {f"layer{i}.weight": rng.standard_normal((16, 16)) for i in range(3)}
+    rows = ["step,loss"] + [f"{s},{2.5 + math.exp(-s / 40):.4f}" for s in range(1, 50 * saves + 1)]
+    (folder / "metrics.csv").write_text("\n".join(rows) + "\n")
+    for save in range(saves):
+        for name in weights:
+            if not (name == "layer1.weight" and save > stop_after):
+                weights[name] = weights[name] + 0.01 * rng.standard_normal((16, 16))
+        target = folder / f"checkpoint-{50 * (save + 1)}"
+        target.mkdir()
+        tensors = {k: torch.from_numpy(v.astype(np.float32)) for k, v in weights.items()}
+        save_file(tensors, target / "model.safetensors")
+    case, _ = analyze_run(str(folder))
+    return [f for f in case.findings if f.category == "frozen_parameters"]
+
+
+def test_a_tensor_that_stopped_changing_mid_run_is_frozen_without_optimizer_state(
+    tmp_path: Path,
+) -> None:
+    # hR run14 (session 31): accelerate checkpoints whose optimizer maps to no names, decoder
+    # layer 1 frozen at step 61 of 260: healthy before.
+    (finding,) = _checkpoints_with_a_stop(tmp_path, stop_after=1, saves=5)
+    assert finding.severity == "warning" and finding.step == 100
+    assert finding.evidence["frozen_tensors"] == ["layer1.weight"]
+
+
+def test_one_unchanged_window_is_not_a_stop(tmp_path: Path) -> None:
+    assert _checkpoints_with_a_stop(tmp_path, stop_after=3, saves=5) == []

@@ -48,6 +48,9 @@ def frozen_finding(layers: pd.DataFrame, optimizer_entries: int | None = None) -
     unchanged, moving_share, windows = _unchanged(layers)
     if stale:
         return _stopped_finding(latest, stale, unchanged, windows)
+    stopped = _stopped_changing(layers)
+    if stopped is not None:
+        return _stopped_changing_finding(*stopped)
     if not unchanged or moving_share < FROZEN_MIN_MOVING_SHARE:
         return None
     counters = latest.set_index("tensor")["adam_step"]
@@ -237,5 +240,75 @@ def _stopped_finding(
         threshold=(
             f"a tensor's Adam step counter ≥ {FROZEN_MIN_LAG_STEPS} behind and < "
             f"{FROZEN_LAG_FRACTION}× the checkpoint's largest"
+        ),
+    )
+
+
+# Stopped mid-run, seen in the weights alone (the optimizer state not mapped to names, or kept
+# by an optimizer without counters): a tensor that changed and then stayed bit-identical for at
+# least FROZEN_MIN_STOPPED_WINDOWS checkpoint windows up to the last, while at least
+# FROZEN_MIN_MOVING_SHARE of the tensors changed in each of them. Bit-identical weights get no
+# update at all, weight decay included; a blind set's accelerate run (hR run14, session 31) froze
+# decoder layer 1 at step 61 of 260 and was healthy: its optimizer.bin maps to no names.
+FROZEN_MIN_STOPPED_WINDOWS = 2
+
+
+def _stopped_changing(layers: pd.DataFrame) -> tuple[list[str], int, list[int], float] | None:
+    """(tensors, the checkpoint step by which they stopped, the later checkpoint steps where they
+    were unchanged, the smallest share of tensors that moved there), or None."""
+    deltas = layers.dropna(subset=["delta_norm"])
+    table = deltas.pivot_table(index="tensor", columns="step", values="delta_norm", aggfunc="max")
+    steps = sorted(table.columns)
+    if len(steps) < FROZEN_MIN_STOPPED_WINDOWS + 1:
+        return None
+    values = table[steps].to_numpy(dtype=float)
+    moved = values > 0
+    for first in range(1, len(steps) - FROZEN_MIN_STOPPED_WINDOWS + 1):
+        later = moved[:, first:]
+        shares = later.mean(axis=0)
+        if shares.min() < FROZEN_MIN_MOVING_SHARE:
+            continue
+        rows = moved[:, first - 1] & ~later.any(axis=1) & np.isfinite(values[:, first:]).all(axis=1)
+        if rows.any():
+            names = sorted(str(t) for t in table.index[rows])
+            return (
+                names,
+                int(steps[first - 1]),
+                [int(s) for s in steps[first:]],
+                float(shares.min()),
+            )
+    return None
+
+
+def _stopped_changing_finding(
+    names: list[str], by_step: int, unchanged_at: list[int], moving_share: float
+) -> Finding:
+    return Finding(
+        category="frozen_parameters",
+        severity="warning",
+        confidence=0.8,
+        step=by_step,
+        layer=names[0],
+        message=(
+            f"{len(names)} tensor(s) stopped training by step {by_step}: they changed up to the "
+            f"checkpoint there, then stayed bit-identical at steps "
+            f"{', '.join(map(str, unchanged_at))} while at least {moving_share:.0%} of tensors "
+            f"trained in each window: {', '.join(names[:MAX_NAMED])}."
+        ),
+        evidence={
+            "frozen_tensors": names[:20],
+            "frozen_by_step": by_step,
+            "unchanged_at_steps": unchanged_at,
+            "moving_share": moving_share,
+            "intentional": False,
+        },
+        suggestion=(
+            "They stopped getting updates: requires_grad turned off mid-run, a detached branch, "
+            "a parameter dropped from the optimizer; if freezing them was intended, nothing to do."
+        ),
+        source="checkpoints",
+        threshold=(
+            f"‖ΔW‖ = 0 in ≥ {FROZEN_MIN_STOPPED_WINDOWS} windows up to the last after a change, "
+            f"while ≥ {FROZEN_MIN_MOVING_SHARE:.0%} of tensors moved in each"
         ),
     )
