@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from tscope.analyzers.explainers.lr_config import WARMUP_ONLY
 from tscope.pipeline import analyze_run
 
 
@@ -57,7 +58,7 @@ def test_a_far_too_high_constant_lr_whose_loss_stalls_is_lr_too_high(tmp_path: P
     assert [a[:2] for a in alerts] == [("lr_too_high", "warning")], alerts
     case, _ = analyze_run(str(tmp_path))
     (finding,) = [f for f in case.findings if f.category == "lr_too_high"]
-    assert "ends inside the warm-up" not in finding.message
+    assert WARMUP_ONLY not in finding.message
     assert "then stalled" in finding.message
 
 

@@ -105,7 +105,9 @@ def peak_lr(run: Run) -> tuple[float, str] | None:
 CONFIGURED = "the configured learning rate"
 
 
-WARMUP_ONLY = "the largest logged learning rate, of a log that ends inside the warm-up"
+# Said of a log whose LR still climbs at its end: a warm-up the log stops inside, or a ramp (a
+# blind set's LR rising 200x from step 120, hR run13, session 31, was "inside the warm-up").
+WARMUP_ONLY = "the largest logged learning rate, of a log whose LR still rises at its end"
 
 
 MIN_LR_POINTS = 10
