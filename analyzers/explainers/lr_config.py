@@ -257,10 +257,10 @@ def _too_high(
     evidence: Evidence,
 ) -> Finding:
     blew_up = _blew_up(evidence)
-    # The stall agrees only with a configured LR, which holds from the start: a logged one is
-    # judged over time by warmup_stall.py and peak_stall.py, and its peak may come from a later
-    # jump (the benchmark's persistent LR jumps raise it past the range long after a stall at a
-    # typical LR: two nanoGPT runs were headlined lr_too_high at 14-16 for a jump at 64-76).
+    # The stall agrees with an LR that held through it: a configured one (it holds from the
+    # start), or a logged one at its peak by the stall (below). A logged peak may come from a
+    # later jump (the benchmark's persistent LR jumps raise it past the range long after a stall
+    # at a typical LR: two nanoGPT runs were headlined lr_too_high at 14-16 for a jump at 64-76).
     # A logged LR that rose through the whole log (a warm-up that never ends, or a ramp with no
     # peak before it: two blind sets' runs, hN run10 and hP run10, sessions 29-30, climbed
     # linearly to 13x and 30x their intended peak while the loss stalled) has no later jump

@@ -17,6 +17,7 @@ from tscope.ingest.checkpoints.pickle_literals import torch_file_literals
 from tscope.ingest.checkpoints.registry import CHECKPOINT_READERS
 from tscope.ingest.safe_fs import is_regular_file
 from tscope.model import CheckpointInfo
+from tscope.model.visible_text import cut_text
 
 MODEL_CONFIG_PREFIX = "model_config."  # the same prefix the TensorBoard reader gives model_config
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -105,7 +106,7 @@ def _flat(
 
 
 def _shortened(text: str) -> str:
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
+    return cut_text(text, MAX_VALUE_CHARS)
 
 
 def _list_text(items: list[Any] | tuple[Any, ...]) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tscope.model.visible_text import cut_text
+
 # Setting values kept from one log file, and from one run in all; a further one is counted, not
 # kept (W&B's config records, TensorBoard's hparams and `args` text, every format's config).
 MAX_CONFIG_KEYS = 10_000
@@ -59,7 +61,8 @@ class BoundedSettings:
             return value
         if depth >= MAX_SETTING_DEPTH:
             self._left -= 1
-            return cut_text(json.dumps(value, ensure_ascii=False, default=str, sort_keys=True))
+            text = json.dumps(value, ensure_ascii=False, default=str, sort_keys=True)
+            return cut_text(text, MAX_NESTED_TEXT_CHARS)
         kept: dict[str, Any] = {}
         for key, item in value.items():
             if self._left <= 0:
@@ -72,7 +75,3 @@ class BoundedSettings:
 def cut_name(name: str) -> str:
     """A setting's name as kept: at most MAX_SETTING_NAME_CHARS characters."""
     return cut_text(name, MAX_SETTING_NAME_CHARS)
-
-
-def cut_text(text: str, limit: int = MAX_NESTED_TEXT_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -103,3 +103,9 @@ def sentence_start(text: str, names: Iterable[str] = ()) -> str:
     if _PROSE_WORD.fullmatch(first_word):
         return text[:1].upper() + text[1:]
     return text
+
+
+def cut_text(text: str, limit: int) -> str:
+    """`text` kept to `limit` characters, the last one "…" when it was longer: one rule for every
+    stranger's name or value a case keeps or shows (settings, report cells, config values)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

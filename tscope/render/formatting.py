@@ -12,7 +12,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from tscope.model.visible_text import visible, visible_keeping_layout
+from tscope.model.visible_text import cut_text, visible, visible_keeping_layout
 
 MISSING = "—"
 SIGNIFICANT_DIGITS = 3
@@ -168,6 +168,4 @@ def shown_in_template(value: Any) -> Any:
 
 
 def _truncate(text: str) -> str:
-    if len(text) <= MAX_VALUE_CHARS:
-        return text
-    return text[: MAX_VALUE_CHARS - 1] + "…"
+    return cut_text(text, MAX_VALUE_CHARS)

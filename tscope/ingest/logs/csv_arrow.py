@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 CSV_BLOCK_BYTES = 32 * 1024 * 1024
 
 
-def wide_csv_header(path: Path, delimiter: str) -> list[str] | None:
-    """The header's column names when the file has more than MAX_TABLE_COLUMNS, else None."""
-    head = read_head(path, CSV_BLOCK_BYTES)
+def wide_csv_header(path: Path, delimiter: str, head: bytes | None = None) -> list[str] | None:
+    """The header's column names when the file has more than MAX_TABLE_COLUMNS, else None
+    (`head`: the file's first CSV_BLOCK_BYTES, when the caller has read them)."""
+    if head is None:
+        head = read_head(path, CSV_BLOCK_BYTES)
     first_line = head.split(b"\n", 1)[0]
     if first_line.count(delimiter.encode()) < MAX_TABLE_COLUMNS:
         return None

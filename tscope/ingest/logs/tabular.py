@@ -79,12 +79,13 @@ def _read_csv(path: Path, display_path: str, delimiter: str) -> ParsedTable:
 
     import pyarrow as pa  # here: only tables need Arrow (0.1-0.4 s of a TensorBoard analyze)
 
-    header = wide_csv_header(path, delimiter)
+    head = read_head(path, CSV_BLOCK_BYTES)
+    header = wide_csv_header(path, delimiter, head)
     chosen, unread_columns = wide_csv_columns(header) if header is not None else (None, "")
     long_lines = 0
     # A column name that is not UTF-8 (one latin-1 byte) once refused the whole file: its names
     # are read with replacement characters instead, as the MLflow readers read theirs.
-    mended = _utf8_header(read_head(path, CSV_BLOCK_BYTES)) is not None
+    mended = _utf8_header(head) is not None
     try:
         try:
             with (
